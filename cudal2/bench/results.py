@@ -1,0 +1,118 @@
+"""What the evaluator returns: plain dataclasses that pickle across processes and turn into
+JSON for the store. The search layer consumes these and nothing else of bench/."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal, Protocol
+
+from ..ir import GemmProblem, KernelSpec
+
+Status = Literal[
+    "ok",  # correct, and timed
+    "unsupported",  # the backend refused the problem/spec (supports() said no)
+    "compile_error",  # rendering or compilation failed, or compile timed out
+    "incorrect",  # ran, but failed a correctness check (reason says which)
+    "crash",  # the worker died (illegal address, segfault, abort)
+    "timeout",  # the kernel hung past the run timeout
+]
+
+Mode = Literal["offline", "server"]
+
+
+@dataclass(frozen=True)
+class Timing:
+    """Milliseconds per GEMM. kernel_ms: CUDA-graph replay (device time, what speedups use);
+    call_ms: the Python call path timed with events. spread: (max - min) / median of groups."""
+
+    kernel_ms: float
+    call_ms: float
+    groups: int
+    spread: float = 0.0
+
+
+@dataclass(frozen=True)
+class Correctness:
+    rel_error: float  # worst relative Frobenius error over all seeds and the timed-run check
+    bound: float  # the bound it had to stay under
+    seeds: int
+    checks: tuple[str, ...] = ()  # names of the checks that ran (poison, guard, nan, ...)
+
+
+@dataclass(frozen=True)
+class CandidateResult:
+    spec: KernelSpec
+    status: Status
+    reason: str = ""
+    correctness: Correctness | None = None
+    timing: dict[str, Timing] = field(default_factory=dict)  # mode -> Timing
+    compile_s: float = 0.0
+    source_digest: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def kernel_ms(self, mode: Mode = "offline") -> float | None:
+        t = self.timing.get(mode)
+        return t.kernel_ms if t else None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["spec"] = self.spec.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class BaselineResult:
+    name: str  # "torch", "cublaslt_heuristic", "cublaslt_autotune", ...
+    timing: dict[str, Timing]
+    correctness: Correctness | None = None
+    detail: str = ""  # e.g. which cuBLASLt algorithm won, or why the baseline is unavailable
+    available: bool = True
+
+    def kernel_ms(self, mode: Mode = "offline") -> float | None:
+        t = self.timing.get(mode)
+        return t.kernel_ms if t else None
+
+
+@dataclass(frozen=True)
+class Environment:
+    gpu_name: str
+    sm_count: int
+    driver: str
+    cuda: str
+    torch: str
+    triton: str
+    cudal2: str
+    clocks_start: dict[str, float] = field(default_factory=dict)  # MHz: sm, mem
+    clocks_end: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, str] = field(default_factory=dict)  # nvmath, cutlass-dsl, ... versions
+
+
+@dataclass(frozen=True)
+class EvalReport:
+    problem: GemmProblem
+    candidates: list[CandidateResult]
+    baselines: dict[str, BaselineResult]
+    environment: Environment | None
+
+    def speedup(self, candidate: CandidateResult, baseline: str, mode: Mode = "offline") -> float | None:
+        """baseline kernel time / candidate kernel time (>1 means the candidate is faster)."""
+        b = self.baselines.get(baseline)
+        c = candidate.kernel_ms(mode)
+        if not b or not b.available or c is None or b.kernel_ms(mode) is None:
+            return None
+        return b.kernel_ms(mode) / c
+
+
+class Runner(Protocol):
+    """What the search needs from an evaluator. The GPU evaluator implements it; tests
+    implement it with a recorded table of measurements."""
+
+    def evaluate(self, problem: GemmProblem, specs: list[KernelSpec],
+                 modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]: ...
+
+    def baselines(self, problem: GemmProblem, modes: tuple[Mode, ...] = ("offline",)) -> dict[str, BaselineResult]: ...
+
+    def environment(self) -> Environment | None: ...

@@ -1,0 +1,110 @@
+"""The backend protocol: a backend is a small subclass that sets a few attributes and
+implements render() and compile(). Everything common (template lookup, support checks,
+the disk cache of rendered sources) lives here, once."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Protocol
+
+from ..ir import Capabilities, GemmProblem, KernelSpec, SpecError, check_compatible
+from . import templates
+
+
+@dataclass(frozen=True)
+class Source:
+    """Rendered code, kept for inspection and for the store."""
+
+    backend: str
+    problem: GemmProblem
+    spec: KernelSpec
+    text: str
+    language: str  # "python" (Triton, CuTe DSL) or "cuda"
+    entry: str  # name of the launcher the compiled module exposes
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def digest(self) -> str:
+        return hashlib.sha256(self.text.encode()).hexdigest()[:16]
+
+
+class Kernel(Protocol):
+    """A compiled GEMM: kernel(a, b, c=None, bias=None) -> c, for torch tensors laid out as
+    the problem says. If c is None a new output is allocated; with beta != 0, c is read."""
+
+    source: Source
+
+    def __call__(self, a, b, c=None, bias=None): ...
+
+
+@dataclass(frozen=True)
+class Support:
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+class Backend:
+    name: ClassVar[str]
+    version: ClassVar[str] = "0"
+    language: ClassVar[str] = "python"
+    capabilities: ClassVar[Capabilities] = Capabilities()
+    # template file per kernel family, under templates/<name>/
+    templates: ClassVar[dict[str, str]] = {}
+
+    # --- what subclasses override -------------------------------------------------------
+    def family(self, problem: GemmProblem, spec: KernelSpec) -> str:
+        """Which template renders this spec."""
+        return next(iter(self.templates))
+
+    def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
+        """Variables handed to the template beyond problem and spec."""
+        return {}
+
+    def compile(self, source: Source) -> Kernel:
+        raise NotImplementedError
+
+    def precompile(self, source: Source) -> None:
+        """Do the expensive compilation ahead, in a CPU worker process, so that compile() in
+        the timing process finds it in the toolchain's disk cache. Default: nothing."""
+
+    def toolchain_version(self) -> str:
+        """Version of the compiler stack; part of the compiled-kernel cache key."""
+        return "none"
+
+    # --- shared behaviour -----------------------------------------------------------------
+    def supports(self, problem: GemmProblem, spec: KernelSpec) -> Support:
+        if spec.backend != self.name:
+            return Support(False, f"spec is for backend {spec.backend!r}, not {self.name!r}")
+        try:
+            check_compatible(problem, spec)
+        except SpecError as e:
+            return Support(False, str(e))
+        return Support(True)
+
+    def render(self, problem: GemmProblem, spec: KernelSpec) -> Source:
+        ok = self.supports(problem, spec)
+        if not ok:
+            raise SpecError([v for v in _violations_of(ok.reason, spec)], what=f"{self.name} render")
+        fam = self.family(problem, spec)
+        text = templates.render(f"{self.name}/{self.templates[fam]}", problem=problem, spec=spec,
+                                **self.context(problem, spec))
+        return Source(backend=self.name, problem=problem, spec=spec, text=text,
+                      language=self.language, entry="launch", meta={"family": fam})
+
+    def cache_key(self, source: Source) -> str:
+        parts = [source.backend, self.version, self.toolchain_version(), source.spec.key(),
+                 source.problem.key(), source.digest]
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
+
+
+def _violations_of(reason: str, spec: KernelSpec):
+    from ..ir import Violation
+
+    yield Violation("backend", spec.backend, reason, "choose a spec this backend supports")
+
+
+KernelFactory = Callable[[], Backend]

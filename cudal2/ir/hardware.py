@@ -1,0 +1,92 @@
+"""Per-architecture hardware limits: the one table every validator and heuristic reads.
+
+Values are the documented per-device limits of the reference part of each architecture
+(A100-SXM for sm_80, H100-SXM for sm_90/sm_90a). Where a live GPU is present, callers that
+need the exact SM count or L2 size read it off the device; this table is what validation
+and CPU-only planning use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ArchLimits:
+    name: str
+    smem_per_block: int  # bytes of shared memory a block may opt in to
+    smem_per_sm: int
+    regs_per_thread: int
+    regs_per_sm: int
+    max_threads_per_block: int
+    sm_count: int
+    l2_bytes: int
+    max_cluster_size: int  # portable cluster size; 1 means no clusters
+    has_tma: bool
+    has_wgmma: bool
+
+    @property
+    def smem_per_block_kib(self) -> float:
+        return self.smem_per_block / 1024
+
+
+ARCHS: dict[str, ArchLimits] = {
+    "sm_80": ArchLimits(
+        name="sm_80",
+        smem_per_block=163 * 1024,
+        smem_per_sm=164 * 1024,
+        regs_per_thread=255,
+        regs_per_sm=65536,
+        max_threads_per_block=1024,
+        sm_count=108,
+        l2_bytes=40 * 1024 * 1024,
+        max_cluster_size=1,
+        has_tma=False,
+        has_wgmma=False,
+    ),
+    "sm_90": ArchLimits(
+        name="sm_90",
+        smem_per_block=227 * 1024,
+        smem_per_sm=228 * 1024,
+        regs_per_thread=255,
+        regs_per_sm=65536,
+        max_threads_per_block=1024,
+        sm_count=132,
+        l2_bytes=50 * 1024 * 1024,
+        max_cluster_size=8,
+        has_tma=True,
+        has_wgmma=False,  # wgmma and setmaxnreg need the arch-specific sm_90a target
+    ),
+    "sm_90a": ArchLimits(
+        name="sm_90a",
+        smem_per_block=227 * 1024,
+        smem_per_sm=228 * 1024,
+        regs_per_thread=255,
+        regs_per_sm=65536,
+        max_threads_per_block=1024,
+        sm_count=132,
+        l2_bytes=50 * 1024 * 1024,
+        max_cluster_size=8,
+        has_tma=True,
+        has_wgmma=True,
+    ),
+}
+
+# Bytes per element of each dtype the IR knows.
+DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
+
+
+def arch_limits(arch: str) -> ArchLimits:
+    try:
+        return ARCHS[arch]
+    except KeyError:
+        raise KeyError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}") from None
+
+
+def arch_from_capability(major: int, minor: int) -> str:
+    """Map a CUDA compute capability to the IR's arch name (sm_90 -> sm_90a: we own the GPU)."""
+    if (major, minor) >= (9, 0):
+        return "sm_90a"
+    if (major, minor) >= (8, 0):
+        return "sm_80"
+    raise ValueError(f"compute capability {major}.{minor} is older than sm_80, which cudal2 needs")

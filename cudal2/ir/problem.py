@@ -1,0 +1,119 @@
+"""GemmProblem: what is computed, independent of how.
+
+D = activation(alpha * op(A) @ op(B) + beta * C + bias), with
+  A of logical shape (M, K), B of logical shape (K, N), C and D of shape (M, N) row-major,
+  bias of shape (N,) broadcast over rows (the nn.Linear convention).
+
+Layout letters, A's first: 'N' means the operand is row-major in its logical shape
+(A: stride (K, 1); B: stride (N, 1)); 'T' means it is stored transposed, i.e. column-major
+(A: stride (1, M), the view `At.t()` of a contiguous (K, M) tensor; B: stride (1, K), the
+view `W.t()` of a contiguous (N, K) weight, as in nn.Linear). So "NT" is `x @ W.t()`.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from .errors import SpecError, Violation
+from .model import IRModel
+
+Dtype = Literal["float16", "bfloat16"]
+Layout = Literal["NN", "NT", "TN", "TT"]
+Activation = Literal["none", "relu", "gelu", "silu"]
+
+# Largest extent one dimension may have: index arithmetic in the kernels is int32 per
+# dimension and int64 only for the full offset, so keep each extent below 2**31.
+MAX_EXTENT = 2**31 - 1
+
+
+class Epilogue(IRModel):
+    alpha: float = 1.0
+    beta: float = 0.0
+    bias: bool = False
+    activation: Activation = "none"
+
+
+class GemmProblem(IRModel):
+    m: int = Field(description="rows of A and D")
+    n: int = Field(description="columns of B and D")
+    k: int = Field(description="reduction extent")
+    dtype: Dtype = Field("float16", description="dtype of A and B (and C unless out_dtype is set)")
+    out_dtype: Dtype | None = Field(None, description="dtype of C/D; defaults to dtype")
+    layout: Layout = Field("NN", description="storage of A then B: N row-major, T column-major")
+    accumulator: Literal["float32", "float16"] = "float32"
+    epilogue: Epilogue = Epilogue()
+
+    @model_validator(mode="after")
+    def _check(self) -> "GemmProblem":
+        bad: list[Violation] = []
+        for name in ("m", "n", "k"):
+            v = getattr(self, name)
+            if v <= 0:
+                bad.append(Violation(name, v, "must be a positive integer",
+                                     f"give the real extent of {name.upper()} (>= 1)"))
+            elif v > MAX_EXTENT:
+                bad.append(Violation(name, v, f"exceeds {MAX_EXTENT} (int32 indexing)",
+                                     "split the problem into several GEMMs"))
+        if bad:
+            raise SpecError(bad, what="GemmProblem")
+        return self
+
+    # ---- derived views -------------------------------------------------------------------
+    @property
+    def c_dtype(self) -> str:
+        return self.out_dtype or self.dtype
+
+    @property
+    def a_row_major(self) -> bool:
+        return self.layout[0] == "N"
+
+    @property
+    def b_row_major(self) -> bool:
+        return self.layout[1] == "N"
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    @property
+    def shape(self) -> tuple[int, int, int]:
+        return (self.m, self.n, self.k)
+
+    def leading_dims(self) -> dict[str, int]:
+        """Elements between consecutive rows (row-major) or columns (column-major)."""
+        return {
+            "a": self.k if self.a_row_major else self.m,
+            "b": self.n if self.b_row_major else self.k,
+            "c": self.n,
+        }
+
+    def label(self) -> str:
+        e = self.epilogue
+        tail = "" if e == Epilogue() else f"-a{e.alpha:g}b{e.beta:g}{'-bias' if e.bias else ''}" + (
+            f"-{e.activation}" if e.activation != "none" else "")
+        return f"{self.m}x{self.n}x{self.k}-{self.dtype}-{self.layout}{tail}"
+
+    @classmethod
+    def parse(cls, shape: str | tuple | list | "GemmProblem", **kw) -> "GemmProblem":
+        """Accept (m, n, k), "MxNxK", "M,N,K" or a GemmProblem."""
+        if isinstance(shape, GemmProblem):
+            return shape.replace(**kw) if kw else shape
+        if isinstance(shape, str):
+            parts = re.split(r"[x,X* ]+", shape.strip())
+            try:
+                dims = [int(p) for p in parts if p]
+            except ValueError:
+                dims = []
+            if len(dims) != 3:
+                raise SpecError(Violation("shape", shape, "expected three integers M x N x K",
+                                          "write it as 4096x4096x4096"), what="GemmProblem")
+        else:
+            dims = list(shape)
+            if len(dims) != 3:
+                raise SpecError(Violation("shape", shape, "expected (M, N, K)",
+                                          "pass a tuple of three integers"), what="GemmProblem")
+        m, n, k = dims
+        return cls(m=m, n=n, k=k, **kw)

@@ -1,0 +1,240 @@
+"""KernelSpec: how a GEMM is computed. What a proposer chooses, and all it may choose.
+
+A spec is validated alone on construction (hardware limits of its arch, internal
+consistency, the declared capabilities of its backend); `check_compatible(problem, spec)`
+adds the checks that need the problem too (alignment for TMA, split-K depth, dtypes).
+Operands are 16-bit (fp16/bf16), so shared-memory sizes count 2 bytes per element.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from . import capabilities
+from .errors import SpecError, Violation
+from .hardware import DTYPE_BYTES, arch_limits
+from .model import IRModel
+from .problem import GemmProblem
+
+OPERAND_BYTES = 2
+# Registers per thread kept free for addresses, loop state and epilogue temporaries.
+REGISTER_RESERVE = 40
+PRODUCER_WARPS = 4  # one warpgroup loads for warp-specialized kernels
+
+Arch = Literal["sm_80", "sm_90", "sm_90a"]
+Block = Literal[16, 32, 64, 128, 256]
+
+
+class KernelSpec(IRModel):
+    # --- target ----------------------------------------------------------------------------
+    backend: str = Field("triton", description="codegen backend that renders this spec")
+    arch: Arch = Field("sm_90a", description="target architecture")
+    # --- tile --------------------------------------------------------------------------------
+    block_m: Block = Field(128, description="rows of D computed by one block (CTA)")
+    block_n: Block = Field(128, description="columns of D computed by one block")
+    block_k: Literal[16, 32, 64, 128, 256] = Field(64, description="K extent of one main-loop step")
+    num_warps: Literal[1, 2, 4, 8, 12, 16] = Field(
+        4, description="warps per block; with warp specialization this includes the producer warpgroup")
+    mma: Literal["auto", "mma_sync", "wgmma"] = Field(
+        "auto", description="tensor-core instruction: auto lets the backend pick the best for arch")
+    # --- clusters (Hopper) -----------------------------------------------------------------------
+    cluster_m: Literal[1, 2, 4] = Field(1, description="blocks per cluster along M (TMA multicast of B)")
+    cluster_n: Literal[1, 2, 4] = Field(1, description="blocks per cluster along N (TMA multicast of A)")
+    # --- pipeline --------------------------------------------------------------------------------
+    stages: int = Field(3, ge=1, le=8, description="shared-memory pipeline depth")
+    load_path: Literal["pointer", "cp_async", "tma"] = Field(
+        "pointer", description="how tiles move from global to shared memory")
+    warp_specialization: Literal["none", "cooperative", "pingpong"] = Field(
+        "none", description="producer/consumer warp roles")
+    producer_registers: int | None = Field(None, description="setmaxnreg for the producer warpgroup")
+    consumer_registers: int | None = Field(None, description="setmaxnreg for consumer warpgroups")
+    # --- swizzle and rasterization -----------------------------------------------------------------
+    smem_swizzle: Literal["auto", "none", "32B", "64B", "128B"] = Field(
+        "auto", description="shared-memory swizzle; auto lets the backend choose")
+    raster_group: int = Field(8, ge=1, le=64, description="tiles per group in grouped rasterization (1 = none)")
+    raster_order: Literal["along_m", "along_n"] = Field("along_m", description="direction groups advance")
+    # --- padding -----------------------------------------------------------------------------------
+    smem_padding: Literal[0, 8, 16] = Field(0, description="elements added to each shared-memory row (no swizzle)")
+    # --- work decomposition --------------------------------------------------------------------------
+    decomposition: Literal["data_parallel", "split_k", "stream_k"] = Field(
+        "data_parallel", description="how output tiles and K are shared out among blocks")
+    split_k: int = Field(1, ge=1, le=64, description="K slices when decomposition is split_k")
+    split_k_reduction: Literal["atomic", "workspace"] = Field(
+        "workspace", description="how split-K partial sums are combined")
+    persistent: bool = Field(False, description="one block per SM looping over tiles")
+    # --- epilogue ------------------------------------------------------------------------------------
+    epilogue_path: Literal["registers", "smem", "tma_store"] = Field(
+        "registers", description="how the output tile reaches global memory")
+    epilogue_subtile: Literal[1, 2, 4] = Field(1, description="output tile stored in this many pieces")
+
+    # ---- derived ------------------------------------------------------------------------------------
+    @property
+    def consumer_warps(self) -> int:
+        return self.num_warps - PRODUCER_WARPS if self.warp_specialization != "none" else self.num_warps
+
+    def smem_bytes(self) -> int:
+        """Shared memory for the main-loop stages plus a staged epilogue tile."""
+        row = self.block_k + self.smem_padding
+        main = self.stages * (self.block_m + self.block_n) * row * OPERAND_BYTES
+        epi = 0
+        if self.epilogue_path != "registers":
+            epi = self.block_m * self.block_n * OPERAND_BYTES // self.epilogue_subtile
+        return main + epi
+
+    def accumulator_registers(self) -> int:
+        """fp32 accumulator registers each consumer thread holds."""
+        return self.block_m * self.block_n // (self.consumer_warps * 32)
+
+    # ---- validation -----------------------------------------------------------------------------------
+    @model_validator(mode="after")
+    def _check(self) -> "KernelSpec":
+        bad = _spec_violations(self)
+        if bad:
+            raise SpecError(bad, what="KernelSpec")
+        return self
+
+
+def _spec_violations(s: KernelSpec) -> list[Violation]:
+    hw = arch_limits(s.arch)
+    bad: list[Violation] = []
+    add = lambda f, v, lim, fix: bad.append(Violation(f, v, lim, fix))  # noqa: E731
+
+    # decomposition consistency
+    if s.decomposition == "split_k" and s.split_k < 2:
+        add("split_k", s.split_k, "decomposition='split_k' needs split_k >= 2",
+            "set split_k to 2..64 or decomposition='data_parallel'")
+    if s.decomposition != "split_k" and s.split_k != 1:
+        add("split_k", s.split_k, f"split_k > 1 needs decomposition='split_k' (got {s.decomposition!r})",
+            "set decomposition='split_k' or split_k=1")
+
+    # Hopper-only features
+    if s.load_path == "tma" and not hw.has_tma:
+        add("load_path", "tma", f"TMA does not exist on {s.arch}", "use 'cp_async' or 'pointer', or arch sm_90a")
+    if s.epilogue_path == "tma_store" and not hw.has_tma:
+        add("epilogue_path", "tma_store", f"TMA does not exist on {s.arch}", "use 'smem' or 'registers'")
+    if s.mma == "wgmma" and not hw.has_wgmma:
+        add("mma", "wgmma", f"wgmma needs sm_90a (arch is {s.arch})", "use mma='mma_sync' or arch='sm_90a'")
+    cluster = s.cluster_m * s.cluster_n
+    if cluster > hw.max_cluster_size:
+        add("cluster_m*cluster_n", cluster,
+            f"{s.arch} allows clusters of at most {hw.max_cluster_size} block(s)",
+            "use cluster_m=cluster_n=1" if hw.max_cluster_size == 1 else "use a smaller cluster")
+
+    # warp specialization and register split
+    if s.warp_specialization != "none":
+        if s.load_path != "tma":
+            add("warp_specialization", s.warp_specialization, "a producer warpgroup needs load_path='tma'",
+                "set load_path='tma' or warp_specialization='none'")
+        need = PRODUCER_WARPS + (8 if s.warp_specialization == "pingpong" else 4)
+        if s.num_warps < need:
+            add("num_warps", s.num_warps,
+                f"{s.warp_specialization} needs >= {need} warps (1 producer + consumer warpgroups)",
+                f"set num_warps={need if s.warp_specialization == 'pingpong' else 12}")
+        if s.num_warps % 4:
+            add("num_warps", s.num_warps, "warp-specialized kernels use whole warpgroups (multiples of 4)",
+                "use 8, 12 or 16")
+    for name in ("producer_registers", "consumer_registers"):
+        v = getattr(s, name)
+        if v is None:
+            continue
+        if s.warp_specialization == "none":
+            add(name, v, "a register split needs warp_specialization", "leave it None")
+        elif not (24 <= v <= 256 and v % 8 == 0):
+            add(name, v, "setmaxnreg takes a multiple of 8 in [24, 256]", "round to a multiple of 8")
+    if s.producer_registers and s.consumer_registers and s.warp_specialization != "none":
+        total = 128 * s.producer_registers + 32 * s.consumer_warps * s.consumer_registers
+        if total > hw.regs_per_sm:
+            add("consumer_registers", s.consumer_registers,
+                f"register split uses {total} registers, more than {hw.regs_per_sm} per SM",
+                "lower consumer_registers (e.g. 232 with 2 consumer warpgroups, producer 40)")
+
+    # padding is an alternative to swizzling
+    if s.smem_padding and s.smem_swizzle not in ("auto", "none"):
+        add("smem_padding", s.smem_padding, f"padding and a {s.smem_swizzle} swizzle exclude each other",
+            "set smem_padding=0 or smem_swizzle='none'")
+
+    # threads, registers, shared memory
+    threads = s.num_warps * 32
+    if threads > hw.max_threads_per_block:
+        add("num_warps", s.num_warps, f"{threads} threads exceed {hw.max_threads_per_block} per block",
+            "use fewer warps")
+    if s.consumer_warps > 0:
+        acc = s.accumulator_registers()
+        budget = hw.regs_per_thread - REGISTER_RESERVE
+        if acc > budget:
+            add("block_m*block_n", s.block_m * s.block_n,
+                f"{acc} fp32 accumulator registers per thread with {s.consumer_warps} computing warps "
+                f"exceed the {budget} left of {hw.regs_per_thread} on {s.arch}",
+                "use more warps or a smaller tile")
+    smem = s.smem_bytes()
+    if smem > hw.smem_per_block:
+        add("stages", s.stages,
+            f"(block_m + block_n) * (block_k + padding) * stages * {OPERAND_BYTES} bytes"
+            + (" + epilogue tile" if s.epilogue_path != "registers" else "")
+            + f" = {smem / 1024:.1f} KiB exceeds {hw.smem_per_block_kib:.0f} KiB of shared memory on {s.arch}",
+            f"use at most {_max_stages(s, hw.smem_per_block)} stages or a smaller tile")
+
+    # the backend's own declaration
+    bad.extend(_capability_violations(s))
+    return bad
+
+
+def _max_stages(s: KernelSpec, limit: int) -> int:
+    per_stage = (s.block_m + s.block_n) * (s.block_k + s.smem_padding) * OPERAND_BYTES
+    epi = s.smem_bytes() - s.stages * per_stage
+    return max(0, (limit - epi) // per_stage)
+
+
+def _capability_violations(s: KernelSpec) -> list[Violation]:
+    if not capabilities.resolver_installed():
+        return []
+    caps = capabilities.resolve(s.backend)
+    if caps is None:
+        known = ", ".join(capabilities.known_backends()) or "none installed"
+        return [Violation("backend", s.backend, f"unknown backend (known: {known})",
+                          "use one of the known backends or install the package that provides it")]
+    bad = []
+    for name, value in s.to_dict().items():
+        allowed = caps.allowed(name, s.arch)
+        if allowed is not None and value not in allowed:
+            bad.append(Violation(name, value, f"backend {s.backend!r} on {s.arch} supports "
+                                 f"{sorted(allowed, key=str)}", "pick one of those values or another backend"))
+    return bad
+
+
+def check_compatible(problem: GemmProblem, spec: KernelSpec) -> None:
+    """Raise SpecError if this spec cannot run this problem."""
+    bad: list[Violation] = []
+    lead = problem.leading_dims()
+    if spec.load_path == "tma":
+        for op in ("a", "b"):
+            if (lead[op] * DTYPE_BYTES[problem.dtype]) % 16:
+                dim = {"a": "K" if problem.a_row_major else "M",
+                       "b": "N" if problem.b_row_major else "K"}[op]
+                bad.append(Violation(f"problem.{dim.lower()}", lead[op],
+                                     f"TMA needs 16-byte aligned strides: operand {op.upper()} with layout "
+                                     f"{problem.layout} has leading dimension {dim}={lead[op]}, not a multiple of 8",
+                                     "use load_path='pointer' or 'cp_async', or pad the operand"))
+    if spec.epilogue_path == "tma_store" and (lead["c"] * DTYPE_BYTES[problem.c_dtype]) % 16:
+        bad.append(Violation("problem.n", problem.n, "TMA store needs N a multiple of 8",
+                             "use epilogue_path='smem' or 'registers'"))
+    if spec.decomposition == "split_k":
+        k_blocks = -(-problem.k // spec.block_k)
+        if spec.split_k > k_blocks:
+            bad.append(Violation("split_k", spec.split_k,
+                                 f"K={problem.k} has only {k_blocks} block(s) of block_k={spec.block_k}",
+                                 f"use split_k <= {k_blocks} or a smaller block_k"))
+    if capabilities.resolver_installed():
+        caps = capabilities.resolve(spec.backend)
+        if caps is not None:
+            for name in ("dtype", "layout", "accumulator"):
+                allowed = caps.allowed(f"problem.{name}", spec.arch)
+                value = getattr(problem, name)
+                if allowed is not None and value not in allowed:
+                    bad.append(Violation(f"problem.{name}", value,
+                                         f"backend {spec.backend!r} supports {sorted(allowed)}",
+                                         "choose another backend for this problem"))
+    if bad:
+        raise SpecError(bad, what=f"problem {problem.label()} with this KernelSpec")

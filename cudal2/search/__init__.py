@@ -1,0 +1,1 @@
+"""Search: proposers, the Optuna refiner, the result store, the search loop."""
