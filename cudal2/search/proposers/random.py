@@ -1,0 +1,73 @@
+"""Uniform random valid specs from a backend's declared search space: the baseline every
+smarter proposer has to beat. Seeded, so a comparison can be repeated exactly."""
+
+from __future__ import annotations
+
+import random as _random
+from typing import Sequence
+
+from ...bench.results import CandidateResult
+from ...ir import ARCHS, GemmProblem
+from ..proposal import Proposal
+from . import space
+
+# Fields the sampler leaves at their base value: they only mean something together with
+# warp specialization, which a backend opts into through its capabilities.
+_FIXED = {"backend", "arch", "producer_registers", "consumer_registers", "split_k"}
+MAX_TRIES_PER_SPEC = 200
+
+
+class RandomProposer:
+    """Each field drawn uniformly from its domain (IR values narrowed by the backend's
+    Capabilities on arch); invalid combinations are rejected and drawn again, so what comes
+    out is uniform over the valid specs. split_k is drawn from 2..K/block_k when the
+    decomposition is split_k."""
+
+    name = "random"
+
+    def __init__(self, backends: Sequence[str] = ("triton",), arch: str = "sm_90a", *, seed: int = 0):
+        from ...codegen import get_backend
+
+        if isinstance(backends, str):
+            backends = (backends,)
+        if arch not in ARCHS:
+            raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+        self.arch = arch
+        self.backends = [b for b in backends if space.backend_runs_on(get_backend(b).capabilities, arch)]
+        if not self.backends:
+            raise ValueError(f"none of the backends {list(backends)} supports {arch}; pick another arch or backend")
+        self.seed = seed
+        self.rng = _random.Random(seed)
+
+    def __repr__(self) -> str:
+        return f"RandomProposer(backends={self.backends}, arch={self.arch!r}, seed={self.seed})"
+
+    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:
+        from ...codegen import get_backend
+
+        seen = {r.spec.key() for r in history}
+        out: list[Proposal] = []
+        for _ in range(n * MAX_TRIES_PER_SPEC):
+            if len(out) >= n:
+                break
+            backend = self.rng.choice(self.backends)
+            caps = get_backend(backend).capabilities
+            fields = space.base_fields(backend, caps, self.arch)
+            for name in sorted(fields):
+                if name in _FIXED:
+                    continue
+                d = space.domain(caps, name, self.arch)
+                if d:
+                    fields[name] = self.rng.choice(d)
+            if fields["decomposition"] == "split_k":
+                k_blocks = -(-problem.k // fields["block_k"])
+                splits = [s for s in (space.domain(caps, "split_k", self.arch) or ()) if 2 <= s <= k_blocks]
+                if not splits:
+                    continue
+                fields["split_k"] = self.rng.choice(splits)
+            spec, _why = space.validate(problem, fields)
+            if spec is None or spec.key() in seen:
+                continue
+            seen.add(spec.key())
+            out.append(Proposal(spec=spec, reasoning=f"uniform random draw (seed {self.seed})", source=self.name))
+        return out

@@ -1,0 +1,431 @@
+"""Expert rules: the proposals a seasoned GEMM engineer writes down before measuring anything.
+
+Every candidate is built from the backend's declared search space (space.py) and ranked by
+a small analytical model of one GPU (wave quantization over the SMs, the per-step balance
+of tensor-core work and tile loads, pipeline depth, split-K reduction traffic, a DRAM floor).
+The model only orders candidates; measurement decides. What differs between backends is
+plain data (`Preferences`), in the spirit of tinygrad's list of named search options.
+
+The rules, each visible in a proposal's reasoning:
+- tile shape from M, N, K and the SM count: count the tiles, prefer counts that fill whole
+  waves, do not pad a tiny dimension up to a large tile;
+- split-K when the tile grid cannot fill one wave and K is deep;
+- stages from the shared memory left after the tiles (KernelSpec.smem_bytes vs the arch);
+- TMA (and persistent scheduling past one wave) on sm_90 when the operands' leading
+  dimensions are 16-byte aligned;
+- the rasterization group from the L2 size: the group that minimises the operand panels one
+  wave touches, or the default when both operands fit in L2 anyway.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Sequence
+
+from ...bench.results import CandidateResult
+from ...ir import ARCHS, DTYPE_BYTES, ArchLimits, GemmProblem
+from ...ir.spec import OPERAND_BYTES, PRODUCER_WARPS, REGISTER_RESERVE
+from ..proposal import Proposal
+from . import space
+
+
+@dataclass(frozen=True)
+class Throughput:
+    """Approximate peak rates of the reference part of an arch. They only rank candidates."""
+
+    tflops: float  # dense fp16 tensor-core TFLOP/s
+    dram_tbs: float  # DRAM TB/s
+    l2_tbs: float  # L2 -> SM TB/s
+    launch_us: float  # launch + first-wave ramp
+
+
+THROUGHPUT: dict[str, Throughput] = {
+    "sm_80": Throughput(tflops=312, dram_tbs=2.0, l2_tbs=7.0, launch_us=3.0),
+    "sm_90": Throughput(tflops=989, dram_tbs=3.35, l2_tbs=12.0, launch_us=3.0),
+    "sm_90a": Throughput(tflops=989, dram_tbs=3.35, l2_tbs=12.0, launch_us=3.0),
+}
+
+
+@dataclass(frozen=True)
+class Preferences:
+    """A backend's search options, in preference order; filtered by its Capabilities."""
+
+    block_mn: tuple[int, ...] = (256, 128, 64, 32, 16)
+    block_k: tuple[int, ...] = (64, 32, 128)
+    num_warps: tuple[int, ...] = (4, 8, 2)
+    max_stages: int = 5
+    smem_reserve: int = 8 * 1024  # bytes the compiler uses beyond the pipeline buffers
+    split_k: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+    split_k_reduction: tuple[str, ...] = ("workspace", "atomic")
+    load_path: tuple[str, ...] = ("tma", "cp_async", "pointer")
+    raster_group: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
+    min_acc_registers: int = 2  # fewer fp32 accumulators per thread than this wastes warps
+    fixed: Mapping[str, Any] = field(default_factory=dict)  # set on every spec of this backend
+
+
+PREFERENCES: dict[str, Preferences] = {
+    # Triton pipelines pointer loads itself (cp.async on sm_80) and uses wgmma on Hopper for
+    # block_m >= 64 with whole warpgroups; 8 warps carry the 128x256 tiles.
+    "triton": Preferences(),
+    # CuTe DSL Hopper kernels: TMA + wgmma, warp-specialized, one producer warpgroup.
+    "cute_dsl": Preferences(block_mn=(256, 128, 64), block_k=(64, 128), num_warps=(12, 8, 16),
+                            max_stages=7, fixed={"warp_specialization": "cooperative"}),
+}
+DEFAULT_PREFERENCES = Preferences()
+
+# How much a candidate's score grows for each earlier pick that shares its tile (or its
+# whole variant); this is what keeps a ranked list diverse.
+SAME_TILE_PENALTY = 0.25
+SAME_VARIANT_PENALTY = 0.05
+# Statuses that say "this configuration is broken here", not "it is slow".
+FAILED = ("compile_error", "crash", "timeout", "incorrect")
+KEEP_PER_TILE = 6
+WIDEN = (1, 4, 16, 1 << 20)  # tile-size caps, as multiples of the next power of two of M, N, K
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _pow2_at_least(x: int) -> int:
+    return 1 << max(0, (x - 1).bit_length())
+
+
+@dataclass
+class _Candidate:
+    fields: dict[str, Any]
+    time_us: float
+    notes: list[str]
+
+    @property
+    def tile(self) -> tuple:
+        f = self.fields
+        return (f["backend"], f["block_m"], f["block_n"])
+
+    @property
+    def variant(self) -> tuple:
+        f = self.fields
+        return (f["backend"], f["decomposition"], f["load_path"], f["persistent"])
+
+    @property
+    def family(self) -> tuple:
+        f = self.fields
+        return (f["backend"], f["block_m"], f["block_n"], f["block_k"], f["num_warps"], f["stages"],
+                f["load_path"])
+
+
+class RulesProposer:
+    """Ranked, diverse, valid specs from expert heuristics; deterministic and offline.
+
+    backends: which codegen backends to propose for; arch: the target (ARCHS key).
+    sm_count / l2_bytes: the live device's values when known (defaults: the ARCHS row)."""
+
+    name = "rules"
+
+    def __init__(self, backends: Sequence[str] = ("triton",), arch: str = "sm_90a", *,
+                 sm_count: int | None = None, l2_bytes: int | None = None,
+                 preferences: Mapping[str, Preferences] | None = None):
+        from ...codegen import get_backend
+
+        if isinstance(backends, str):
+            backends = (backends,)
+        if arch not in ARCHS:
+            raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+        self.arch = arch
+        hw = ARCHS[arch]
+        self.hw = ArchLimits(**{**hw.__dict__, "sm_count": sm_count or hw.sm_count,
+                                "l2_bytes": l2_bytes or hw.l2_bytes})
+        self.throughput = THROUGHPUT[arch]
+        self.preferences = {**PREFERENCES, **(preferences or {})}
+        self.backends = []
+        refused = []
+        for b in backends:
+            caps = get_backend(b).capabilities  # KeyError names the known backends
+            (self.backends if space.backend_runs_on(caps, arch) else refused).append(b)
+        if not self.backends:
+            raise ValueError(f"none of the backends {list(backends)} supports {arch}"
+                             f"; pick another arch or backend")
+        self.refused_backends = refused
+        # why candidates were dropped at validation in the last propose() (for debugging)
+        self.dropped: list[tuple[dict, str]] = []
+
+    def __repr__(self) -> str:
+        return f"RulesProposer(backends={self.backends}, arch={self.arch!r})"
+
+    # ---- public -------------------------------------------------------------------------------
+    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:
+        seen = {r.spec.key() for r in history}
+        broken = Counter(_family_of(r.spec.to_dict()) for r in history if r.status in FAILED)
+        out: list[Proposal] = []
+        self.dropped = []
+        tiles: Counter = Counter()
+        variants: Counter = Counter()
+        taken: set[str] = set()
+        # Tiles are first capped at the next power of two of each dimension (bigger ones only
+        # pad); tiny problems have too few such tiles, so the cap is relaxed until n are found.
+        for widen in WIDEN:
+            pool: list[_Candidate] = []
+            for backend in self.backends:
+                pool.extend(self._candidates(problem, backend, widen))
+            for c in pool:  # configurations that already failed here are unlikely to work now
+                if broken[c.family]:
+                    c.time_us *= 1.5 ** broken[c.family]
+                    c.notes.append(f"{broken[c.family]} similar spec(s) failed before")
+            pool = _best_per_tile(pool, KEEP_PER_TILE)
+            while len(out) < n and pool:
+                i = min(range(len(pool)), key=lambda j: (
+                    pool[j].time_us * (1 + SAME_TILE_PENALTY * tiles[pool[j].tile]
+                                       + SAME_VARIANT_PENALTY * variants[pool[j].variant]), j))
+                cand = pool.pop(i)
+                spec, why = space.validate(problem, cand.fields)
+                if spec is None:
+                    self.dropped.append((cand.fields, why))
+                    continue
+                key = spec.key()
+                if key in seen or key in taken:
+                    continue
+                taken.add(key)
+                tiles[cand.tile] += 1
+                variants[cand.variant] += 1
+                out.append(Proposal(spec=spec, source=self.name,
+                                    reasoning="; ".join(cand.notes + [f"model {cand.time_us:.1f} us"])))
+            if len(out) >= n:
+                break
+        return out
+
+    # ---- candidate generation -------------------------------------------------------------------
+    def _candidates(self, problem: GemmProblem, backend: str, widen: int) -> list[_Candidate]:
+        from ...codegen import get_backend
+
+        caps = get_backend(backend).capabilities
+        pref = self.preferences.get(backend, DEFAULT_PREFERENCES)
+        arch, hw = self.arch, self.hw
+        base = space.base_fields(backend, caps, arch)
+        for name, value in pref.fixed.items():
+            if space.allows(caps, name, value, arch):
+                base[name] = value
+        m, n, k = problem.shape
+        # a tile larger than the next power of two of a dimension only pads
+        cap_m, cap_n, cap_k = (max(16, _pow2_at_least(x)) * widen for x in (m, n, k))
+        bms = [b for b in space.prefer(caps, "block_m", arch, pref.block_mn) if b <= cap_m]
+        bns = [b for b in space.prefer(caps, "block_n", arch, pref.block_mn) if b <= cap_n]
+        bks = [b for b in space.prefer(caps, "block_k", arch, pref.block_k) if b <= cap_k]
+        # fall back to the smallest allowed sizes when the caps leave nothing
+        bms = bms or sorted(space.domain(caps, "block_m", arch))[:1]
+        bns = bns or sorted(space.domain(caps, "block_n", arch))[:1]
+        bks = bks or sorted(space.domain(caps, "block_k", arch))[:1]
+        warps = space.prefer(caps, "num_warps", arch, pref.num_warps) or list(space.domain(caps, "num_warps", arch))
+        loads = self._load_paths(problem, caps, pref)
+
+        out = []
+        for bm in bms:
+            for bn in bns:
+                for bk in bks:
+                    for w in warps:
+                        tile = {**base, "block_m": bm, "block_n": bn, "block_k": bk, "num_warps": w}
+                        consumer = w - PRODUCER_WARPS if tile["warp_specialization"] != "none" else w
+                        if consumer <= 0:
+                            continue
+                        acc = bm * bn // (consumer * 32)
+                        if acc > hw.regs_per_thread - REGISTER_RESERVE or acc < pref.min_acc_registers:
+                            continue
+                        for load, load_note in loads:
+                            out.extend(self._variants(problem, caps, pref, {**tile, "load_path": load}, load_note))
+        return out
+
+    def _load_paths(self, problem: GemmProblem, caps, pref: Preferences) -> list[tuple[str, str]]:
+        allowed = space.prefer(caps, "load_path", self.arch, pref.load_path)
+        lead = problem.leading_dims()
+        aligned = all(lead[op] * DTYPE_BYTES[problem.dtype] % 16 == 0 for op in ("a", "b"))
+        out = []
+        if "tma" in allowed and self.hw.has_tma:
+            if aligned:
+                out.append(("tma", "TMA loads (leading dims 16-byte aligned)"))
+        allowed = [p for p in allowed if p != "tma"]
+        if allowed:
+            why = "no TMA on " + self.arch if not self.hw.has_tma else (
+                "pointer loads (TMA needs 16-byte aligned leading dims)" if not aligned else "pointer loads")
+            out.append((allowed[0], why if allowed[0] == "pointer" else f"{allowed[0]} loads"))
+            if out[0][0] == "tma" and len(out) == 2:
+                out[1] = (allowed[0], f"{allowed[0]} loads, to compare with TMA")
+        if not out and space.domain(caps, "load_path", self.arch):
+            d = space.domain(caps, "load_path", self.arch)
+            out.append((d[0], f"{d[0]} loads (the only path the backend declares)"))
+        return out
+
+    def _variants(self, problem: GemmProblem, caps, pref: Preferences, tile: dict, load_note: str) -> list[_Candidate]:
+        arch, hw = self.arch, self.hw
+        m, n, k = problem.shape
+        bm, bn, bk = tile["block_m"], tile["block_n"], tile["block_k"]
+        gm, gn = _cdiv(m, bm), _cdiv(n, bn)
+        tiles = gm * gn
+        kb = _cdiv(k, bk)
+        slots = hw.sm_count * self._occupancy(tile, stages=2)
+        wave = tiles / hw.sm_count
+        grid_note = f"{hw.sm_count} SMs, {tiles} tile(s) of {bm}x{bn} -> {wave:.2f} wave(s)"
+
+        decomps: list[tuple[dict, str]] = [({"decomposition": "data_parallel", "split_k": 1}, "")]
+        if tiles < slots and kb >= 4 and space.allows(caps, "decomposition", "split_k", arch):
+            splits = []
+            for s in space.prefer(caps, "split_k", arch, pref.split_k):
+                if s > kb or kb / s < 2:
+                    continue
+                ctas = tiles * s
+                fill = ctas / (_cdiv(ctas, hw.sm_count) * hw.sm_count)
+                splits.append((-fill, s))
+            for neg_fill, s in sorted(splits)[:3]:
+                for red in space.prefer(caps, "split_k_reduction", arch, pref.split_k_reduction):
+                    decomps.append(({"decomposition": "split_k", "split_k": s, "split_k_reduction": red},
+                                    f"split_k={s} ({red}) fills {-neg_fill:.2f} of a wave"))
+        out = []
+        for dec, dec_note in decomps:
+            fields = {**tile, **dec}
+            persist_opts = [False]
+            if (dec["decomposition"] == "data_parallel" and tiles > slots
+                    and space.allows(caps, "persistent", True, arch)):
+                persist_opts.append(True)
+            kb_split = _cdiv(kb, dec["split_k"])
+            for stages, stage_note in self._stage_options(caps, pref, fields, kb_split):
+                for persistent in persist_opts:
+                    f = {**fields, "stages": stages, "persistent": persistent}
+                    if not space.allows(caps, "persistent", persistent, arch):
+                        continue
+                    group, order, raster_note = self._raster(caps, problem, f)
+                    f["raster_group"], f["raster_order"] = group, order
+                    time_us = self._model_us(problem, f)
+                    notes = [grid_note]
+                    if dec_note:
+                        notes.append(dec_note)
+                    notes += [stage_note, load_note]
+                    if persistent:
+                        notes.append(f"persistent: {hw.sm_count} resident blocks loop over {tiles} tiles")
+                    notes.append(raster_note)
+                    out.append(_Candidate(f, time_us, notes))
+        return out
+
+    def _stage_options(self, caps, pref: Preferences, fields: dict, k_steps: int) -> list[tuple[int, str]]:
+        hw = self.hw
+        row = fields["block_k"] + fields["smem_padding"]
+        per_stage = (fields["block_m"] + fields["block_n"]) * row * OPERAND_BYTES
+        epi = 0
+        if fields["epilogue_path"] != "registers":
+            epi = fields["block_m"] * fields["block_n"] * OPERAND_BYTES // fields["epilogue_subtile"]
+        budget = hw.smem_per_block - pref.smem_reserve - epi
+        fit = budget // per_stage
+        allowed = [s for s in space.domain(caps, "stages", self.arch) if s <= fit]
+        if not allowed:
+            return []
+        # more stages than main-loop steps buy nothing
+        top = min(pref.max_stages, max(allowed), max(2, k_steps))
+        picks = sorted({s for s in (top, min(top, 3)) if s in allowed} or {min(allowed)}, reverse=True)
+        out = []
+        for s in picks:
+            used = s * per_stage + epi
+            out.append((s, f"{s} stages use {used / 1024:.0f} KiB of {hw.smem_per_block / 1024:.0f} KiB shared memory"
+                           + (f" (fits {fit})" if s < fit else "")))
+        return out
+
+    def _raster(self, caps, problem: GemmProblem, f: dict) -> tuple[int, str, str]:
+        """Grouped rasterization: with `group` tile-rows per group, one wave of S blocks reads
+        group*block_m rows of A and S/group*block_n columns of B per k-step; the group that
+        minimises that is sqrt(S*block_n/block_m). When A and B fit in L2 together, it does
+        not matter and the default stays."""
+        hw = self.hw
+        m, n, k = problem.shape
+        gm, gn = _cdiv(m, f["block_m"]), _cdiv(n, f["block_n"])
+        elt = DTYPE_BYTES[problem.dtype]
+        operands = (m * k + k * n) * elt
+        order = "along_m" if gm >= gn else "along_n"
+        if not space.allows(caps, "raster_order", order, self.arch):
+            order = f["raster_order"]
+        pref = self.preferences.get(f["backend"], DEFAULT_PREFERENCES)
+        groups = space.prefer(caps, "raster_group", self.arch, pref.raster_group) or (f["raster_group"],)
+        l2_mib = hw.l2_bytes / 2**20
+        if operands <= hw.l2_bytes // 2:
+            g = f["raster_group"] if f["raster_group"] in groups else groups[0]
+            return g, order, f"A+B = {operands / 2**20:.1f} MiB fit in {l2_mib:.0f} MiB L2: raster group {g}"
+        rows, bm, bn = (gm, f["block_m"], f["block_n"]) if order == "along_m" else (gn, f["block_n"], f["block_m"])
+        best = math.sqrt(hw.sm_count * bn / bm)
+        cands = [g for g in groups if g <= max(1, rows)] or [groups[0]]
+        g = min(cands, key=lambda x: (abs(math.log(x / best)), x))
+        panel = (g * bm + _cdiv(hw.sm_count, g) * bn) * k * elt
+        return g, order, (f"A+B = {operands / 2**20:.0f} MiB exceed half of {l2_mib:.0f} MiB L2: raster group {g} "
+                          f"{order} (one wave's panels {panel / 2**20:.1f} MiB)")
+
+    # ---- the model ------------------------------------------------------------------------------
+    def _occupancy(self, f: dict, stages: int | None = None) -> int:
+        hw = self.hw
+        stages = f["stages"] if stages is None else stages
+        smem = stages * (f["block_m"] + f["block_n"]) * (f["block_k"] + f["smem_padding"]) * OPERAND_BYTES
+        threads = f["num_warps"] * 32
+        regs = min(hw.regs_per_thread, f["block_m"] * f["block_n"] // threads + REGISTER_RESERVE)
+        return max(1, min(4, hw.smem_per_sm // (smem + 1024), 2048 // threads, hw.regs_per_sm // (threads * regs)))
+
+    def _model_us(self, problem: GemmProblem, f: dict) -> float:
+        hw, tp = self.hw, self.throughput
+        m, n, k = problem.shape
+        bm, bn, bk, w = f["block_m"], f["block_n"], f["block_k"], f["num_warps"]
+        split = f["split_k"]
+        tiles = _cdiv(m, bm) * _cdiv(n, bn)
+        kb_split = _cdiv(_cdiv(k, bk), split)
+        occ = self._occupancy(f)
+        slots = hw.sm_count * occ
+        ctas = tiles * split
+        waves = _cdiv(ctas, slots)
+
+        flops_per_us = tp.tflops * 1e6 / hw.sm_count  # per SM
+        l2_per_us = tp.l2_tbs * 1e6 / hw.sm_count
+        consumer = w - PRODUCER_WARPS if f["warp_specialization"] != "none" else w
+        eff = min(1.0, consumer / 4)  # a warpgroup (4 warps) keeps the tensor cores fed
+        acc = bm * bn // (consumer * 32)
+        if acc > 128:
+            eff *= 0.85  # register pressure
+        if hw.has_tma and bm < 64:
+            eff *= 0.6  # below 64 rows Hopper falls back from wgmma to mma.sync
+        compute_step = 2 * bm * bn * bk / flops_per_us / eff
+        load_step = (bm + bn) * bk * OPERAND_BYTES / l2_per_us
+        step = max(compute_step, load_step) + 0.02  # + barrier/loop overhead
+        if f["load_path"] == "tma":
+            step *= 0.95  # no address arithmetic, async copies
+        hide = {1: 1.6, 2: 1.15, 3: 1.04}.get(f["stages"], 1.0)
+        if occ >= 2:
+            hide = 1 + (hide - 1) / 2  # a second resident block hides latency too
+        main = kb_split * step * hide * occ
+        prologue = 0.5 + min(f["stages"], kb_split) * load_step
+        out_bytes = 4 if split > 1 else DTYPE_BYTES[problem.c_dtype]
+        epilogue = bm * bn * out_bytes / l2_per_us * occ
+        if f["persistent"]:
+            total = waves * main + (waves - 1) * epilogue * 0.3 + epilogue + prologue
+        else:
+            total = waves * (main + epilogue + prologue + 0.15)
+        dram_per_us = tp.dram_tbs * 1e6
+        mn_bytes = m * n * DTYPE_BYTES[problem.c_dtype]
+        floor = ((m * k + k * n) * DTYPE_BYTES[problem.dtype] + mn_bytes) / dram_per_us
+        total = max(total, floor)
+        if split > 1:
+            partial = split * m * n * 4
+            if f["split_k_reduction"] == "workspace":
+                total += 2 * partial / dram_per_us + 2.0  # write + read partials, a second kernel
+            else:
+                # read-modify-write atomics on the output, zeroing it first, and contention on
+                # the same lines; ranked after the fp32 workspace, which also rounds only once
+                total += 2 * partial / dram_per_us + 2.5
+        return total + tp.launch_us
+
+
+def _family_of(f: dict) -> tuple:
+    return (f["backend"], f["block_m"], f["block_n"], f["block_k"], f["num_warps"], f["stages"], f["load_path"])
+
+
+def _best_per_tile(pool: list[_Candidate], keep: int) -> list[_Candidate]:
+    """The `keep` fastest variants of each tile, fastest first (stable, so deterministic)."""
+    pool = sorted(pool, key=lambda c: c.time_us)
+    count: Counter = Counter()
+    out = []
+    for c in pool:
+        if count[c.tile] < keep:
+            count[c.tile] += 1
+            out.append(c)
+    return out
