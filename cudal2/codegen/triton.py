@@ -1,9 +1,77 @@
-"""Triton backend (placeholder: capabilities only; rendering lands with the templates)."""
+"""Triton backend: KernelSpec -> a rendered Triton module -> a callable Kernel.
+
+Two kernel families, one template each under templates/triton/:
+  matmul      pointer loads (masked), any arch, any M, N, K and all four layouts
+  matmul_tma  device-side TMA tensor descriptors (sm_90/sm_90a; 16-byte aligned leading dims)
+Both cover data-parallel and persistent grids, grouped rasterization, and split-K with either
+reduction (fp32 workspace [split_k, M, N] + reduce kernel, or fp32 atomics into [M, N] +
+epilogue kernel). Every problem and spec value is baked into the rendered text as a
+compile-time constant, so the text is the kernel: readable, golden-tested, and hashed.
+
+Workspace (split-K only) belongs to the Kernel object: allocated on the first call, reused by
+every later call, like cuBLAS's workspace; `Kernel.workspace_bytes` says how much. The atomic
+buffer is zeroed once at allocation, and the epilogue kernel zeroes each tile after reading it,
+so no memset runs per call. One Kernel object must therefore not run concurrently on two
+streams (neither may cuBLAS with one workspace).
+"""
 
 from __future__ import annotations
 
-from ..ir import Capabilities, options
-from .base import Backend
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from threading import Lock
+from typing import Any
+
+from ..ir import ARCHS, Capabilities, GemmProblem, KernelSpec, options
+from .base import Backend, Source, Support
+
+_ALL_BLOCKS = [16, 32, 64, 128, 256]
+_ACTIVATION_TEXT = {"none": "{}", "relu": "relu({})", "gelu": "gelu({})", "silu": "silu({})"}
+
+
+def interpreting() -> bool:
+    """True when Triton runs kernels in its CPU interpreter (TRITON_INTERPRET=1)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def _fix_interpreter_bf16_dot() -> None:
+    """Triton's CPU interpreter (3.9 at least) multiplies bf16 operands of tl.dot as their
+    uint16 storage bits. Widen bf16 operands to fp32 (exact) before its numpy matmul; the GPU
+    path is untouched. Idempotent."""
+    import numpy as np
+    import triton.language as tl
+    from triton.runtime import interpreter
+
+    builder = interpreter.InterpreterBuilder
+    if getattr(builder.create_dot, "_cudal2_bf16", False):
+        return
+    original = builder.create_dot
+
+    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+        def widen(x):
+            if x.dtype.scalar == tl.bfloat16 and x.data.dtype == np.uint16:
+                wide = (x.data.astype(np.uint32) << 16).view(np.float32)
+                return interpreter.TensorHandle(wide, tl.float32)
+            return x
+        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+
+    create_dot._cudal2_bf16 = True
+    builder.create_dot = create_dot
+
+
+def cache_dir() -> Path:
+    """Where rendered modules are written: $CUDAL2_CACHE_DIR, else the platform user cache."""
+    root = os.environ.get("CUDAL2_CACHE_DIR")
+    if not root:
+        try:
+            import platformdirs
+
+            root = platformdirs.user_cache_dir("cudal2")
+        except ImportError:  # the GPU machine has no platformdirs
+            root = os.path.join(os.path.expanduser("~"), ".cache", "cudal2")
+    return Path(root) / "triton"
 
 
 class TritonBackend(Backend):
@@ -11,16 +79,246 @@ class TritonBackend(Backend):
     version = "1"
     capabilities = Capabilities(
         options=options(
-            load_path=["pointer", "tma"],
-            warp_specialization=["none"],
-            mma=["auto"],
+            block_m=_ALL_BLOCKS, block_n=_ALL_BLOCKS, block_k=_ALL_BLOCKS,
+            num_warps=[1, 2, 4, 8, 16],  # Triton needs a power of two
+            mma=["auto"],  # Triton picks mma.sync or wgmma itself
             cluster_m=[1], cluster_n=[1],
-            smem_padding=[0], smem_swizzle=["auto"],
-            epilogue_path=["registers"],
-            epilogue_subtile=[1],
+            load_path=["pointer", "tma"],  # cp.async is Triton's own choice for pipelined pointer loads
+            warp_specialization=["none"],
+            producer_registers=[None], consumer_registers=[None],
+            smem_swizzle=["auto"], smem_padding=[0],
+            raster_order=["along_m", "along_n"],
             decomposition=["data_parallel", "split_k"],
-            **{"problem.accumulator": ["float32"]},
+            split_k_reduction=["atomic", "workspace"],
+            persistent=[False, True],
+            epilogue_path=["registers"], epilogue_subtile=[1],
+            **{"problem.accumulator": ["float32"],
+               "problem.dtype": ["float16", "bfloat16"],
+               "problem.layout": ["NN", "NT", "TN", "TT"]},
         ),
         per_arch={"sm_80": options(load_path=["pointer"])},
     )
-    templates = {"matmul": "matmul.py.j2"}
+    templates = {"matmul": "matmul.py.j2", "matmul_tma": "matmul_tma.py.j2"}
+
+    def __init__(self) -> None:
+        self._modules: dict[str, Any] = {}
+        self._lock = Lock()
+
+    # --- rendering ------------------------------------------------------------------------
+    def family(self, problem: GemmProblem, spec: KernelSpec) -> str:
+        return "matmul_tma" if spec.load_path == "tma" else "matmul"
+
+    def supports(self, problem: GemmProblem, spec: KernelSpec) -> Support:
+        ok = super().supports(problem, spec)
+        if not ok:
+            return ok
+        if problem.out_dtype not in (None, "float16", "bfloat16"):
+            return Support(False, f"out_dtype {problem.out_dtype} is not supported by the triton backend")
+        return Support(True)
+
+    def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
+        m, n, k = problem.shape
+        e = problem.epilogue
+        split = spec.split_k if spec.decomposition == "split_k" else 1
+        tiles_m, tiles_n = -(-m // spec.block_m), -(-n // spec.block_n)
+        even_m, even_n, even_k = m % spec.block_m == 0, n % spec.block_n == 0, k % spec.block_k == 0
+        # offsets are int32 unless some extent product reaches 2**31 (then rows go int64)
+        wide = max(m * k, k * n, m * n * split) >= 2**31
+        a_mask = [c for c, need in (("offs_m[:, None] < M", not even_m), ("offs_k[None, :] < K", not even_k)) if need]
+        b_mask = [c for c, need in (("offs_k[:, None] < K", not even_k), ("offs_n[None, :] < N", not even_n)) if need]
+        formula = "alpha * A @ B" if e.alpha != 1.0 else "A @ B"
+        if e.beta != 0.0:
+            formula += " + beta * C"
+        if e.bias:
+            formula += " + bias"
+        formula = _ACTIVATION_TEXT[e.activation].format(formula)
+        if split == 1:
+            workspace_doc = "unused (None)"
+        elif spec.split_k_reduction == "workspace":
+            workspace_doc = f"fp32 [{split}, {m}, {n}]: one partial sum per K slice"
+        else:
+            workspace_doc = f"fp32 [{m}, {n}], all zeros on entry (and left all zeros)"
+        summary = (f"{spec.block_m}x{spec.block_n}x{spec.block_k} warps={spec.num_warps} stages={spec.stages} "
+                   f"load={spec.load_path} group={spec.raster_group}/{spec.raster_order} "
+                   + (f"split_k={split}/{spec.split_k_reduction} " if split > 1 else "")
+                   + ("persistent" if spec.persistent else "data-parallel") + f" arch={spec.arch}")
+        return dict(
+            backend_version=self.version, family=self.family(problem, spec), spec_summary=summary,
+            formula=formula, M=m, N=n, K=k,
+            a_row_major=problem.a_row_major, b_row_major=problem.b_row_major,
+            stride_am=k if problem.a_row_major else 1, stride_ak=1 if problem.a_row_major else m,
+            stride_bk=n if problem.b_row_major else 1, stride_bn=1 if problem.b_row_major else k,
+            alpha=repr(float(e.alpha)), beta=repr(float(e.beta)),
+            has_alpha=e.alpha != 1.0, has_beta=e.beta != 0.0, bias=e.bias, activation=e.activation,
+            split_k=split, reduction=spec.split_k_reduction,
+            tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=tiles_m * tiles_n, num_work=tiles_m * tiles_n * split,
+            k_tiles=-(-k // spec.block_k), even_k=even_k,
+            along_m=spec.raster_order == "along_m",
+            wide=".to(tl.int64)" if wide else "",
+            a_mask=f", mask={' & '.join(f'({c})' for c in a_mask)}, other=0.0" if a_mask else "",
+            b_mask=f", mask={' & '.join(f'({c})' for c in b_mask)}, other=0.0" if b_mask else "",
+            workspace_doc=workspace_doc,
+        )
+
+    # --- compiling ------------------------------------------------------------------------
+    def toolchain_version(self) -> str:
+        import triton
+
+        return f"triton-{triton.__version__}" + ("-interpreter" if interpreting() else "")
+
+    def module(self, source: Source):
+        """Write the source to the cache dir (once) and import it; cached per process."""
+        key = self.cache_key(source)
+        with self._lock:
+            if key in self._modules:
+                return self._modules[key]
+            path = cache_dir() / f"{key}.py"
+            if not path.exists() or path.read_text() != source.text:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(source.text)
+                os.replace(tmp, path)  # atomic: concurrent workers never read half a file
+            name = f"cudal2_triton_{key}"
+            spec = importlib.util.spec_from_file_location(name, path)
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[name] = module  # Triton's JIT looks functions up through their module
+            spec.loader.exec_module(module)
+            self._modules[key] = module
+            return module
+
+    def compile(self, source: Source) -> "TritonKernel":
+        if source.backend != self.name:
+            raise ValueError(f"source was rendered by backend {source.backend!r}, not {self.name!r}")
+        return TritonKernel(source, self.module(source))
+
+    def precompile(self, source: Source) -> None:
+        """Compile ahead into Triton's disk cache with JITFunction.warmup (no launch, no tensors).
+        Needs an active CUDA driver (Triton asks it for the target); on a machine without one,
+        and under the interpreter, this does nothing and compile() pays on the first call."""
+        if interpreting():
+            return
+        import torch
+
+        if not torch.cuda.is_available():
+            return
+        p = source.problem
+        dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+        split = source.spec.decomposition == "split_k"
+        self.module(source).warmup(dt[p.dtype], dt[p.dtype], dt[p.c_dtype],
+                                   dt[p.c_dtype] if p.epilogue.bias else None,
+                                   torch.float32 if split else None)
+
+
+class TritonKernel:
+    """kernel(a, b, c=None, bias=None) -> c for the problem it was rendered for.
+
+    Checks every tensor against the problem (shape, dtype, layout strides, device), allocates c
+    when it is None, and launches on the current stream: no host sync, no stream creation."""
+
+    def __init__(self, source: Source, module) -> None:
+        import torch
+
+        self.source = source
+        self.problem = p = source.problem
+        self.spec = source.spec
+        self._launch = module.launch
+        self._torch = torch
+        dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+        self._in_dtype, self._out_dtype = dt[p.dtype], dt[p.c_dtype]
+        self._split = self.spec.split_k if self.spec.decomposition == "split_k" else 1
+        self._workspace = None
+        self._scratch = None  # global scratch for device-side TMA descriptors
+        self._interpreted = interpreting()
+        if self._interpreted:
+            _fix_interpreter_bf16_dot()
+        # SMs the persistent grid spans; read from the device on first call. Tests may set it.
+        self.num_sms: int | None = ARCHS[self.spec.arch].sm_count if self._interpreted else None
+
+    # --- memory -------------------------------------------------------------------------------
+    @property
+    def workspace_bytes(self) -> int:
+        if self._split == 1:
+            return 0
+        m, n = self.problem.m, self.problem.n
+        return 4 * m * n * (self._split if self.spec.split_k_reduction == "workspace" else 1)
+
+    def _workspace_for(self, device):
+        if self._split == 1:
+            return None
+        ws = self._workspace
+        if ws is None or ws.device != device:
+            m, n = self.problem.m, self.problem.n
+            if self.spec.split_k_reduction == "workspace":
+                ws = self._torch.empty((self._split, m, n), dtype=self._torch.float32, device=device)
+            else:  # zeroed once; the epilogue kernel leaves it zeroed
+                ws = self._torch.zeros((m, n), dtype=self._torch.float32, device=device)
+            self._workspace = ws
+        return ws
+
+    def _tma_scratch(self, size: int, alignment: int, stream):
+        # Triton asks for size bytes per launch; stream-ordered reuse of one buffer is safe.
+        if self._scratch is None or self._scratch.numel() < size:
+            self._scratch = self._torch.empty(size, dtype=self._torch.int8, device=self._device)
+        return self._scratch
+
+    # --- the call -------------------------------------------------------------------------------
+    def __call__(self, a, b, c=None, bias=None):
+        self._check(a, b, c, bias)
+        if c is None:
+            c = self._torch.empty((self.problem.m, self.problem.n), dtype=self._out_dtype, device=a.device)
+        if self.num_sms is None:
+            self.num_sms = self._torch.cuda.get_device_properties(a.device).multi_processor_count
+        if self.spec.load_path == "tma" and not self._interpreted:
+            import triton
+
+            self._device = a.device
+            triton.set_allocator(self._tma_scratch)
+        return self._launch(a, b, c, bias, self._workspace_for(a.device), self.num_sms)
+
+    def _check(self, a, b, c, bias) -> None:
+        p = self.problem
+        m, n, k = p.shape
+        want_a = ((m, k), (k, 1) if p.a_row_major else (1, m))
+        want_b = ((k, n), (n, 1) if p.b_row_major else (1, k))
+        errors = []
+        for name, t, (shape, strides), dtype in (("a", a, want_a, self._in_dtype), ("b", b, want_b, self._in_dtype),
+                                                 ("c", c, ((m, n), (n, 1)), self._out_dtype)):
+            if t is None:
+                continue
+            errors += _tensor_errors(name, t, shape, strides, dtype, p)
+        if c is None and p.epilogue.beta != 0.0:
+            errors.append(f"beta={p.epilogue.beta} reads C, but c is None: pass c (shape ({m}, {n}))")
+        if p.epilogue.bias and bias is None:
+            errors.append(f"the problem has a bias: pass bias of shape ({n},) and dtype {p.c_dtype}")
+        elif bias is not None and not p.epilogue.bias:
+            errors.append("bias given but the problem has none: render with epilogue.bias=True or drop it")
+        elif bias is not None:
+            errors += _tensor_errors("bias", bias, (n,), (1,), self._out_dtype, p)
+        if not errors:
+            devices = {t.device for t in (a, b, c, bias) if t is not None}
+            if len(devices) > 1:
+                errors.append(f"tensors are on different devices: {sorted(map(str, devices))}")
+            elif not self._interpreted and a.device.type != "cuda":
+                errors.append(f"tensors are on {a.device}; compiled Triton kernels need CUDA tensors "
+                              "(or set TRITON_INTERPRET=1 to run on the CPU)")
+            elif self.spec.load_path == "tma":
+                errors += [f"{name}: TMA needs a 16-byte aligned base address (data_ptr % 16 == 0)"
+                           for name, t in (("a", a), ("b", b)) if t.data_ptr() % 16]
+        if errors:
+            raise ValueError(f"triton kernel for {p.label()}: " + "; ".join(errors))
+
+
+def _tensor_errors(name, t, shape, strides, dtype, p: GemmProblem) -> list[str]:
+    if not hasattr(t, "stride") or not hasattr(t, "dtype"):
+        return [f"{name} is a {type(t).__name__}, expected a torch.Tensor"]
+    out = []
+    if tuple(t.shape) != shape:
+        out.append(f"{name} has shape {tuple(t.shape)}, expected {shape}")
+    elif any(size > 1 and got != want for size, got, want in zip(t.shape, t.stride(), strides)):
+        hint = {"a": f"layout {p.layout} wants A {'row' if p.a_row_major else 'column'}-major",
+                "b": f"layout {p.layout} wants B {'row' if p.b_row_major else 'column'}-major",
+                }.get(name, "it must be contiguous")
+        out.append(f"{name} has strides {tuple(t.stride())}, expected {strides} ({hint})")
+    if t.dtype != dtype:
+        out.append(f"{name} has dtype {t.dtype}, expected {dtype}")
+    return out
