@@ -1,0 +1,92 @@
+"""The public entry point of the search: cudal2.search(shape, ...) -> SearchResult.
+
+Everything heavy (optuna, torch, the evaluator, the proposers) is imported here lazily, so that
+`import cudal2` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from .ir import GemmProblem
+
+DEFAULT_ARCH = "sm_90a"
+
+
+def gpu_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available()
+
+
+def default_arch() -> str:
+    """The arch of GPU 0, or sm_90a (the H100) where there is none (dry runs, CPU tests)."""
+    if gpu_available():
+        import torch
+
+        from .ir import arch_from_capability
+
+        return arch_from_capability(*torch.cuda.get_device_capability(0))
+    return DEFAULT_ARCH
+
+
+def default_runner():
+    """The GPU evaluator of cudal2.bench. Raises a clear error without a GPU."""
+    if not gpu_available():
+        raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine use a dry run "
+                           "(`cudal2 search SHAPE --dry-run`: propose, validate, render and compile only), "
+                           "or pass runner=... (any object with the Runner protocol of cudal2.bench.results).")
+    try:
+        from .bench.evaluator import Evaluator
+    except ImportError:
+        try:
+            from .bench import Evaluator  # type: ignore[attr-defined]
+        except ImportError as e:
+            raise RuntimeError("the GPU evaluator (cudal2.bench.Evaluator) is not installed in this checkout; "
+                               "pass runner=... to cudal2.search") from e
+    return Evaluator()
+
+
+def resolve_proposer(proposer: Any, backends: Sequence[str], arch: str):
+    """A Proposer from a name ("rules", "llm", "random"), an object, or None (Optuna only)."""
+    if proposer is None or not isinstance(proposer, str):
+        return proposer
+    from .search.proposers import get_proposer
+
+    return get_proposer(proposer, backends=tuple(backends), arch=arch)
+
+
+def resolve_store(store: Any):
+    from .search.store import Store
+
+    return store if isinstance(store, Store) else Store(store)
+
+
+def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence[str] = ("triton",),
+           proposer: Any = "rules", budget: int | str = 64, modes: Sequence[str] = ("offline",),
+           store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
+           n_proposals: int | None = None, seed: int | None = None, progress: bool = True, tag: str = "",
+           **problem_fields):
+    """Search kernels for one GEMM and return a SearchResult.
+
+    shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time
+    ("120s"). modes: timing modes ("offline", "server"); the objective is offline kernel time.
+    store: a Store, a SQLAlchemy URL or a file path (default: the user cache store, or
+    $CUDAL2_STORE). runner: an evaluator (default: cudal2.bench's GPU evaluator).
+    problem_fields: further GemmProblem fields (accumulator, out_dtype, epilogue).
+    The search resumes a study of the same problem and backends found in the store.
+    """
+    from .search.loop import run_search
+
+    if isinstance(shape, GemmProblem) and not problem_fields:
+        problem = shape
+    else:
+        problem = GemmProblem.parse(shape, dtype=dtype, layout=layout, **problem_fields)
+    backends = tuple(backends)
+    arch = arch or default_arch()
+    runner = runner if runner is not None else default_runner()
+    return run_search(problem, backends=backends, arch=arch, proposer=resolve_proposer(proposer, backends, arch),
+                      runner=runner, store=resolve_store(store), budget=budget, modes=tuple(modes),
+                      n_proposals=n_proposals, sampler=sampler, seed=seed, tag=tag, progress=progress)

@@ -1,0 +1,329 @@
+"""The search loop: proposals first, then Optuna, until the budget is spent.
+
+    proposer.propose(problem, history, n) -> enqueued trials -> sampler -> validate (prune)
+      -> kernel table lookup (never measure a spec twice) -> runner.evaluate -> kernel table
+      -> tell Optuna
+
+Budget: a number of GPU measurements (`64`) or GPU seconds (`"120s"`, `"5m"`), counted over
+the whole study, so a resumed search continues where the killed one stopped. "GPU time" is the
+wall time spent inside the runner (compiling, checking and timing candidates).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+from ..bench.results import BaselineResult, CandidateResult, Mode, Runner
+from ..ir import GemmProblem, KernelSpec, SpecError
+from .proposal import Proposer
+from .refiner import WORKER, Refiner, speedups_of, trial_attrs, validate
+from .store import Store
+
+
+@dataclass(frozen=True)
+class Budget:
+    evaluations: int | None = None
+    seconds: float | None = None
+
+    @classmethod
+    def parse(cls, budget: "int | str | Budget") -> "Budget":
+        if isinstance(budget, Budget):
+            return budget
+        if isinstance(budget, int) and not isinstance(budget, bool):
+            if budget < 1:
+                raise ValueError(f"budget={budget}: give at least 1 evaluation")
+            return cls(evaluations=budget)
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*(s|sec|m|min|h)?\s*", str(budget))
+        if not m:
+            raise ValueError(f"budget={budget!r}: write a number of evaluations (64) or GPU time (\"120s\", \"5m\", \"1h\")")
+        value, unit = float(m.group(1)), m.group(2)
+        if unit is None:
+            return cls.parse(int(value))
+        return cls(seconds=value * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}[unit])
+
+    def spent(self, evaluations: int, seconds: float) -> bool:
+        if self.evaluations is not None and evaluations >= self.evaluations:
+            return True
+        return self.seconds is not None and seconds >= self.seconds
+
+    def __str__(self) -> str:
+        return f"{self.evaluations} evaluations" if self.evaluations is not None else f"{self.seconds:g} GPU s"
+
+
+@dataclass
+class Best:
+    spec: KernelSpec
+    time_ms: dict[str, float]  # mode -> kernel ms
+    source: str
+    result: CandidateResult
+
+
+@dataclass
+class Point:
+    """One GPU measurement of the study, in order: for plots of progress."""
+
+    evaluation: int
+    gpu_s: float  # cumulative
+    kernel_ms: float | None
+    best_speedup: float | None  # best speedup over the reference baseline so far
+
+
+@dataclass
+class SearchResult:
+    problem: GemmProblem
+    best: Best | None
+    speedup: dict[str, float]  # baseline -> speedup of the best kernel (objective mode)
+    speedups: dict[str, dict[str, float]]  # mode -> baseline -> speedup
+    baselines: dict[str, BaselineResult]
+    history: list[CandidateResult]  # every measurement of this problem in the store
+    study: Any  # optuna.Study
+    evaluations: int  # GPU measurements in the study
+    gpu_seconds: float
+    curve: list[Point] = field(default_factory=list)
+    _kernel: Any = field(default=None, repr=False)
+
+    @property
+    def kernel(self) -> Callable:
+        """The best kernel, rendered and compiled through its backend on first use."""
+        if self.best is None:
+            raise RuntimeError(f"no correct kernel was found for {self.problem.label()}; nothing to run")
+        if self._kernel is None:
+            from ..codegen import get_backend
+
+            backend = get_backend(self.best.spec.backend)
+            self._kernel = backend.compile(backend.render(self.problem, self.best.spec))
+        return self._kernel
+
+    def summary(self) -> str:
+        if self.best is None:
+            return f"{self.problem.label()}: no correct kernel in {self.evaluations} evaluations"
+        sp = ", ".join(f"{k} {v:.3f}x" for k, v in sorted(self.speedup.items()))
+        ms = ", ".join(f"{m} {v * 1e3:.1f} us" for m, v in self.best.time_ms.items())
+        return f"{self.problem.label()}: best {ms}; speedup {sp or 'n/a'} ({self.evaluations} evaluations)"
+
+
+def _objective_mode(modes: Sequence[str]) -> str:
+    return "offline" if "offline" in modes else modes[0]
+
+
+def ensure_baselines(problem: GemmProblem, runner: Runner, store: Store, modes: Sequence[Mode],
+                     remeasure: bool = False) -> dict[str, BaselineResult]:
+    """Baselines from the store, measured (and stored) when missing for a requested mode."""
+    stored = {} if remeasure else store.baselines(problem)
+    if stored and all(any(b.kernel_ms(m) is not None for b in stored.values()) for m in modes):
+        return stored
+    measured = runner.baselines(problem, tuple(modes))
+    store.record_baselines(problem, measured, runner.environment())
+    return measured
+
+
+def render_source(problem: GemmProblem, spec: KernelSpec) -> str:
+    """The rendered source for the kernel table; empty when the backend cannot render (yet)."""
+    try:
+        from ..codegen import get_backend
+
+        return get_backend(spec.backend).render(problem, spec).text
+    except Exception:  # noqa: BLE001 - the evaluator reports render failures; the table just lacks text
+        return ""
+
+
+def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, proposer: Proposer | None,
+               runner: Runner, store: Store, budget: int | str | Budget = 64,
+               modes: Sequence[Mode] = ("offline",), n_proposals: int | None = None, sampler: str = "tpe",
+               seed: int | None = None, tag: str = "", progress: bool = True,
+               max_trials: int | None = None) -> SearchResult:
+    import optuna
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    budget = Budget.parse(budget)
+    modes = tuple(modes)
+    objective_mode = _objective_mode(modes)
+    refiner = Refiner(problem, backends, store, arch, sampler=sampler, seed=seed, tag=tag)
+    refiner.recover()
+    baselines = ensure_baselines(problem, runner, store, modes)
+    environment = runner.environment()
+    reference = "torch" if "torch" in baselines else next(iter(baselines), None)
+
+    # Proposals first: the proposer sees everything measured for this problem so far.
+    if proposer is not None:
+        history = [r["result"] for r in store.kernels(problem)]
+        n = n_proposals if n_proposals is not None else max(1, (budget.evaluations or 16) // 2)
+        try:
+            proposals = proposer.propose(problem, history, n)
+        except SpecError:
+            raise
+        refiner.enqueue(proposals)
+
+    state = _State.from_study(refiner.study, reference, objective_mode)
+    if max_trials is None:
+        max_trials = 20 * (budget.evaluations or 64) + 50  # pruned trials are cheap but not free
+
+    def objective(trial) -> float:
+        trial.set_user_attr("worker", WORKER)
+        try:
+            spec = refiner.suggest(trial)
+        except SpecError as e:
+            trial.set_user_attr("status", "invalid")
+            trial.set_user_attr("error", str(e)[:2000])
+            raise optuna.TrialPruned(str(e)) from None
+        trial.set_user_attr("spec", spec.to_json())
+        trial.set_user_attr("spec_key", spec.key())
+        result = store.measurement(problem, spec)
+        measured_now = result is None
+        gpu_s = 0.0
+        if measured_now:
+            t0 = time.perf_counter()
+            result = runner.evaluate(problem, [spec], modes)[0]
+            gpu_s = time.perf_counter() - t0
+            # The kernel table first: a kill after this line loses nothing (recover() completes the trial).
+            store.record_kernel(problem, result, render_source(problem, spec), environment, objective_mode)
+        attrs = trial_attrs(result, baselines, measured_now=measured_now, reused=not measured_now)
+        attrs["gpu_s"] = gpu_s
+        for k, v in attrs.items():
+            trial.set_user_attr(k, v)
+        ms = result.kernel_ms(objective_mode) if result.ok else None
+        if measured_now:
+            state.add(gpu_s, ms, speedups_of(result, baselines).get(objective_mode, {}).get(reference))
+            bar.update(state)
+        if ms is None:
+            raise optuna.TrialPruned(f"{result.status}: {result.reason}"[:500])
+        return ms
+
+    def stop_when_spent(study, _trial) -> None:
+        if budget.spent(state.evaluations, state.gpu_s):
+            study.stop()
+
+    bar = _Bar(problem, budget, enabled=progress)
+    with bar:
+        bar.update(state)
+        if not budget.spent(state.evaluations, state.gpu_s):
+            refiner.study.optimize(objective, n_trials=max_trials, callbacks=[stop_when_spent], gc_after_trial=False)
+    return collect(problem, refiner.study, store, baselines, objective_mode, reference)
+
+
+class _State:
+    """Running totals over the study's GPU measurements (including those of earlier sessions)."""
+
+    def __init__(self, reference: str | None):
+        self.reference = reference
+        self.evaluations = 0
+        self.gpu_s = 0.0
+        self.best_speedup: float | None = None
+        self.curve: list[Point] = []
+
+    @classmethod
+    def from_study(cls, study, reference: str | None, mode: str) -> "_State":
+        s = cls(reference)
+        for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+            if t.user_attrs.get("measured"):
+                ms = t.user_attrs.get("kernel_ms", {}).get(mode) if t.user_attrs.get("status") == "ok" else None
+                s.add(float(t.user_attrs.get("gpu_s", 0.0)), ms,
+                      t.user_attrs.get("speedups", {}).get(mode, {}).get(reference))
+        return s
+
+    def add(self, gpu_s: float, kernel_ms: float | None, speedup: float | None) -> None:
+        self.evaluations += 1
+        self.gpu_s += gpu_s
+        if speedup is not None and (self.best_speedup is None or speedup > self.best_speedup):
+            self.best_speedup = speedup
+        self.curve.append(Point(self.evaluations, self.gpu_s, kernel_ms, self.best_speedup))
+
+
+class _Bar:
+    """rich progress bar: trials measured, best speedup so far, GPU time."""
+
+    def __init__(self, problem: GemmProblem, budget: Budget, enabled: bool):
+        self.enabled = enabled
+        self.budget = budget
+        self.problem = problem
+        self.progress = None
+
+    def __enter__(self):
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+            self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                     TextColumn("best {task.fields[best]}"), TextColumn("GPU {task.fields[gpu]}"),
+                                     TimeElapsedColumn(), transient=False)
+            self.progress.__enter__()
+            total = self.budget.evaluations if self.budget.evaluations is not None else self.budget.seconds
+            self.task = self.progress.add_task(self.problem.label(), total=total, best="-", gpu="0.0s")
+        return self
+
+    def update(self, state: _State) -> None:
+        if self.progress is None:
+            return
+        done = state.evaluations if self.budget.evaluations is not None else min(state.gpu_s, self.budget.seconds)
+        best = f"{state.best_speedup:.3f}x" if state.best_speedup is not None else "-"
+        self.progress.update(self.task, completed=done, best=best, gpu=f"{state.gpu_s:.1f}s")
+
+    def __exit__(self, *exc):
+        if self.progress is not None:
+            self.progress.__exit__(*exc)
+        return False
+
+
+def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, BaselineResult], mode: str,
+            reference: str | None) -> SearchResult:
+    """A SearchResult from what the study and the store hold."""
+    rows = store.kernels(problem)
+    history = [r["result"] for r in rows]
+    state = _State.from_study(study, reference, mode)
+    # The best correct kernel among the specs this study tried (the store may hold other studies').
+    keys = {t.user_attrs.get("spec_key") for t in study.get_trials(deepcopy=False)}
+    best_row = None
+    for r in rows:
+        res = r["result"]
+        ms = res.kernel_ms(mode) if res.ok else None
+        if ms is None or res.spec.key() not in keys or not math.isfinite(ms):
+            continue
+        if best_row is None or ms < best_row["result"].kernel_ms(mode):
+            best_row = r
+    best = None
+    speedups: dict[str, dict[str, float]] = {}
+    if best_row is not None:
+        res = best_row["result"]
+        best = Best(spec=res.spec, time_ms={m: t.kernel_ms for m, t in res.timing.items()},
+                    source=best_row["source"], result=res)
+        speedups = speedups_of(res, baselines)
+    return SearchResult(problem=problem, best=best, speedup=speedups.get(mode, {}), speedups=speedups,
+                        baselines=baselines, history=history, study=study, evaluations=state.evaluations,
+                        gpu_seconds=state.gpu_s, curve=state.curve)
+
+
+# ---- dry run: everything but the GPU ----------------------------------------------------------------
+@dataclass
+class DryRunRow:
+    spec: KernelSpec
+    source: str  # which proposer
+    valid: bool
+    rendered: bool
+    compiled: bool
+    error: str = ""
+
+
+def dry_run(problem: GemmProblem, *, backends: Sequence[str], arch: str, proposer: Proposer, n: int = 8,
+            compile: bool = True) -> list[DryRunRow]:
+    """Propose, validate, render and compile (import the rendered module; no launch, no timing)."""
+    from ..codegen import get_backend
+
+    rows: list[DryRunRow] = []
+    for p in proposer.propose(problem, [], n):
+        row = DryRunRow(spec=p.spec, source=p.source, valid=False, rendered=False, compiled=False)
+        rows.append(row)
+        try:
+            validate(problem, p.spec)
+            row.valid = True
+            backend = get_backend(p.spec.backend)
+            src = backend.render(problem, p.spec)
+            row.rendered = True
+            if compile:
+                backend.compile(src)
+                row.compiled = True
+        except Exception as e:  # noqa: BLE001 - each row reports its own failure
+            row.error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
+    return rows

@@ -1,0 +1,136 @@
+"""The refiner and the search loop against a recorded table of measurements (no GPU)."""
+
+import pytest
+
+from cudal2 import GemmProblem, KernelSpec
+from cudal2.search.loop import Budget, run_search
+from cudal2.search.proposal import Proposal
+from cudal2.search.recorded import RecordedRunner
+from cudal2.search.refiner import Refiner, study_name
+from cudal2.search.space import fields_from, params_of, search_space
+from cudal2.search.store import Store
+
+PROBLEM = GemmProblem(m=1024, n=1024, k=512)
+FAST = KernelSpec(block_m=128, block_n=64, block_k=32, num_warps=4, stages=2, raster_group=4)
+
+
+class ListProposer:
+    name = "list"
+
+    def __init__(self, specs):
+        self.specs = specs
+        self.calls = []
+
+    def propose(self, problem, history, n):
+        self.calls.append((problem, list(history), n))
+        return [Proposal(s, reasoning=f"#{i}", source="list") for i, s in enumerate(self.specs[:n])]
+
+
+def test_space_derives_from_capabilities_and_round_trips_specs():
+    space = {o.name: o for o in search_space(("triton",), "sm_90a")}
+    assert space["load_path"].choices == ("pointer", "tma")  # narrowed by the Triton declaration
+    assert space["warp_specialization"].constant
+    assert space["block_m"].choices == (16, 32, 64, 128, 256)  # the IR's Literal
+    assert (space["stages"].low, space["stages"].high) == (1, 8)
+    assert space["split_k"].when == ("decomposition", ("split_k",))
+    sm80 = {o.name: o for o in search_space(("triton",), "sm_80")}
+    assert sm80["load_path"].constant  # sm_80: pointer loads only
+    spec = KernelSpec(block_m=64, decomposition="split_k", split_k=4, stages=2)
+    opts = search_space(("triton",), "sm_90a")
+    params = params_of(spec, opts)
+    assert params["split_k"] == 4 and "arch" not in params and "mma" not in params
+    assert KernelSpec(**fields_from(params, opts, "sm_90a")) == spec
+    dp = params_of(KernelSpec(), opts)
+    assert "split_k" not in dp  # inactive under data_parallel
+
+
+def test_unknown_backend_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown backend 'nope'"):
+        search_space(("nope",), "sm_90a")
+
+
+def test_proposals_first_invalid_pruned_with_reason_best_found(tmp_path):
+    store = Store(tmp_path / "s.db")
+    small_k = GemmProblem(m=1024, n=1024, k=64)
+    too_deep = KernelSpec(block_k=64, decomposition="split_k", split_k=4)  # K=64 has one block of 64
+    good = [FAST, KernelSpec(block_m=64, block_n=64, block_k=32, stages=2)]
+    runner = RecordedRunner(rows=[({"block_m": 128, "block_n": 64, "block_k": 32, "num_warps": 4, "stages": 2,
+                                    "raster_group": 4}, 0.001)],
+                            model=lambda p, s: 0.05, baselines={"torch": 0.002, "cublaslt_autotune": 0.0018})
+    proposer = ListProposer([too_deep, *good])
+    res = run_search(small_k, backends=("triton",), arch="sm_90a", proposer=proposer, runner=runner,
+                     store=store, budget=6, n_proposals=3, seed=1, progress=False)
+    trials = sorted(res.study.trials, key=lambda t: t.number)
+    # the three proposals are the first three trials, in order, with their reasoning
+    assert [t.user_attrs.get("proposal") for t in trials[:3]] == ["list"] * 3
+    assert trials[0].state.name == "PRUNED" and trials[0].user_attrs["status"] == "invalid"
+    assert "split_k" in trials[0].user_attrs["error"] and "K=64" in trials[0].user_attrs["error"]
+    assert [KernelSpec.from_json(t.user_attrs["spec"]) for t in trials[1:3]] == good
+    # the invalid spec never reached the runner
+    assert too_deep not in runner.calls and runner.calls[:2] == good
+    assert res.evaluations == 6 and len(runner.calls) == 6
+    assert res.best.spec == FAST
+    assert res.speedup["torch"] == pytest.approx(2.0) and res.speedup["cublaslt_autotune"] == pytest.approx(1.8)
+    assert res.best.time_ms == {"offline": 0.001}
+    complete = [t for t in trials if t.state.name == "COMPLETE"]
+    assert all(t.user_attrs["status"] == "ok" and "offline" in t.user_attrs["speedups"] for t in complete)
+    assert res.study.study_name == study_name(small_k, ("triton",))
+
+
+def test_failed_measurements_are_pruned_with_status_and_never_best(tmp_path):
+    runner = RecordedRunner(rows=[({"block_m": 128, "block_n": 64}, "incorrect")], model=lambda p, s: 0.5,
+                            baselines={"torch": 0.4})
+    fast_but_wrong = KernelSpec(block_m=128, block_n=64, block_k=32, stages=2)
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([fast_but_wrong]),
+                     runner=runner, store=Store(tmp_path / "s.db"), budget=3, seed=0, progress=False)
+    first = min(res.study.trials, key=lambda t: t.number)
+    assert first.state.name == "PRUNED" and first.user_attrs["status"] == "incorrect"
+    assert res.best is not None and res.best.spec != fast_but_wrong
+    assert res.speedup["torch"] == pytest.approx(0.8)
+
+
+def test_budget_in_gpu_seconds_and_parse():
+    assert Budget.parse(64) == Budget(evaluations=64)
+    assert Budget.parse("120s") == Budget(seconds=120.0)
+    assert Budget.parse("2m") == Budget(seconds=120.0)
+    assert Budget.parse("16") == Budget(evaluations=16)
+    with pytest.raises(ValueError, match="GPU time"):
+        Budget.parse("fast")
+    with pytest.raises(ValueError):
+        Budget.parse(0)
+
+
+def test_seconds_budget_stops(tmp_path):
+    runner = RecordedRunner(delay_s=0.05, baselines={"torch": 1.0})
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=None, runner=runner,
+                     store=Store(tmp_path / "s.db"), budget="0.3s", seed=0, progress=False)
+    assert 0.3 <= res.gpu_seconds < 0.3 + 0.5 and res.evaluations == len(runner.calls) >= 5
+
+
+def test_gp_sampler_runs(tmp_path):
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([FAST]),
+                     runner=RecordedRunner(), store=Store(tmp_path / "s.db"), budget=4, sampler="gp", seed=0,
+                     progress=False)
+    assert res.evaluations == 4
+
+
+def test_spec_measured_once_per_problem_across_studies(tmp_path):
+    """The kernel table is shared: a second study (another tag) reuses the stored measurement."""
+    store = Store(tmp_path / "s.db")
+    kw = dict(backends=("triton",), arch="sm_90a", store=store, budget=2, seed=0, progress=False)
+    r1 = RecordedRunner()
+    run_search(PROBLEM, proposer=ListProposer([FAST]), runner=r1, tag="a", **kw)
+    r2 = RecordedRunner()
+    res = run_search(PROBLEM, proposer=ListProposer([FAST]), runner=r2, tag="b", **kw)
+    assert FAST in r1.calls and FAST not in r2.calls
+    first = min(res.study.trials, key=lambda t: t.number)
+    assert first.user_attrs["reused"] and not first.user_attrs["measured"]
+
+
+def test_refiner_enqueue_skips_duplicates_and_out_of_space(tmp_path):
+    ref = Refiner(PROBLEM, ("triton",), Store(tmp_path / "s.db"), "sm_80")
+    n = ref.enqueue([Proposal(KernelSpec(arch="sm_80", stages=2)), Proposal(KernelSpec(arch="sm_80", stages=2)),
+                     Proposal(KernelSpec(arch="sm_90a"))])
+    assert n == 1
+    pruned = [t for t in ref.study.trials if t.state.name == "PRUNED"]
+    assert len(pruned) == 1 and "outside the search space" in pruned[0].user_attrs["error"]
