@@ -76,6 +76,7 @@ class Refiner:
                  sampler: str = "tpe", seed: int | None = None, tag: str = ""):
         import optuna
 
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
         self.problem = problem
         self.backends = tuple(backends)
         self.arch = arch
@@ -150,7 +151,6 @@ class Refiner:
         measurement; any other is marked failed and its params are enqueued again.
         Trials of live processes and of other hosts are left alone (Optuna's heartbeat,
         enabled on the store, fails those once stale and re-queues them)."""
-        import optuna
         from optuna.trial import TrialState
 
         storage = self.store.optuna_storage
@@ -175,13 +175,13 @@ class Refiner:
                 continue
             storage.set_trial_user_attr(t._trial_id, "error", "worker died during the trial; re-queued")
             storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            if t.params:
-                self.study.enqueue_trial(t.params, user_attrs={"proposal": t.user_attrs.get("proposal", "requeued")},
-                                         skip_if_exists=True)
+            pending = [w.system_attrs.get("fixed_params") for w in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
+            if t.params and t.params not in pending:
+                # (not skip_if_exists: Optuna counts the FAIL trial just written as existing)
+                self.study.enqueue_trial(t.params, user_attrs={"proposal": t.user_attrs.get("proposal", "requeued")})
                 done["requeued"] += 1
             else:
                 done["failed"] += 1
-        del optuna
         return done
 
     # ---- reading the study ---------------------------------------------------------------------
