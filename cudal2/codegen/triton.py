@@ -192,21 +192,62 @@ class TritonBackend(Backend):
         return TritonKernel(source, self.module(source))
 
     def precompile(self, source: Source) -> None:
-        """Compile ahead into Triton's disk cache with JITFunction.warmup (no launch, no tensors).
-        Needs an active CUDA driver (Triton asks it for the target); on a machine without one,
-        and under the interpreter, this does nothing and compile() pays on the first call."""
+        """Compile ahead, so that the timing process finds the binary in Triton's disk cache.
+
+        With a CUDA driver present (a CPU worker process on the GPU machine): JITFunction.warmup,
+        the JIT's own path, so the later launch hits the same cache entry. Without one: an
+        ahead-of-time compile for spec.arch (compile_ahead) that proves the kernel lowers to
+        PTX/cubin; whether the JIT on the GPU machine reuses that cache entry is not guaranteed.
+        Under the interpreter: nothing to do."""
         if interpreting():
             return
         import torch
 
         if not torch.cuda.is_available():
+            self.compile_ahead(source)
             return
+        dt = _torch_dtypes(torch)
         p = source.problem
-        dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}
         split = source.spec.decomposition == "split_k"
         self.module(source).warmup(dt[p.dtype], dt[p.dtype], dt[p.c_dtype],
                                    dt[p.c_dtype] if p.epilogue.bias else None,
                                    torch.float32 if split else None)
+
+    def compile_ahead(self, source: Source, arch: str | None = None) -> dict[str, Any]:
+        """Compile the rendered kernels for `arch` (default spec.arch) with no GPU present, using
+        the ptxas Triton ships. Returns {kernel name: triton CompiledKernel} (see .asm["ptx"]).
+        Needs TRITON_INTERPRET unset when the module is first imported."""
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+
+        if interpreting():
+            raise RuntimeError("compile_ahead needs TRITON_INTERPRET unset (the interpreter replaces triton.jit)")
+        p, spec = source.problem, source.spec
+        arch = arch or spec.arch
+        capability = {"sm_80": 80, "sm_90": 90, "sm_90a": 90}[arch]
+        ty = {"float16": "*fp16", "bfloat16": "*bf16"}
+        split = spec.decomposition == "split_k"
+        args = {"a_ptr": ty[p.dtype], "b_ptr": ty[p.dtype], "c_ptr": ty[p.c_dtype],
+                "bias_ptr": ty[p.c_dtype] if p.epilogue.bias else None, "ws_ptr": "*fp32" if split else None}
+        module = self.module(source)
+        kernels = [("matmul_kernel", list(args), spec.num_warps, spec.stages)]
+        if split:
+            kernels.append(("splitk_epilogue_kernel", ["c_ptr", "bias_ptr", "ws_ptr"], 4, 1))
+        out = {}
+        for name, names, warps, stages in kernels:
+            fn = getattr(module, name)
+            sig = {a: args[a] or "constexpr" for a in names}
+            constexprs = {a: None for a in names if args[a] is None}
+            # pointers from torch's allocator are 16-byte aligned: the JIT specializes on that too
+            attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(names) if args[a]}
+            out[name] = triton.compile(ASTSource(fn, sig, constexprs, attrs), target=GPUTarget("cuda", capability, 32),
+                                       options=dict(num_warps=warps, num_stages=stages))
+        return out
+
+
+def _torch_dtypes(torch) -> dict:
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
 class TritonKernel:
@@ -223,7 +264,7 @@ class TritonKernel:
         self.spec = source.spec
         self._launch = module.launch
         self._torch = torch
-        dt = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+        dt = _torch_dtypes(torch)
         self._in_dtype, self._out_dtype = dt[p.dtype], dt[p.c_dtype]
         self._split = self.spec.split_k if self.spec.decomposition == "split_k" else 1
         self._workspace = None

@@ -1,0 +1,271 @@
+"""Triton backend on the CPU: every kernel family run by Triton's interpreter (TRITON_INTERPRET=1,
+set by conftest) against an fp32 PyTorch reference, plus the Kernel's input checks and the
+backend's declared capabilities. Small blocks (16/32) keep the interpreter fast."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import zlib
+from pathlib import Path
+
+import pytest
+import torch
+
+from cudal2 import GemmProblem, KernelSpec, SpecError, get_backend
+from cudal2.ir import Epilogue
+
+BOUND = {"float16": 5e-3, "bfloat16": 1e-2}  # relative Frobenius error vs the fp32 reference
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory):
+    os.environ.setdefault("CUDAL2_CACHE_DIR", str(tmp_path_factory.mktemp("cudal2-cache")))
+    return get_backend("triton")
+
+
+def operands(problem: GemmProblem, seed: int):
+    """Fresh standard-normal A, B (stored as the layout says), C and bias, rounded to their dtypes."""
+    g = torch.Generator().manual_seed(seed)
+    dt, ct = getattr(torch, problem.dtype), getattr(torch, problem.c_dtype)
+    m, n, k = problem.shape
+    A = torch.randn(m, k, generator=g).to(dt)
+    B = torch.randn(k, n, generator=g).to(dt)
+    a = A if problem.a_row_major else A.t().contiguous().t()
+    b = B if problem.b_row_major else B.t().contiguous().t()
+    C = torch.randn(m, n, generator=g).to(ct)
+    bias = torch.randn(n, generator=g).to(ct) if problem.epilogue.bias else None
+    return a, b, C, bias
+
+
+def reference(problem: GemmProblem, a, b, C, bias):
+    e = problem.epilogue
+    out = e.alpha * (a.float() @ b.float())
+    if e.beta != 0.0:
+        out = out + e.beta * C.float()
+    if bias is not None:
+        out = out + bias.float()
+    act = {"none": lambda x: x, "relu": torch.relu, "gelu": torch.nn.functional.gelu,
+           "silu": torch.nn.functional.silu}[e.activation]
+    return act(out)
+
+
+def check(backend, problem: GemmProblem, spec: KernelSpec, seed: int = 0, num_sms: int | None = 3, calls: int = 1):
+    kernel = backend.compile(backend.render(problem, spec))
+    if num_sms is not None:
+        kernel.num_sms = num_sms  # a small "GPU" so persistent blocks loop over several tiles
+    for call in range(calls):  # fresh inputs each call: a reused workspace must not leak state
+        a, b, C, bias = operands(problem, seed + call)
+        if problem.epilogue.beta != 0.0:
+            c = C.clone()
+        else:
+            c = torch.full((problem.m, problem.n), float("nan"), dtype=getattr(torch, problem.c_dtype))
+        out = kernel(a, b, c, bias)
+        assert out.data_ptr() == c.data_ptr()
+        ref = reference(problem, a, b, C, bias)
+        assert not torch.isnan(out).any(), "output elements left unwritten (NaN poison survived)"
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        assert err < BOUND[problem.dtype], f"{problem.label()} {spec.key()}: relative error {err:.2e}"
+    return kernel
+
+
+def spec(**kw) -> KernelSpec:
+    base = dict(block_m=32, block_n=32, block_k=32, raster_group=2, stages=2)
+    return KernelSpec(**{**base, **kw})
+
+
+FAMILIES = {
+    "pointer": dict(),
+    "pointer-persistent-along_n": dict(persistent=True, raster_order="along_n", block_m=16),
+    "splitk-workspace": dict(decomposition="split_k", split_k=3),
+    "splitk-atomic-persistent": dict(decomposition="split_k", split_k=2, split_k_reduction="atomic", persistent=True),
+    "tma": dict(load_path="tma"),
+    "tma-persistent-splitk": dict(load_path="tma", persistent=True, decomposition="split_k", split_k=2,
+                                  block_n=16),
+}
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_family_layout_dtype(backend, family, layout, dtype):
+    kw = FAMILIES[family]
+    # TMA needs 16-byte aligned leading dimensions: M, N, K multiples of 8, but not of the tiles
+    shape = (72, 40, 136) if kw.get("load_path") == "tma" else (67, 45, 129)
+    problem = GemmProblem(m=shape[0], n=shape[1], k=shape[2], dtype=dtype, layout=layout)
+    check(backend, problem, spec(**kw), seed=zlib.crc32(f"{family}{layout}{dtype}".encode()) % 1000)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 300, 7), (33, 17, 64), (128, 64, 96)])
+@pytest.mark.parametrize("family", ["pointer", "splitk-workspace"])
+def test_shapes(backend, shape, family):
+    kw = dict(FAMILIES[family])
+    m, n, k = shape
+    if kw.get("decomposition") == "split_k":
+        kw["split_k"] = min(kw["split_k"], -(-k // 32))
+        if kw["split_k"] < 2:
+            kw = {}
+    check(backend, GemmProblem(m=m, n=n, k=k), spec(**kw))
+
+
+EPILOGUES = {
+    "alpha": Epilogue(alpha=-1.5),
+    "beta": Epilogue(beta=0.75),
+    "bias": Epilogue(bias=True),
+    "relu": Epilogue(activation="relu"),
+    "gelu": Epilogue(activation="gelu"),
+    "silu": Epilogue(activation="silu"),
+    "all": Epilogue(alpha=0.5, beta=-2.0, bias=True, activation="gelu"),
+}
+
+
+@pytest.mark.parametrize("family", ["pointer", "splitk-workspace", "splitk-atomic-persistent", "tma"])
+@pytest.mark.parametrize("epilogue", list(EPILOGUES))
+def test_epilogue(backend, family, epilogue):
+    kw = FAMILIES[family]
+    shape = (40, 56, 72) if kw.get("load_path") == "tma" else (37, 51, 70)
+    problem = GemmProblem(m=shape[0], n=shape[1], k=shape[2], layout="NT", epilogue=EPILOGUES[epilogue])
+    check(backend, problem, spec(**kw), seed=7)
+
+
+@pytest.mark.parametrize("dtype,out_dtype", [("float16", "bfloat16"), ("bfloat16", "float16")])
+def test_out_dtype(backend, dtype, out_dtype):
+    problem = GemmProblem(m=45, n=38, k=50, dtype=dtype, out_dtype=out_dtype, epilogue=Epilogue(beta=1.0, bias=True))
+    check(backend, problem, spec(decomposition="split_k", split_k=2))
+
+
+def test_workspace_allocated_once_and_atomic_buffer_left_zeroed(backend):
+    problem = GemmProblem(m=37, n=29, k=96)
+    kernel = check(backend, problem, spec(decomposition="split_k", split_k=3, split_k_reduction="atomic"), calls=3)
+    assert kernel.workspace_bytes == 4 * 37 * 29
+    ws = kernel._workspace
+    assert torch.count_nonzero(ws) == 0  # ready for the next call without a memset
+    a, b, _, _ = operands(problem, 99)
+    kernel(a, b)
+    assert kernel._workspace is ws
+    kernel = check(backend, problem, spec(decomposition="split_k", split_k=3), calls=2)
+    assert kernel.workspace_bytes == 4 * 3 * 37 * 29
+
+
+def test_persistent_default_grid_uses_arch_sm_count(backend):
+    kernel = check(backend, GemmProblem(m=50, n=50, k=40), spec(persistent=True, arch="sm_80"), num_sms=None)
+    assert kernel.num_sms == 108
+
+
+def test_c_allocated_when_none(backend):
+    problem = GemmProblem(m=20, n=30, k=40, out_dtype="bfloat16")
+    kernel = backend.compile(backend.render(problem, spec()))
+    a, b, _, _ = operands(problem, 3)
+    out = kernel(a, b)
+    assert out.shape == (20, 30) and out.dtype == torch.bfloat16
+    assert ((out.float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm()) < 1e-2
+
+
+# ---- the Kernel refuses what does not match its problem --------------------------------------------
+
+@pytest.fixture(scope="module")
+def nt_kernel(backend):
+    problem = GemmProblem(m=24, n=16, k=32, layout="NT", epilogue=Epilogue(beta=1.0, bias=True))
+    return problem, backend.compile(backend.render(problem, spec()))
+
+
+@pytest.mark.parametrize("case,message", [
+    ("a_shape", "a has shape (32, 24), expected (24, 32)"),
+    ("b_layout", "b has strides (16, 1), expected (1, 32) (layout NT wants B column-major)"),
+    ("a_dtype", "a has dtype torch.float32, expected torch.float16"),
+    ("c_missing", "reads C, but c is None"),
+    ("bias_missing", "pass bias of shape (16,)"),
+    ("c_strided", "c has strides (1, 24), expected (16, 1)"),
+    ("not_tensor", "a is a list, expected a torch.Tensor"),
+])
+def test_kernel_refuses_mismatched_tensors(nt_kernel, case, message):
+    problem, kernel = nt_kernel
+    a, b, C, bias = operands(problem, 0)
+    args = dict(a=a, b=b, c=C, bias=bias)
+    if case == "a_shape":
+        args["a"] = torch.randn(32, 24).half()
+    elif case == "b_layout":
+        args["b"] = b.contiguous()
+    elif case == "a_dtype":
+        args["a"] = a.float()
+    elif case == "c_missing":
+        args["c"] = None
+    elif case == "bias_missing":
+        args["bias"] = None
+    elif case == "c_strided":
+        args["c"] = C.t().contiguous().t()
+    elif case == "not_tensor":
+        args["a"] = a.tolist()
+    with pytest.raises(ValueError, match="24x16x32") as err:
+        kernel(**args)
+    assert message in str(err.value)
+
+
+def test_bias_given_without_bias_in_problem(backend):
+    problem = GemmProblem(m=8, n=8, k=8)
+    kernel = backend.compile(backend.render(problem, spec(block_m=16, block_n=16, block_k=16)))
+    a, b, _, _ = operands(problem, 0)
+    with pytest.raises(ValueError, match="bias given but the problem has none"):
+        kernel(a, b, bias=torch.zeros(8).half())
+
+
+# ---- capabilities and refusals --------------------------------------------------------------------
+
+def test_capabilities_refuse_what_triton_cannot_express():
+    for bad in (dict(load_path="tma", arch="sm_80"), dict(mma="wgmma"), dict(cluster_m=2),
+                dict(warp_specialization="cooperative", load_path="tma", num_warps=12),
+                dict(smem_padding=8, smem_swizzle="none"), dict(epilogue_path="smem"),
+                dict(decomposition="stream_k"), dict(num_warps=12), dict(load_path="cp_async")):
+        with pytest.raises(SpecError):
+            KernelSpec(backend="triton", **bad)
+    KernelSpec(backend="triton", arch="sm_90", load_path="tma", persistent=True,
+               decomposition="split_k", split_k=4, split_k_reduction="atomic")
+
+
+def test_supports_refuses_fp16_accumulation_and_unaligned_tma(backend):
+    s = spec(load_path="tma")
+    assert not backend.supports(GemmProblem(m=64, n=64, k=64, accumulator="float16"), spec())
+    assert not backend.supports(GemmProblem(m=64, n=64, k=66), s)  # A's leading dim K*2 bytes not 16-aligned
+    assert not backend.supports(GemmProblem(m=66, n=64, k=64, layout="TN"), s)  # A column-major: M
+    assert backend.supports(GemmProblem(m=66, n=64, k=64), s)  # M is not a leading dim in NN
+    with pytest.raises(SpecError):
+        backend.render(GemmProblem(m=64, n=64, k=64, accumulator="float16"), spec())
+
+
+def test_source_is_cached_on_disk_and_imported_once(backend):
+    problem = GemmProblem(m=16, n=16, k=16)
+    source = backend.render(problem, spec(block_m=16, block_n=16, block_k=16))
+    first, second = backend.compile(source), backend.compile(source)
+    assert first._launch is second._launch
+    path = Path(os.environ["CUDAL2_CACHE_DIR"]) / "triton" / f"{backend.cache_key(source)}.py"
+    assert path.read_text() == source.text
+
+
+# ---- the same kernels lower to sm_90a / sm_80 machine code (no GPU: Triton's bundled ptxas) ---------
+
+def test_compile_ahead_for_hopper_and_ampere(tmp_path):
+    """Run in a subprocess: the interpreter replaces triton.jit once TRITON_INTERPRET is set."""
+    script = textwrap.dedent("""
+        from cudal2 import GemmProblem, KernelSpec, get_backend
+        from cudal2.ir import Epilogue
+        be = get_backend("triton")
+        p = GemmProblem(m=512, n=256, k=1024, layout="TN", dtype="bfloat16",
+                        epilogue=Epilogue(alpha=2.0, beta=1.0, bias=True, activation="silu"))
+        tma = KernelSpec(block_m=128, block_n=128, block_k=64, num_warps=8, stages=3, load_path="tma",
+                         persistent=True, decomposition="split_k", split_k=2, split_k_reduction="atomic")
+        ks = be.compile_ahead(be.render(p, tma))
+        ptx = ks["matmul_kernel"].asm["ptx"]
+        assert "cp.async.bulk.tensor" in ptx and "wgmma" in ptx, "TMA loads and wgmma expected on sm_90a"
+        assert "splitk_epilogue_kernel" in ks
+        ptr = KernelSpec(arch="sm_80", block_m=64, block_n=64, block_k=32, stages=3)
+        ptx = be.compile_ahead(be.render(p.replace(layout="NN"), ptr))["matmul_kernel"].asm["ptx"]
+        assert "cp.async" in ptx and "mma.sync" in ptx, "pipelined cp.async and mma.sync expected on sm_80"
+        print("ok")
+    """)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update(CUDAL2_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT), TRITON_DEFAULT_FP_FUSION="1")
+    run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
