@@ -1,12 +1,339 @@
-"""CuTe DSL backend (placeholder: capabilities only)."""
+"""CuTe DSL backend (nvidia-cutlass-dsl) for Hopper, sm_90a.
+
+One template, `gemm_sm90_ws`: a persistent, warp-specialized kernel. A producer warpgroup
+issues TMA loads into swizzled shared memory through an mbarrier pipeline of `stages`
+stages (multicast across the CTAs of a cluster); one or two cooperative consumer warpgroups
+run WGMMA with fp32 accumulators; a static persistent tile scheduler walks the output tiles
+in grouped rasterization; the epilogue applies alpha, beta * C, bias and relu/gelu/silu on
+the fp32 fragment and stores either straight from registers (predicated) or through
+shared memory with a TMA store. The rendered module bakes every extent and choice in, so
+one compiled kernel serves exactly one (problem, spec).
+
+Compiled kernels are cached in memory per process and on disk: the DSL can export a
+compiled function as an object file (`export_to_c`) and load it back in another process
+(`cute.runtime.load_module`), which is what precompile() relies on. The DSL compiles for
+sm_90a without a GPU when CUTE_DSL_ARCH=sm_90a is set (compile(), precompile() and the CPU
+tests set it when no GPU is visible).
+"""
 
 from __future__ import annotations
 
-from ..ir import Capabilities, options
-from .base import Backend
+import importlib.util
+import os
+import sys
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ..ir import Capabilities, GemmProblem, KernelSpec, SpecError, Violation, arch_limits, options
+from .base import Backend, Source, Support
+
+# What the template implements; the IR validator refuses everything else for this backend.
+CAPABILITIES = Capabilities(
+    options=options(
+        arch=["sm_90a"],
+        block_m=[64, 128, 256],
+        block_n=[64, 128, 256],
+        block_k=[32, 64, 128],
+        num_warps=[8, 12],  # 1 producer warpgroup + 1 or 2 consumer warpgroups
+        mma=["auto", "wgmma"],
+        cluster_m=[1, 2],
+        cluster_n=[1, 2],
+        load_path=["tma"],
+        warp_specialization=["cooperative"],
+        smem_swizzle=["auto"],  # the swizzle follows from the tile's major extent (128B for 64+ fp16)
+        smem_padding=[0],
+        decomposition=["data_parallel"],
+        split_k=[1],
+        persistent=[True],
+        epilogue_path=["registers", "tma_store"],
+        epilogue_subtile=[1],
+        **{"problem.accumulator": ["float32"], "problem.dtype": ["float16", "bfloat16"]},
+    ),
+)
+
+DEFAULT_PRODUCER_REGISTERS = 40
+DEFAULT_CONSUMER_REGISTERS = 232
+EPILOGUE_STAGES = 4  # must match EPI_STAGES in the template
+BARRIER_BYTES = 1024
+DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
+
+
+def dsl_available() -> tuple[bool, str]:
+    """Whether nvidia-cutlass-dsl imports here, and why not."""
+    try:
+        import cutlass  # noqa: F401
+        import cutlass.cute  # noqa: F401
+    except Exception as e:  # ImportError, or a broken/partial install (missing runtime library)
+        return False, f"nvidia-cutlass-dsl is not importable ({type(e).__name__}: {e}); pip install nvidia-cutlass-dsl"
+    return True, ""
+
+
+def _ensure_arch_for_cpu() -> None:
+    """The DSL compiles for the GPU it sees; without one it needs CUTE_DSL_ARCH."""
+    if os.environ.get("CUTE_DSL_ARCH"):
+        return
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return
+    except Exception:
+        pass
+    os.environ["CUTE_DSL_ARCH"] = "sm_90a"
+
+
+def _cache_root() -> Path:
+    env = os.environ.get("CUDAL2_CACHE_DIR")
+    if env:
+        return Path(env) / "cute_dsl"
+    try:
+        import platformdirs
+
+        return Path(platformdirs.user_cache_dir("cudal2")) / "cute_dsl"
+    except ImportError:
+        return Path.home() / ".cache" / "cudal2" / "cute_dsl"
+
+
+@dataclass
+class CuteDslKernel:
+    """A compiled GEMM. kernel(a, b, c=None, bias=None) -> d (torch tensors on the GPU).
+
+    With c given, the result is written into c (which is also read when beta != 0);
+    otherwise a new (M, N) row-major tensor is returned. No host synchronization, no
+    allocation beyond that output; launches on torch's current stream."""
+
+    source: Source
+    _fn: Any
+    _module: Any
+    loaded_from_disk: bool = False
+
+    def __call__(self, a, b, c=None, bias=None):
+        import torch
+        import cuda.bindings.driver as cuda
+
+        p = self.source.problem
+        _check_operands(p, a, b, c, bias)
+        if c is None:
+            d = torch.empty((p.m, p.n), dtype=_torch_dtype(p.c_dtype), device=a.device)
+            c_in = d
+        else:
+            d = c_in = c
+        bias_t = bias if bias is not None else d
+        align = self._module.ALIGN
+        for name, t in (("a", a), ("b", b), ("c", c_in), ("d", d), ("bias", bias_t)):
+            if t.data_ptr() % align[name]:
+                raise ValueError(f"operand {name} starts at an address not aligned to {align[name]} bytes "
+                                 f"(this kernel was compiled for it); pass a freshly allocated or .clone()d tensor")
+        stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
+        self._fn(*self._module.pointer_args(a, b, c_in, d, bias_t), stream)
+        return d
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def _check_operands(p: GemmProblem, a, b, c, bias) -> None:
+    """Clear errors for tensors that do not match the problem this kernel was built for."""
+    want = _torch_dtype(p.dtype)
+    out = _torch_dtype(p.c_dtype)
+    a_shape_stride = ((p.m, p.k), (p.k, 1) if p.a_row_major else (1, p.m))
+    b_shape_stride = ((p.k, p.n), (p.n, 1) if p.b_row_major else (1, p.k))
+    for name, t, (shape, stride), fix in (
+        ("a", a, a_shape_stride, "a contiguous (M, K) tensor" if p.a_row_major else "At.t() of a contiguous (K, M)"),
+        ("b", b, b_shape_stride, "a contiguous (K, N) tensor" if p.b_row_major else "W.t() of a contiguous (N, K)"),
+    ):
+        if tuple(t.shape) != shape:
+            raise ValueError(f"operand {name} has shape {tuple(t.shape)}, the kernel was built for {shape} "
+                             f"({p.label()})")
+        if t.dtype != want:
+            raise ValueError(f"operand {name} is {t.dtype}, the kernel was built for {want}")
+        if not t.is_cuda:
+            raise ValueError(f"operand {name} is on {t.device}; move it to the GPU")
+        if tuple(t.stride()) != stride:
+            raise ValueError(f"operand {name} has strides {tuple(t.stride())}; layout {p.layout} needs {stride}: "
+                             f"pass {fix}")
+    if c is not None:
+        if tuple(c.shape) != (p.m, p.n) or c.dtype != out or tuple(c.stride()) != (p.n, 1) or not c.is_cuda:
+            raise ValueError(f"c must be a contiguous ({p.m}, {p.n}) {out} CUDA tensor; got {tuple(c.shape)} "
+                             f"{c.dtype} strides {tuple(c.stride())} on {c.device}")
+    elif p.epilogue.beta != 0:
+        raise ValueError(f"the problem has beta={p.epilogue.beta:g}: pass c (it is read and overwritten)")
+    if p.epilogue.bias:
+        if bias is None:
+            raise ValueError("the problem has a bias: pass bias, a contiguous (N,) tensor")
+        if tuple(bias.shape) != (p.n,) or bias.dtype != out or (p.n > 1 and bias.stride() != (1,)):
+            raise ValueError(f"bias must be a contiguous ({p.n},) {out} tensor; got {tuple(bias.shape)} {bias.dtype}")
+    elif bias is not None:
+        raise ValueError("the problem has no bias but one was passed; build the kernel for a problem with bias=True")
 
 
 class CuteDslBackend(Backend):
     name = "cute_dsl"
-    version = "0"
-    capabilities = Capabilities(options=options(arch=["sm_90a"], load_path=["tma"]))
+    version = "1"
+    language = "python"
+    capabilities = CAPABILITIES
+    templates = {"sm90_ws": "gemm_sm90_ws.py.j2"}
+
+    def __init__(self) -> None:
+        self._compiled: dict[str, CuteDslKernel] = {}
+        self._lock = threading.Lock()
+
+    # ---- what this backend can run ------------------------------------------------------------
+    def supports(self, problem: GemmProblem, spec: KernelSpec) -> Support:
+        base = super().supports(problem, spec)
+        if not base:
+            return base
+        bad = _template_violations(problem, spec)
+        if bad:
+            return Support(False, "; ".join(str(v) for v in bad))
+        return Support(True)
+
+    def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
+        e = problem.epilogue
+        return {
+            "backend_version": self.version,
+            "ab_dtype": DSL_NAMES[problem.dtype],
+            "d_dtype": DSL_NAMES[problem.c_dtype],
+            "consumer_wgs": spec.consumer_warps // 4,
+            "producer_regs": spec.producer_registers or DEFAULT_PRODUCER_REGISTERS,
+            "consumer_regs": spec.consumer_registers or DEFAULT_CONSUMER_REGISTERS,
+            "raster_along_m": spec.raster_order == "along_m",
+            "alpha": float(e.alpha),
+            "beta": float(e.beta),
+            "has_bias": bool(e.bias),
+            "activation": e.activation,
+            "needs_coords": bool(e.bias) or e.beta != 0,
+        }
+
+    def toolchain_version(self) -> str:
+        from importlib.metadata import PackageNotFoundError, version
+
+        parts = []
+        for dist in ("nvidia-cutlass-dsl", "nvidia-cutlass-dsl-libs-cu12", "nvidia-cutlass-dsl-libs-cu13"):
+            try:
+                parts.append(f"{dist}=={version(dist)}")
+            except PackageNotFoundError:
+                pass
+        return ",".join(parts) or "nvidia-cutlass-dsl (unpacked, version unknown)"
+
+    # ---- compilation ----------------------------------------------------------------------------
+    def _module_for(self, source: Source):
+        """Write the rendered text to the cache and import it under a unique name."""
+        key = self.cache_key(source)
+        root = _cache_root()
+        root.mkdir(parents=True, exist_ok=True)
+        path = root / f"gemm_{key}.py"
+        if not path.exists() or path.read_text() != source.text:
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(source.text)
+            os.replace(tmp, path)
+        name = f"cudal2_cute_dsl_{key}"
+        if name in sys.modules:
+            return sys.modules[name], key, root
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+        return module, key, root
+
+    @staticmethod
+    def _max_active_clusters(spec: KernelSpec) -> int:
+        """Persistent grid size in clusters: from the live GPU when there is one, else the arch table.
+        (A grid larger than what fits only costs waiting CTAs; the static scheduler stays correct.)"""
+        size = spec.cluster_m * spec.cluster_n
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                import cutlass.utils
+
+                return int(cutlass.utils.HardwareInfo().get_max_active_clusters(size))
+        except Exception:
+            pass
+        return arch_limits(spec.arch).sm_count // size
+
+    def _compile_module(self, module, mac: int):
+        import cutlass.cute as cute
+
+        return cute.compile(module.entry(), *module.example_args(mac))
+
+    def compile(self, source: Source) -> CuteDslKernel:
+        _ensure_arch_for_cpu()  # before the DSL is first imported: it reads the arch once
+        ok, why = dsl_available()
+        if not ok:
+            raise RuntimeError(f"cute_dsl backend unavailable: {why}")
+        mac = self._max_active_clusters(source.spec)
+        module, key, root = self._module_for(source)
+        mem_key = f"{key}-{mac}"
+        with self._lock:
+            hit = self._compiled.get(mem_key)
+            if hit is not None:
+                return hit
+            obj = root / f"gemm_{key}_c{mac}.o"
+            fn, from_disk = None, False
+            if obj.exists() and os.environ.get("CUDAL2_CUTE_DSL_DISK_CACHE", "1") != "0":
+                try:
+                    import cutlass.cute as cute
+
+                    fn = getattr(cute.runtime.load_module(str(obj)), "gemm")
+                    from_disk = True
+                except Exception:  # stale or foreign artifact: compile afresh
+                    fn = None
+            if fn is None:
+                fn = self._compile_module(module, mac)
+                _export(fn, obj)
+            kernel = CuteDslKernel(source=source, _fn=fn, _module=module, loaded_from_disk=from_disk)
+            self._compiled[mem_key] = kernel
+            return kernel
+
+    def precompile(self, source: Source) -> None:
+        """Compile for sm_90a (no GPU needed) and export the object file that compile() then loads.
+        The grid size is part of the artifact: precompile uses the live GPU if one is visible, else
+        the arch table's SM count, so a CPU worker's artifact matches an H100 SXM (132 SMs)."""
+        self.compile(source)
+
+
+def _export(fn, obj: Path) -> None:
+    """Export the compiled function as an object file next to its source (best effort)."""
+    if os.environ.get("CUDAL2_CUTE_DSL_DISK_CACHE", "1") == "0":
+        return
+    try:
+        tmpdir = obj.parent
+        stem = obj.stem + f".{os.getpid()}"
+        fn.export_to_c(file_path=str(tmpdir), file_name=stem, function_prefix="gemm")
+        os.replace(tmpdir / f"{stem}.o", obj)
+        (tmpdir / f"{stem}.h").unlink(missing_ok=True)
+    except Exception:
+        pass  # the in-memory kernel is still good; the next process recompiles
+
+
+def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
+    """Limits of this template beyond the declared option sets."""
+    bad: list[Violation] = []
+    wgs = spec.consumer_warps // 4
+    if spec.block_m % (64 * wgs):
+        bad.append(Violation("block_m", spec.block_m,
+                             f"{wgs} cooperative consumer warpgroups split the tile along M in rows of 64",
+                             f"use block_m a multiple of {64 * wgs} or num_warps=8"))
+    if problem.dtype != problem.c_dtype and problem.c_dtype not in DSL_NAMES:
+        bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
+                             "use out_dtype float16 or bfloat16"))
+    epi = 0
+    if spec.epilogue_path == "tma_store":
+        epi = min(spec.block_m, 64 * wgs) * min(32, spec.block_n) * 2 * EPILOGUE_STAGES
+    smem = spec.stages * (spec.block_m + spec.block_n) * spec.block_k * 2 + epi + BARRIER_BYTES
+    limit = arch_limits(spec.arch).smem_per_block
+    if smem > limit:
+        per = (spec.block_m + spec.block_n) * spec.block_k * 2
+        bad.append(Violation("stages", spec.stages,
+                             f"{smem / 1024:.1f} KiB of shared memory (stages + epilogue buffers + barriers) "
+                             f"exceeds {limit / 1024:.0f} KiB",
+                             f"use at most {(limit - epi - BARRIER_BYTES) // per} stages or a smaller tile"))
+    # TMA: 16-byte aligned leading dimensions are checked by check_compatible(); the output of a
+    # TMA store too. Registers epilogue writes element by element, so any N works there.
+    return bad
