@@ -5,5 +5,33 @@ from .ir import Epilogue, GemmProblem, KernelSpec, SpecError
 
 __version__ = "0.1.0"
 
-__all__ = ["Epilogue", "GemmProblem", "KernelSpec", "SpecError", "__version__", "available_backends",
-           "get_backend"]
+# Loaded on first use so that `import cudal2` stays cheap (no torch, optuna or evaluator):
+# name -> (module, attribute)
+_LAZY = {
+    "search": ("cudal2.api", "search"),
+    "matmul": ("cudal2.ops", "matmul"),
+    "linear": ("cudal2.ops", "linear"),
+    "set_table": ("cudal2.ops", "set_table"),
+    "SearchResult": ("cudal2.search.loop", "SearchResult"),
+    "Store": ("cudal2.search.store", "Store"),
+    "TunedTable": ("cudal2.search.table", "TunedTable"),
+}
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        module, attr = _LAZY[name]
+        value = getattr(importlib.import_module(module), attr)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'cudal2' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = ["Epilogue", "GemmProblem", "KernelSpec", "SearchResult", "SpecError", "Store", "TunedTable",
+           "__version__", "available_backends", "get_backend", "linear", "matmul", "search", "set_table"]

@@ -1,0 +1,137 @@
+"""The tuned table: for each problem (and GPU), the fastest correct kernel the store holds and
+the baselines it was measured against. What cudal2.matmul/linear look up at run time.
+
+Built from a store (`TunedTable.from_store`), or exported to a JSON file (`cudal2 export`) and
+loaded from it (`TunedTable.load`; the environment variable CUDAL2_TABLE names such a file).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..ir import GemmProblem, KernelSpec
+
+ENV_TABLE = "CUDAL2_TABLE"
+FORMAT = "cudal2.tuned_table"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class TunedEntry:
+    problem: GemmProblem
+    spec: KernelSpec
+    kernel_ms: float  # offline kernel time of the tuned kernel
+    baselines_ms: dict[str, float] = field(default_factory=dict)  # baseline -> offline kernel ms
+    gpu: str = ""  # GPU name it was measured on ("" = unknown, matches any)
+    created: str = ""
+
+    def speedup(self, baseline: str = "torch") -> float | None:
+        b = self.baselines_ms.get(baseline)
+        return b / self.kernel_ms if b and self.kernel_ms > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"problem": self.problem.to_dict(), "spec": self.spec.to_dict(), "kernel_ms": self.kernel_ms,
+                "baselines_ms": dict(self.baselines_ms), "gpu": self.gpu, "created": self.created,
+                "speedup": {b: self.speedup(b) for b in self.baselines_ms}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TunedEntry":
+        return cls(problem=GemmProblem.from_dict(d["problem"]), spec=KernelSpec.from_dict(d["spec"]),
+                   kernel_ms=float(d["kernel_ms"]), baselines_ms={k: float(v) for k, v in d.get("baselines_ms", {}).items()},
+                   gpu=d.get("gpu", ""), created=d.get("created", ""))
+
+
+class TunedTable:
+    def __init__(self, entries: list[TunedEntry] | None = None):
+        self._entries: dict[tuple[str, str], TunedEntry] = {}
+        for e in entries or []:
+            self.add(e)
+
+    def add(self, entry: TunedEntry) -> None:
+        """Keep the faster entry when one for the same problem and GPU exists."""
+        key = (entry.problem.key(), entry.gpu)
+        old = self._entries.get(key)
+        if old is None or entry.kernel_ms < old.kernel_ms:
+            self._entries[key] = entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[TunedEntry]:
+        return iter(sorted(self._entries.values(), key=lambda e: (e.problem.label(), e.gpu)))
+
+    def lookup(self, problem: GemmProblem, gpu: str | None = None, baseline: str = "torch",
+               min_speedup: float = 1.0) -> TunedEntry | None:
+        """The entry for problem whose measured speedup over `baseline` exceeds min_speedup, or
+        None (then the caller runs the baseline: never slower). gpu=None matches any GPU; a name
+        matches entries of that GPU and entries of unknown GPU."""
+        best = None
+        for (pkey, egpu), e in self._entries.items():
+            if pkey != problem.key() or (gpu is not None and egpu not in (gpu, "")):
+                continue
+            s = e.speedup(baseline)
+            if s is None or s <= min_speedup:
+                continue
+            if best is None or e.kernel_ms < best.kernel_ms:
+                best = e
+        return best
+
+    # ---- persistence ----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "entries": [e.to_dict() for e in self]}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TunedTable":
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"tuned table {path} does not exist; write one with `cudal2 export --out {path}`")
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"{path} is not a cudal2 tuned table (expected \"format\": \"{FORMAT}\"); "
+                             "write one with `cudal2 export`")
+        if data.get("version") != VERSION:
+            raise ValueError(f"{path} has tuned-table version {data.get('version')}, this cudal2 reads {VERSION}; "
+                             "export it again with this version")
+        return cls([TunedEntry.from_dict(d) for d in data["entries"]])
+
+    @classmethod
+    def from_store(cls, store=None, mode: str = "offline") -> "TunedTable":
+        """Best correct kernel per (problem, GPU) in the store, with the baselines of that problem."""
+        from .store import Store
+
+        store = store if isinstance(store, Store) else Store(store)
+        table = cls()
+        if not store.exists():
+            return table
+        for problem in store.problems():
+            baselines = {name: b.kernel_ms(mode) for name, b in store.baselines(problem).items()
+                         if b.available and b.kernel_ms(mode) is not None}
+            for row in store.kernels(problem):
+                res = row["result"]
+                ms = res.kernel_ms(mode) if res.ok else None
+                if ms is None:
+                    continue
+                env = row["environment"] or {}
+                created = row["created"].isoformat() if isinstance(row["created"], _dt.datetime) else str(row["created"])
+                table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=ms, baselines_ms=baselines,
+                                     gpu=env.get("gpu_name", ""), created=created))
+        return table
+
+    @classmethod
+    def default(cls) -> "TunedTable":
+        """$CUDAL2_TABLE if set, else the default store (empty if it does not exist yet)."""
+        path = os.environ.get(ENV_TABLE)
+        if path:
+            return cls.load(path)
+        return cls.from_store(None)
