@@ -52,14 +52,17 @@ class RandomProposer:
                 break
             backend = self.rng.choice(self.backends)
             caps = get_backend(backend).capabilities
-            fields = space.base_fields(backend, caps, self.arch)
+            base = space.base_fields(backend, caps, self.arch)
+            fields = dict(base)
             for name in sorted(fields):
                 if name in _FIXED:
                     continue
                 d = space.domain(caps, name, self.arch)
                 if d:
                     fields[name] = self.rng.choice(d)
-            if fields["decomposition"] == "split_k":
+            if fields["decomposition"] != "split_k":  # a reduction without K slices is the same kernel
+                fields["split_k_reduction"] = base["split_k_reduction"]
+            else:
                 k_blocks = -(-problem.k // fields["block_k"])
                 splits = [s for s in (space.domain(caps, "split_k", self.arch) or ()) if 2 <= s <= k_blocks]
                 if not splits:

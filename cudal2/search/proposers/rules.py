@@ -82,7 +82,11 @@ SAME_VARIANT_PENALTY = 0.05
 # Statuses that say "this configuration is broken here", not "it is slow".
 FAILED = ("compile_error", "crash", "timeout", "incorrect")
 KEEP_PER_TILE = 6
-WIDEN = (1, 4, 16, 1 << 20)  # tile-size caps, as multiples of the next power of two of M, N, K
+# Tile-size caps, as multiples of the next power of two of M, N, K. The last level also
+# varies what the rules would otherwise decide alone (stages, raster group and order), for
+# backends whose declared space is too small to give n specs otherwise.
+WIDEN = (1, 4, 16, 1 << 20)
+EXHAUSTIVE = WIDEN[-1]
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -173,7 +177,7 @@ class RulesProposer:
                 if broken[c.family]:
                     c.time_us *= 1.5 ** broken[c.family]
                     c.notes.append(f"{broken[c.family]} similar spec(s) failed before")
-            pool = _best_per_tile(pool, KEEP_PER_TILE)
+            pool = _best_per_tile(pool, KEEP_PER_TILE if widen != EXHAUSTIVE else len(pool))
             while len(out) < n and pool:
                 i = min(range(len(pool)), key=lambda j: (
                     pool[j].time_us * (1 + SAME_TILE_PENALTY * tiles[pool[j].tile]
@@ -232,7 +236,8 @@ class RulesProposer:
                         if acc > hw.regs_per_thread - REGISTER_RESERVE or acc < pref.min_acc_registers:
                             continue
                         for load, load_note in loads:
-                            out.extend(self._variants(problem, caps, pref, {**tile, "load_path": load}, load_note))
+                            out.extend(self._variants(problem, caps, pref, {**tile, "load_path": load}, load_note,
+                                                      exhaustive=widen == EXHAUSTIVE))
         return out
 
     def _load_paths(self, problem: GemmProblem, caps, pref: Preferences) -> list[tuple[str, str]]:
@@ -255,7 +260,8 @@ class RulesProposer:
             out.append((d[0], f"{d[0]} loads (the only path the backend declares)"))
         return out
 
-    def _variants(self, problem: GemmProblem, caps, pref: Preferences, tile: dict, load_note: str) -> list[_Candidate]:
+    def _variants(self, problem: GemmProblem, caps, pref: Preferences, tile: dict, load_note: str,
+                  exhaustive: bool = False) -> list[_Candidate]:
         arch, hw = self.arch, self.hw
         m, n, k = problem.shape
         bm, bn, bk = tile["block_m"], tile["block_n"], tile["block_k"]
@@ -287,25 +293,33 @@ class RulesProposer:
                     and space.allows(caps, "persistent", True, arch)):
                 persist_opts.append(True)
             kb_split = _cdiv(kb, dec["split_k"])
-            for stages, stage_note in self._stage_options(caps, pref, fields, kb_split):
+            for stages, stage_note in self._stage_options(caps, pref, fields, kb_split, exhaustive):
                 for persistent in persist_opts:
                     f = {**fields, "stages": stages, "persistent": persistent}
                     if not space.allows(caps, "persistent", persistent, arch):
                         continue
                     group, order, raster_note = self._raster(caps, problem, f)
-                    f["raster_group"], f["raster_order"] = group, order
-                    time_us = self._model_us(problem, f)
-                    notes = [grid_note]
-                    if dec_note:
-                        notes.append(dec_note)
-                    notes += [stage_note, load_note]
-                    if persistent:
-                        notes.append(f"persistent: {hw.sm_count} resident blocks loop over {tiles} tiles")
-                    notes.append(raster_note)
-                    out.append(_Candidate(f, time_us, notes))
+                    rasters = [(group, order, raster_note)]
+                    if exhaustive:
+                        rasters += [(g, o, f"raster group {g} {o} (variant)")
+                                    for o in space.domain(caps, "raster_order", arch) or (order,)
+                                    for g in space.prefer(caps, "raster_group", arch, pref.raster_group)
+                                    if (g, o) != (group, order)]
+                    for group, order, raster_note in rasters:
+                        f = {**f, "raster_group": group, "raster_order": order}
+                        time_us = self._model_us(problem, f)
+                        notes = [grid_note]
+                        if dec_note:
+                            notes.append(dec_note)
+                        notes += [stage_note, load_note]
+                        if persistent:
+                            notes.append(f"persistent: {hw.sm_count} resident blocks loop over {tiles} tiles")
+                        notes.append(raster_note)
+                        out.append(_Candidate(f, time_us, notes))
         return out
 
-    def _stage_options(self, caps, pref: Preferences, fields: dict, k_steps: int) -> list[tuple[int, str]]:
+    def _stage_options(self, caps, pref: Preferences, fields: dict, k_steps: int,
+                       exhaustive: bool = False) -> list[tuple[int, str]]:
         hw = self.hw
         row = fields["block_k"] + fields["smem_padding"]
         per_stage = (fields["block_m"] + fields["block_n"]) * row * OPERAND_BYTES
@@ -320,6 +334,8 @@ class RulesProposer:
         # more stages than main-loop steps buy nothing
         top = min(pref.max_stages, max(allowed), max(2, k_steps))
         picks = sorted({s for s in (top, min(top, 3)) if s in allowed} or {min(allowed)}, reverse=True)
+        if exhaustive:
+            picks += [s for s in sorted(allowed, reverse=True) if s not in picks]
         out = []
         for s in picks:
             used = s * per_stage + epi

@@ -1,0 +1,203 @@
+"""The rules and random proposers: n valid, distinct specs for any problem, only values the
+backend declares, split-K where the grid cannot fill the GPU, TMA only on aligned operands,
+history skipped, deterministic."""
+
+from __future__ import annotations
+
+import pytest
+
+from cudal2.bench.results import CandidateResult, Timing
+from cudal2.codegen import get_backend, refresh, register
+from cudal2.codegen.base import Backend
+from cudal2.ir import ARCHS, Capabilities, GemmProblem, KernelSpec, check_compatible, options
+from cudal2.search.proposers import available_proposers, get_proposer
+from cudal2.search.proposers.rules import RulesProposer
+
+SHAPES = [
+    (1, 1, 1), (7, 13, 29), (16, 16, 16), (127, 33, 4097), (512, 128, 8192), (1000, 1000, 1000),
+    (64, 8192, 64), (16384, 16, 16384), (8192, 1, 8192), (4096, 4096, 4096), (12288, 128, 12288),
+    (16384, 16384, 16384),
+]
+
+
+def assert_valid_and_distinct(problem, proposals, n):
+    assert len(proposals) == n
+    keys = [p.spec.key() for p in proposals]
+    assert len(set(keys)) == n
+    for p in proposals:
+        again = KernelSpec.from_dict(p.spec.to_dict())  # re-validated from scratch
+        check_compatible(problem, again)
+        assert get_backend(again.backend).supports(problem, again)
+        assert again.smem_bytes() <= ARCHS[again.arch].smem_per_block
+        assert p.reasoning and p.source
+
+
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda s: "x".join(map(str, s)))
+def test_rules_gives_n_valid_distinct_specs(shape, arch):
+    problem = GemmProblem.parse(shape)
+    proposals = RulesProposer(arch=arch).propose(problem, [], n=12)
+    assert_valid_and_distinct(problem, proposals, 12)
+    assert f"{ARCHS[arch].sm_count} SMs" in proposals[0].reasoning
+
+
+@pytest.mark.parametrize("layout", ["NT", "TN", "TT"])
+def test_rules_other_layouts_and_bf16(layout):
+    problem = GemmProblem(m=300, n=517, k=2048, layout=layout, dtype="bfloat16")
+    assert_valid_and_distinct(problem, RulesProposer().propose(problem, [], n=8), 8)
+
+
+def test_split_k_for_a_grid_that_cannot_fill_the_gpu():
+    problem = GemmProblem(m=512, n=128, k=8192)
+    proposals = RulesProposer().propose(problem, [], n=8)
+    top = proposals[0]
+    assert top.spec.decomposition == "split_k" and top.spec.split_k >= 2
+    assert sum(p.spec.decomposition == "split_k" for p in proposals) >= 6
+    assert f"split_k={top.spec.split_k}" in top.reasoning and "wave" in top.reasoning
+    # the split fills most of one wave of 132 SMs
+    tiles = -(-512 // top.spec.block_m) * -(-128 // top.spec.block_n)
+    assert 0.5 <= tiles * top.spec.split_k / 132 <= 1.0
+
+
+def test_no_split_k_when_the_grid_fills_the_gpu():
+    proposals = RulesProposer().propose(GemmProblem(m=4096, n=4096, k=4096), [], n=8)
+    assert all(p.spec.decomposition == "data_parallel" for p in proposals)
+    assert proposals[0].spec.block_m * proposals[0].spec.block_n >= 128 * 128  # large tiles first
+
+
+def test_tma_only_when_aligned_and_only_on_hopper():
+    aligned = RulesProposer().propose(GemmProblem(m=1000, n=2048, k=4096), [], n=12)
+    assert any(p.spec.load_path == "tma" for p in aligned)
+    assert any(p.spec.load_path == "pointer" for p in aligned)  # both, to compare
+    for shape, layout in [((1000, 2048, 4095), "NN"), ((1001, 2048, 4096), "TN"), ((1000, 2047, 4096), "NN")]:
+        props = RulesProposer().propose(GemmProblem.parse(shape, layout=layout), [], n=12)
+        assert not any(p.spec.load_path == "tma" for p in props), (shape, layout)
+        assert "TMA needs 16-byte aligned" in props[0].reasoning
+    on_a100 = RulesProposer(arch="sm_80").propose(GemmProblem(m=1000, n=2048, k=4096), [], n=12)
+    assert not any(p.spec.load_path == "tma" for p in on_a100)
+
+
+def test_persistent_and_raster_group_follow_the_grid_and_l2():
+    props = RulesProposer().propose(GemmProblem(m=16384, n=16384, k=16384), [], n=12)
+    assert any(p.spec.persistent for p in props)
+    assert all(p.spec.raster_group > 1 for p in props)
+    assert "L2" in props[0].reasoning
+    small = RulesProposer().propose(GemmProblem(m=512, n=128, k=8192), [], n=4)
+    assert not any(p.spec.persistent for p in small)  # one wave: nothing to persist over
+
+
+def test_live_sm_count_changes_the_plan():
+    p = RulesProposer(sm_count=114).propose(GemmProblem(m=512, n=128, k=8192), [], n=1)[0]
+    assert "114 SMs" in p.reasoning
+
+
+def test_history_is_skipped():
+    problem = GemmProblem(m=2048, n=1024, k=777)
+    rules = RulesProposer()
+    first = rules.propose(problem, [], n=8)
+    history = [CandidateResult(spec=p.spec, status="ok", timing={"offline": Timing(0.1, 0.11, 10)}) for p in first]
+    second = rules.propose(problem, history, n=8)
+    assert len(second) == 8
+    assert not {p.spec.key() for p in first} & {p.spec.key() for p in second}
+
+
+def test_failed_configurations_sink():
+    problem = GemmProblem(m=4096, n=4096, k=4096)
+    first = RulesProposer().propose(problem, [], n=4)
+    failed = [CandidateResult(spec=first[0].spec, status="compile_error", reason="out of resource")]
+    again = RulesProposer().propose(problem, failed, n=4)
+    top = first[0].spec
+    same_family = [p for p in again[:2] if (p.spec.block_m, p.spec.block_n, p.spec.block_k, p.spec.num_warps,
+                                            p.spec.stages, p.spec.load_path) ==
+                   (top.block_m, top.block_n, top.block_k, top.num_warps, top.stages, top.load_path)]
+    assert not same_family
+
+
+def test_rules_is_deterministic():
+    problem = GemmProblem(m=3000, n=700, k=5000, layout="NT")
+    a = RulesProposer().propose(problem, [], n=10)
+    b = RulesProposer().propose(problem, [], n=10)
+    assert [(p.spec.key(), p.reasoning) for p in a] == [(p.spec.key(), p.reasoning) for p in b]
+
+
+def test_rules_is_diverse():
+    props = RulesProposer().propose(GemmProblem(m=4096, n=4096, k=4096), [], n=12)
+    assert len({(p.spec.block_m, p.spec.block_n) for p in props}) >= 4
+
+
+# ---- capabilities decide what may be proposed -----------------------------------------------------
+
+NARROW = {
+    "block_m": [64], "block_n": [64, 128], "block_k": [32], "num_warps": [4], "stages": [2, 3],
+    "raster_group": [1, 4], "raster_order": ["along_n"], "persistent": [False], "load_path": ["pointer"],
+    "decomposition": ["data_parallel"], "mma": ["auto"], "cluster_m": [1], "cluster_n": [1],
+    "warp_specialization": ["none"], "smem_padding": [0], "smem_swizzle": ["none"],
+    "epilogue_path": ["registers"], "epilogue_subtile": [1],
+}
+
+
+class NarrowBackend(Backend):
+    name = "narrow_test"
+    capabilities = Capabilities(options=options(**NARROW))
+    templates = {"x": "x.j2"}
+
+
+@pytest.fixture
+def narrow_backend():
+    register("narrow_test", NarrowBackend)
+    yield "narrow_test"
+    refresh()
+
+
+@pytest.mark.parametrize("proposer", ["rules", "random"])
+def test_only_declared_values_are_proposed(narrow_backend, proposer):
+    problem = GemmProblem(m=5000, n=300, k=9000)
+    props = get_proposer(proposer, backends=(narrow_backend,)).propose(problem, [], n=6)
+    assert len(props) == 6  # 2 tiles x 2 stages x 2 raster groups = 8 specs exist
+    for p in props:
+        d = p.spec.to_dict()
+        for name, allowed in NARROW.items():
+            assert d[name] in allowed, (name, d[name])
+    # the space holds 8 specs in all; asking for more returns what exists, no invalid filler
+    assert len(get_proposer(proposer, backends=(narrow_backend,)).propose(problem, [], n=20)) == 8
+
+
+def test_several_backends_share_one_ranking():
+    problem = GemmProblem(m=4096, n=4096, k=4096)
+    props = RulesProposer(backends=("triton", "cute_dsl")).propose(problem, [], n=12)
+    assert_valid_and_distinct(problem, props, 12)
+    assert {p.spec.backend for p in props} <= {"triton", "cute_dsl"}
+
+
+def test_a_backend_that_cannot_target_the_arch_is_refused():
+    with pytest.raises(ValueError, match="supports sm_80"):
+        RulesProposer(backends=("cute_dsl",), arch="sm_80")
+    with pytest.raises(KeyError, match="unknown backend"):
+        RulesProposer(backends=("nope",))
+
+
+# ---- random ------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (127, 33, 4097), (4096, 4096, 4096)], ids=str)
+def test_random_gives_valid_distinct_specs(shape):
+    problem = GemmProblem.parse(shape)
+    props = get_proposer("random", seed=3).propose(problem, [], n=10)
+    assert_valid_and_distinct(problem, props, 10)
+
+
+def test_random_is_seeded_and_skips_history():
+    problem = GemmProblem(m=1024, n=512, k=2048)
+    a = get_proposer("random", seed=7).propose(problem, [], n=8)
+    b = get_proposer("random", seed=7).propose(problem, [], n=8)
+    c = get_proposer("random", seed=8).propose(problem, [], n=8)
+    assert [p.spec.key() for p in a] == [p.spec.key() for p in b] != [p.spec.key() for p in c]
+    history = [CandidateResult(spec=p.spec, status="timeout") for p in a]
+    again = get_proposer("random", seed=7).propose(problem, history, n=8)
+    assert len(again) == 8 and not {p.spec.key() for p in a} & {p.spec.key() for p in again}
+
+
+def test_registry():
+    assert available_proposers() == ["llm", "random", "rules"]
+    assert get_proposer("rules", arch="sm_80").arch == "sm_80"
+    with pytest.raises(KeyError, match="available: llm, random, rules"):
+        get_proposer("genetic")
