@@ -25,7 +25,7 @@ from threading import Lock
 from typing import Any
 
 from ..ir import ARCHS, Capabilities, GemmProblem, KernelSpec, options
-from .base import Backend, Source, Support
+from .base import Backend, Source
 
 _ALL_BLOCKS = [16, 32, 64, 128, 256]
 _ACTIVATION_TEXT = {"none": "{}", "relu": "relu({})", "gelu": "gelu({})", "silu": "silu({})"}
@@ -108,14 +108,6 @@ class TritonBackend(Backend):
     def family(self, problem: GemmProblem, spec: KernelSpec) -> str:
         return "matmul_tma" if spec.load_path == "tma" else "matmul"
 
-    def supports(self, problem: GemmProblem, spec: KernelSpec) -> Support:
-        ok = super().supports(problem, spec)
-        if not ok:
-            return ok
-        if problem.out_dtype not in (None, "float16", "bfloat16"):
-            return Support(False, f"out_dtype {problem.out_dtype} is not supported by the triton backend")
-        return Support(True)
-
     def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
         m, n, k = problem.shape
         e = problem.epilogue
@@ -155,6 +147,11 @@ class TritonBackend(Backend):
             k_tiles=-(-k // spec.block_k), even_k=even_k,
             along_m=spec.raster_order == "along_m",
             wide=".to(tl.int64)" if wide else "",
+            # only terms with a non-unit stride can overflow int32 (and widening a unit-stride term
+            # hides its contiguity from Triton's vectorizer)
+            **{f"wide_{t}": ".to(tl.int64)" if wide and stride != 1 else "" for t, stride in (
+                ("am", k if problem.a_row_major else 1), ("ak", 1 if problem.a_row_major else m),
+                ("bk", n if problem.b_row_major else 1), ("bn", 1 if problem.b_row_major else k))},
             a_mask=f", mask={' & '.join(f'({c})' for c in a_mask)}, other=0.0" if a_mask else "",
             b_mask=f", mask={' & '.join(f'({c})' for c in b_mask)}, other=0.0" if b_mask else "",
             workspace_doc=workspace_doc,
