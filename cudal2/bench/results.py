@@ -29,6 +29,9 @@ class Timing:
     call_ms: float
     groups: int
     spread: float = 0.0
+    # how kernel_ms was taken: "cuda-graph" (replay of a captured graph of calls), "launches"
+    # (events around many back-to-back calls, when capture failed), "cpu-wallclock" (CPU tests)
+    method: str = "cuda-graph"
 
 
 @dataclass(frozen=True)
@@ -48,6 +51,8 @@ class CandidateResult:
     timing: dict[str, Timing] = field(default_factory=dict)  # mode -> Timing
     compile_s: float = 0.0
     source_digest: str = ""
+    name: str = ""  # the caller's name for a prebuilt kernel, or a short label of the spec
+    detail: str = ""  # notes that are not failures (e.g. how kernel time was taken)
 
     @property
     def ok(self) -> bool:

@@ -1,0 +1,117 @@
+"""Baselines: the vendor libraries a candidate must beat, given the same operands (the same
+strided views, so the same layouts) and timed through the same path as candidates.
+
+- torch: torch.matmul (cuBLAS, through torch's heuristics), as users call it.
+- cublaslt_heuristic: cuBLASLt's top-1 heuristic algorithm, through nvmath-python.
+- cublaslt_autotune: cuBLASLt autotuned over up to 100 algorithms the heuristic offers
+  (nvmath `plan(preferences=MatmulPlanPreferences(limit=100))` then `autotune()`).
+Both cuBLASLt baselines use the same MatmulOptions, so the same workspace policy
+(nvmath sizes and allocates the workspace for the chosen algorithm).
+
+nvmath-python is optional and imported only here, lazily; without it the cuBLASLt
+baselines are reported unavailable with the reason. nvmath's execute() costs tens of
+microseconds on the host per call, so timing it by host calls would cripple it: it is timed
+by CUDA-graph replay when capture works, else by events around many launches (and the
+BaselineResult says which).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..ir import GemmProblem
+
+NAMES = ("torch", "cublaslt_heuristic", "cublaslt_autotune")
+
+
+@dataclass
+class PreparedBaseline:
+    name: str
+    call: Callable[[int], Any] | None  # call(i): GEMM on input set i
+    output: Callable[[int], Any] | None = None  # output(i): the tensor holding set i's result
+    detail: str = ""
+
+    @property
+    def available(self) -> bool:
+        return self.call is not None
+
+
+def prepare(name: str, problem: GemmProblem, sets: list, outs: list) -> PreparedBaseline:
+    """sets: list of Operands; outs: list of output tensors (M, N), one per set."""
+    if name == "torch":
+        return _torch(problem, sets, outs)
+    if name in ("cublaslt_heuristic", "cublaslt_autotune"):
+        try:
+            return _cublaslt(name, problem, sets)
+        except ImportError as e:
+            return PreparedBaseline(name, None, detail=f"nvmath-python is not installed ({e}); "
+                                                      f"pip install nvmath-python[cu12] to enable cuBLASLt baselines")
+        except Exception as e:  # noqa: BLE001 - a library failure makes the baseline unavailable, not the run
+            return PreparedBaseline(name, None, detail=f"cuBLASLt through nvmath failed: {type(e).__name__}: {e}")
+    raise KeyError(f"unknown baseline {name!r}; known: {', '.join(NAMES)}")
+
+
+def _torch(problem: GemmProblem, sets, outs) -> PreparedBaseline:
+    import torch
+    import torch.nn.functional as F
+
+    e = problem.epilogue
+    plain = e.alpha == 1.0 and e.beta == 0 and not e.bias and e.activation == "none"
+    act = {"none": None, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}[e.activation]
+
+    def call(i):
+        s, c = sets[i], outs[i]
+        if plain:
+            return torch.matmul(s.a, s.b, out=c)
+        # The idiomatic torch call for the epilogue: addmm fuses alpha/beta/bias in cuBLAS.
+        if e.beta != 0:
+            c.copy_(s.c_in)
+            torch.addmm(c, s.a, s.b, beta=e.beta, alpha=e.alpha, out=c)
+            if e.bias:
+                c.add_(s.bias)
+        elif e.bias:
+            torch.addmm(s.bias, s.a, s.b, alpha=e.alpha, out=c)
+        else:
+            torch.mm(s.a, s.b, out=c)
+            if e.alpha != 1.0:
+                c.mul_(e.alpha)
+        if act is not None:
+            c.copy_(act(c))
+        return c
+
+    return PreparedBaseline("torch", call, lambda i: outs[i], detail="torch.matmul/addmm (cuBLAS)")
+
+
+def _cublaslt(name: str, problem: GemmProblem, sets) -> PreparedBaseline:
+    from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences  # optional dependency
+
+    e = problem.epilogue
+    if e.bias or e.activation != "none":
+        return PreparedBaseline(name, None, detail="epilogue with bias/activation is not mapped to nvmath epilogs yet")
+    s0 = sets[0]
+    kw: dict[str, Any] = {"alpha": e.alpha}
+    if e.beta != 0:
+        kw.update(c=s0.c_in, beta=e.beta)
+    mm = Matmul(s0.a, s0.b, **kw)
+    if name == "cublaslt_heuristic":
+        algos = mm.plan()
+        detail = f"nvmath Matmul.plan(): heuristic top-1 of {len(algos)} algorithm(s)"
+    else:
+        algos = mm.plan(preferences=MatmulPlanPreferences(limit=100))
+        mm.autotune(iterations=10)
+        detail = f"nvmath Matmul.plan(limit=100) offered {len(algos)} algorithm(s); autotune(iterations=10)"
+    results: dict[int, Any] = {}
+
+    def call(i):
+        s = sets[i]
+        if len(sets) > 1:
+            reset = {"a": s.a, "b": s.b}
+            if e.beta != 0:
+                reset["c"] = s.c_in
+            mm.reset_operands(**reset)
+        r = mm.execute()
+        results[i] = r
+        return r
+
+    return PreparedBaseline(name, call, lambda i: results.get(i), detail=detail + "; workspace managed by nvmath")

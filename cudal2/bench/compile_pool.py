@@ -1,0 +1,111 @@
+"""Compilation ahead of timing: a pool of CPU processes renders each spec and calls the
+backend's precompile(), which fills the toolchain's disk cache, while the GPU worker checks
+and times the candidates before it. The GPU worker's compile() then finds the binary cached.
+
+How much this overlaps depends on the backend: a backend whose precompile() is a no-op (the
+Triton backend may be one: Triton compiles on the first launch, for the GPU it runs on) gets
+only rendering overlapped, and its compile happens in the GPU worker, under the compile
+timeout there.
+
+A compile that hangs past its timeout cannot be cancelled inside a ProcessPoolExecutor, so
+the pool is torn down (its processes killed) and rebuilt, and the specs still queued are
+resubmitted.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing as mp
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from ..ir import GemmProblem, KernelSpec
+
+
+@dataclass
+class Prepared:
+    """The outcome for one spec: a Source to compile, or the failure."""
+
+    source: Any = None  # codegen.base.Source
+    status: str = "ok"  # ok | unsupported | compile_error
+    reason: str = ""
+    seconds: float = 0.0
+
+
+def render_and_precompile(problem: GemmProblem, spec: KernelSpec) -> Prepared:
+    """Runs in a pool process."""
+    from ..codegen import get_backend
+
+    t0 = time.perf_counter()
+    backend = get_backend(spec.backend)
+    ok = backend.supports(problem, spec)
+    if not ok:
+        return Prepared(status="unsupported", reason=ok.reason)
+    try:
+        source = backend.render(problem, spec)
+    except Exception as e:  # noqa: BLE001
+        return Prepared(status="compile_error", reason=f"render failed: {type(e).__name__}: {e}",
+                        seconds=time.perf_counter() - t0)
+    try:
+        backend.precompile(source)
+    except Exception as e:  # noqa: BLE001
+        return Prepared(source, "compile_error", f"precompile failed: {type(e).__name__}: {e}",
+                        time.perf_counter() - t0)
+    return Prepared(source, seconds=time.perf_counter() - t0)
+
+
+class CompilePool:
+    def __init__(self, workers: int | None = None, timeout_s: float = 300.0):
+        self.workers = workers or max(1, min(8, (os.cpu_count() or 2) - 1))
+        self.timeout_s = timeout_s
+        self._pool: cf.ProcessPoolExecutor | None = None
+
+    def _executor(self) -> cf.ProcessPoolExecutor:
+        if self._pool is None:
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+        return self._pool
+
+    def submit_all(self, problem: GemmProblem, specs: list[KernelSpec]) -> list[cf.Future]:
+        ex = self._executor()
+        return [ex.submit(render_and_precompile, problem, s) for s in specs]
+
+    def result(self, futures: list[cf.Future], i: int, problem: GemmProblem, specs: list[KernelSpec]) -> Prepared:
+        """Wait for spec i (at most timeout_s from now). On a timeout the pool is rebuilt and
+        the specs after i that had not finished are resubmitted in place in `futures`."""
+        try:
+            return futures[i].result(timeout=self.timeout_s)
+        except cf.TimeoutError:
+            self._kill()
+            ex = self._executor()
+            for j in range(i + 1, len(futures)):
+                if not futures[j].done() or futures[j].exception() is not None:
+                    futures[j] = ex.submit(render_and_precompile, problem, specs[j])
+            return Prepared(status="compile_error", reason=f"render+precompile did not finish within "
+                                                           f"{self.timeout_s:g} s (compile pool rebuilt)")
+        except Exception as e:  # noqa: BLE001 - a pool process died (BrokenProcessPool) or pickling failed
+            if isinstance(e, cf.process.BrokenProcessPool):
+                self._kill()
+                ex = self._executor()
+                for j in range(i + 1, len(futures)):
+                    if not futures[j].done() or futures[j].exception() is not None:
+                        futures[j] = ex.submit(render_and_precompile, problem, specs[j])
+            return Prepared(status="compile_error", reason=f"compile worker failed: {type(e).__name__}: {e}")
+
+    def _kill(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        # ProcessPoolExecutor cannot cancel a running task; end its processes (ours) by pid.
+        for p in list(getattr(pool, "_processes", {}).values()):
+            try:
+                p.kill()
+            except Exception:  # noqa: BLE001
+                pass
+        pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,116 @@
+"""What every result records about where it was measured: GPU, clocks, driver and versions.
+
+Clocks come from NVML (the nvidia-ml-py package, imported as pynvml) when it is present,
+else from `nvidia-smi --query-gpu`, else they are left empty. Reading them at the start and
+at the end of an evaluation shows throttling during it.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from importlib import metadata
+
+from .results import Environment
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
+def _module_version(name: str) -> str:
+    try:
+        mod = __import__(name)
+        return str(getattr(mod, "__version__", "")) or _version(name)
+    except Exception:  # noqa: BLE001 - an optional package that fails to import is just absent
+        return ""
+
+
+def clocks(index: int = 0) -> dict[str, float]:
+    """Current SM and memory clocks in MHz (and temperature, power when NVML gives them)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            out = {"sm": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
+                   "mem": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM))}
+            try:
+                out["temp_c"] = float(pynvml.nvmlDeviceGetTemperature(h, pynvml.NVML_TEMPERATURE_GPU))
+                out["power_w"] = pynvml.nvmlDeviceGetPowerUsage(h) / 1000.0
+            except Exception:  # noqa: BLE001
+                pass
+            return out
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML: try nvidia-smi
+        pass
+    if shutil.which("nvidia-smi"):
+        try:
+            q = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu",
+                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+            sm, mem, temp = (float(x) for x in q.stdout.strip().split(",")[:3])
+            return {"sm": sm, "mem": mem, "temp_c": temp}
+        except Exception:  # noqa: BLE001
+            pass
+    return {}
+
+
+def _driver() -> str:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            v = pynvml.nvmlSystemGetDriverVersion()
+            return v.decode() if isinstance(v, bytes) else str(v)
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001
+        pass
+    if shutil.which("nvidia-smi"):
+        try:
+            q = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                               capture_output=True, text=True, timeout=10)
+            return q.stdout.strip().splitlines()[0]
+        except Exception:  # noqa: BLE001
+            pass
+    return ""
+
+
+def capture(device="cuda:0") -> Environment:
+    """The environment of `device` now (clocks_end is filled by finish())."""
+    import torch
+
+    import cudal2
+
+    dev = torch.device(device)
+    if dev.type == "cuda" and torch.cuda.is_available():
+        idx = dev.index or 0
+        props = torch.cuda.get_device_properties(idx)
+        gpu, sms = props.name, props.multi_processor_count
+        clk = clocks(idx)
+    else:
+        gpu, sms, clk, idx = "cpu", 0, {}, 0
+    extra = {k: v for k, v in {"nvmath-python": _version("nvmath-python"),
+                               "nvidia-cutlass-dsl": _version("nvidia-cutlass-dsl"),
+                               "python": __import__("platform").python_version()}.items() if v}
+    return Environment(gpu_name=gpu, sm_count=sms, driver=_driver() if gpu != "cpu" else "",
+                       cuda=str(torch.version.cuda or ""), torch=torch.__version__,
+                       triton=_module_version("triton"), cudal2=cudal2.__version__,
+                       clocks_start=clk, clocks_end={}, extra=extra)
+
+
+def finish(env: Environment, device="cuda:0") -> Environment:
+    """The same environment with the clocks at the end filled in."""
+    from dataclasses import replace
+
+    import torch
+
+    dev = torch.device(device)
+    end = clocks(dev.index or 0) if dev.type == "cuda" else {}
+    return replace(env, clocks_end=end)

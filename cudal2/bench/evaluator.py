@@ -1,0 +1,294 @@
+"""The evaluator: compile ahead on CPU processes, check each candidate in an isolated GPU
+worker, then time the survivors interleaved with the baselines in one worker process.
+
+    with Evaluator(device="cuda:0") as ev:
+        results = ev.evaluate(problem, specs, modes=("offline", "server"))
+        base = ev.baselines(problem, modes=("offline", "server"))
+
+    report = cudal2.bench.evaluate("4096x4096x4096", specs, mode="offline")
+    report = cudal2.bench.evaluate_kernels(problem, {"mine": my_kernel})
+
+The flow per problem:
+1. specs go to the compile pool (render + precompile on CPU processes), all at once;
+2. for each candidate in turn, the GPU worker compiles it (compile timeout) and runs the
+   correctness checks (run timeout); meanwhile the pool compiles the next ones. A crash or
+   hang kills only the worker; it is replaced and the next candidate goes on;
+3. the candidates that passed are timed in one worker job together with the baselines,
+   interleaved, through the same call path, then their timed outputs are checked again and
+   impossible times rejected. If that job dies, every candidate is re-timed alone so that
+   the one that kills the worker is found and recorded, and the others still get times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable, Iterable, Mapping
+
+from ..ir import GemmProblem, KernelSpec
+from .compile_pool import CompilePool, Prepared
+from .correctness import AccuracyPolicy
+from .results import BaselineResult, CandidateResult, Correctness, Environment, EvalReport, Mode
+from .timing import TimingConfig
+from .worker import KernelRef, TimeRequest, Worker, WorkerDied
+
+DEFAULT_BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune")
+MODES = ("offline", "server")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    device: str = "cuda:0"
+    compile_workers: int | None = None
+    compile_timeout_s: float = 300.0  # render + precompile in the pool; compile() in the worker
+    run_timeout_s: float = 120.0  # the correctness checks of one candidate
+    time_timeout_s: float = 300.0  # timing one contender in one mode (scaled by their number)
+    policy: AccuracyPolicy = field(default_factory=AccuracyPolicy)
+    timing: TimingConfig = field(default_factory=TimingConfig)
+    baselines: tuple[str, ...] = DEFAULT_BASELINES
+    worker_env: dict[str, str] = field(default_factory=dict)
+
+
+def prebuilt_spec() -> KernelSpec:
+    """The spec recorded for a prebuilt kernel (it was not generated from a spec)."""
+    return KernelSpec.model_construct(backend="prebuilt")
+
+
+class Evaluator:
+    """Holds one GPU worker and a compile pool; implements the search's Runner protocol."""
+
+    def __init__(self, config: EvalConfig | None = None, **overrides):
+        self.config = replace(config or EvalConfig(), **overrides)
+        self._worker: Worker | None = None
+        self._pool: CompilePool | None = None
+        self._env: Environment | None = None
+        self._baselines: dict[tuple, dict[str, BaselineResult]] = {}
+
+    # ---- lifetime ----------------------------------------------------------------------------
+    def __enter__(self) -> "Evaluator":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._worker is not None:
+            self._worker.close()
+            self._worker = None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+
+    @property
+    def worker(self) -> Worker:
+        if self._worker is None:
+            self._worker = Worker(self.config.device, self.config.worker_env)
+        return self._worker
+
+    @property
+    def pool(self) -> CompilePool:
+        if self._pool is None:
+            self._pool = CompilePool(self.config.compile_workers, self.config.compile_timeout_s)
+        return self._pool
+
+    @property
+    def restarts(self) -> int:
+        return self._worker.restarts if self._worker else 0
+
+    # ---- Runner protocol -----------------------------------------------------------------------
+    def evaluate(self, problem: GemmProblem, specs: list[KernelSpec],
+                 modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]:
+        problem = GemmProblem.parse(problem)
+        items = [(_label(s, i), s, None) for i, s in enumerate(specs)]
+        return self._run(problem, items, _modes(modes), self.config.baselines)
+
+    def evaluate_kernels(self, problem: GemmProblem, kernels: Mapping[str, Callable | str],
+                         modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]:
+        """Prebuilt kernels: picklable callables kernel(a, b, c=None, bias=None) -> c (module-level
+        functions or instances of module-level classes) or "module:attr" strings."""
+        problem = GemmProblem.parse(problem)
+        items = [(name, None, k) for name, k in kernels.items()]
+        return self._run(problem, items, _modes(modes), self.config.baselines)
+
+    def baselines(self, problem: GemmProblem, modes: tuple[Mode, ...] = ("offline",)) -> dict[str, BaselineResult]:
+        problem, modes = GemmProblem.parse(problem), _modes(modes)
+        key = (problem.key(), modes, self.config.baselines)
+        if key not in self._baselines:
+            self._time(problem, [], modes, self.config.baselines)
+        return self._baselines.get(key, {})
+
+    def environment(self) -> Environment | None:
+        if self._env is None:
+            try:
+                msg = self.worker.request("env", None, 120, "capturing the environment")
+                self._env = msg[1] if msg[0] == "ok" else None
+            except WorkerDied:
+                self._env = None
+        return self._env
+
+    def report(self, problem: GemmProblem, candidates: list[CandidateResult],
+               modes: tuple[Mode, ...] = ("offline",)) -> EvalReport:
+        """An EvalReport with the baselines measured with these candidates and the environment,
+        its end clocks read now."""
+        env = self.environment()
+        if env is not None:
+            try:
+                msg = self.worker.request("env_end", env, 120, "reading the clocks")
+                env = msg[1] if msg[0] == "ok" else env
+            except WorkerDied:
+                pass
+        return EvalReport(problem=problem, candidates=candidates, baselines=self.baselines(problem, modes),
+                          environment=env)
+
+    # ---- the flow ------------------------------------------------------------------------------
+    def _run(self, problem: GemmProblem, items: list[tuple[str, KernelSpec | None, Any]],
+             modes: tuple[str, ...], baselines: tuple[str, ...]) -> list[CandidateResult]:
+        self.environment()  # clocks at the start, before any load
+        specs = [s for _, s, _ in items if s is not None]
+        futures = self.pool.submit_all(problem, specs) if specs else []
+        results: list[CandidateResult | None] = [None] * len(items)
+        passed: list[tuple[int, KernelRef, Correctness, float, str]] = []
+        fi = 0
+        for i, (name, spec, kernel) in enumerate(items):
+            digest = ""
+            if spec is not None:
+                prep: Prepared = self.pool.result(futures, fi, problem, specs)
+                fi += 1
+                if prep.status != "ok":
+                    results[i] = CandidateResult(spec, prep.status, prep.reason, compile_s=prep.seconds, name=name)
+                    continue
+                ref = KernelRef(name, spec=spec, source=prep.source)
+                digest = getattr(prep.source, "digest", "")
+                pre_s = prep.seconds
+            else:
+                ref = KernelRef(name, kernel=kernel)
+                pre_s = 0.0
+            status, reason, corr, compile_s = self._check(problem, ref)
+            if status != "ok":
+                results[i] = CandidateResult(spec or prebuilt_spec(), status, reason, correctness=corr,
+                                             compile_s=pre_s + compile_s, source_digest=digest, name=name)
+                continue
+            passed.append((i, ref, corr, pre_s + compile_s, digest))
+        timed = self._time(problem, [r for _, r, _, _, _ in passed], modes, baselines)
+        for i, ref, corr, compile_s, digest in passed:
+            spec = items[i][1] or prebuilt_spec()
+            status, reason, timing, post_err, note = timed.get(ref.name, ("crash", "no timing returned", {}, None, ""))
+            if post_err is not None and corr is not None:
+                corr = replace(corr, rel_error=max(corr.rel_error, post_err), checks=corr.checks + ("timed-output",))
+            results[i] = CandidateResult(spec, status, reason, correctness=corr, timing=timing, compile_s=compile_s,
+                                         source_digest=digest, name=ref.name, detail=note)
+        return results  # type: ignore[return-value]
+
+    def _check(self, problem: GemmProblem, ref: KernelRef) -> tuple[str, str, Correctness | None, float]:
+        w = self.worker
+        try:
+            w.send("check", {"ref": ref, "problem": problem, "policy": self.config.policy})
+            msg = w.receive(self.config.compile_timeout_s, f"compiling {ref.name}")
+            if msg[0] != "compiled":
+                return msg[1], msg[2], None, 0.0
+            compile_s = msg[1]
+            msg = w.receive(self.config.run_timeout_s, f"checking {ref.name}")
+        except WorkerDied as e:
+            return e.status, e.reason, None, 0.0
+        except Exception as e:  # noqa: BLE001 - e.g. an unpicklable kernel
+            return "crash", f"could not send {ref.name} to the worker: {type(e).__name__}: {e}", None, 0.0
+        if msg[0] == "fail":
+            if msg[1] == "crash" and not w._answering():
+                w.restart()
+            return msg[1], msg[2], None, compile_s
+        return "ok", "", msg[1]["correctness"], compile_s
+
+    def _time(self, problem: GemmProblem, refs: list[KernelRef], modes: tuple[str, ...],
+              baselines: tuple[str, ...]) -> dict[str, tuple]:
+        """name -> (status, reason, {mode: Timing}, post-timing error, note). Baselines are
+        stored for baselines()."""
+        out = self._time_job(problem, refs, modes, baselines)
+        if out is not None:
+            return out
+        # The joint job died: time everyone alone to find the culprit.
+        merged: dict[str, tuple] = {}
+        for ref in refs:
+            alone = self._time_job(problem, [ref], modes, ())
+            merged.update(alone if alone is not None else {ref.name: self._last_death})
+        if baselines and self._time_job(problem, [], modes, baselines) is None:
+            key = (problem.key(), modes, baselines)
+            self._baselines[key] = {b: BaselineResult(b, {}, detail=self._last_death[1], available=False)
+                                    for b in baselines}
+        return merged
+
+    _last_death: tuple = ("crash", "", {}, None, "")
+
+    def _time_job(self, problem, refs, modes, baselines) -> dict[str, tuple] | None:
+        req = TimeRequest(problem, list(refs), tuple(baselines), tuple(modes), self.config.timing, self.config.policy)
+        timeout = self.config.time_timeout_s * max(1, len(modes)) * (1 + 0.5 * (len(refs) + len(baselines)))
+        try:
+            msg = self.worker.request("time", req, timeout, "timing " + ", ".join([r.name for r in refs] + list(baselines)))
+        except WorkerDied as e:
+            self._last_death = (e.status, e.reason, {}, None, "")
+            return None
+        if msg[0] != "ok":
+            self._last_death = (msg[1], msg[2], {}, None, "")
+            if msg[1] in ("crash", "timeout"):
+                return None
+            return {r.name: self._last_death for r in refs}
+        p = msg[1]
+        res: dict[str, tuple] = {}
+        for r in refs:
+            status, reason = p["failures"].get(r.name, ("ok", ""))
+            timing = p["timings"].get(r.name, {})
+            if status == "ok" and set(timing) != set(modes):
+                status, reason = "crash", "timing incomplete"
+            res[r.name] = (status, reason, timing if status == "ok" else {}, p["post_error"].get(r.name),
+                           p["notes"].get(r.name, ""))
+        if baselines:
+            key = (problem.key(), tuple(modes), tuple(baselines))
+            self._baselines[key] = {
+                name: BaselineResult(name, b["timing"], b["correctness"], b["detail"], b["available"])
+                for name, b in p["baselines"].items()}
+        return res
+
+
+def _modes(modes: Iterable[str] | str) -> tuple[str, ...]:
+    ms = (modes,) if isinstance(modes, str) else tuple(modes)
+    bad = [m for m in ms if m not in MODES]
+    if bad or not ms:
+        raise ValueError(f"unknown timing mode(s) {bad or ms!r}; use 'offline' and/or 'server'")
+    return ms
+
+
+def _label(spec: KernelSpec, i: int) -> str:
+    return f"{spec.backend}-{spec.block_m}x{spec.block_n}x{spec.block_k}-w{spec.num_warps}-s{spec.stages}-{spec.key()[:6]}#{i}"
+
+
+def _split(candidates) -> list[tuple[str, KernelSpec | None, Any]]:
+    if isinstance(candidates, Mapping):
+        return [(n, c if isinstance(c, KernelSpec) else None, None if isinstance(c, KernelSpec) else c)
+                for n, c in candidates.items()]
+    if isinstance(candidates, KernelSpec) or callable(candidates):
+        candidates = [candidates]
+    items = []
+    for i, c in enumerate(candidates):
+        if isinstance(c, KernelSpec):
+            items.append((_label(c, i), c, None))
+        else:
+            items.append((getattr(c, "__name__", f"kernel#{i}"), None, c))
+    return items
+
+
+def evaluate(problem, candidates, mode: str | Iterable[str] = "offline",
+             baselines: Iterable[str] = DEFAULT_BASELINES, **config) -> EvalReport:
+    """Evaluate candidates on one problem and return an EvalReport.
+
+    candidates: KernelSpecs (rendered and compiled through the backend registry), prebuilt
+    kernels (picklable callables or "module:attr"), or a {name: spec-or-kernel} mapping.
+    mode: "offline", "server" or both. config: EvalConfig fields (device, timeouts, ...)."""
+    problem = GemmProblem.parse(problem)
+    modes = _modes(mode)
+    with Evaluator(**config, baselines=tuple(baselines)) as ev:
+        results = ev._run(problem, _split(candidates), modes, ev.config.baselines)
+        return ev.report(problem, results, modes)
+
+
+def evaluate_kernels(problem, kernels: Mapping[str, Callable | str], mode: str | Iterable[str] = "offline",
+                     baselines: Iterable[str] = DEFAULT_BASELINES, **config) -> EvalReport:
+    """evaluate() for prebuilt kernels given by name."""
+    return evaluate(problem, dict(kernels), mode=mode, baselines=baselines, **config)

@@ -1,0 +1,133 @@
+"""Operands for checks and timing: random normal tensors in the problem's layout, sets of
+them to rotate through, and an output buffer with poison inside and guard zones around.
+
+Why each piece exists:
+- standard-normal values (never zeros, never 0/1): products of 0/1 inputs are exact in fp16,
+  so they cannot tell fp16 accumulation from fp32, nor a half-done kernel from a finished one;
+- operands refilled in place between checks: the same pointers with new contents defeat a
+  kernel that caches its result by pointer or returns the previous call's output;
+- several input sets rotated during timing: together larger than L2, so that neither a cache
+  keyed by pointer/content nor a warm L2 can pay;
+- NaN poison in the output: an element the kernel never wrote stays NaN and fails;
+- guard zones before and after the output, filled with a random pattern: any write past the
+  output changes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import DTYPE_BYTES, GemmProblem
+
+GUARD_MIN_ELEMENTS = 16384  # 32 KiB of fp16 either side; more for wide rows (see guard_elements)
+
+
+def torch_dtype(name: str):
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
+
+
+def _randn(shape, dtype, device, generator):
+    import torch
+
+    # Drawn on the CPU generator in fp32, then rounded and moved: a seed gives the same values
+    # on every device, so a failure seen on the GPU can be replayed on the CPU.
+    return torch.randn(shape, generator=generator, dtype=torch.float32).to(device=device, dtype=dtype)
+
+
+@dataclass
+class Operands:
+    """One input set: a (M, K) and b (K, N) as strided views matching the layout, optional
+    bias (N,) and C (M, N) when the epilogue reads them."""
+
+    a: object
+    b: object
+    bias: object | None = None
+    c_in: object | None = None  # the C operand (beta != 0); copied into the output before a call
+
+    def refill(self, seed: int) -> None:
+        """New standard-normal values in the same storage (same pointers, new contents)."""
+        import torch
+
+        g = torch.Generator().manual_seed(seed)
+        for t in (self.a, self.b, self.bias, self.c_in):
+            if t is not None:
+                t.copy_(torch.randn(t.shape, generator=g, dtype=torch.float32).to(t.dtype))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (self.a, self.b, self.bias, self.c_in) if t is not None)
+
+
+def make_operands(problem: GemmProblem, seed: int, device="cpu") -> Operands:
+    """Random normal operands laid out as the problem says ('T' = column-major view)."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    dt = torch_dtype(problem.dtype)
+    m, n, k = problem.shape
+    a = _randn((m, k), dt, device, g) if problem.a_row_major else _randn((k, m), dt, device, g).t()
+    b = _randn((k, n), dt, device, g) if problem.b_row_major else _randn((n, k), dt, device, g).t()
+    cdt = torch_dtype(problem.c_dtype)
+    bias = _randn((n,), cdt, device, g) if problem.epilogue.bias else None
+    c_in = _randn((m, n), cdt, device, g) if problem.epilogue.beta != 0 else None
+    return Operands(a, b, bias, c_in)
+
+
+def rotation_count(problem: GemmProblem, l2_bytes: int, memory_budget: int = 2 << 30,
+                   minimum: int = 2, maximum: int = 64) -> int:
+    """How many input sets to rotate through so that all of them together exceed twice the
+    L2 size (then each call finds its operands in DRAM), within a memory budget."""
+    m, n, k = problem.shape
+    per_set = (m * k + k * n) * DTYPE_BYTES[problem.dtype] + m * n * DTYPE_BYTES[problem.c_dtype]
+    want = -(-2 * l2_bytes // max(per_set, 1))
+    fit = max(memory_budget // max(per_set, 1), 1)
+    return int(max(minimum, min(want, fit, maximum)))
+
+
+def guard_elements(problem: GemmProblem) -> int:
+    return max(GUARD_MIN_ELEMENTS, 4 * problem.n)
+
+
+class GuardedOutput:
+    """An (M, N) row-major output view inside a larger buffer: [guard | output | guard].
+    poison() fills the output with NaN and the guards with a random pattern it remembers;
+    intact_guards() says whether the pattern survived."""
+
+    def __init__(self, problem: GemmProblem, device="cpu", seed: int = 0x5EED):
+        import torch
+
+        self.problem = problem
+        self.guard = guard_elements(problem)
+        m, n = problem.m, problem.n
+        dt = torch_dtype(problem.c_dtype)
+        self.storage = torch.empty(2 * self.guard + m * n, dtype=dt, device=device)
+        self.c = self.storage[self.guard:self.guard + m * n].view(m, n)
+        g = torch.Generator().manual_seed(seed)
+        pattern = torch.randn(2 * self.guard, generator=g, dtype=torch.float32).to(dtype=dt, device=device)
+        self._pattern_bits = pattern.view(torch.int16).clone()
+        self._pattern = pattern
+
+    def _guards(self):
+        return self.storage[:self.guard], self.storage[self.guard + self.c.numel():]
+
+    def poison(self, c_in=None) -> None:
+        """NaN in every output element (or C's values when the epilogue reads C), pattern in
+        the guards."""
+        if c_in is None:
+            self.c.fill_(float("nan"))
+        else:
+            self.c.copy_(c_in)
+        lo, hi = self._guards()
+        lo.copy_(self._pattern[:self.guard])
+        hi.copy_(self._pattern[self.guard:])
+
+    def intact_guards(self) -> tuple[bool, int]:
+        """(intact, number of guard elements that changed), compared bit for bit."""
+        import torch
+
+        lo, hi = self._guards()
+        now = torch.cat([lo, hi]).view(torch.int16)
+        changed = int((now != self._pattern_bits).sum().item())
+        return changed == 0, changed

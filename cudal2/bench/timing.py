@@ -1,0 +1,238 @@
+"""Timing: CUDA events, warm-up, medians over many groups, contenders interleaved.
+
+A contender is a callable `call(i)` that runs one GEMM on input set i (its own output for
+set i). All contenders of one measurement share the input sets and go through this same code.
+
+kernel time: a CUDA graph captures N calls cycling over the input sets; events around one
+  replay, divided by N. No Python and no launch overhead: what the GPU spends per GEMM.
+call time: events around N plain Python calls: what a caller pays, host overhead included.
+
+offline: groups back to back (warm GPU; L2 holds whatever the rotation lets it hold).
+server: one call per sample, after an L2 flush (a write larger than L2) and an exponentially
+  distributed idle gap, like requests arriving at a server.
+
+The order of contenders is shuffled in every round, so that drift (clocks, temperature)
+spreads over all of them instead of favouring whoever runs first.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from .results import Timing
+
+Call = Callable[[int], Any]
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    warmup_ms: float = 25.0  # run each contender at least this long before measuring
+    groups: int = 30  # offline: timed groups (graph replays) per contender
+    target_group_ms: float = 2.0  # offline: calls per group chosen so a group lasts about this
+    max_calls_per_group: int = 256
+    server_samples: int = 40  # server: single calls per contender
+    gap_mean_ms: float = 0.5  # server: mean of the exponential idle gap
+    seed: int = 0
+
+
+@dataclass
+class Measured:
+    timing: Timing | None
+    error: str = ""
+    replay: Callable[[], Any] | None = None  # re-runs the timed path (the captured graph) once
+
+
+def _spread(xs: list[float]) -> float:
+    med = statistics.median(xs)
+    return (max(xs) - min(xs)) / med if med > 0 else 0.0
+
+
+class _L2Flusher:
+    def __init__(self, device):
+        import torch
+
+        l2 = getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20) or (50 << 20)
+        self.buf = torch.empty(2 * l2 // 4, dtype=torch.float32, device=device)
+
+    def __call__(self):
+        self.buf.fill_(1.0)  # a write larger than L2 evicts everything the last call left
+
+
+def _capture(call: Call, indices: list[int], device):
+    """A CUDA graph of call(i) for i in indices; None and the error if capture fails."""
+    import torch
+
+    try:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):  # warm-up on a side stream, as capture requires
+            for i in sorted(set(indices)):
+                call(i)
+        torch.cuda.current_stream(device).wait_stream(side)
+        torch.cuda.synchronize(device)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in indices:
+                call(i)
+        torch.cuda.synchronize(device)
+        return g, ""
+    except Exception as e:  # noqa: BLE001 - capture fails in many library-specific ways
+        try:
+            torch.cuda.synchronize(device)
+        except Exception:  # noqa: BLE001
+            pass
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _warmup(call: Call, n_sets: int, cfg: TimingConfig, device) -> float:
+    """Run until warm; return the estimated milliseconds per call (device time)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    total_ms, calls, est = 0.0, 0, 0.0
+    while total_ms < cfg.warmup_ms or calls < 2 * n_sets:
+        start.record()
+        for i in range(n_sets):
+            call(i)
+        end.record()
+        end.synchronize()
+        total_ms += start.elapsed_time(end)
+        calls += n_sets
+        est = start.elapsed_time(end) / n_sets
+        if calls > 100000:
+            break
+    return est
+
+
+def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConfig = TimingConfig(),
+            device=None) -> dict[str, Measured]:
+    """Time every contender in one process, interleaved. Returns name -> Measured."""
+    import torch
+
+    if device is None or torch.device(device).type == "cpu":
+        return _measure_cpu(contenders, n_sets, mode, cfg)
+    device = torch.device(device)
+    rng = random.Random(cfg.seed)
+    names = list(contenders)
+    out: dict[str, Measured] = {}
+    live: dict[str, dict] = {}
+    for name in names:
+        call = contenders[name]
+        try:
+            est = _warmup(call, n_sets, cfg, device)
+        except Exception as e:  # noqa: BLE001
+            out[name] = Measured(None, f"warm-up failed: {type(e).__name__}: {e}")
+            continue
+        if mode == "offline":
+            reps = max(1, min(cfg.max_calls_per_group // n_sets,
+                              math.ceil(cfg.target_group_ms / max(est, 1e-4) / n_sets)))
+            n_calls = reps * n_sets
+            graph, why = _capture(call, [j % n_sets for j in range(n_calls)], device)
+            live[name] = {"calls": n_calls, "graph": graph, "why": why, "k": [], "c": []}
+        else:
+            graphs = []
+            why = ""
+            for i in range(n_sets):
+                g, why = _capture(call, [i], device)
+                if g is None:
+                    graphs = None
+                    break
+                graphs.append(g)
+            live[name] = {"calls": 1, "graph": graphs, "why": why, "k": [], "c": []}
+    if mode == "offline":
+        _offline(contenders, live, n_sets, cfg, rng, device)
+    else:
+        _server(contenders, live, n_sets, cfg, rng, device)
+    for name, st in live.items():
+        graph = st["graph"]
+        if graph is None:
+            replay = None
+        elif mode == "offline":
+            replay = graph.replay
+        else:
+            replay = (lambda gs=graph: [g.replay() for g in gs])
+        method = "cuda-graph" if graph is not None else "launches"
+        ks, cs = st["k"], st["c"]
+        kernel = statistics.median(ks) if st["graph"] is not None else statistics.median(cs)
+        out[name] = Measured(Timing(kernel_ms=kernel, call_ms=statistics.median(cs), groups=len(cs),
+                                    spread=_spread(ks if st["graph"] is not None else cs), method=method),
+                             "" if graph is not None else f"graph capture failed ({st['why']}); "
+                                                          f"kernel time is events around launches", replay)
+    return {n: out[n] for n in names if n in out}
+
+
+def _offline(contenders, live, n_sets, cfg, rng, device):
+    import torch
+
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    for _ in range(cfg.groups):
+        order = list(live)
+        rng.shuffle(order)
+        pending = []
+        for name in order:
+            st, call = live[name], contenders[name]
+            if st["graph"] is not None:
+                k0, k1 = ev(), ev()
+                k0.record()
+                st["graph"].replay()
+                k1.record()
+                pending.append((st["k"], k0, k1, st["calls"]))
+            c0, c1 = ev(), ev()
+            c0.record()
+            for j in range(st["calls"]):
+                call(j % n_sets)
+            c1.record()
+            pending.append((st["c"], c0, c1, st["calls"]))
+        torch.cuda.synchronize(device)
+        for sink, a, b, n in pending:
+            sink.append(a.elapsed_time(b) / n)
+
+
+def _server(contenders, live, n_sets, cfg, rng, device):
+    import torch
+
+    flush = _L2Flusher(device)
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+
+    def cold_sample(run):
+        flush()
+        torch.cuda.synchronize(device)
+        time.sleep(rng.expovariate(1.0 / (cfg.gap_mean_ms * 1e-3)))  # the GPU idles
+        a, b = ev(), ev()
+        a.record()
+        run()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b)
+
+    for s in range(cfg.server_samples):
+        order = list(live)
+        rng.shuffle(order)
+        i = s % n_sets
+        for name in order:
+            st, call = live[name], contenders[name]
+            if st["graph"] is not None:
+                st["k"].append(cold_sample(st["graph"][i].replay))
+            st["c"].append(cold_sample(lambda: call(i)))
+
+
+def _measure_cpu(contenders, n_sets, mode, cfg) -> dict[str, Measured]:
+    """CPU stand-in for the tests of the worker machinery: wall clock around calls."""
+    rng = random.Random(cfg.seed)
+    samples: dict[str, list[float]] = {n: [] for n in contenders}
+    groups = min(cfg.groups, 5)
+    for g in range(groups):
+        order = list(contenders)
+        rng.shuffle(order)
+        for name in order:
+            t0 = time.perf_counter()
+            for i in range(n_sets):
+                contenders[name](i)
+            samples[name].append((time.perf_counter() - t0) * 1e3 / n_sets)
+    return {n: Measured(Timing(kernel_ms=statistics.median(xs), call_ms=statistics.median(xs), groups=len(xs),
+                               spread=_spread(xs), method="cpu-wallclock")) for n, xs in samples.items()}
