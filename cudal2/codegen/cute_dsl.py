@@ -55,7 +55,7 @@ CAPABILITIES = Capabilities(
 
 DEFAULT_PRODUCER_REGISTERS = 40
 DEFAULT_CONSUMER_REGISTERS = 232
-EPILOGUE_STAGES = 4  # must match EPI_STAGES in the template
+EPILOGUE_STAGES = 4  # output pieces in flight through shared memory with the TMA store
 BARRIER_BYTES = 1024
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
 
@@ -197,6 +197,7 @@ class CuteDslBackend(Backend):
         e = problem.epilogue
         return {
             "backend_version": self.version,
+            "epi_stages": EPILOGUE_STAGES,
             "ab_dtype": DSL_NAMES[problem.dtype],
             "d_dtype": DSL_NAMES[problem.c_dtype],
             "consumer_wgs": spec.consumer_warps // 4,

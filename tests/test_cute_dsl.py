@@ -1,0 +1,157 @@
+"""CuTe DSL backend on the CPU: capabilities, supports() refusals, rendering, operand checks, and
+every template variant compiled for sm_90a without a GPU (CUTE_DSL_ARCH=sm_90a), exported to
+the disk cache and loaded back."""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # The DSL reads its target once, when first imported; without a GPU it needs this.
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+
+from cudal2.codegen.cute_dsl import CuteDslBackend, dsl_available  # noqa: E402
+from cudal2.codegen.registry import get_backend  # noqa: E402
+from cudal2.ir import Epilogue, GemmProblem, KernelSpec, SpecError  # noqa: E402
+
+DSL_OK, DSL_WHY = dsl_available()
+needs_dsl = pytest.mark.skipif(not DSL_OK, reason=f"compile tests skipped: {DSL_WHY}")
+
+BASE = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
+            persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store")
+
+
+def spec(**kw) -> KernelSpec:
+    return KernelSpec(**{**BASE, **kw})
+
+
+@pytest.fixture(scope="module")
+def backend(tmp_path_factory):
+    old = os.environ.get("CUDAL2_CACHE_DIR")
+    os.environ["CUDAL2_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
+    yield CuteDslBackend()
+    if old is None:
+        os.environ.pop("CUDAL2_CACHE_DIR", None)
+    else:
+        os.environ["CUDAL2_CACHE_DIR"] = old
+
+
+# ---- declaration and refusals (no DSL needed) ----------------------------------------------------
+def test_registered():
+    assert isinstance(get_backend("cute_dsl"), CuteDslBackend)
+
+
+@pytest.mark.parametrize("field, value", [
+    ("arch", "sm_80"), ("warp_specialization", "pingpong"), ("load_path", "cp_async"),
+    ("smem_swizzle", "64B"), ("num_warps", 16), ("persistent", False), ("epilogue_path", "smem"),
+])
+def test_undeclared_options_refused_by_the_ir(field, value):
+    with pytest.raises(SpecError) as e:
+        spec(**{field: value})
+    assert field in e.value.fields
+
+
+def test_split_k_not_declared():
+    with pytest.raises(SpecError) as e:
+        spec(decomposition="split_k", split_k=2)
+    assert "decomposition" in e.value.fields
+
+
+@pytest.mark.parametrize("layout, m, n, k, bad", [
+    ("NN", 1024, 1024, 1001, "problem.k"),   # A row-major: leading dimension K
+    ("TN", 1001, 1024, 1024, "problem.m"),   # A column-major: leading dimension M
+    ("NN", 1024, 1001, 1024, "problem.n"),   # B row-major: leading dimension N
+])
+def test_tma_alignment_refused(layout, m, n, k, bad):
+    p = GemmProblem(m=m, n=n, k=k, layout=layout)
+    ok = CuteDslBackend().supports(p, spec(epilogue_path="registers"))
+    assert not ok and bad in ok.reason and "16-byte" in ok.reason
+
+
+def test_tma_store_needs_aligned_n_but_registers_do_not():
+    p = GemmProblem(m=1000, n=1004, k=1000, layout="NT")  # A leading K, B leading K: fine; N % 8 != 0
+    b = CuteDslBackend()
+    assert not b.supports(p, spec(epilogue_path="tma_store"))
+    assert b.supports(p, spec(epilogue_path="registers"))
+
+
+def test_two_consumer_warpgroups_need_block_m_multiple_of_128():
+    ok = CuteDslBackend().supports(GemmProblem(m=512, n=512, k=512), spec(block_m=64))
+    assert not ok and "block_m" in ok.reason
+
+
+def test_render_bakes_problem_and_spec_in():
+    p = GemmProblem(m=1032, n=968, k=1048, layout="TN", dtype="bfloat16",
+                    epilogue=Epilogue(alpha=0.5, beta=2.0, bias=True, activation="gelu"))
+    src = CuteDslBackend().render(p, spec(cluster_m=2, stages=3, raster_group=4, raster_order="along_n"))
+    compile(src.text, "rendered", "exec")  # valid Python
+    for line in ("M, N, K = 1032, 968, 1048", "AB_DTYPE = cutlass.BFloat16", "A_ROW_MAJOR = False",
+                 "B_ROW_MAJOR = True", "STAGES = 3", "CLUSTER_M, CLUSTER_N = 2, 1", "RASTER_GROUP = 4",
+                 "RASTER_ALONG_M = False", "ALPHA = 0.5", "BETA = 2.0", "HAS_BIAS = True", "cute.erf"):
+        assert line in src.text, line
+
+
+# ---- compile for sm_90a on the CPU ---------------------------------------------------------------------
+VARIANTS = [
+    # (id, problem kwargs, spec kwargs): every layout, both dtypes, tiles, clusters, stages, epilogues
+    ("NN-fp16-128x128-c1x1-tma", dict(layout="NN"), {}),
+    ("NT-fp16-128x256-c2x1-tma", dict(layout="NT"), dict(block_n=256, stages=3, cluster_m=2)),
+    ("TN-bf16-256x128-c1x2-tma", dict(layout="TN", dtype="bfloat16"), dict(block_m=256, stages=3, cluster_n=2)),
+    ("TT-bf16-64x64-8warps-regs", dict(layout="TT", dtype="bfloat16"),
+     dict(block_m=64, block_n=64, num_warps=8, epilogue_path="registers")),
+    ("NN-fp16-bk32-s6-c2x2-regs", dict(layout="NN"), dict(block_k=32, stages=6, cluster_m=2, cluster_n=2,
+                                                         epilogue_path="registers")),
+    ("NT-fp16-bk128-s2-raster-n", dict(layout="NT"), dict(block_k=128, stages=2, raster_order="along_n",
+                                                          raster_group=1, producer_registers=24,
+                                                          consumer_registers=240)),
+    ("NN-epi-all-gelu-regs", dict(layout="NN", epilogue=Epilogue(alpha=0.5, beta=0.25, bias=True, activation="gelu")),
+     dict(epilogue_path="registers")),
+    ("TT-epi-all-silu-tma", dict(layout="TT", epilogue=Epilogue(alpha=2.0, beta=-1.0, bias=True, activation="silu")),
+     {}),
+    ("TN-epi-bias-relu-bf16out", dict(layout="TN", out_dtype="bfloat16",
+                                      epilogue=Epilogue(bias=True, activation="relu")), {}),
+]
+
+
+@needs_dsl
+@pytest.mark.parametrize("pkw, skw", [v[1:] for v in VARIANTS], ids=[v[0] for v in VARIANTS])
+def test_compiles_for_sm90a(backend, pkw, skw):
+    p = GemmProblem(m=1032, n=968, k=1048, **pkw)
+    s = spec(**skw)
+    assert backend.supports(p, s), backend.supports(p, s).reason
+    kernel = backend.compile(backend.render(p, s))
+    assert kernel.source.problem == p and callable(kernel)
+
+
+@needs_dsl
+@pytest.mark.parametrize("m, n, k", [(8, 8, 8), (1, 8, 16), (100, 1000, 40)])
+def test_compiles_for_shapes_smaller_than_a_tile(backend, m, n, k):
+    p = GemmProblem(m=m, n=n, k=k, layout="NN")
+    backend.compile(backend.render(p, spec(epilogue_path="registers")))
+
+
+@needs_dsl
+def test_disk_cache_round_trip(backend):
+    p = GemmProblem(m=256, n=256, k=256, layout="NT")
+    src = backend.render(p, spec())
+    first = backend.compile(src)
+    assert not first.loaded_from_disk
+    assert backend.compile(src) is first  # in-memory hit
+    again = CuteDslBackend().compile(src)  # a fresh process would do the same: load the exported object
+    assert again.loaded_from_disk
+
+
+# ---- operand checks in the call path (before anything is launched) ----------------------------------
+@needs_dsl
+def test_call_rejects_mismatched_operands(backend):
+    p = GemmProblem(m=64, n=64, k=64, layout="NN", epilogue=Epilogue(bias=True))
+    kernel = backend.compile(backend.render(p, spec(epilogue_path="registers")))
+    a = torch.randn(64, 64, dtype=torch.float16)
+    b = torch.randn(64, 64, dtype=torch.float16)
+    with pytest.raises(ValueError, match="shape"):
+        kernel(torch.randn(64, 32, dtype=torch.float16), b)
+    with pytest.raises(ValueError, match="float16"):
+        kernel(a.float(), b)
+    with pytest.raises(ValueError, match="GPU"):
+        kernel(a, b, bias=torch.randn(64, dtype=torch.float16))
