@@ -66,7 +66,7 @@ class LLMProposer:
         self.baselines = dict(baselines or {})
         self.structured = structured
         self.n_best, self.n_worst, self.n_failures = n_best, n_worst, n_failures
-        self.rejected: list[Rejection] = []
+        self.rejected: list[Rejection] = []  # cumulative over propose() calls
         self.last_analysis = ""
         self.turns = 0  # model turns so far
 
@@ -78,6 +78,10 @@ class LLMProposer:
         c = self.config
         return (f"LLMProposer(provider={c.provider!r}, model={c.model!r}, base_url={c.base_url!r}, "
                 f"backends={self.backends}, arch={self.arch!r}, structured={self.structured})")
+
+    def close(self) -> None:
+        """Close the HTTP connection pool."""
+        self.client.close()
 
     # ---- public ---------------------------------------------------------------------------------
     def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:

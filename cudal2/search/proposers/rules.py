@@ -394,7 +394,10 @@ class RulesProposer:
         flops_per_us = tp.tflops * 1e6 / hw.sm_count  # per SM
         l2_per_us = tp.l2_tbs * 1e6 / hw.sm_count
         consumer = w - PRODUCER_WARPS if f["warp_specialization"] != "none" else w
-        eff = min(1.0, consumer / 4)  # a warpgroup (4 warps) keeps the tensor cores fed
+        # a warpgroup (4 warps) keeps the tensor cores fed, but a warp needs at least a 16x16
+        # piece of the tile: extra warps on a small tile only duplicate work
+        useful = min(consumer, max(1, bm * bn // 256))
+        eff = min(1.0, useful / 4)
         acc = bm * bn // (consumer * 32)
         if acc > 128:
             eff *= 0.85  # register pressure
