@@ -348,3 +348,19 @@ def test_importing_cudal2_does_not_import_httpx():
     code = "import sys, cudal2, cudal2.search.proposers; print('httpx' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_recorded_replies_are_well_formed_wire_format():
+    """The replayed bodies parse with the official SDKs' response types (where installed)."""
+    openai_types = pytest.importorskip("openai.types.chat")
+    anthropic_types = pytest.importorskip("anthropic.types")
+    for path in sorted(REPLIES.glob("*.json")):
+        body = recorded(path.name)
+        if path.name.startswith("anthropic_"):
+            msg = anthropic_types.Message.model_validate(body)
+            assert msg.content[0].type == "tool_use"
+        elif "choices" in body:
+            completion = openai_types.ChatCompletion.model_validate(body)
+            assert completion.choices[0].message.content
+        else:
+            assert "error" in body and body["error"]["message"]
