@@ -1,0 +1,79 @@
+"""Plausibility floor, rotation sets, result types, the report table: no GPU, no processes."""
+
+import pytest
+
+from cudal2.bench.inputs import rotation_count
+from cudal2.bench.plausibility import FALLBACK, floor_ms, implausibility, min_bytes, peak_for
+from cudal2.bench.results import BaselineResult, CandidateResult, Environment, EvalReport, Timing
+from cudal2.ir import GemmProblem, KernelSpec
+
+
+def test_speed_of_light_floor_on_h100():
+    big = GemmProblem.parse((4096, 4096, 4096))
+    assert peak_for("NVIDIA H100 80GB HBM3").tflops_16bit == 1000.0
+    assert floor_ms(big, "NVIDIA H100 80GB HBM3") == pytest.approx(2 * 4096**3 / 1e15 * 1e3)
+    skinny = GemmProblem.parse((8192, 256, 256))  # memory-bound: the byte floor rules
+    assert floor_ms(skinny, "NVIDIA H100 80GB HBM3") == pytest.approx(min_bytes(skinny) / 3.35e12 * 1e3)
+    assert floor_ms(skinny, "NVIDIA H100 80GB HBM3", data_from_dram=False) < floor_ms(skinny, "H100")
+    assert implausibility(big, 0.5 * floor_ms(big, "H100"), "H100").startswith("implausibly fast")
+    assert implausibility(big, 0.2, "NVIDIA H100 80GB HBM3") is None  # 687 TFLOP/s: possible
+    assert peak_for("Some Future GPU") == FALLBACK
+    assert peak_for("NVIDIA H100 PCIe").tflops_16bit < 1000
+
+
+def test_rotation_exceeds_twice_l2_within_budget():
+    l2 = 50 << 20
+    for shape in [(4096, 4096, 4096), (8192, 256, 256), (512, 128, 8192), (64, 64, 64)]:
+        p = GemmProblem.parse(shape)
+        n = rotation_count(p, l2)
+        assert 2 <= n <= 64
+        if n < 64:
+            assert n * min_bytes(p) >= 2 * l2 or n * min_bytes(p) >= (2 << 30) // 2
+
+
+def _report():
+    p = GemmProblem.parse((1024, 1024, 1024))
+    t = lambda ms: {"offline": Timing(kernel_ms=ms, call_ms=ms + 0.01, groups=30)}  # noqa: E731
+    cands = [CandidateResult(KernelSpec(), "ok", timing=t(0.02), name="fast"),
+             CandidateResult(KernelSpec(), "incorrect", "relative error 1e-2 exceeds", name="bad")]
+    base = {"torch": BaselineResult("torch", t(0.025)),
+            "cublaslt_autotune": BaselineResult("cublaslt_autotune", {}, detail="not installed", available=False)}
+    env = Environment("NVIDIA H100 80GB HBM3", 132, "570", "12.8", "2.11", "3.6", "0.1.0")
+    return EvalReport(p, cands, base, env)
+
+
+def test_speedup_uses_kernel_time_and_skips_unavailable_baselines():
+    r = _report()
+    assert r.speedup(r.candidates[0], "torch") == pytest.approx(1.25)
+    assert r.speedup(r.candidates[0], "cublaslt_autotune") is None
+    assert r.speedup(r.candidates[1], "torch") is None
+
+
+def test_report_table_lists_candidates_against_every_baseline():
+    from rich.console import Console
+
+    from cudal2.bench.report import table_from_report
+
+    table = table_from_report(_report(), ("offline",))
+    con = Console(width=250, record=True)
+    con.print(table)
+    text = con.export_text()
+    assert "vs torch" in text and "vs cublaslt_autotune" in text
+    assert "1.250" in text and "unavailable" in text and "incorrect" in text
+
+
+def test_bad_mode_is_a_clear_error():
+    from cudal2.bench.evaluator import _modes
+
+    assert _modes("server") == ("server",)
+    with pytest.raises(ValueError, match="offline"):
+        _modes(("warm",))
+
+
+def test_importing_the_package_is_cheap():
+    import subprocess
+    import sys
+
+    code = "import sys, cudal2.bench; print('torch' in sys.modules, 'triton' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[1] == "False"

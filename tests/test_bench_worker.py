@@ -1,0 +1,55 @@
+"""The worker machinery on the CPU (device injected): a kernel that aborts the process or
+hangs is recorded as crash / timeout, the worker is replaced, and the next candidate is still
+evaluated; specs go through the compile pool and the backend registry."""
+
+import pytest
+
+from cheats import kernels as K
+from cudal2.bench import evaluate, evaluate_kernels
+from cudal2.ir import GemmProblem, KernelSpec
+
+
+@pytest.fixture(scope="module")
+def report():
+    p = GemmProblem.parse((48, 40, 256))
+    kernels = {"honest": K.honest, "aborts": K.aborts, "hangs": K.hangs, "raises": K.raises,
+               "partial": K.partial_write, "stale": "cheats.kernels:stale_output", "after": K.honest}
+    return evaluate_kernels(p, kernels, device="cpu", baselines=("torch", "cublaslt_heuristic"),
+                            run_timeout_s=4, compile_workers=1)
+
+
+def test_crash_and_hang_are_recorded_and_the_run_goes_on(report):
+    by = {c.name: c for c in report.candidates}
+    assert by["aborts"].status == "crash" and "SIGABRT" in by["aborts"].reason
+    assert by["hangs"].status == "timeout" and "did not finish" in by["hangs"].reason
+    assert by["raises"].status == "crash" and "always fails" in by["raises"].reason
+    assert by["partial"].status == "incorrect" and "never written" in by["partial"].reason
+    assert by["stale"].status == "incorrect"
+    for name in ("honest", "after"):  # "after" runs on a replacement worker
+        c = by[name]
+        assert c.ok, c.reason
+        assert c.timing["offline"].kernel_ms > 0 and c.correctness.rel_error <= c.correctness.bound
+        assert "timed-output" in c.correctness.checks
+
+
+def test_baselines_report_availability_with_the_reason(report):
+    assert report.baselines["torch"].available and report.baselines["torch"].timing["offline"].kernel_ms > 0
+    assert report.baselines["torch"].correctness.rel_error < 1e-3
+    lt = report.baselines["cublaslt_heuristic"]
+    try:
+        import nvmath  # noqa: F401
+    except ImportError:
+        assert not lt.available and "nvmath" in lt.detail
+    assert report.environment is not None and report.environment.torch
+
+
+def test_specs_go_through_the_compile_pool_and_registry():
+    p = GemmProblem.parse((40, 24, 64))
+    good = KernelSpec(block_m=32, block_n=32, block_k=32, arch="sm_80")
+    other = KernelSpec(block_m=16, block_n=16, block_k=16, arch="sm_80", decomposition="split_k", split_k=2)
+    rep = evaluate(p, [good, other], device="cpu", baselines=(), compile_workers=2)
+    for c in rep.candidates:
+        assert c.ok, c.reason
+        assert c.source_digest and c.spec.backend == "triton"
+    unsupported = evaluate(p.replace(accumulator="float16"), [good], device="cpu", baselines=(), compile_workers=1)
+    assert unsupported.candidates[0].status == "unsupported"
