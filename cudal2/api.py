@@ -68,7 +68,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
            proposer: Any = "rules", budget: int | str = 64, modes: Sequence[str] = ("offline",),
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
            n_proposals: int | None = None, seed: int | None = None, progress: bool = True, tag: str = "",
-           **problem_fields):
+           batch_size: int = 4, **problem_fields):
     """Search kernels for one GEMM and return a SearchResult.
 
     shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time
@@ -76,6 +76,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     store: a Store, a SQLAlchemy URL or a file path (default: the user cache store, or
     $CUDAL2_STORE). runner: an evaluator (default: cudal2.bench's GPU evaluator).
     problem_fields: further GemmProblem fields (accumulator, out_dtype, epilogue).
+    batch_size: specs evaluated per runner call (compiled in parallel by the evaluator).
     The search resumes a study of the same problem and backends found in the store.
     """
     from .search.loop import run_search
@@ -86,7 +87,13 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
         problem = GemmProblem.parse(shape, dtype=dtype, layout=layout, **problem_fields)
     backends = tuple(backends)
     arch = arch or default_arch()
-    runner = runner if runner is not None else default_runner()
-    return run_search(problem, backends=backends, arch=arch, proposer=resolve_proposer(proposer, backends, arch),
-                      runner=runner, store=resolve_store(store), budget=budget, modes=tuple(modes),
-                      n_proposals=n_proposals, sampler=sampler, seed=seed, tag=tag, progress=progress)
+    own_runner = runner is None
+    runner = default_runner() if own_runner else runner
+    try:
+        return run_search(problem, backends=backends, arch=arch,
+                          proposer=resolve_proposer(proposer, backends, arch), runner=runner,
+                          store=resolve_store(store), budget=budget, modes=tuple(modes), n_proposals=n_proposals,
+                          sampler=sampler, seed=seed, tag=tag, progress=progress, batch_size=batch_size)
+    finally:
+        if own_runner and hasattr(runner, "close"):
+            runner.close()  # the GPU worker and compile pool we started

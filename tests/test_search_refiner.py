@@ -134,3 +134,37 @@ def test_refiner_enqueue_skips_duplicates_and_out_of_space(tmp_path):
     assert n == 1
     pruned = [t for t in ref.study.trials if t.state.name == "PRUNED"]
     assert len(pruned) == 1 and "outside the search space" in pruned[0].user_attrs["error"]
+
+
+def test_batches_keep_proposals_first_and_meet_the_budget_exactly(tmp_path):
+    class Counting(RecordedRunner):
+        batches = []
+
+        def evaluate(self, problem, specs, modes=("offline",)):
+            self.batches.append(len(specs))
+            return super().evaluate(problem, specs, modes)
+
+    specs = [KernelSpec(stages=s, block_k=32) for s in (1, 2, 3, 4, 5)]
+    runner = Counting()
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(specs), runner=runner,
+                     store=Store(tmp_path / "s.db"), budget=11, n_proposals=5, seed=0, batch_size=4,
+                     progress=False)
+    assert runner.calls[:5] == specs
+    assert res.evaluations == len(runner.calls) == 11 and max(runner.batches) == 4
+    assert len({s.key() for s in runner.calls}) == 11  # never the same spec twice
+    assert not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]
+
+
+def test_interrupted_batch_is_given_back(tmp_path):
+    class Broken(RecordedRunner):
+        def evaluate(self, problem, specs, modes=("offline",)):
+            raise KeyboardInterrupt
+
+    store = Store(tmp_path / "s.db")
+    with pytest.raises(KeyboardInterrupt):
+        run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([FAST]), runner=Broken(),
+                   store=store, budget=3, seed=0, progress=False)
+    runner = RecordedRunner()
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=None, runner=runner, store=store,
+                     budget=3, seed=0, progress=False)
+    assert runner.calls[0] == FAST and res.evaluations == 3

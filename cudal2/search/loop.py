@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 import time
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
 
@@ -135,7 +136,10 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                runner: Runner, store: Store, budget: int | str | Budget = 64,
                modes: Sequence[Mode] = ("offline",), n_proposals: int | None = None, sampler: str = "tpe",
                seed: int | None = None, tag: str = "", progress: bool = True,
-               max_trials: int | None = None) -> SearchResult:
+               max_trials: int | None = None, batch_size: int = 1) -> SearchResult:
+    """Run (or resume) the study of `problem` until `budget` is spent; see the module docstring.
+    batch_size: specs handed to runner.evaluate at once (the evaluator compiles a batch in
+    parallel; the TPE sampler's constant liar keeps a batch diverse)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -161,26 +165,10 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     state = _State.from_study(refiner.study, reference, objective_mode)
     if max_trials is None:
         max_trials = 20 * (budget.evaluations or 64) + 50  # pruned trials are cheap but not free
+    study = refiner.study
+    storage = store.optuna_storage
 
-    def objective(trial) -> float:
-        trial.set_user_attr("worker", WORKER)
-        try:
-            spec = refiner.suggest(trial)
-        except SpecError as e:
-            trial.set_user_attr("status", "invalid")
-            trial.set_user_attr("error", str(e)[:2000])
-            raise optuna.TrialPruned(str(e)) from None
-        trial.set_user_attr("spec", spec.to_json())
-        trial.set_user_attr("spec_key", spec.key())
-        result = store.measurement(problem, spec)
-        measured_now = result is None
-        gpu_s = 0.0
-        if measured_now:
-            t0 = time.perf_counter()
-            result = runner.evaluate(problem, [spec], modes)[0]
-            gpu_s = time.perf_counter() - t0
-            # The kernel table first: a kill after this line loses nothing (recover() completes the trial).
-            store.record_kernel(problem, result, render_source(problem, spec), environment, objective_mode)
+    def tell(trial, result: CandidateResult, measured_now: bool, gpu_s: float) -> None:
         attrs = trial_attrs(result, baselines, measured_now=measured_now, reused=not measured_now)
         attrs["gpu_s"] = gpu_s
         for k, v in attrs.items():
@@ -188,21 +176,82 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
         ms = result.kernel_ms(objective_mode) if result.ok else None
         if measured_now:
             state.add(gpu_s, ms, speedups_of(result, baselines).get(objective_mode, {}).get(reference))
-            bar.update(state)
         if ms is None:
-            raise optuna.TrialPruned(f"{result.status}: {result.reason}"[:500])
-        return ms
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+        else:
+            study.tell(trial, ms)
 
-    def stop_when_spent(study, _trial) -> None:
-        if budget.spent(state.evaluations, state.gpu_s):
-            study.stop()
+    def next_batch(room: int) -> list[tuple[Any, KernelSpec]]:
+        """Ask for trials until `room` of them need a GPU measurement (or trials run out);
+        settle the invalid and the already-measured ones on the way."""
+        nonlocal trials_left
+        batch: list[tuple[Any, KernelSpec]] = []
+        while len(batch) < room and trials_left > 0:
+            trials_left -= 1
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # heartbeats are recorded by hand below
+                trial = study.ask()
+            trial.set_user_attr("worker", WORKER)
+            storage.record_heartbeat(trial._trial_id)
+            try:
+                spec = refiner.suggest(trial)
+            except SpecError as e:
+                trial.set_user_attr("status", "invalid")
+                trial.set_user_attr("error", str(e)[:2000])
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+                continue
+            trial.set_user_attr("spec", spec.to_json())
+            trial.set_user_attr("spec_key", spec.key())
+            known = store.measurement(problem, spec)
+            if known is None:
+                known = next((r for t, r in done_in_batch if t == spec), None)
+            if known is not None or any(s == spec for _, s in batch):
+                pending_dups.append((trial, spec, known))
+                continue
+            batch.append((trial, spec))
+        return batch
 
+    trials_left = max_trials
+    done_in_batch: list[tuple[KernelSpec, CandidateResult]] = []
+    pending_dups: list[tuple[Any, KernelSpec, CandidateResult | None]] = []
     bar = _Bar(problem, budget, enabled=progress)
     with bar:
         bar.update(state)
-        if not budget.spent(state.evaluations, state.gpu_s):
-            refiner.study.optimize(objective, n_trials=max_trials, callbacks=[stop_when_spent], gc_after_trial=False)
-    return collect(problem, refiner.study, store, baselines, objective_mode, reference)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "experimental" notice
+            optuna.storages.fail_stale_trials(study)  # trials of dead workers on other hosts (heartbeat)
+        while not budget.spent(state.evaluations, state.gpu_s) and trials_left > 0:
+            room = batch_size
+            if budget.evaluations is not None:
+                room = min(room, budget.evaluations - state.evaluations)
+            batch = next_batch(room)
+            done_in_batch = []
+            if batch:
+                specs = [s for _, s in batch]
+                t0 = time.perf_counter()
+                try:
+                    results = runner.evaluate(problem, specs, modes)
+                    if len(results) != len(specs):
+                        raise RuntimeError(f"runner returned {len(results)} results for {len(specs)} specs")
+                except BaseException:
+                    # Interrupted or broken runner: give the batch back so that a resume measures it.
+                    for trial, _ in batch:
+                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                        study.enqueue_trial(trial.params, user_attrs={"proposal": "requeued"})
+                    raise
+                share = (time.perf_counter() - t0) / len(batch)
+                for (trial, spec), result in zip(batch, results):
+                    # The kernel table first: a kill after this write loses nothing (recover() completes the trial).
+                    store.record_kernel(problem, result, render_source(problem, spec), environment, objective_mode)
+                for (trial, spec), result in zip(batch, results):
+                    tell(trial, result, True, share)
+                    done_in_batch.append((spec, result))
+                bar.update(state)
+            for trial, spec, known in pending_dups:
+                known = known or next(r for s, r in done_in_batch if s == spec)
+                tell(trial, known, False, 0.0)
+            pending_dups = []
+    return collect(problem, study, store, baselines, objective_mode, reference)
 
 
 class _State:

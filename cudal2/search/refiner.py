@@ -42,7 +42,8 @@ def make_sampler(name: str = "tpe", seed: int | None = None):
         # multivariate + group: tile sizes, warps and stages interact, and the space is conditional
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "experimental feature" notices
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8,
+                                              constant_liar=True)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed)
     if name == "random":
