@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Validate the CuTe DSL backend on a Hopper GPU machine that has no network and whose Python
+# lacks nvidia-cutlass-dsl. The DSL arrives in two parts made by cute-dsl-pack.sh (one device
+# call carries at most 64 MiB), each unpacked by the cute-dsl-unpack.sh that travels with it:
+#
+#   here:    bash /work/shared/tools/cute-dsl-pack.sh .carry/cute-dsl        # part1 ~51, part2 ~42 MiB
+#   call 1:  bash tools/gpu_cute_dsl.sh .carry/cute-dsl/part1                 carry: .carry/cute-dsl/part1
+#   call 2:  bash tools/gpu_cute_dsl.sh .carry/cute-dsl/part2 [pytest args]   carry: .carry/cute-dsl/part2
+#
+# Call 2 must reach the same (still warm) machine: the site folder part1 went into lives in /tmp.
+# After part2 the script runs tests/test_gpu_cute_dsl.py (correctness of every variant, then a
+# timing table vs torch.mm); without a PARTDIR it just runs the tests (DSL already importable).
+# The DSL needs cuda-bindings, protobuf and typing-extensions: carry their wheels in .whl/ when
+# the image lacks them (tools/device_env.sh installs .whl/ into /tmp/site).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+site=${CUTE_DSL_SITE:-/tmp/cute-dsl-site}
+dsl_path=""
+if [ $# -gt 0 ] && [ -d "$1" ]; then
+  part=$1; shift
+  dsl_path=$(bash "$part/cute-dsl-unpack.sh" "$part" "$site")
+  if [ ! -f "$part/libcute_dsl_runtime.so" ]; then
+    echo "unpacked $part into $site; now run this script with part2 (same machine, while it is warm)"
+    exit 0
+  fi
+elif [ -d "$site/nvidia_cutlass_dsl" ]; then
+  dsl_path="$site:$site/nvidia_cutlass_dsl/dsl_packages"
+fi
+if [ -f tools/device_env.sh ]; then
+  base=$(bash tools/device_env.sh)
+else
+  base=$PWD
+fi
+export PYTHONPATH="$base${dsl_path:+:$dsl_path}${PYTHONPATH:+:$PYTHONPATH}"
+export CUDAL2_GPU_TESTS=1
+unset TRITON_INTERPRET CUTE_DSL_ARCH
+python3 - <<'EOF'
+import sys
+try:
+    import torch, cutlass, cutlass.cute  # noqa: F401
+except Exception as e:
+    sys.exit(f"cannot import the CuTe DSL: {type(e).__name__}: {e}\n"
+             "unpack part1 then part2 on the same machine; carry wheels for cuda-bindings, protobuf and "
+             "typing-extensions in .whl/ if the image lacks them")
+print("torch", torch.__version__, "| nvidia-cutlass-dsl", getattr(cutlass, "__version__", "?"), "|",
+      torch.cuda.get_device_name())
+EOF
+python3 -m pytest -m gpu tests/test_gpu_cute_dsl.py -s -q -p no:cacheprovider "$@"
