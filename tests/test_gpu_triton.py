@@ -106,6 +106,51 @@ def test_epilogue_on_gpu():
         assert err < 5e-3
 
 
+_PRECOMPILE = """
+import os, sys
+from cudal2 import GemmProblem, KernelSpec, get_backend
+import torch
+be = get_backend("triton")
+arch = sys.argv[2]
+p = GemmProblem(m=1024, n=768, k=512, layout="NT")
+s = KernelSpec(arch=arch, block_m=128, block_n=64, block_k=64, num_warps=4, stages=3, raster_group=3,
+               decomposition="split_k", split_k=2)
+src = be.render(p, s)
+if sys.argv[1] == "precompile":
+    be.precompile(src)
+else:
+    a = torch.randn(1024, 512, device="cuda").half()
+    b = torch.randn(768, 512, device="cuda").half().t()
+    out = be.compile(src)(a, b)
+    torch.cuda.synchronize()
+    assert ((out.float() - a.float() @ b.float()).norm() / (a.float() @ b.float()).norm()) < 5e-3
+"""
+
+
+@pytest.mark.parametrize("path", ["warmup", "compile_ahead"])
+def test_precompile_fills_triton_cache(path, tmp_path):
+    """precompile in one process, launch in another: the launch must find the binaries in
+    Triton's disk cache (no new matmul_kernel.cubin). compile_ahead is the no-GPU path."""
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, TRITON_CACHE_DIR=str(tmp_path / "triton"), CUDAL2_CACHE_DIR=str(tmp_path / "cudal2"))
+    env.pop("TRITON_INTERPRET", None)
+    pre_env = dict(env, CUDA_VISIBLE_DEVICES="") if path == "compile_ahead" else env
+    arch = _arch()
+    for step, e in (("precompile", pre_env), ("launch", env)):
+        run = subprocess.run([sys.executable, "-c", _PRECOMPILE, step, arch], env=e, capture_output=True,
+                             text=True, timeout=300)
+        assert run.returncode == 0, run.stderr[-3000:]
+        cubins = sorted(p.parent.name for p in (tmp_path / "triton").rglob("matmul_kernel.cubin"))
+        if step == "precompile":
+            before = cubins
+            assert before, "precompile left no matmul_kernel binary in TRITON_CACHE_DIR"
+    ROWS.append((f"precompile/{path}", "1024x768x512-float16-NT", "hit" if cubins == before else "MISS", ""))
+    assert cubins == before, f"launch compiled again: cache entries {before} -> {cubins}"
+
+
 def test_zz_print_table():
     """Runs last (file order): the table of every family/shape above."""
     print(f"\n{'family':<22} {'problem':<34} {'rel.err':>9} {'torch.mm':>9}")

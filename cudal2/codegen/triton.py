@@ -228,18 +228,20 @@ class TritonBackend(Backend):
         args = {"a_ptr": ty[p.dtype], "b_ptr": ty[p.dtype], "c_ptr": ty[p.c_dtype],
                 "bias_ptr": ty[p.c_dtype] if p.epilogue.bias else None, "ws_ptr": "*fp32" if split else None}
         module = self.module(source)
-        kernels = [("matmul_kernel", list(args), spec.num_warps, spec.stages)]
+        # the launch options exactly as launch() passes them (they are part of Triton's cache key)
+        kernels = [("matmul_kernel", list(args), dict(num_warps=spec.num_warps, num_stages=spec.stages))]
         if split:
-            kernels.append(("splitk_epilogue_kernel", ["c_ptr", "bias_ptr", "ws_ptr"], 4, 1))
+            kernels.append(("splitk_epilogue_kernel", ["c_ptr", "bias_ptr", "ws_ptr"], dict(num_warps=4)))
         out = {}
-        for name, names, warps, stages in kernels:
+        for name, names, launch_options in kernels:
             fn = getattr(module, name)
             sig = {a: args[a] or "constexpr" for a in names}
             constexprs = {a: None for a in names if args[a] is None}
-            # pointers from torch's allocator are 16-byte aligned: the JIT specializes on that too
-            attrs = {(i,): [["tt.divisibility", 16]] for i, a in enumerate(names) if args[a]}
+            # what the JIT would specialize: pointers from torch's allocator are 16-byte aligned,
+            # None arguments are constexprs with no attributes
+            attrs = {(i,): [["tt.divisibility", 16]] if args[a] else [] for i, a in enumerate(names)}
             out[name] = triton.compile(ASTSource(fn, sig, constexprs, attrs), target=GPUTarget("cuda", capability, 32),
-                                       options=dict(num_warps=warps, num_stages=stages))
+                                       options=launch_options)
         return out
 
 
