@@ -2,13 +2,13 @@
 
 from .codegen import available_backends, get_backend
 from .ir import Epilogue, GemmProblem, KernelSpec, SpecError
+from . import search  # a callable package: cudal2.search(shape, ...) is cudal2.api.search
 
 __version__ = "0.1.0"
 
 # Loaded on first use so that `import cudal2` stays cheap (no torch, optuna or evaluator):
 # name -> (module, attribute)
 _LAZY = {
-    "search": ("cudal2.api", "search"),
     "matmul": ("cudal2.ops", "matmul"),
     "linear": ("cudal2.ops", "linear"),
     "set_table": ("cudal2.ops", "set_table"),

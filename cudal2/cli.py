@@ -130,7 +130,9 @@ def _print_result(res) -> None:
     if res.best is None:
         console.print(f"[red]{res.problem.label()}: no correct kernel in {res.evaluations} evaluations[/red]")
         return
-    t = Table(title=f"{res.problem.label()}: best of {res.evaluations} evaluations ({res.gpu_seconds:.0f} GPU s)")
+    console.print(f"[bold]{res.problem.label()}[/bold]: best of {res.evaluations} evaluations "
+                  f"({res.gpu_seconds:.0f} GPU s)")
+    t = Table()
     t.add_column("mode")
     t.add_column("kernel us", justify="right")
     for name in sorted(res.baselines):

@@ -1,0 +1,99 @@
+"""The `cudal2` command through typer's CliRunner (CPU only)."""
+
+import json
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from cudal2.cli import app
+
+runner = CliRunner()
+
+
+@pytest.fixture(autouse=True)
+def _store(tmp_path, monkeypatch):
+    monkeypatch.setenv("CUDAL2_STORE", str(tmp_path / "store.db"))
+    monkeypatch.setenv("COLUMNS", "200")
+
+
+def _triton_renders() -> bool:
+    try:
+        import triton  # noqa: F401
+
+        from cudal2 import GemmProblem, KernelSpec, get_backend
+
+        get_backend("triton").render(GemmProblem(m=64, n=64, k=64), KernelSpec(load_path="pointer"))
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU message")
+def test_search_without_gpu_says_so_and_offers_dry_run():
+    r = runner.invoke(app, ["search", "4096x4096x4096", "--budget", "4"])
+    assert r.exit_code == 2
+    assert "no CUDA GPU" in r.output and "--dry-run" in r.output
+
+
+def test_search_dry_run_with_rules_proposer_and_triton_backend():
+    if not _triton_renders():
+        pytest.skip("the Triton backend cannot render yet")
+    r = runner.invoke(app, ["search", "512x256x128", "--dry-run", "--n", "3"])
+    assert r.exit_code == 0, r.output
+    assert "dry run" in r.output and "nothing timed" in r.output
+    rows = [line for line in r.output.splitlines() if "triton" in line and "│" in line]
+    assert len(rows) == 3
+    assert all(line.count("yes") == 3 for line in rows), r.output  # valid, rendered, compiled
+
+
+def test_bad_shape_and_budget_are_clear_errors():
+    r = runner.invoke(app, ["search", "4096x4096", "--dry-run"])
+    assert r.exit_code == 2 and "expected three integers" in r.output
+    r = runner.invoke(app, ["search", "64x64x64", "--budget", "lots", "--runner", "recorded"])
+    assert r.exit_code == 2 and "GPU time" in r.output
+
+
+def test_search_show_export_with_recorded_runner(tmp_path):
+    r = runner.invoke(app, ["search", "1024x512x256", "--budget", "5", "--proposer", "random", "--runner",
+                            "recorded", "--seed", "0"])
+    assert r.exit_code == 0, r.output
+    assert "not GPU measurements" in r.output and "best of 5 evaluations" in r.output
+    r = runner.invoke(app, ["show"])
+    assert r.exit_code == 0 and "1024x512x256-float16-NN" in r.output and "recorded" in r.output
+    out = tmp_path / "table.json"
+    r = runner.invoke(app, ["export", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(out.read_text())
+    assert data["format"] == "cudal2.tuned_table" and len(data["entries"]) == 1
+    assert data["entries"][0]["problem"]["m"] == 1024
+
+
+def test_compare_writes_a_png(tmp_path):
+    out = tmp_path / "cmp.png"
+    r = runner.invoke(app, ["compare", "256x512x128", "--proposers", "random,none", "--budget", "4", "--runner",
+                            "recorded", "--out", str(out), "--store-dir", str(tmp_path / "stores")])
+    assert r.exit_code == 0, r.output
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    curves = json.loads(out.with_suffix(".json").read_text())
+    assert set(curves) == {"random", "none"}
+    assert [p["evaluation"] for p in curves["random"]["256x512x128-float16-NN"]] == [1, 2, 3, 4]
+    assert (tmp_path / "stores" / "random.db").exists() and (tmp_path / "stores" / "none.db").exists()
+
+
+def test_sweep_reads_a_shapes_file_and_writes_markdown(tmp_path):
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("# M N K\n256 256 128\n512x128x64\n")
+    out = tmp_path / "sweep.md"
+    r = runner.invoke(app, ["sweep", str(shapes), "--budget", "3", "--proposer", "none", "--runner", "recorded",
+                            "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    text = out.read_text()
+    assert "256x256x128-float16-NN" in text and "512x128x64-float16-NN" in text and "geomean" in text
+
+
+def test_bench_without_gpu_is_a_clear_error():
+    if torch.cuda.is_available():
+        pytest.skip("checks the no-GPU message")
+    r = runner.invoke(app, ["bench", "1024x1024x1024"])
+    assert r.exit_code == 2 and ("no CUDA GPU" in r.output or "not installed" in r.output)

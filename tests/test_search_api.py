@@ -1,0 +1,73 @@
+"""cudal2.search end to end with fakes: the public API, the result object, resumption."""
+
+import pytest
+import torch
+
+import cudal2
+from cudal2 import GemmProblem, KernelSpec
+from cudal2.search.recorded import RecordedRunner
+
+
+def test_search_end_to_end_with_rules_proposer_and_recorded_runner(tmp_path):
+    store = tmp_path / "s.db"
+    runner = RecordedRunner(baselines={"torch": 0.05, "cublaslt_autotune": 0.045})
+    res = cudal2.search((1024, 768, 512), dtype="float16", layout="NT", backends=("triton",), proposer="rules",
+                        budget=8, store=store, runner=runner, progress=False, seed=0, modes=("offline", "server"))
+    assert isinstance(res, cudal2.SearchResult)
+    assert res.problem == GemmProblem(m=1024, n=768, k=512, layout="NT")
+    assert res.evaluations == 8 and len(res.history) == 8
+    assert set(res.best.time_ms) == {"offline", "server"}
+    best_ms = min(r.kernel_ms() for r in res.history if r.ok)
+    assert res.best.time_ms["offline"] == pytest.approx(best_ms)
+    assert res.speedup["torch"] == pytest.approx(0.05 / best_ms)
+    assert set(res.speedups) == {"offline", "server"}
+    first = min(res.study.trials, key=lambda t: t.number)
+    assert first.user_attrs["proposal"].startswith("rules") or first.user_attrs["proposal"] == "proposer"
+    # resuming the same search with a larger budget continues the study; nothing is measured again
+    runner2 = RecordedRunner(baselines={"torch": 0.05, "cublaslt_autotune": 0.045})
+    res2 = cudal2.search((1024, 768, 512), layout="NT", proposer="rules", budget=12, store=store, runner=runner2,
+                         progress=False, seed=0, modes=("offline", "server"))
+    assert res2.evaluations == 12 and len(runner2.calls) == 4
+    assert not {s.key() for s in runner2.calls} & {r.spec.key() for r in res.history}
+    assert res2.study.study_name == res.study.study_name
+
+
+def test_result_kernel_compiles_lazily_and_computes_the_gemm(tmp_path):
+    pytest.importorskip("triton")
+    res = cudal2.search("96x80x64", proposer=None, budget=2, store=tmp_path / "s.db",
+                        runner=RecordedRunner(rows=[({}, 0.01)]), progress=False, seed=0)
+    assert res._kernel is None
+    try:
+        kernel = res.kernel
+    except NotImplementedError:
+        pytest.skip("the Triton backend cannot compile yet")
+    a, b = torch.randn(96, 64).half(), torch.randn(64, 80).half()
+    want = a.float() @ b.float()
+    assert (kernel(a, b).float() - want).norm() / want.norm() < 1e-2
+
+
+def test_no_gpu_and_no_runner_is_a_clear_error(tmp_path):
+    if torch.cuda.is_available():
+        pytest.skip("needs a machine without a GPU")
+    with pytest.raises(RuntimeError, match="dry-run"):
+        cudal2.search((64, 64, 64), store=tmp_path / "s.db")
+
+
+def test_import_is_cheap():
+    import subprocess
+    import sys
+
+    code = "import sys, cudal2; print(sorted(m for m in ('torch', 'optuna', 'triton', 'sqlalchemy') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.gpu
+def test_gpu_search_small_budget(tmp_path):
+    res = cudal2.search((2048, 2048, 2048), budget=4, store=tmp_path / "s.db", progress=False, seed=0)
+    assert res.evaluations == 4 and res.best is not None
+    a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    b = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
+    want = a.float() @ b.float()
+    assert (res.kernel(a, b).float() - want).norm() / want.norm() < 1e-3
+    assert res.speedup["torch"] > 0
