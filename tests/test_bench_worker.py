@@ -53,3 +53,23 @@ def test_specs_go_through_the_compile_pool_and_registry():
         assert c.source_digest and c.spec.backend == "triton"
     unsupported = evaluate(p.replace(accumulator="float16"), [good], device="cpu", baselines=(), compile_workers=1)
     assert unsupported.candidates[0].status == "unsupported"
+
+
+def test_a_cheat_that_starts_after_the_checks_is_caught_on_the_timed_output():
+    p = GemmProblem.parse((32, 32, 512))
+    rep = evaluate_kernels(p, {"late": "cheats.kernels:honest_then_cached", "honest": K.honest}, device="cpu",
+                           baselines=())
+    by = {c.name: c for c in rep.candidates}
+    assert by["honest"].ok
+    assert by["late"].status == "incorrect" and "timed run" in by["late"].reason
+
+
+def test_long_k_probe_exposes_fp16_accumulation_that_a_short_k_hides():
+    p = GemmProblem.parse((64, 64, 128))  # over K=128 fp16 accumulation is within the bound
+    kernels = {"fp16acc": K.fp16_accumulate, "honest": K.honest}
+    plain = evaluate_kernels(p, kernels, device="cpu", baselines=())
+    assert all(c.ok for c in plain.candidates), [c.reason for c in plain.candidates]
+    probed = evaluate_kernels(p, kernels, device="cpu", baselines=(), probe_prebuilt=True)
+    by = {c.name: c for c in probed.candidates}
+    assert by["fp16acc"].status == "incorrect" and "long-K accumulator probe" in by["fp16acc"].reason
+    assert by["honest"].ok and any(x.startswith("long-k-probe(") for x in by["honest"].correctness.checks)

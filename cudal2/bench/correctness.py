@@ -154,6 +154,32 @@ def call_and_verify(kernel: Callable, problem: GemmProblem, ops: Operands, out: 
     return verify_output(problem, out, expected, ret)
 
 
+def stream_order_check(kernel: Callable, problem: GemmProblem, ops: Operands, out: GuardedOutput,
+                       policy: AccuracyPolicy, seed: int, spin_cycles: int = 100_000_000) -> float:
+    """CUDA only: new input values are written on the caller's stream behind a device-side
+    delay (about 50 ms), and the kernel is called at once. A kernel that honours stream order
+    reads the new values; work launched on another stream that does not wait for the caller's
+    stream reads the old ones and fails. Then the whole device is synchronized and the output
+    checked."""
+    import torch
+
+    fresh = make_operands(problem, seed, ops.a.device)  # staged on the device before the delay
+    exp = expected_for(problem, fresh, policy)
+    out.poison(fresh.c_in)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(spin_cycles)  # the caller's stream is busy; other streams are not
+    for dst, src in ((ops.a, fresh.a), (ops.b, fresh.b), (ops.bias, fresh.bias), (ops.c_in, fresh.c_in)):
+        if dst is not None:
+            dst.copy_(src)  # device to device: asynchronous, ordered on the caller's stream
+    ret = kernel(ops.a, ops.b, out.c, ops.bias)
+    torch.cuda.synchronize()
+    try:
+        return verify_output(problem, out, exp, ret)
+    except CheckFailure as e:
+        raise CheckFailure(f"stream order: inputs written on the caller's stream just before the call were not "
+                           f"seen (work on another stream that does not wait for the caller's): {e}") from None
+
+
 CHECKS = ("fresh-normal-inputs", "refilled-same-pointers", "nan-poison", "guard-zones", "finite",
           "rel-frobenius-vs-trusted")
 
@@ -177,4 +203,7 @@ def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: A
             raise CheckFailure(f"seed {base + i}: {e}") from None
         worst, bound = max(worst, err), max(bound, exp.bound)
     checks = CHECKS if problem.epilogue.beta == 0 else tuple(c for c in CHECKS if c != "nan-poison")
+    if getattr(ops.a, "is_cuda", False):
+        err = stream_order_check(kernel, problem, ops, out, policy, base + policy.seeds)
+        worst, checks = max(worst, err), checks + ("stream-order",)
     return Correctness(rel_error=worst, bound=bound, seeds=policy.seeds, checks=checks)

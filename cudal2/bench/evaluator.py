@@ -46,6 +46,12 @@ class EvalConfig:
     timing: TimingConfig = field(default_factory=TimingConfig)
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     worker_env: dict[str, str] = field(default_factory=dict)
+    # Over a short K, fp16 accumulation is as accurate as fp32 accumulation, so the error bound
+    # cannot see it. A spec whose problem has K below this is also rendered for the same M, N
+    # with this K and checked there: the same code generator and spec, a K where it shows.
+    # 0 disables. Prebuilt kernels are probed only with probe_prebuilt (they must accept any K).
+    accumulator_probe_k: int = 4096
+    probe_prebuilt: bool = False
 
 
 def prebuilt_spec() -> KernelSpec:
@@ -163,6 +169,8 @@ class Evaluator:
                 ref = KernelRef(name, kernel=kernel)
                 pre_s = 0.0
             status, reason, corr, compile_s = self._check(problem, ref)
+            if status == "ok":
+                status, reason, corr = self._probe(problem, name, spec, kernel, corr)
             if status != "ok":
                 results[i] = CandidateResult(spec or prebuilt_spec(), status, reason, correctness=corr,
                                              compile_s=pre_s + compile_s, source_digest=digest, name=name)
@@ -196,6 +204,34 @@ class Evaluator:
                 w.restart()
             return msg[1], msg[2], None, compile_s
         return "ok", "", msg[1]["correctness"], compile_s
+
+    def _probe(self, problem: GemmProblem, name: str, spec: KernelSpec | None, kernel: Any,
+               corr: Correctness) -> tuple[str, str, Correctness]:
+        """The long-K accumulator probe (see EvalConfig.accumulator_probe_k)."""
+        k = self.config.accumulator_probe_k
+        if not k or problem.k >= k or (spec is None and not self.config.probe_prebuilt):
+            return "ok", "", corr
+        probe = problem.replace(k=k)
+        if spec is not None:
+            from ..codegen import get_backend
+
+            try:
+                ok = get_backend(spec.backend).supports(probe, spec)
+            except Exception as e:  # noqa: BLE001
+                ok, why = False, str(e)
+            else:
+                why = ok.reason
+            if not ok:
+                return "ok", "", replace(corr, checks=corr.checks + (f"long-k-probe skipped: {why[:80]}",))
+            ref = KernelRef(f"{name}@K={k}", spec=spec)
+        else:
+            ref = KernelRef(f"{name}@K={k}", kernel=kernel)
+        status, reason, _, _ = self._check(probe, ref)
+        if status == "incorrect":
+            return "incorrect", f"long-K accumulator probe (same spec, K={k}): {reason}", corr
+        if status != "ok":
+            return "ok", "", replace(corr, checks=corr.checks + (f"long-k-probe failed to run ({status})",))
+        return "ok", "", replace(corr, checks=corr.checks + (f"long-k-probe(K={k})",))
 
     def _time(self, problem: GemmProblem, refs: list[KernelRef], modes: tuple[str, ...],
               baselines: tuple[str, ...]) -> dict[str, tuple]:

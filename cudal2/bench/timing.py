@@ -226,6 +226,9 @@ def _measure_cpu(contenders, n_sets, mode, cfg) -> dict[str, Measured]:
     rng = random.Random(cfg.seed)
     samples: dict[str, list[float]] = {n: [] for n in contenders}
     groups = min(cfg.groups, 5)
+    for name in contenders:  # warm-up round, untimed
+        for i in range(n_sets):
+            contenders[name](i)
     for g in range(groups):
         order = list(contenders)
         rng.shuffle(order)

@@ -363,6 +363,12 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
             if m.timing is None:
                 failures.setdefault(name, ("crash", m.error))
                 continue
+            if m.error and name in outs:
+                # Kernel time is graph replay; a call that cannot be captured (it launches on
+                # another stream, synchronizes or allocates) cannot be timed honestly.
+                failures[name] = ("incorrect", f"could not be captured in a CUDA graph, so its kernel time "
+                                               f"cannot be measured: {m.error}")
+                continue
             timings[name][mode] = m.timing
             if m.error:
                 notes[name] = m.error

@@ -1,0 +1,108 @@
+"""The evaluator on a real GPU: every cheat caught, a real Triton spec evaluated end to end
+against the baselines, crash isolation with a real illegal address.
+
+Run on the GPU machine: CUDAL2_GPU_TESTS=1 python -m pytest -m gpu tests/test_gpu_bench.py -q -s
+(or tools/gpu_bench.sh, which also runs benchmarks/measure_spread.py)."""
+
+import pytest
+
+from cheats import kernels as K
+from cudal2.bench import evaluate, evaluate_kernels
+from cudal2.ir import GemmProblem, KernelSpec, arch_from_capability
+
+pytestmark = pytest.mark.gpu
+
+# Long K so that fp16 accumulation shows; M, N moderate so the checks stay fast.
+CHEAT_PROBLEM = GemmProblem.parse((1024, 512, 4096))
+
+CHEATS = {
+    "partial_write": ("incorrect", "never written"),
+    "partial_write_one": ("incorrect", "never written"),
+    "cached_by_pointer": ("incorrect", "relative error"),
+    "stale_output": ("incorrect", "relative error"),
+    "fp16_accumulate": ("incorrect", "relative error"),
+    "write_past_end": ("incorrect", "outside the output"),
+    "write_before_start": ("incorrect", "outside the output"),
+    "new_tensor": ("incorrect", "returned a tensor"),
+    "side_stream": ("incorrect", ""),  # stream order, graph capture or speed of light: any of them
+    "triton_side_stream": ("incorrect", ""),
+    "honest_then_cached": ("incorrect", "timed run"),
+    "illegal_address": ("crash", ""),
+}
+
+
+@pytest.fixture(scope="module")
+def cheat_report():
+    kernels = {"honest": K.honest}
+    for name in CHEATS:
+        mod = "cheats.triton_cheats" if name.startswith("triton_") else "cheats.kernels"
+        kernels[name] = f"{mod}:{name}"
+    kernels["honest_after_crash"] = K.honest
+    rep = evaluate_kernels(CHEAT_PROBLEM, kernels, mode=("offline", "server"), baselines=("torch",))
+    for c in rep.candidates:
+        print(f"{c.name:22s} {c.status:10s} {c.reason[:160]}")
+    return rep
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_cheat_is_caught_on_the_gpu(cheat_report, name):
+    c = {c.name: c for c in cheat_report.candidates}[name]
+    status, why = CHEATS[name]
+    assert c.status == status, f"{name}: {c.status} {c.reason}"
+    assert why in c.reason
+
+
+def test_honest_kernels_pass_and_are_timed_by_graph_replay(cheat_report):
+    by = {c.name: c for c in cheat_report.candidates}
+    for name in ("honest", "honest_after_crash"):  # the second runs after the illegal-address crash
+        c = by[name]
+        assert c.ok, c.reason
+        assert "stream-order" in c.correctness.checks and "timed-output" in c.correctness.checks
+        for mode in ("offline", "server"):
+            t = c.timing[mode]
+            assert t.method == "cuda-graph" and t.kernel_ms > 0 and t.call_ms > 0
+    # torch.matmul against itself through the same path: same kernel, so the same time within noise
+    s = cheat_report.speedup(by["honest"], "torch", "offline")
+    assert s is not None and 0.5 < s < 2.0
+
+
+def _spec_for_this_gpu(**kw):
+    import torch
+
+    arch = arch_from_capability(*torch.cuda.get_device_capability())
+    return KernelSpec(backend="triton", arch=arch, **kw)
+
+
+def test_triton_spec_end_to_end_against_the_baselines():
+    problem = GemmProblem.parse((2048, 2048, 2048))
+    specs = [_spec_for_this_gpu(block_m=128, block_n=128, block_k=64, num_warps=8, stages=3),
+             _spec_for_this_gpu(block_m=128, block_n=256, block_k=64, num_warps=8, stages=3)]
+    rep = evaluate(problem, specs, mode=("offline", "server"))
+    from rich.console import Console
+
+    from cudal2.bench.report import table_from_report
+
+    Console(width=220).print(table_from_report(rep, ("offline", "server")))
+    ok = [c for c in rep.candidates if c.ok]
+    assert ok, [(c.status, c.reason) for c in rep.candidates]
+    for c in ok:
+        assert c.correctness.rel_error < 1e-3 and c.source_digest
+        assert c.timing["offline"].method == "cuda-graph"
+        assert rep.speedup(c, "torch", "offline") is not None
+    torch_b = rep.baselines["torch"]
+    assert torch_b.available and torch_b.timing["offline"].kernel_ms > 0 and torch_b.timing["server"].kernel_ms > 0
+    try:
+        import nvmath  # noqa: F401
+        have_nvmath = True
+    except ImportError:
+        have_nvmath = False
+    for name in ("cublaslt_heuristic", "cublaslt_autotune"):
+        b = rep.baselines[name]
+        print(name, b.available, b.detail, b.timing)
+        if have_nvmath:
+            assert b.available and b.timing["offline"].kernel_ms > 0, b.detail
+        else:
+            assert not b.available and "nvmath" in b.detail
+    env = rep.environment
+    assert env.gpu_name != "cpu" and env.sm_count > 0 and env.torch and env.cuda
+    print("environment:", env)
