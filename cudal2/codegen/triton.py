@@ -214,19 +214,18 @@ class TritonBackend(Backend):
         """Compile the rendered kernels for `arch` (default spec.arch) with no GPU present, using
         the ptxas Triton ships. Returns {kernel name: triton CompiledKernel} (see .asm["ptx"]).
         Needs TRITON_INTERPRET unset when the module is first imported."""
+        import torch
         import triton
         from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
 
         if interpreting():
             raise RuntimeError("compile_ahead needs TRITON_INTERPRET unset (the interpreter replaces triton.jit)")
         p, spec = source.problem, source.spec
-        arch = arch or spec.arch
-        capability = {"sm_80": 80, "sm_90": 90, "sm_90a": 90}[arch]
-        ty = {"float16": "*fp16", "bfloat16": "*bf16"}
+        target = GPUTarget("cuda", {"sm_80": 80, "sm_90": 90, "sm_90a": 90}[arch or spec.arch], 32)
+        dt = _torch_dtypes(torch)
         split = spec.decomposition == "split_k"
-        args = {"a_ptr": ty[p.dtype], "b_ptr": ty[p.dtype], "c_ptr": ty[p.c_dtype],
-                "bias_ptr": ty[p.c_dtype] if p.epilogue.bias else None, "ws_ptr": "*fp32" if split else None}
+        args = {"a_ptr": dt[p.dtype], "b_ptr": dt[p.dtype], "c_ptr": dt[p.c_dtype],
+                "bias_ptr": dt[p.c_dtype] if p.epilogue.bias else None, "ws_ptr": torch.float32 if split else None}
         module = self.module(source)
         # the launch options exactly as launch() passes them (they are part of Triton's cache key)
         kernels = [("matmul_kernel", list(args), dict(num_warps=spec.num_warps, num_stages=spec.stages))]
@@ -235,14 +234,32 @@ class TritonBackend(Backend):
         out = {}
         for name, names, launch_options in kernels:
             fn = getattr(module, name)
-            sig = {a: args[a] or "constexpr" for a in names}
-            constexprs = {a: None for a in names if args[a] is None}
-            # what the JIT would specialize: pointers from torch's allocator are 16-byte aligned,
-            # None arguments are constexprs with no attributes
-            attrs = {(i,): [["tt.divisibility", 16]] if args[a] else [] for i, a in enumerate(names)}
-            out[name] = triton.compile(ASTSource(fn, sig, constexprs, attrs), target=GPUTarget("cuda", capability, 32),
-                                       options=launch_options)
+            src, options = _jit_source(fn, [args[a] for a in names], launch_options, target)
+            out[name] = triton.compile(src, target=target, options=options)
         return out
+
+
+def _jit_source(fn, dtypes: list, launch_options: dict, target):
+    """The ASTSource and options Triton's JIT would build for a launch with 16-byte aligned
+    tensors of these dtypes (None for None arguments), so an ahead-of-time compile lands on the
+    JIT's own cache key. Uses the JIT's binder (present in Triton 3.6 to 3.9); if its private
+    API moved, falls back to building the specialization by hand."""
+    from triton.compiler import ASTSource, make_backend
+    from triton.runtime import jit
+
+    backend = make_backend(target)
+    try:
+        binder = jit.create_function_from_signature(fn.signature, fn.params, backend)
+        bound, specialization, options = binder(*[jit.MockTensor.wrap_dtype(d) for d in dtypes], **launch_options)
+        options, signature, constexprs, attrs = fn._pack_args(backend, launch_options, bound, specialization, options)
+        return ASTSource(fn, signature, constexprs, attrs), options.__dict__
+    except (AttributeError, TypeError):
+        ty = {"torch.float16": "*fp16", "torch.bfloat16": "*bf16", "torch.float32": "*fp32"}
+        names = fn.arg_names
+        signature = {a: ty[str(d)] if d is not None else "constexpr" for a, d in zip(names, dtypes)}
+        constexprs = {a: None for a, d in zip(names, dtypes) if d is None}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, d in enumerate(dtypes) if d is not None}
+        return ASTSource(fn, signature, constexprs, attrs), launch_options
 
 
 def _torch_dtypes(torch) -> dict:
@@ -271,6 +288,11 @@ class TritonKernel:
         self._interpreted = interpreting()
         if self._interpreted:
             _fix_interpreter_bf16_dot()
+        self._set_allocator = None
+        if self.spec.load_path == "tma" and not self._interpreted:
+            import triton
+
+            self._set_allocator = triton.set_allocator
         # SMs the persistent grid spans; read from the device on first call. Tests may set it.
         self.num_sms: int | None = ARCHS[self.spec.arch].sm_count if self._interpreted else None
 
@@ -308,11 +330,9 @@ class TritonKernel:
             c = self._torch.empty((self.problem.m, self.problem.n), dtype=self._out_dtype, device=a.device)
         if self.num_sms is None:
             self.num_sms = self._torch.cuda.get_device_properties(a.device).multi_processor_count
-        if self.spec.load_path == "tma" and not self._interpreted:
-            import triton
-
+        if self._set_allocator is not None:  # TMA: descriptors live in a scratch buffer we own
             self._device = a.device
-            triton.set_allocator(self._tma_scratch)
+            self._set_allocator(self._tma_scratch)
         return self._launch(a, b, c, bias, self._workspace_for(a.device), self.num_sms)
 
     def _check(self, a, b, c, bias) -> None:
