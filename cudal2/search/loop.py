@@ -136,10 +136,12 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                runner: Runner, store: Store, budget: int | str | Budget = 64,
                modes: Sequence[Mode] = ("offline",), n_proposals: int | None = None, sampler: str = "tpe",
                seed: int | None = None, tag: str = "", progress: bool = True,
-               max_trials: int | None = None, batch_size: int = 1) -> SearchResult:
+               max_trials: int | None = None, batch_size: int = 1,
+               deadline: float | None = None) -> SearchResult:
     """Run (or resume) the study of `problem` until `budget` is spent; see the module docstring.
     batch_size: specs handed to runner.evaluate at once (the evaluator compiles a batch in
-    parallel; the TPE sampler's constant liar keeps a batch diverse)."""
+    parallel; the TPE sampler's constant liar keeps a batch diverse). deadline: a time.monotonic()
+    after which no new batch starts (the study stays resumable)."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -152,8 +154,9 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     environment = runner.environment()
     reference = "torch" if "torch" in baselines else next(iter(baselines), None)
 
+    state = _State.from_study(refiner.study, reference, objective_mode)
     # Proposals first: the proposer sees everything measured for this problem so far.
-    if proposer is not None:
+    if proposer is not None and not budget.spent(state.evaluations, state.gpu_s):
         history = [r["result"] for r in store.kernels(problem)]
         n = n_proposals if n_proposals is not None else max(1, (budget.evaluations or 16) // 2)
         try:
@@ -162,7 +165,6 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
             raise
         refiner.enqueue(proposals)
 
-    state = _State.from_study(refiner.study, reference, objective_mode)
     if max_trials is None:
         max_trials = 20 * (budget.evaluations or 64) + 50  # pruned trials are cheap but not free
     study = refiner.study
@@ -220,7 +222,8 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "experimental" notice
             optuna.storages.fail_stale_trials(study)  # trials of dead workers on other hosts (heartbeat)
-        while not budget.spent(state.evaluations, state.gpu_s) and trials_left > 0:
+        while not budget.spent(state.evaluations, state.gpu_s) and trials_left > 0 and not (
+                deadline is not None and time.monotonic() >= deadline):
             room = batch_size
             if budget.evaluations is not None:
                 room = min(room, budget.evaluations - state.evaluations)

@@ -1,0 +1,150 @@
+"""Search the 48 shapes of the H100 probe (data/h100_probe_cublas_vs_triton.json) with the
+Triton backend and the rules proposer, and report speedups over torch.matmul and cuBLASLt.
+
+    python benchmarks/search_48.py shared/data/h100_probe_cublas_vs_triton.json \\
+        --budget 32 --store results/search_48.db --out results/search_48.md --max-seconds 500
+
+Resumable: the studies live in the store, so a run stopped by --max-seconds (or killed) and
+started again skips finished shapes and continues the one it was in. Run it in chunks until it
+prints "all 48 shapes done". Offline mode (back-to-back launches), kernel time; speedup =
+baseline kernel ms / best kernel ms. The report is rewritten after every shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from cudal2 import GemmProblem  # noqa: E402
+from cudal2.search.aggregates import aggregate, markdown  # noqa: E402
+
+BASELINES = ("torch", "cublaslt_autotune", "cublaslt_heuristic")
+
+
+def load_shapes(path: Path) -> list[dict]:
+    rows = json.loads(path.read_text())
+    if not isinstance(rows, list) or not all({"M", "N", "K"} <= set(r) for r in rows):
+        raise SystemExit(f"{path}: expected a JSON list of objects with M, N, K (the H100 probe file)")
+    return rows
+
+
+def _us(ms):
+    return "-" if ms is None else f"{ms * 1e3:.1f}"
+
+
+def _x(v):
+    return "-" if v is None else f"{v:.3f}"
+
+
+def _spec_text(spec) -> str:
+    s = f"{spec.block_m}x{spec.block_n}x{spec.block_k} w{spec.num_warps} s{spec.stages} {spec.load_path}"
+    if spec.decomposition == "split_k":
+        s += f" splitk{spec.split_k}/{spec.split_k_reduction}"
+    return s + (" persistent" if spec.persistent else "")
+
+
+def report(rows: list[dict], total: int, budget) -> str:
+    head = ("| M | N | K | best us | torch us | cuBLASLt-autotune us | vs torch | vs cuBLASLt-autotune | "
+            "probe Triton-autotune vs torch | evals | best spec |")
+    lines = [f"# cudal2 search over the H100 probe shapes ({len(rows)} of {total} done; budget {budget}, offline, "
+             "kernel time)", "", head, "|" + "---:|" * 9 + "---|"]
+    for r in rows:
+        lines.append(f"| {r['m']} | {r['n']} | {r['k']} | {_us(r['best_ms'])} | {_us(r['baseline_ms'].get('torch'))} | "
+                     f"{_us(r['baseline_ms'].get('cublaslt_autotune'))} | {_x(r['speedup'].get('torch'))} | "
+                     f"{_x(r['speedup'].get('cublaslt_autotune'))} | {_x(r['probe_ratio'])} | {r['evaluations']} | "
+                     f"`{r['spec']}` |")
+    aggs = {"torch.matmul": aggregate(r["speedup"].get("torch") for r in rows),
+            "cuBLASLt autotune": aggregate(r["speedup"].get("cublaslt_autotune") for r in rows),
+            "cuBLASLt heuristic": aggregate(r["speedup"].get("cublaslt_heuristic") for r in rows)}
+    lines += ["", "## Aggregates (speedup = baseline kernel ms / best kernel ms)", "", markdown(aggs)]
+    if rows and rows[0].get("environment"):
+        env = rows[0]["environment"]
+        lines.append(f"Environment: {env.get('gpu_name')}, driver {env.get('driver')}, CUDA {env.get('cuda')}, "
+                     f"torch {env.get('torch')}, triton {env.get('triton')}")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("shapes", type=Path, help="h100_probe_cublas_vs_triton.json")
+    ap.add_argument("--budget", default="32", help="GPU measurements per shape (or GPU time, e.g. 60s)")
+    ap.add_argument("--store", default=str(ROOT / "results" / "search_48.db"))
+    ap.add_argument("--out", type=Path, default=ROOT / "results" / "search_48.md")
+    ap.add_argument("--max-seconds", type=float, default=None,
+                    help="stop starting new work after this many seconds (resume later)")
+    ap.add_argument("--proposer", default="rules")
+    ap.add_argument("--backend", action="append", default=None)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--limit", type=int, default=None, help="only the first N shapes")
+    ap.add_argument("--runner", choices=("gpu", "recorded"), default="gpu",
+                    help="recorded: synthetic numbers (to try the script without a GPU)")
+    args = ap.parse_args(argv)
+
+    from cudal2.api import default_arch, default_runner, resolve_proposer
+    from cudal2.search.loop import Budget, run_search
+    from cudal2.search.store import Store
+
+    start = time.monotonic()
+    deadline = start + args.max_seconds if args.max_seconds else None
+    shapes = load_shapes(args.shapes)[: args.limit]
+    backends = tuple(args.backend or ["triton"])
+    arch = default_arch()
+    store = Store(args.store)
+    budget = Budget.parse(int(args.budget) if args.budget.isdigit() else args.budget)
+    if args.runner == "recorded":
+        from cudal2.search.recorded import RecordedRunner
+
+        runner = RecordedRunner()
+    else:
+        runner = default_runner()
+    proposer = resolve_proposer(args.proposer, backends, arch)
+    rows, unfinished = [], 0
+    try:
+        for i, s in enumerate(shapes):
+            problem = GemmProblem(m=s["M"], n=s["N"], k=s["K"])
+            if deadline is not None and time.monotonic() >= deadline and not store.baselines(problem):
+                unfinished += 1  # never started: leave it for the next chunk (shapes begun earlier are
+                continue  # still collected below; run_search then spends no GPU time on them)
+            print(f"[{i + 1}/{len(shapes)}] {problem.label()}", flush=True)
+            res = run_search(problem, backends=backends, arch=arch, proposer=proposer, runner=runner, store=store,
+                             budget=budget, modes=("offline",), seed=0, batch_size=args.batch, deadline=deadline)
+            if budget.spent(res.evaluations, res.gpu_seconds):
+                rows.append({
+                    "m": problem.m, "n": problem.n, "k": problem.k,
+                    "best_ms": res.best.time_ms.get("offline") if res.best else None,
+                    "baseline_ms": {b: r.kernel_ms() for b, r in res.baselines.items()
+                                    if r.available and r.kernel_ms() is not None},
+                    "speedup": dict(res.speedup), "evaluations": res.evaluations,
+                    "probe_ratio": s["cublas_ms"] / s["triton_ms"] if s.get("triton_ms") else None,
+                    "spec": _spec_text(res.best.spec) if res.best else "-",
+                    "spec_json": res.best.spec.to_dict() if res.best else None,
+                    "environment": (store.best(problem) or {}).get("environment"),
+                })
+            else:
+                unfinished += 1
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(report(rows, len(shapes), budget))
+            args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    finally:
+        if hasattr(runner, "close"):
+            runner.close()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(report(rows, len(shapes), budget))
+    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    print(report(rows, len(shapes), budget))
+    if unfinished:
+        print(f"{unfinished} shape(s) not finished: run the same command again to continue "
+              f"({time.monotonic() - start:.0f} s this chunk)")
+        return 3
+    print(f"all {len(shapes)} shapes done")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
