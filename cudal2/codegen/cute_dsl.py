@@ -108,6 +108,7 @@ class CuteDslKernel:
     _fn: Any
     _module: Any
     loaded_from_disk: bool = False
+    _keepalive: Any = None  # the loaded binary module owns the execution engine behind _fn
 
     def __call__(self, a, b, c=None, bias=None):
         import torch
@@ -276,19 +277,21 @@ class CuteDslBackend(Backend):
             if hit is not None:
                 return hit
             obj = root / f"gemm_{key}_c{mac}.o"
-            fn, from_disk = None, False
+            fn, from_disk, binary = None, False, None
             if obj.exists() and os.environ.get("CUDAL2_CUTE_DSL_DISK_CACHE", "1") != "0":
                 try:
                     import cutlass.cute as cute
 
-                    fn = getattr(cute.runtime.load_module(str(obj)), "gemm")
+                    binary = cute.runtime.load_module(str(obj))
+                    fn = binary.gemm
                     from_disk = True
                 except Exception:  # stale or foreign artifact: compile afresh
-                    fn = None
+                    fn, binary = None, None
             if fn is None:
                 fn = self._compile_module(module, mac)
                 _export(fn, obj)
-            kernel = CuteDslKernel(source=source, _fn=fn, _module=module, loaded_from_disk=from_disk)
+            kernel = CuteDslKernel(source=source, _fn=fn, _module=module, loaded_from_disk=from_disk,
+                                  _keepalive=binary)
             self._compiled[mem_key] = kernel
             return kernel
 
