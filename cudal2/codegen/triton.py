@@ -36,29 +36,40 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
 
 
-def _fix_interpreter_bf16_dot() -> None:
-    """Triton's CPU interpreter (3.9 at least) multiplies bf16 operands of tl.dot as their
-    uint16 storage bits. Widen bf16 operands to fp32 (exact) before its numpy matmul; the GPU
-    path is untouched. Idempotent."""
+def _fix_interpreter() -> None:
+    """Two bugs of Triton's CPU interpreter, fixed for the interpreter only (the GPU path is
+    untouched); idempotent.
+    - bf16 operands of tl.dot are multiplied as their uint16 storage bits (3.9 at least): widen
+      them to fp32 (exact) before the interpreter's numpy matmul.
+    - scalar tensors used as loop bounds (tl.range(tl.program_id(0), ...)) fail int() on
+      numpy >= 2.3 because they hold a 1-element array (3.6; fixed upstream by 3.9)."""
     import numpy as np
     import triton.language as tl
     from triton.runtime import interpreter
 
     builder = interpreter.InterpreterBuilder
-    if getattr(builder.create_dot, "_cudal2_bf16", False):
-        return
-    original = builder.create_dot
+    if not getattr(builder.create_dot, "_cudal2", False):
+        original_dot = builder.create_dot
 
-    def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
-        def widen(x):
-            if x.dtype.scalar == tl.bfloat16 and x.data.dtype == np.uint16:
-                wide = (x.data.astype(np.uint32) << 16).view(np.float32)
-                return interpreter.TensorHandle(wide, tl.float32)
-            return x
-        return original(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
+        def create_dot(self, a, b, d, input_precision, max_num_imprecise_acc):
+            def widen(x):
+                if x.dtype.scalar == tl.bfloat16 and x.data.dtype == np.uint16:
+                    wide = (x.data.astype(np.uint32) << 16).view(np.float32)
+                    return interpreter.TensorHandle(wide, tl.float32)
+                return x
+            return original_dot(self, widen(a), widen(b), d, input_precision, max_num_imprecise_acc)
 
-    create_dot._cudal2_bf16 = True
-    builder.create_dot = create_dot
+        create_dot._cudal2 = True
+        builder.create_dot = create_dot
+
+    patch_tensor = getattr(interpreter, "_patch_lang_tensor", None)
+    if patch_tensor is not None and not getattr(patch_tensor, "_cudal2", False):
+        def _patch_lang_tensor(tensor, scope):
+            patch_tensor(tensor, scope)
+            scope.set_attr(tensor, "__index__", lambda self: int(np.asarray(self.handle.data).reshape(())))
+
+        _patch_lang_tensor._cudal2 = True
+        interpreter._patch_lang_tensor = _patch_lang_tensor
 
 
 def cache_dir() -> Path:
@@ -287,7 +298,7 @@ class TritonKernel:
         self._scratch = None  # global scratch for device-side TMA descriptors
         self._interpreted = interpreting()
         if self._interpreted:
-            _fix_interpreter_bf16_dot()
+            _fix_interpreter()
         self._set_allocator = None
         if self.spec.load_path == "tma" and not self._interpreted:
             import triton
