@@ -87,7 +87,9 @@ def rotation_count(problem: GemmProblem, l2_bytes: int, memory_budget: int = 2 <
 
 
 def guard_elements(problem: GemmProblem) -> int:
-    return max(GUARD_MIN_ELEMENTS, 4 * problem.n)
+    """At least four output rows; a multiple of 128 elements so that the output view starts
+    256-byte aligned, as a fresh allocation would (TMA needs 16 bytes, vector stores like more)."""
+    return -(-max(GUARD_MIN_ELEMENTS, 4 * problem.n) // 128) * 128
 
 
 class GuardedOutput:
