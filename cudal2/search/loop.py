@@ -232,6 +232,7 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
             if batch:
                 specs = [s for _, s in batch]
                 t0 = time.perf_counter()
+                beating = _Heartbeat(storage, [t._trial_id for t, _ in batch])
                 try:
                     results = runner.evaluate(problem, specs, modes)
                     if len(results) != len(specs):
@@ -242,6 +243,8 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                         study.tell(trial, state=optuna.trial.TrialState.FAIL)
                         study.enqueue_trial(trial.params, user_attrs={"proposal": "requeued"})
                     raise
+                finally:
+                    beating.stop()
                 share = (time.perf_counter() - t0) / len(batch)
                 for (trial, spec), result in zip(batch, results):
                     # The kernel table first: a kill after this write loses nothing (recover() completes the trial).
@@ -255,6 +258,31 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                 tell(trial, known, False, 0.0)
             pending_dups = []
     return collect(problem, study, store, baselines, objective_mode, reference)
+
+
+class _Heartbeat:
+    """Record Optuna heartbeats for trials under measurement, so that workers on other hosts
+    (fail_stale_trials) do not take a long batch for a dead one."""
+
+    def __init__(self, storage, trial_ids: list[int], every_s: float = 30.0):
+        import threading
+
+        self._done = threading.Event()
+
+        def beat() -> None:
+            while not self._done.wait(every_s):
+                for tid in trial_ids:
+                    try:
+                        storage.record_heartbeat(tid)
+                    except Exception:  # noqa: BLE001 - a missed heartbeat only risks a retry
+                        pass
+
+        self._thread = threading.Thread(target=beat, name="cudal2-heartbeat", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        self._thread.join(timeout=5)
 
 
 class _State:
