@@ -26,7 +26,8 @@ def _result(spec, ms, status="ok"):
               "server": Timing(kernel_ms=ms * 1.2, call_ms=ms * 1.3, groups=25)} if status == "ok" else {}
     return CandidateResult(spec=spec, status=status, reason="" if status == "ok" else "bad",
                            correctness=Correctness(rel_error=2.1e-4, bound=1e-3, seeds=3, checks=("poison", "nan")),
-                           timing=timing, compile_s=1.5, source_digest="abc")
+                           timing=timing, compile_s=1.5, source_digest="abc", name=f"s{spec.stages}",
+                           detail="graph replay")
 
 
 def test_store_round_trip(tmp_path):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
@@ -55,14 +55,20 @@ def sqlite_path(url: str) -> Path | None:
 
 
 # ---- (de)serialization of evaluator results ---------------------------------------------------
+def _known(cls, d: dict) -> dict:
+    """The keys of d that the dataclass has (rows written by older or newer versions still load)."""
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
+
+
 def _timings(d: dict) -> dict[str, Timing]:
-    return {mode: Timing(**t) for mode, t in (d or {}).items()}
+    return {mode: Timing(**_known(Timing, t)) for mode, t in (d or {}).items()}
 
 
 def _correctness(d: dict | None) -> Correctness | None:
     if not d:
         return None
-    return Correctness(**{**d, "checks": tuple(d.get("checks", ()))})
+    return Correctness(**{**_known(Correctness, d), "checks": tuple(d.get("checks", ()))})
 
 
 def result_to_json(r: CandidateResult) -> str:
@@ -70,9 +76,9 @@ def result_to_json(r: CandidateResult) -> str:
 
 
 def result_from_dict(d: dict) -> CandidateResult:
-    return CandidateResult(spec=KernelSpec.from_dict(d["spec"]), status=d["status"], reason=d.get("reason", ""),
-                           correctness=_correctness(d.get("correctness")), timing=_timings(d.get("timing")),
-                           compile_s=d.get("compile_s", 0.0), source_digest=d.get("source_digest", ""))
+    return CandidateResult(**{**_known(CandidateResult, d), "spec": KernelSpec.from_dict(d["spec"]),
+                              "correctness": _correctness(d.get("correctness")),
+                              "timing": _timings(d.get("timing"))})
 
 
 def baseline_to_dict(b: BaselineResult) -> dict:
@@ -80,13 +86,12 @@ def baseline_to_dict(b: BaselineResult) -> dict:
 
 
 def baseline_from_dict(d: dict) -> BaselineResult:
-    return BaselineResult(name=d["name"], timing=_timings(d.get("timing")),
-                          correctness=_correctness(d.get("correctness")), detail=d.get("detail", ""),
-                          available=d.get("available", True))
+    return BaselineResult(**{**_known(BaselineResult, d), "timing": _timings(d.get("timing")),
+                             "correctness": _correctness(d.get("correctness"))})
 
 
 def environment_from_dict(d: dict | None) -> Environment | None:
-    return Environment(**d) if d else None
+    return Environment(**_known(Environment, d)) if d else None
 
 
 def _tune_sqlite(engine) -> None:
