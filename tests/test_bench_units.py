@@ -77,3 +77,20 @@ def test_importing_the_package_is_cheap():
     code = "import sys, cudal2.bench; print('torch' in sys.modules, 'triton' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split()[1] == "False"
+
+
+def test_run_bench_prints_the_table_for_specs_from_a_file(tmp_path):
+    from rich.console import Console
+
+    from cudal2.bench.report import load_specs, run_bench
+
+    spec = KernelSpec(block_m=32, block_n=32, block_k=32, arch="sm_80")
+    f = tmp_path / "spec.json"
+    f.write_text(spec.model_dump_json())
+    assert load_specs(f) == [spec]
+    con = Console(width=250, record=True)
+    rep = run_bench("40x24x64", spec_file=f, modes=("offline",), baselines=("torch",), console=con,
+                    device="cpu", accumulator_probe_k=0, compile_workers=1)
+    assert rep.candidates[0].ok, rep.candidates[0].reason
+    text = con.export_text()
+    assert "40x24x64" in text and "vs torch" in text

@@ -63,13 +63,17 @@ def table_from_report(report: EvalReport, modes: Iterable[str] = ("offline",)):
     return t
 
 
+def bench_report(problem, specs: list[KernelSpec], modes: Iterable[str] = ("offline",),
+                 baselines: Iterable[str] = DEFAULT_BASELINES, **config) -> EvalReport:
+    """Evaluate specs against the baselines (config: EvalConfig fields such as device)."""
+    return evaluate(GemmProblem.parse(problem), list(specs), mode=tuple(modes), baselines=tuple(baselines), **config)
+
+
 def bench_table(problem, specs: list[KernelSpec], modes: Iterable[str] = ("offline",),
                 baselines: Iterable[str] = DEFAULT_BASELINES, **config):
     """Evaluate specs on the GPU and return the rich Table (see table_from_report)."""
-    problem = GemmProblem.parse(problem)
     modes = tuple(modes)
-    report = evaluate(problem, list(specs), mode=modes, baselines=tuple(baselines), **config)
-    return table_from_report(report, modes), report
+    return table_from_report(bench_report(problem, specs, modes, baselines, **config), modes)
 
 
 def load_specs(spec_file: str | Path) -> list[KernelSpec]:
@@ -103,6 +107,7 @@ def run_bench(shape, backend: str = "triton", spec_file: str | Path | None = Non
     problem = GemmProblem.parse(shape, dtype=dtype, layout=layout)
     if specs is None:
         specs = load_specs(spec_file) if spec_file else default_specs(backend)
-    table, report = bench_table(problem, specs, modes, baselines, **config)
-    (console or Console()).print(table)
+    modes = tuple(modes)
+    report = bench_report(problem, specs, modes, baselines, **config)
+    (console or Console()).print(table_from_report(report, modes))
     return report
