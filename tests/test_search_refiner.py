@@ -168,3 +168,24 @@ def test_interrupted_batch_is_given_back(tmp_path):
     res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=None, runner=runner, store=store,
                      budget=3, seed=0, progress=False)
     assert runner.calls[0] == FAST and res.evaluations == 3
+
+
+def test_speedups_use_the_baselines_timed_with_the_kernel(tmp_path):
+    """The evaluator times baselines interleaved with each batch; speedups use that batch's."""
+    calls = []
+
+    def drifting(problem):
+        calls.append(1)
+        return {"torch": 0.010 * len(calls)}  # the baseline gets slower call after call
+
+    store = Store(tmp_path / "s.db")
+    runner = RecordedRunner(rows=[({"stages": 2}, 0.001)], model=lambda p, s: 0.5, baselines=drifting)
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([FAST]), runner=runner,
+                     store=store, budget=3, seed=0, progress=False)
+    # call 1: ensure_baselines; call 2: with the first batch (FAST, the best) -> torch 0.020
+    assert res.best.spec == FAST and res.baselines["torch"].kernel_ms() == pytest.approx(0.020)
+    assert res.speedup["torch"] == pytest.approx(20.0)
+    first = min(res.study.trials, key=lambda t: t.number)
+    assert first.user_attrs["speedups"]["offline"]["torch"] == pytest.approx(20.0)
+    (entry,) = list(__import__("cudal2").TunedTable.from_store(store))
+    assert entry.baselines_ms["torch"] == pytest.approx(0.020)

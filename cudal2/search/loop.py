@@ -170,14 +170,15 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     study = refiner.study
     storage = store.optuna_storage
 
-    def tell(trial, result: CandidateResult, measured_now: bool, gpu_s: float) -> None:
-        attrs = trial_attrs(result, baselines, measured_now=measured_now, reused=not measured_now)
+    def tell(trial, result: CandidateResult, measured_now: bool, gpu_s: float,
+             against: dict[str, BaselineResult]) -> None:
+        attrs = trial_attrs(result, against, measured_now=measured_now, reused=not measured_now)
         attrs["gpu_s"] = gpu_s
         for k, v in attrs.items():
             trial.set_user_attr(k, v)
         ms = result.kernel_ms(objective_mode) if result.ok else None
         if measured_now:
-            state.add(gpu_s, ms, speedups_of(result, baselines).get(objective_mode, {}).get(reference))
+            state.add(gpu_s, ms, speedups_of(result, against).get(objective_mode, {}).get(reference))
         if ms is None:
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
         else:
@@ -205,8 +206,6 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
             trial.set_user_attr("spec", spec.to_json())
             trial.set_user_attr("spec_key", spec.key())
             known = store.measurement(problem, spec)
-            if known is None:
-                known = next((r for t, r in done_in_batch if t == spec), None)
             if known is not None or any(s == spec for _, s in batch):
                 pending_dups.append((trial, spec, known))
                 continue
@@ -214,7 +213,7 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
         return batch
 
     trials_left = max_trials
-    done_in_batch: list[tuple[KernelSpec, CandidateResult]] = []
+    done_in_batch: list[tuple[KernelSpec, CandidateResult, dict[str, BaselineResult]]] = []
     pending_dups: list[tuple[Any, KernelSpec, CandidateResult | None]] = []
     bar = _Bar(problem, budget, enabled=progress)
     with bar:
@@ -246,16 +245,25 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                 finally:
                     beating.stop()
                 share = (time.perf_counter() - t0) / len(batch)
+                # Speedups are taken against the baselines timed in the same call (the evaluator
+                # interleaves them with the candidates); a runner without them keeps the first ones.
+                now = runner.baselines(problem, modes) or baselines
+                if now is not baselines:
+                    store.record_baselines(problem, now, environment)
                 for (trial, spec), result in zip(batch, results):
                     # The kernel table first: a kill after this write loses nothing (recover() completes the trial).
-                    store.record_kernel(problem, result, render_source(problem, spec), environment, objective_mode)
+                    store.record_kernel(problem, result, render_source(problem, spec), environment, objective_mode,
+                                        baselines=now)
                 for (trial, spec), result in zip(batch, results):
-                    tell(trial, result, True, share)
-                    done_in_batch.append((spec, result))
+                    tell(trial, result, True, share, now)
+                    done_in_batch.append((spec, result, now))
                 bar.update(state)
             for trial, spec, known in pending_dups:
-                known = known or next(r for s, r in done_in_batch if s == spec)
-                tell(trial, known, False, 0.0)
+                if known is None:
+                    known, against = next((r, b) for s, r, b in done_in_batch if s == spec)
+                else:
+                    against = store.kernel_baselines(problem, spec) or baselines
+                tell(trial, known, False, 0.0, against)
             pending_dups = []
     return collect(problem, study, store, baselines, objective_mode, reference)
 
@@ -369,6 +377,7 @@ def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, Base
         res = best_row["result"]
         best = Best(spec=res.spec, time_ms={m: t.kernel_ms for m, t in res.timing.items()},
                     source=best_row["source"], result=res)
+        baselines = best_row["baselines"] or baselines  # timed with the best kernel, interleaved
         speedups = speedups_of(res, baselines)
     return SearchResult(problem=problem, best=best, speedup=speedups.get(mode, {}), speedups=speedups,
                         baselines=baselines, history=history, study=study, evaluations=state.evaluations,

@@ -165,7 +165,8 @@ class Refiner:
             if spec_json:
                 measured = self.store.measurement(self.problem, KernelSpec.from_json(spec_json))
             if measured is not None:
-                for k, v in trial_attrs(measured, self.store.baselines(self.problem), measured_now=True).items():
+                against = self.store.kernel_baselines(self.problem, measured.spec) or self.store.baselines(self.problem)
+                for k, v in trial_attrs(measured, against, measured_now=True).items():
                     storage.set_trial_user_attr(t._trial_id, k, v)
                 ms = measured.kernel_ms(_objective_mode(measured))
                 if measured.ok and ms is not None:

@@ -186,6 +186,8 @@ class Store:
                 sa.Column("kernel_ms", sa.Float, nullable=True),  # objective mode, for sorting in SQL
                 sa.Column("source", sa.Text, nullable=False, default=""),
                 sa.Column("measurements", sa.Text, nullable=False),
+                # the baselines timed in the same evaluator call (interleaved with this kernel)
+                sa.Column("baselines", sa.Text, nullable=False, default="{}"),
                 sa.Column("environment", sa.Text, nullable=False, default="null"),
                 sa.Column("created", sa.DateTime, nullable=False),
             )
@@ -209,7 +211,8 @@ class Store:
 
     # ---- kernels ------------------------------------------------------------------------------------
     def record_kernel(self, problem: GemmProblem, result: CandidateResult, source: str = "",
-                      environment: Environment | None = None, mode: str = "offline") -> None:
+                      environment: Environment | None = None, mode: str = "offline",
+                      baselines: dict[str, BaselineResult] | None = None) -> None:
         t = self._table("cudal2_kernels")
         with self.engine.begin() as conn:
             conn.execute(t.insert().values(
@@ -217,6 +220,7 @@ class Store:
                 spec=result.spec.to_json(), backend=result.spec.backend, status=result.status,
                 kernel_ms=result.kernel_ms(mode) if result.ok else None, source=source or "",
                 measurements=result_to_json(result),
+                baselines=json.dumps({k: baseline_to_dict(b) for k, b in (baselines or {}).items()}, sort_keys=True),
                 environment=json.dumps(asdict(environment) if environment else None),
                 created=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
 
@@ -227,6 +231,15 @@ class Store:
             row = conn.execute(t.select().where(t.c.problem_key == problem.key(), t.c.spec_key == spec.key())
                                .order_by(t.c.id.desc()).limit(1)).mappings().first()
         return result_from_dict(json.loads(row["measurements"])) if row else None
+
+    def kernel_baselines(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, BaselineResult]:
+        """The baselines timed together with the latest measurement of spec ({} if none)."""
+        t = self._table("cudal2_kernels")
+        with self.engine.connect() as conn:
+            text = conn.execute(t.select().with_only_columns(t.c.baselines)
+                                .where(t.c.problem_key == problem.key(), t.c.spec_key == spec.key())
+                                .order_by(t.c.id.desc()).limit(1)).scalar()
+        return {k: baseline_from_dict(v) for k, v in json.loads(text or "{}").items()}
 
     def kernels(self, problem: GemmProblem | None = None) -> list[dict[str, Any]]:
         """Kernel rows (dicts with parsed problem, result, environment), oldest first."""
@@ -245,6 +258,7 @@ class Store:
             "result": result_from_dict(json.loads(r["measurements"])),
             "backend": r["backend"], "status": r["status"], "kernel_ms": r["kernel_ms"],
             "source": r["source"], "environment": json.loads(r["environment"] or "null"),
+            "baselines": {k: baseline_from_dict(v) for k, v in json.loads(r["baselines"] or "{}").items()},
             "created": r["created"],
         }
 

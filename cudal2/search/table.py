@@ -107,7 +107,8 @@ class TunedTable:
 
     @classmethod
     def from_store(cls, store=None, mode: str = "offline") -> "TunedTable":
-        """Best correct kernel per (problem, GPU) in the store, with the baselines of that problem."""
+        """Best correct kernel per (problem, GPU) in the store, with the baselines timed together
+        with it (interleaved in the same evaluator call), else the problem's stored baselines."""
         from .store import Store
 
         store = store if isinstance(store, Store) else Store(store)
@@ -123,8 +124,10 @@ class TunedTable:
                 if ms is None:
                     continue
                 env = row["environment"] or {}
+                own = {name: b.kernel_ms(mode) for name, b in row["baselines"].items()
+                       if b.available and b.kernel_ms(mode) is not None}
                 created = row["created"].isoformat() if isinstance(row["created"], _dt.datetime) else str(row["created"])
-                table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=ms, baselines_ms=baselines,
+                table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=ms, baselines_ms=own or baselines,
                                      gpu=env.get("gpu_name", ""), created=created))
         return table
 
