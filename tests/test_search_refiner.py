@@ -189,3 +189,11 @@ def test_speedups_use_the_baselines_timed_with_the_kernel(tmp_path):
     assert first.user_attrs["speedups"]["offline"]["torch"] == pytest.approx(20.0)
     (entry,) = list(__import__("cudal2").TunedTable.from_store(store))
     assert entry.baselines_ms["torch"] == pytest.approx(0.020)
+
+
+def test_space_over_two_backends_is_the_union():
+    space = {o.name: o for o in search_space(("triton", "cute_dsl"), "sm_90a")}
+    assert space["backend"].choices == ("triton", "cute_dsl")
+    assert {"none", "cooperative", "pingpong"} <= set(space["warp_specialization"].choices)
+    assert space["split_k"].choices is None and space["split_k"].log  # Triton takes the IR's range
+    assert space["consumer_registers"].contains(232) and space["consumer_registers"].contains(None)

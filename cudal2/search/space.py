@@ -27,7 +27,7 @@ CONDITIONS: dict[str, tuple[str, tuple]] = {
     "consumer_registers": ("warp_specialization", ("cooperative", "pingpong")),
 }
 # Register counts for setmaxnreg: the IR accepts multiples of 8 in [24, 256]; None = compiler's choice.
-_REGISTER_CHOICES = (None, 24, 32, 40, 56, 152, 168, 200, 232, 240)
+_REGISTER_CHOICES = (None, *range(24, 257, 8))
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def search_space(backends: Sequence[str], arch: str) -> list[Option]:
         kind, values = dom
         allowed_sets = [c.allowed(name, arch) for c in caps]
         when = CONDITIONS.get(name)
-        if kind == "range" and all(a is None for a in allowed_sets):
+        if kind == "range" and any(a is None for a in allowed_sets):  # some backend takes the IR's range
             lo, hi = values
             out.append(Option(name, low=lo, high=hi, log=name in _LOG_INTS, when=when))
             continue
