@@ -43,7 +43,7 @@ def test_registered():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("arch", "sm_80"), ("warp_specialization", "pingpong"), ("load_path", "cp_async"),
+    ("arch", "sm_80"), ("warp_specialization", "none"), ("load_path", "cp_async"), ("mma", "mma_sync"),
     ("smem_swizzle", "64B"), ("num_warps", 16), ("persistent", False), ("epilogue_path", "smem"),
 ])
 def test_undeclared_options_refused_by_the_ir(field, value):
@@ -81,6 +81,12 @@ def test_two_consumer_warpgroups_need_block_m_multiple_of_128():
     assert not ok and "block_m" in ok.reason
 
 
+def test_pingpong_tile_must_fit_one_warpgroup():
+    ok = CuteDslBackend().supports(GemmProblem(m=512, n=512, k=512),
+                                   spec(warp_specialization="pingpong", block_n=256, stages=3))
+    assert not ok and "ping-pong" in ok.reason
+
+
 def test_render_bakes_problem_and_spec_in():
     p = GemmProblem(m=1032, n=968, k=1048, layout="TN", dtype="bfloat16",
                     epilogue=Epilogue(alpha=0.5, beta=2.0, bias=True, activation="gelu"))
@@ -109,6 +115,10 @@ VARIANTS = [
      dict(epilogue_path="registers")),
     ("TT-epi-all-silu-tma", dict(layout="TT", epilogue=Epilogue(alpha=2.0, beta=-1.0, bias=True, activation="silu")),
      {}),
+    ("NN-pingpong-128x128-tma", dict(layout="NN"), dict(warp_specialization="pingpong")),
+    ("TT-pingpong-64x256-c2x1-regs-bf16", dict(layout="TT", dtype="bfloat16", epilogue=Epilogue(bias=True)),
+     dict(warp_specialization="pingpong", block_m=64, block_n=256, cluster_m=2, stages=3,
+          epilogue_path="registers")),
     ("TN-epi-bias-relu-bf16out", dict(layout="TN", out_dtype="bfloat16",
                                       epilogue=Epilogue(bias=True, activation="relu")), {}),
 ]

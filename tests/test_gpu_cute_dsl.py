@@ -112,6 +112,9 @@ VARIANTS = {
     "bk128-s2-raster-n": dict(block_k=128, stages=2, raster_order="along_n", raster_group=2),
     "raster1-regsplit": dict(raster_group=1, producer_registers=24, consumer_registers=240),
     "128x128-regs": dict(epilogue_path="registers"),
+    "pingpong-128x128": dict(warp_specialization="pingpong"),
+    "pingpong-64x256-c2x1": dict(warp_specialization="pingpong", block_m=64, block_n=256, stages=3, cluster_m=2),
+    "pingpong-128x128-c1x2-regs": dict(warp_specialization="pingpong", cluster_n=2, epilogue_path="registers"),
 }
 
 
@@ -131,11 +134,12 @@ EPILOGUES = {
 }
 
 
+@pytest.mark.parametrize("ws", ["cooperative", "pingpong"])
 @pytest.mark.parametrize("path", ["registers", "tma_store"])
 @pytest.mark.parametrize("name", list(EPILOGUES))
-def test_epilogues(backend, name, path):
+def test_epilogues(backend, name, path, ws):
     p = GemmProblem(m=ODD[0], n=ODD[1], k=ODD[2], layout="NT", epilogue=EPILOGUES[name])
-    run_checked(backend.compile(backend.render(p, spec(epilogue_path=path))), p)
+    run_checked(backend.compile(backend.render(p, spec(epilogue_path=path, warp_specialization=ws))), p)
 
 
 def test_bf16_out_from_fp16_in(backend):
@@ -179,6 +183,8 @@ TIMED_CONFIGS = {
     "128x256x64 s3 c2x1": dict(block_n=256, stages=3, cluster_m=2),
     "128x256x64 s3 c1x2": dict(block_n=256, stages=3, cluster_n=2),
     "256x128x64 s3 c2x1": dict(block_m=256, stages=3, cluster_m=2),
+    "pp 128x128x64 s5 c1x1": dict(warp_specialization="pingpong", stages=5),
+    "pp 128x128x64 s5 c2x1": dict(warp_specialization="pingpong", stages=5, cluster_m=2),
 }
 
 

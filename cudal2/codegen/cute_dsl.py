@@ -41,7 +41,7 @@ CAPABILITIES = Capabilities(
         cluster_m=[1, 2],
         cluster_n=[1, 2],
         load_path=["tma"],
-        warp_specialization=["cooperative"],
+        warp_specialization=["cooperative", "pingpong"],
         smem_swizzle=["auto"],  # the swizzle follows from the tile's major extent (128B for 64+ fp16)
         smem_padding=[0],
         decomposition=["data_parallel"],
@@ -57,6 +57,7 @@ DEFAULT_PRODUCER_REGISTERS = 40
 DEFAULT_CONSUMER_REGISTERS = 232
 EPILOGUE_STAGES = 4  # output pieces in flight through shared memory with the TMA store
 BARRIER_BYTES = 1024
+PINGPONG_MAX_ACC_REGS = 128  # of the 232 a consumer thread gets: 128x128 and 64x256 tiles
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
 
 
@@ -202,6 +203,7 @@ class CuteDslBackend(Backend):
             "ab_dtype": DSL_NAMES[problem.dtype],
             "d_dtype": DSL_NAMES[problem.c_dtype],
             "consumer_wgs": spec.consumer_warps // 4,
+            "pingpong": spec.warp_specialization == "pingpong",
             "producer_regs": spec.producer_registers or DEFAULT_PRODUCER_REGISTERS,
             "consumer_regs": spec.consumer_registers or DEFAULT_CONSUMER_REGISTERS,
             "raster_along_m": spec.raster_order == "along_m",
@@ -319,17 +321,24 @@ def _export(fn, obj: Path) -> None:
 def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
     """Limits of this template beyond the declared option sets."""
     bad: list[Violation] = []
-    wgs = spec.consumer_warps // 4
+    pingpong = spec.warp_specialization == "pingpong"
+    wgs = 1 if pingpong else spec.consumer_warps // 4  # warpgroups sharing one tile
     if spec.block_m % (64 * wgs):
         bad.append(Violation("block_m", spec.block_m,
                              f"{wgs} cooperative consumer warpgroups split the tile along M in rows of 64",
                              f"use block_m a multiple of {64 * wgs} or num_warps=8"))
+    if pingpong and spec.block_m * spec.block_n // 128 > PINGPONG_MAX_ACC_REGS:
+        bad.append(Violation("block_m*block_n", spec.block_m * spec.block_n,
+                             f"ping-pong gives each consumer warpgroup a whole tile: "
+                             f"{spec.block_m * spec.block_n // 128} fp32 accumulator registers per thread "
+                             f"exceed {PINGPONG_MAX_ACC_REGS}",
+                             "use a 128x128 or 64x256 tile, or warp_specialization='cooperative'"))
     if problem.dtype != problem.c_dtype and problem.c_dtype not in DSL_NAMES:
         bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
                              "use out_dtype float16 or bfloat16"))
     epi = 0
     if spec.epilogue_path == "tma_store":
-        epi = min(spec.block_m, 64 * wgs) * min(32, spec.block_n) * 2 * EPILOGUE_STAGES
+        epi = min(spec.block_m, 64 * wgs) * min(32, spec.block_n) * 2 * EPILOGUE_STAGES * (2 if pingpong else 1)
     smem = spec.stages * (spec.block_m + spec.block_n) * spec.block_k * 2 + epi + BARRIER_BYTES
     limit = arch_limits(spec.arch).smem_per_block
     if smem > limit:
