@@ -192,7 +192,8 @@ class _State:
         self.is_cuda = self.device.type == "cuda"
         if self.is_cuda:
             torch.cuda.set_device(self.device)
-        self.kernels: dict[str, Any] = {}
+        self.kernels: dict[str, Any] = {}  # compiled in a check, reused by the timing job
+        self.max_kernels = 64
 
     def sync(self) -> None:
         if self.is_cuda:
@@ -212,6 +213,16 @@ class _State:
         except Exception:  # noqa: BLE001
             return False
 
+    def release(self) -> None:
+        """Give the memory of the last request's operands, outputs and graphs back to the device."""
+        if self.is_cuda:
+            import gc
+
+            import torch
+
+            gc.collect()
+            torch.cuda.empty_cache()
+
     def kernel(self, ref: KernelRef, problem: GemmProblem):
         if ref.key in self.kernels:
             return self.kernels[ref.key]
@@ -229,6 +240,8 @@ class _State:
             source = ref.source if ref.source is not None else backend.render(problem, ref.spec)
             k = backend.compile(source)
         self.kernels[ref.key] = k
+        while len(self.kernels) > self.max_kernels:  # kernels may own workspace on the device
+            self.kernels.pop(next(iter(self.kernels)))
         return k
 
 
@@ -262,6 +275,7 @@ def serve(conn, device: str) -> None:
         try:
             handler = {"check": _check, "time": _time, "env": _env, "env_end": _env_end}[kind]
             handler(state, conn, payload)
+            state.release()
         except Exception as e:  # noqa: BLE001 - report it; the parent decides
             fatal = not state.healthy()
             detail = _describe(e)
@@ -438,6 +452,4 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
                       "notes": {n: v for n, v in notes.items() if not n.startswith("baseline:")},
                       "post_error": {n: v for n, v in post_err.items() if not n.startswith("baseline:")},
                       "baselines": base_info, "n_sets": n_sets}))
-    del sets, outs, contenders, prepared
-    if state.is_cuda:
-        torch.cuda.empty_cache()
+    state.kernels.clear()  # timed: done with them (and with any workspace they hold)
