@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import cudal2
-from cudal2 import GemmProblem, KernelSpec
+from cudal2 import GemmProblem
 from cudal2.search.recorded import RecordedRunner
 
 

@@ -13,8 +13,7 @@ import pytest
 
 from cudal2 import GemmProblem, KernelSpec
 from cudal2.bench.results import BaselineResult, CandidateResult, Correctness, Environment, Timing
-from cudal2.search.loop import run_search
-from cudal2.search.recorded import RecordedRunner, specs_measured
+from cudal2.search.recorded import specs_measured
 from cudal2.search.refiner import WORKER, Refiner
 from cudal2.search.store import Store, as_url
 
@@ -59,6 +58,7 @@ def _dead_pid() -> int:
     return p.pid
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
 def test_recover_completes_a_measured_running_trial_and_requeues_the_rest(tmp_path):
     store = Store(tmp_path / "s.db")
     ref = Refiner(PROBLEM, ("triton",), store, "sm_90a")
@@ -83,6 +83,7 @@ def test_recover_completes_a_measured_running_trial_and_requeues_the_rest(tmp_pa
     assert len(waiting) == 1 and waiting[0].system_attrs["fixed_params"] == params_of(lost, ref.space)
 
 
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
 def test_trial_of_a_live_process_is_left_alone(tmp_path):
     ref = Refiner(PROBLEM, ("triton",), Store(tmp_path / "s.db"), "sm_90a")
     t = ref.study.ask()
@@ -117,7 +118,8 @@ def test_sigkill_mid_search_then_resume(tmp_path):
     script = tmp_path / "run.py"
     script.write_text(SCRIPT)
     db, log = tmp_path / "store.db", tmp_path / "measured.log"
-    env = {**os.environ, "PYTHONPATH": os.getcwd() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
     proc = subprocess.Popen([sys.executable, str(script), str(db), str(log), "0.25"], env=env)
     deadline = time.time() + 90
     while len(specs_measured(log)) < 5 and time.time() < deadline and proc.poll() is None:
