@@ -332,7 +332,11 @@ class _Bar:
 
     def __enter__(self):
         if self.enabled:
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            try:
+                from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+            except ImportError:  # a bare GPU image: plain lines instead of a bar
+                self.plain = True
+                return self
 
             self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                                      TextColumn("best {task.fields[best]}"), TextColumn("GPU {task.fields[gpu]}"),
@@ -342,7 +346,14 @@ class _Bar:
             self.task = self.progress.add_task(self.problem.label(), total=total, best="-", gpu="0.0s")
         return self
 
+    plain = False
+
     def update(self, state: _State) -> None:
+        if self.plain:
+            best = f"{state.best_speedup:.3f}x" if state.best_speedup is not None else "-"
+            print(f"{self.problem.label()}: {state.evaluations} evaluations, best {best}, GPU {state.gpu_s:.1f}s",
+                  flush=True)
+            return
         if self.progress is None:
             return
         done = state.evaluations if self.budget.evaluations is not None else min(state.gpu_s, self.budget.seconds)
