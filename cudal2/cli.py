@@ -113,7 +113,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
         _fail(str(e))
     try:
         prop = None if proposer == "none" else resolve_proposer(proposer, tuple(backend), arch)
-    except (KeyError, ImportError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - unknown name, missing package, no API key
         _fail(f"proposer {proposer!r}: {e}")
     run = _runner(runner)
     try:
@@ -157,7 +157,7 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
         _fail("a dry run shows proposals; choose --proposer rules, llm or random")
     try:
         prop = resolve_proposer(proposer, tuple(backends), arch)
-    except (KeyError, ImportError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - unknown name, missing package, no API key
         _fail(f"proposer {proposer!r}: {e}")
     rows = dry_run(problem, backends=tuple(backends), arch=arch, proposer=prop, n=n)
     t = Table(title=f"dry run: {problem.label()} on {arch} ({len(rows)} proposals; nothing timed)")
@@ -262,7 +262,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help="shapes, e.g. 4096x
     for name in names:
         try:
             prop = None if name == "none" else resolve_proposer(name, tuple(backend), arch)
-        except (KeyError, ImportError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - unknown name, missing package, no API key
             _fail(f"proposer {name!r}: {e}")
         store = Store(root / f"{name}.db")
         for problem in problems:
