@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from cudal2 import GemmProblem, KernelSpec, SpecError, get_backend
+from cudal2.codegen.triton import cache_dir
 from cudal2.ir import Epilogue
 
 BOUND = {"float16": 5e-3, "bfloat16": 1e-2}  # relative Frobenius error vs the fp32 reference
@@ -23,8 +24,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture(scope="module")
 def backend(tmp_path_factory):
-    os.environ.setdefault("CUDAL2_CACHE_DIR", str(tmp_path_factory.mktemp("cudal2-cache")))
-    return get_backend("triton")
+    with pytest.MonkeyPatch.context() as mp:  # rendered modules go to a temporary cache
+        mp.setenv("CUDAL2_CACHE_DIR", str(tmp_path_factory.mktemp("cudal2-cache")))
+        yield get_backend("triton")
 
 
 def operands(problem: GemmProblem, seed: int):
@@ -240,7 +242,7 @@ def test_source_is_cached_on_disk_and_imported_once(backend):
     source = backend.render(problem, spec(block_m=16, block_n=16, block_k=16))
     first, second = backend.compile(source), backend.compile(source)
     assert first._launch is second._launch
-    path = Path(os.environ["CUDAL2_CACHE_DIR"]) / "triton" / f"{backend.cache_key(source)}.py"
+    path = cache_dir() / f"{backend.cache_key(source)}.py"
     assert path.read_text() == source.text
 
 
@@ -261,8 +263,10 @@ def test_compile_ahead_for_hopper_and_ampere(tmp_path):
         assert "cp.async.bulk.tensor" in ptx and "wgmma" in ptx, "TMA loads and wgmma expected on sm_90a"
         assert "splitk_epilogue_kernel" in ks
         ptr = KernelSpec(arch="sm_80", block_m=64, block_n=64, block_k=32, stages=3)
-        ptx = be.compile_ahead(be.render(p.replace(layout="NN"), ptr))["matmul_kernel"].asm["ptx"]
+        src = be.render(p.replace(layout="NN"), ptr)
+        ptx = be.compile_ahead(src)["matmul_kernel"].asm["ptx"]
         assert "cp.async" in ptx and "mma.sync" in ptx, "pipelined cp.async and mma.sync expected on sm_80"
+        be.precompile(src)  # no GPU here: takes the compile_ahead path
         print("ok")
     """)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
