@@ -73,3 +73,20 @@ def test_long_k_probe_exposes_fp16_accumulation_that_a_short_k_hides():
     by = {c.name: c for c in probed.candidates}
     assert by["fp16acc"].status == "incorrect" and "long-K accumulator probe" in by["fp16acc"].reason
     assert by["honest"].ok and any(x.startswith("long-k-probe(") for x in by["honest"].correctness.checks)
+
+
+def test_compile_pool_times_out_a_hung_compile_and_still_compiles_the_rest():
+    from cheats.slow_compile import hang_on_block_m_16
+    from cudal2.bench.compile_pool import CompilePool
+
+    p = GemmProblem.parse((64, 64, 64))
+    specs = [KernelSpec(block_m=b, arch="sm_80") for b in (32, 16, 64, 128)]
+    pool = CompilePool(workers=2, timeout_s=3, task=hang_on_block_m_16)
+    try:
+        futures = pool.submit_all(p, specs)
+        got = [pool.result(futures, i, p, specs) for i in range(len(specs))]
+    finally:
+        pool.close()
+    assert [g.status for g in got] == ["ok", "compile_error", "ok", "ok"]
+    assert "did not finish within 3 s" in got[1].reason
+    assert got[3].reason == "compiled 128"

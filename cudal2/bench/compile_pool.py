@@ -19,7 +19,7 @@ import multiprocessing as mp
 import os
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from ..ir import GemmProblem, KernelSpec
 
@@ -57,9 +57,11 @@ def render_and_precompile(problem: GemmProblem, spec: KernelSpec) -> Prepared:
 
 
 class CompilePool:
-    def __init__(self, workers: int | None = None, timeout_s: float = 300.0):
+    def __init__(self, workers: int | None = None, timeout_s: float = 300.0,
+                 task: Callable[[GemmProblem, KernelSpec], Prepared] = render_and_precompile):
         self.workers = workers or max(1, min(8, (os.cpu_count() or 2) - 1))
         self.timeout_s = timeout_s
+        self.task = task  # a module-level function (it is pickled by reference); tests inject one
         self._pool: cf.ProcessPoolExecutor | None = None
 
     def _executor(self) -> cf.ProcessPoolExecutor:
@@ -69,7 +71,7 @@ class CompilePool:
 
     def submit_all(self, problem: GemmProblem, specs: list[KernelSpec]) -> list[cf.Future]:
         ex = self._executor()
-        return [ex.submit(render_and_precompile, problem, s) for s in specs]
+        return [ex.submit(self.task, problem, s) for s in specs]
 
     def result(self, futures: list[cf.Future], i: int, problem: GemmProblem, specs: list[KernelSpec]) -> Prepared:
         """Wait for spec i (at most timeout_s from now). On a timeout the pool is rebuilt and
@@ -81,7 +83,7 @@ class CompilePool:
             ex = self._executor()
             for j in range(i + 1, len(futures)):
                 if not futures[j].done() or futures[j].exception() is not None:
-                    futures[j] = ex.submit(render_and_precompile, problem, specs[j])
+                    futures[j] = ex.submit(self.task, problem, specs[j])
             return Prepared(status="compile_error", reason=f"render+precompile did not finish within "
                                                            f"{self.timeout_s:g} s (compile pool rebuilt)")
         except Exception as e:  # noqa: BLE001 - a pool process died (BrokenProcessPool) or pickling failed
@@ -90,7 +92,7 @@ class CompilePool:
                 ex = self._executor()
                 for j in range(i + 1, len(futures)):
                     if not futures[j].done() or futures[j].exception() is not None:
-                        futures[j] = ex.submit(render_and_precompile, problem, specs[j])
+                        futures[j] = ex.submit(self.task, problem, specs[j])
             return Prepared(status="compile_error", reason=f"compile worker failed: {type(e).__name__}: {e}")
 
     def _kill(self) -> None:
@@ -105,7 +107,16 @@ class CompilePool:
                 pass
         pool.shutdown(wait=False, cancel_futures=True)
 
-    def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True, cancel_futures=True)
-            self._pool = None
+    def close(self, grace_s: float = 5.0) -> None:
+        """Cancel what has not started; give running compiles grace_s, then end them."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        procs = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        deadline = time.monotonic() + grace_s
+        for p in procs:
+            p.join(max(0.0, deadline - time.monotonic()))
+            if p.is_alive():
+                p.kill()
+                p.join(1)

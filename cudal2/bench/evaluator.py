@@ -190,7 +190,10 @@ class Evaluator:
         w = self.worker
         try:
             w.send("check", {"ref": ref, "problem": problem, "policy": self.config.policy})
-            msg = w.receive(self.config.compile_timeout_s, f"compiling {ref.name}")
+            try:
+                msg = w.receive(self.config.compile_timeout_s, f"compiling {ref.name}")
+            except WorkerDied as e:
+                return ("compile_error" if e.status == "timeout" else e.status), e.reason, None, 0.0
             if msg[0] != "compiled":
                 return msg[1], msg[2], None, 0.0
             compile_s = msg[1]
@@ -304,12 +307,16 @@ def _split(candidates) -> list[tuple[str, KernelSpec | None, Any]]:
                 for n, c in candidates.items()]
     if isinstance(candidates, KernelSpec) or callable(candidates):
         candidates = [candidates]
-    items = []
+    items, seen = [], set()
     for i, c in enumerate(candidates):
         if isinstance(c, KernelSpec):
-            items.append((_label(c, i), c, None))
+            name, spec, kernel = _label(c, i), c, None
         else:
-            items.append((getattr(c, "__name__", f"kernel#{i}"), None, c))
+            name, spec, kernel = (c if isinstance(c, str) else getattr(c, "__name__", f"kernel#{i}")), None, c
+        if name in seen:  # results are keyed by name: keep them apart
+            name = f"{name}#{i}"
+        seen.add(name)
+        items.append((name, spec, kernel))
     return items
 
 
