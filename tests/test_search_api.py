@@ -71,3 +71,19 @@ def test_gpu_search_small_budget(tmp_path):
     want = a.float() @ b.float()
     assert (res.kernel(a, b).float() - want).norm() / want.norm() < 1e-3
     assert res.speedup["torch"] > 0
+
+
+@pytest.mark.slow
+def test_search_with_the_real_evaluator_on_cpu(tmp_path):
+    """The loop against the real evaluator (device='cpu': Triton interpreter, wall-clock timing)."""
+    pytest.importorskip("triton")
+    try:
+        from cudal2.bench.evaluator import Evaluator
+    except ImportError:
+        pytest.skip("the evaluator is not there yet")
+    with Evaluator(device="cpu", baselines=("torch",), compile_workers=1) as ev:
+        res = cudal2.search("64x48x32", proposer="rules", budget=2, store=tmp_path / "s.db", runner=ev,
+                            progress=False, seed=0, batch_size=2)
+    assert res.evaluations == 2 and all(r.status == "ok" for r in res.history), [r.reason for r in res.history]
+    assert res.best is not None and "triton" in res.best.source.lower()
+    assert res.speedup["torch"] > 0 and res.baselines["torch"].kernel_ms() > 0
