@@ -123,10 +123,10 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
     finally:
         if hasattr(run, "close"):
             run.close()
-    _print_result(res)
+    _print_result(res, _store(store).url)
 
 
-def _print_result(res) -> None:
+def _print_result(res, url: str = "<store url>") -> None:
     if res.best is None:
         console.print(f"[red]{res.problem.label()}: no correct kernel in {res.evaluations} evaluations[/red]")
         return
@@ -141,7 +141,7 @@ def _print_result(res) -> None:
         t.add_row(mode, _us(ms), *[_x(res.speedups.get(mode, {}).get(b)) for b in sorted(res.baselines)])
     console.print(t)
     console.print(f"spec: {res.best.spec.to_json()}")
-    console.print(f"study: {res.study.study_name} (view: optuna-dashboard <store url>)")
+    console.print(f"study: {res.study.study_name} (view: optuna-dashboard {url})")
 
 
 def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:

@@ -223,6 +223,10 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
             optuna.storages.fail_stale_trials(study)  # trials of dead workers on other hosts (heartbeat)
         while not budget.spent(state.evaluations, state.gpu_s) and trials_left > 0 and not (
                 deadline is not None and time.monotonic() >= deadline):
+            # Other workers may share the study (a PostgreSQL store): count what they measured too.
+            state = _State.from_study(study, reference, objective_mode)
+            if budget.spent(state.evaluations, state.gpu_s):
+                break
             room = batch_size
             if budget.evaluations is not None:
                 room = min(room, budget.evaluations - state.evaluations)
