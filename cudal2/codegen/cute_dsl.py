@@ -63,6 +63,7 @@ DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
 
 def dsl_available() -> tuple[bool, str]:
     """Whether nvidia-cutlass-dsl imports here, and why not."""
+    _ensure_arch_for_cpu()  # importing the DSL fixes its target arch
     try:
         import cutlass  # noqa: F401
         import cutlass.cute  # noqa: F401
