@@ -23,6 +23,7 @@ import os
 import sys
 import threading
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -249,18 +250,8 @@ class CuteDslBackend(Backend):
     @staticmethod
     def _max_active_clusters(spec: KernelSpec) -> int:
         """Persistent grid size in clusters: from the live GPU when there is one, else the arch table.
-        (A grid larger than what fits only costs waiting CTAs; the static scheduler stays correct.)"""
-        size = spec.cluster_m * spec.cluster_n
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                import cutlass.utils
-
-                return int(cutlass.utils.HardwareInfo().get_max_active_clusters(size))
-        except Exception:
-            pass
-        return arch_limits(spec.arch).sm_count // size
+        (A grid larger than what fits stays correct but runs its extra clusters as a second wave.)"""
+        return _max_active_clusters(spec.cluster_m * spec.cluster_n, arch_limits(spec.arch).sm_count)
 
     def _compile_module(self, module, mac: int):
         import cutlass.cute as cute
@@ -303,6 +294,21 @@ class CuteDslBackend(Backend):
         The grid size is part of the artifact: precompile uses the live GPU if one is visible, else
         the arch table's SM count, so a CPU worker's artifact matches an H100 SXM (132 SMs)."""
         self.compile(source)
+
+
+@lru_cache(maxsize=None)
+def _max_active_clusters(cluster_size: int, table_sm_count: int) -> int:
+    """The DSL's occupancy query (it builds a probe kernel: worth caching per process)."""
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            import cutlass.utils
+
+            return int(cutlass.utils.HardwareInfo().get_max_active_clusters(cluster_size))
+    except Exception:
+        pass
+    return table_sm_count // cluster_size
 
 
 def _export(fn, obj: Path) -> None:
