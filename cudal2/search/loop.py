@@ -174,15 +174,18 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
              against: dict[str, BaselineResult]) -> None:
         attrs = trial_attrs(result, against, measured_now=measured_now, reused=not measured_now)
         attrs["gpu_s"] = gpu_s
-        for k, v in attrs.items():
-            trial.set_user_attr(k, v)
         ms = result.kernel_ms(objective_mode) if result.ok else None
         if measured_now:
             state.add(gpu_s, ms, speedups_of(result, against).get(objective_mode, {}).get(reference))
-        if ms is None:
-            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-        else:
-            study.tell(trial, ms)
+        try:
+            for k, v in attrs.items():
+                trial.set_user_attr(k, v)
+            if ms is None:
+                study.tell(trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
+            else:
+                study.tell(trial, ms, skip_if_finished=True)
+        except optuna.exceptions.UpdateFinishedTrialError:
+            pass  # another worker on a SQLite store popped the same queued trial; its result stands
 
     def next_batch(room: int) -> list[tuple[Any, KernelSpec]]:
         """Ask for trials until `room` of them need a GPU measurement (or trials run out);
@@ -194,17 +197,20 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # heartbeats are recorded by hand below
                 trial = study.ask()
-            trial.set_user_attr("worker", WORKER)
-            storage.record_heartbeat(trial._trial_id)
             try:
-                spec = refiner.suggest(trial)
-            except SpecError as e:
-                trial.set_user_attr("status", "invalid")
-                trial.set_user_attr("error", str(e)[:2000])
-                study.tell(trial, state=optuna.trial.TrialState.PRUNED)
-                continue
-            trial.set_user_attr("spec", spec.to_json())
-            trial.set_user_attr("spec_key", spec.key())
+                trial.set_user_attr("worker", WORKER)
+                storage.record_heartbeat(trial._trial_id)
+                try:
+                    spec = refiner.suggest(trial)
+                except SpecError as e:
+                    trial.set_user_attr("status", "invalid")
+                    trial.set_user_attr("error", str(e)[:2000])
+                    study.tell(trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
+                    continue
+                trial.set_user_attr("spec", spec.to_json())
+                trial.set_user_attr("spec_key", spec.key())
+            except optuna.exceptions.UpdateFinishedTrialError:
+                continue  # popped by another worker too (SQLite has no row locks) and already settled
             known = store.measurement(problem, spec)
             if known is not None or any(s == spec for _, s in batch):
                 pending_dups.append((trial, spec, known))
@@ -243,7 +249,7 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                 except BaseException:
                     # Interrupted or broken runner: give the batch back so that a resume measures it.
                     for trial, _ in batch:
-                        study.tell(trial, state=optuna.trial.TrialState.FAIL)
+                        study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
                         study.enqueue_trial(trial.params, user_attrs={"proposal": "requeued"})
                     raise
                 finally:

@@ -94,6 +94,22 @@ def environment_from_dict(d: dict | None) -> Environment | None:
     return Environment(**_known(Environment, d)) if d else None
 
 
+def _retry(make, attempts: int = 6):
+    """Run make(), retrying when several processes create the same schema at once ("table
+    already exists", "database is locked"): the loser finds the winner's tables next time."""
+    import time
+
+    from sqlalchemy.exc import DBAPIError
+
+    for i in range(attempts):
+        try:
+            return make()
+        except DBAPIError:
+            if i == attempts - 1:
+                raise
+            time.sleep(0.2 * (i + 1))
+
+
 def _tune_sqlite(engine) -> None:
     """WAL journal (readers never block the writer; several processes share the file) and
     synchronous=NORMAL: durable against a killed process (SIGKILL), which is what resumption
@@ -132,7 +148,7 @@ class Store:
         engine = sa.create_engine(self.url, **kwargs)
         if path is not None:
             _tune_sqlite(engine)
-        self._tables(sa).create_all(engine)
+        _retry(lambda: self._tables(sa).create_all(engine))
         return engine
 
     @cached_property
@@ -157,7 +173,7 @@ class Store:
             self.engine  # noqa: B018 - creates the file in WAL mode before Optuna opens it
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            storage = optuna.storages.RDBStorage(self.url, **kwargs)
+            storage = _retry(lambda: optuna.storages.RDBStorage(self.url, **kwargs))
         if sqlite_path(self.url) is not None and hasattr(storage, "engine"):
             _tune_sqlite(storage.engine)
             storage.engine.dispose()  # later connections get the pragmas
