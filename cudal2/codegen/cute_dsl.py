@@ -18,6 +18,7 @@ tests set it when no GPU is visible).
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import sys
@@ -196,6 +197,10 @@ class CuteDslBackend(Backend):
         if bad:
             return Support(False, "; ".join(str(v) for v in bad))
         return Support(True)
+
+    def render(self, problem: GemmProblem, spec: KernelSpec) -> Source:
+        # the module's host entry is entry() (a kernel object for cute.compile), not a launcher
+        return dataclasses.replace(super().render(problem, spec), entry="entry")
 
     def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
         e = problem.epilogue
