@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import json
 import os
 import sys
 import threading
@@ -303,17 +304,31 @@ class CuteDslBackend(Backend):
 
 @lru_cache(maxsize=None)
 def _max_active_clusters(cluster_size: int, table_sm_count: int) -> int:
-    """The DSL's occupancy query (it builds a probe kernel: worth caching per process)."""
+    """The DSL's occupancy query. It builds a probe kernel in a CUDA context, so the answer is
+    kept per process and on disk per device name: compile-pool processes then read it instead
+    of each opening a context of their own."""
     try:
         import torch
 
-        if torch.cuda.is_available():
+        if not torch.cuda.is_available():
+            return table_sm_count // cluster_size
+        memo = _cache_root() / "max_active_clusters.json"
+        key = f"{torch.cuda.get_device_name()}|{cluster_size}"
+        try:
+            known = json.loads(memo.read_text())
+        except (OSError, ValueError):
+            known = {}
+        if key not in known:
             import cutlass.utils
 
-            return int(cutlass.utils.HardwareInfo().get_max_active_clusters(cluster_size))
+            known[key] = int(cutlass.utils.HardwareInfo().get_max_active_clusters(cluster_size))
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            tmp = memo.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(known))
+            os.replace(tmp, memo)
+        return int(known[key])
     except Exception:
-        pass
-    return table_sm_count // cluster_size
+        return table_sm_count // cluster_size
 
 
 def _export(fn, obj: Path) -> None:
