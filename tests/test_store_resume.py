@@ -157,3 +157,34 @@ def test_sigkill_mid_search_then_resume(tmp_path):
 def _study(store):
     (name,) = store.study_names()
     return name
+
+
+WORKER_SCRIPT = textwrap.dedent("""
+    import sys
+    from cudal2 import GemmProblem
+    from cudal2.search.loop import run_search
+    from cudal2.search.recorded import RecordedRunner
+    from cudal2.search.store import Store
+
+    m = int(sys.argv[2])
+    res = run_search(GemmProblem(m=m, n=256, k=128), backends=("triton",), arch="sm_90a", proposer=None,
+                     runner=RecordedRunner(delay_s=0.02), store=Store(sys.argv[1]), budget=4, seed=m,
+                     progress=False, batch_size=2)
+    print("EVALUATIONS", res.evaluations)
+""")
+
+
+@pytest.mark.timeout(120)
+def test_processes_starting_together_on_a_new_store(tmp_path):
+    """Schema creation races (several processes creating the same SQLite file) are retried."""
+    script = tmp_path / "w.py"
+    script.write_text(WORKER_SCRIPT)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = {**os.environ, "PYTHONPATH": root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    db = tmp_path / "shared.db"
+    procs = [subprocess.Popen([sys.executable, str(script), str(db), str(m)], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for m in (128, 256, 512)]
+    outs = [p.communicate(timeout=100) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [e[-1500:] for _, e in outs]
+    assert all("EVALUATIONS 4" in o for o, _ in outs)
+    assert len(Store(db).problems()) == 3
