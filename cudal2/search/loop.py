@@ -159,11 +159,7 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     if proposer is not None and not budget.spent(state.evaluations, state.gpu_s):
         history = [r["result"] for r in store.kernels(problem)]
         n = n_proposals if n_proposals is not None else max(1, (budget.evaluations or 16) // 2)
-        try:
-            proposals = proposer.propose(problem, history, n)
-        except SpecError:
-            raise
-        refiner.enqueue(proposals)
+        refiner.enqueue(proposer.propose(problem, history, n))
 
     if max_trials is None:
         max_trials = 20 * (budget.evaluations or 64) + 50  # pruned trials are cheap but not free
