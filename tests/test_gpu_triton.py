@@ -22,8 +22,8 @@ FAMILIES = {
     "pointer-persistent": dict(block_m=128, block_n=128, block_k=64, num_warps=8, stages=3, persistent=True),
     "splitk-workspace": dict(block_m=64, block_n=64, block_k=64, num_warps=4, stages=4,
                              decomposition="split_k", split_k=4),
-    "splitk-atomic": dict(block_m=64, block_n=64, block_k=64, num_warps=4, stages=4,
-                          decomposition="split_k", split_k=4, split_k_reduction="atomic"),
+    # splitk-atomic is not here: on H100 (Triton 3.6) it lost updates in this test, so the backend
+    # no longer declares it on sm_90/sm_90a (docs/triton_backend.md).
     "tma": dict(block_m=128, block_n=128, block_k=64, num_warps=8, stages=4, load_path="tma"),
     "tma-persistent": dict(block_m=128, block_n=256, block_k=64, num_warps=8, stages=3, load_path="tma",
                            persistent=True, raster_order="along_n"),
@@ -91,7 +91,7 @@ def test_epilogue_on_gpu():
     backend = get_backend("triton")
     e = Epilogue(alpha=0.5, beta=1.0, bias=True, activation="gelu")
     problem = GemmProblem(m=1024, n=512, k=768, layout="NT", epilogue=e)
-    for family in ("pointer", "splitk-atomic", "tma-persistent"):
+    for family in ("pointer", "splitk-workspace", "tma-persistent"):
         kw = FAMILIES[family]
         if kw.get("load_path") == "tma" and _arch() == "sm_80":
             continue

@@ -83,7 +83,8 @@ FAMILIES = {
     "pointer": dict(),
     "pointer-persistent-along_n": dict(persistent=True, raster_order="along_n", block_m=16),
     "splitk-workspace": dict(decomposition="split_k", split_k=3),
-    "splitk-atomic-persistent": dict(decomposition="split_k", split_k=2, split_k_reduction="atomic", persistent=True),
+    "splitk-atomic-persistent": dict(decomposition="split_k", split_k=2, split_k_reduction="atomic", persistent=True,
+                                     arch="sm_80"),  # atomic split-K is withdrawn on Hopper
     "tma": dict(load_path="tma"),
     "tma-persistent-splitk": dict(load_path="tma", persistent=True, decomposition="split_k", split_k=2,
                                   block_n=16),
@@ -141,7 +142,7 @@ def test_out_dtype(backend, dtype, out_dtype):
 
 def test_workspace_allocated_once_and_atomic_buffer_left_zeroed(backend):
     problem = GemmProblem(m=37, n=29, k=96)
-    kernel = check(backend, problem, spec(decomposition="split_k", split_k=3, split_k_reduction="atomic"), calls=3)
+    kernel = check(backend, problem, spec(decomposition="split_k", split_k=3, split_k_reduction="atomic", arch="sm_80"), calls=3)
     assert kernel.workspace_bytes == 4 * 37 * 29
     ws = kernel._workspace
     assert torch.count_nonzero(ws) == 0  # ready for the next call without a memset
@@ -224,7 +225,9 @@ def test_capabilities_refuse_what_triton_cannot_express():
         with pytest.raises(SpecError):
             KernelSpec(backend="triton", **bad)
     KernelSpec(backend="triton", arch="sm_90", load_path="tma", persistent=True,
-               decomposition="split_k", split_k=4, split_k_reduction="atomic")
+               decomposition="split_k", split_k=4, split_k_reduction="workspace")
+    with pytest.raises(SpecError, match="split_k_reduction"):  # withdrawn on Hopper (GPU test found lost updates)
+        KernelSpec(backend="triton", arch="sm_90a", decomposition="split_k", split_k=4, split_k_reduction="atomic")
 
 
 def test_supports_refuses_fp16_accumulation_and_unaligned_tma(backend):
@@ -257,7 +260,7 @@ def test_compile_ahead_for_hopper_and_ampere(tmp_path):
         p = GemmProblem(m=512, n=256, k=1024, layout="TN", dtype="bfloat16",
                         epilogue=Epilogue(alpha=2.0, beta=1.0, bias=True, activation="silu"))
         tma = KernelSpec(block_m=128, block_n=128, block_k=64, num_warps=8, stages=3, load_path="tma",
-                         persistent=True, decomposition="split_k", split_k=2, split_k_reduction="atomic")
+                         persistent=True, decomposition="split_k", split_k=2, split_k_reduction="workspace")
         ks = be.compile_ahead(be.render(p, tma))
         ptx = ks["matmul_kernel"].asm["ptx"]
         assert "cp.async.bulk.tensor" in ptx and "wgmma" in ptx, "TMA loads and wgmma expected on sm_90a"

@@ -39,11 +39,11 @@ CASES = {
         GemmProblem(m=4096, n=4096, k=4096, layout="TN", epilogue=Epilogue(activation="silu")),
         KernelSpec(arch="sm_90", block_m=128, block_n=128, block_k=64, num_warps=8, stages=4,
                    load_path="tma", persistent=True, raster_group=16)),
-    # TMA + split-K atomics for a deep-K skinny problem
-    "tma_nt_splitk_atomic": (GemmProblem(m=512, n=128, k=8192, layout="NT"),
-                             KernelSpec(block_m=64, block_n=128, block_k=64, num_warps=4, stages=4,
-                                        load_path="tma", decomposition="split_k", split_k=8,
-                                        split_k_reduction="atomic")),
+    # TMA + split-K workspace for a deep-K skinny problem
+    "tma_nt_splitk_workspace": (GemmProblem(m=512, n=128, k=8192, layout="NT"),
+                                KernelSpec(block_m=64, block_n=128, block_k=64, num_warps=4, stages=4,
+                                           load_path="tma", decomposition="split_k", split_k=8,
+                                           split_k_reduction="workspace")),
 }
 
 

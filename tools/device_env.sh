@@ -3,7 +3,8 @@
 # print the PYTHONPATH to use. Usage: export PYTHONPATH=$(bash tools/device_env.sh)
 set -eu
 cd "$(dirname "$0")/.."
-if [ -d .whl ] && ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl >&2
+wheels=${CUDAL2_WHEELS:-.whl}  # another folder of wheels when a call must carry fewer
+if [ -d "$wheels" ] && ls "$wheels"/*.whl >/dev/null 2>&1; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$wheels"/*.whl >&2
 fi
 echo "$(pwd):/tmp/site"

@@ -32,10 +32,10 @@ Call = Callable[[int], Any]
 @dataclass(frozen=True)
 class TimingConfig:
     warmup_ms: float = 25.0  # run each contender at least this long before measuring
-    groups: int = 30  # offline: timed groups (graph replays) per contender
+    groups: int = 50  # offline: timed groups (graph replays) per contender
     target_group_ms: float = 2.0  # offline: calls per group chosen so a group lasts about this
     max_calls_per_group: int = 256
-    server_samples: int = 40  # server: single calls per contender
+    server_samples: int = 60  # server: single calls per contender
     gap_mean_ms: float = 0.5  # server: mean of the exponential idle gap
     seed: int = 0
 
@@ -45,6 +45,10 @@ class Measured:
     timing: Timing | None
     error: str = ""
     replay: Callable[[], Any] | None = None  # re-runs the timed path (the captured graph) once
+
+
+# ~25 us at H100 clocks: longer than the host needs to enqueue two events and one call.
+_SPIN_CYCLES = 50_000
 
 
 def _spread(xs: list[float]) -> float:
@@ -200,9 +204,13 @@ def _server(contenders, live, n_sets, cfg, rng, device):
     ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
 
     def cold_sample(run):
-        flush()
         torch.cuda.synchronize(device)
         time.sleep(rng.expovariate(1.0 / (cfg.gap_mean_ms * 1e-3)))  # the GPU idles
+        # The flush and a short spin keep the GPU busy while the host enqueues the events and
+        # the call, so the interval measures the call's device time from a cold L2, not the
+        # host's launch latency (which an idle stream would otherwise add to it).
+        flush()
+        torch.cuda._sleep(_SPIN_CYCLES)
         a, b = ev(), ev()
         a.record()
         run()

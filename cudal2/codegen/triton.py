@@ -107,7 +107,12 @@ class TritonBackend(Backend):
                "problem.dtype": ["float16", "bfloat16"],
                "problem.layout": ["NN", "NT", "TN", "TT"]},
         ),
-        per_arch={"sm_80": options(load_path=["pointer"])},
+        # Atomic split-K passes the interpreter but loses updates on H100 with Triton 3.6 (3-8% of
+        # the elements of about a fifth of the tiles wrong at 1000^3 with 64x64 tiles; see
+        # docs/triton_backend.md). Withdrawn on Hopper until that is understood; unmeasured on sm_80.
+        per_arch={"sm_80": options(load_path=["pointer"]),
+                  "sm_90": options(split_k_reduction=["workspace"]),
+                  "sm_90a": options(split_k_reduction=["workspace"])},
     )
     templates = {"matmul": "matmul.py.j2", "matmul_tma": "matmul_tma.py.j2"}
 

@@ -2,7 +2,7 @@
 
 problem  512x128x8192-float16-NT: D[512, 128] = A @ B
          A 512x8192 row-major, B 8192x128 column-major, float16 in, float16 out, fp32 accumulation
-spec     4438ed49573d69ba 64x128x64 warps=4 stages=4 load=tma group=8/along_m split_k=8/atomic data-parallel arch=sm_90a
+spec     78b18da49a2db0d7 64x128x64 warps=4 stages=4 load=tma group=8/along_m split_k=8/workspace data-parallel arch=sm_90a
 
 Every problem and spec value is a compile-time constant below: this text is the kernel.
 """
@@ -72,24 +72,25 @@ def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n):
 
 @triton.jit
 def splitk_epilogue_kernel(c_ptr, bias_ptr, ws_ptr):
-    """Read the fp32 tile the atomics summed, apply the epilogue, and zero the tile again so
-    the buffer is ready for the next call without a separate memset."""
+    """Sum the SPLIT_K fp32 partial tiles of the workspace [SPLIT_K, M, N], then the epilogue."""
     pid_m, pid_n = tile_coords(tl.program_id(0))
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
-    acc = tl.load(ws_ptrs, mask=mask, other=0.0)
-    tl.store(ws_ptrs, tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32), mask=mask)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for _ in range(SPLIT_K):
+        acc += tl.load(ws_ptrs, mask=mask, other=0.0)
+        ws_ptrs += M * N  # next slice (64-bit pointer arithmetic)
     epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n)
 
 
 @triton.jit
 def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n):
-    """One K slice done: add its fp32 partial tile into the zeroed [M, N] buffer."""
+    """One K slice done: store its fp32 partial tile to workspace[split_id]."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
-    tl.atomic_add(ws_ptrs, acc, mask=mask, sem="relaxed")
+    ws_ptrs = ws_ptr + split_id * M * N + offs_m[:, None] * N + offs_n[None, :]
+    tl.store(ws_ptrs, acc, mask=mask)
 
 
 @triton.jit
@@ -125,7 +126,7 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr):
 
 def launch(a, b, c, bias, workspace, num_sms):
     """Enqueue the GEMM on the current stream; no allocation, no synchronization.
-    a, b, c, bias are checked by the caller; workspace is fp32 [512, 128], all zeros on entry (and left all zeros)."""
+    a, b, c, bias are checked by the caller; workspace is fp32 [8, 512, 128]: one partial sum per K slice."""
     grid = (NUM_WORK.value,)
     matmul_kernel[grid](a, b, c, bias, workspace, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     splitk_epilogue_kernel[(NUM_TILES.value,)](c, bias, workspace, num_warps=4)
