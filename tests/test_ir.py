@@ -71,8 +71,10 @@ def test_default_spec_is_valid_and_round_trips():
 def test_round_trip_exact_for_every_field_changed():
     s = KernelSpec(block_m=64, block_n=256, block_k=32, num_warps=8, stages=5, raster_group=4,
                    raster_order="along_n", decomposition="split_k", split_k=4, split_k_reduction="atomic",
-                   persistent=True, load_path="tma")
+                   persistent=True, arch="sm_80")
     text = s.to_json()
+    assert KernelSpec.from_json(text).to_json() == text
+    s = KernelSpec(load_path="tma", persistent=True, raster_group=16, stages=2)
     assert KernelSpec.from_json(text).to_json() == text
 
 

@@ -1,0 +1,70 @@
+"""The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
+(correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
+
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...]
+
+For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
+one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from cudal2.bench.evaluator import Evaluator  # noqa: E402
+from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
+
+SHAPES = ("4096x4096x4096", "8192x8192x8192", "16384x16384x4096", "1024x16384x8192")
+BASE = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
+            persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store")
+CONFIGS = {
+    "128x256x64 s3 c1x2": dict(block_n=256, stages=3, cluster_n=2),
+    "128x256x64 s3 c2x1": dict(block_n=256, stages=3, cluster_m=2),
+    "256x128x64 s3 c2x1": dict(block_m=256, stages=3, cluster_m=2),
+}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out")
+    ap.add_argument("--shapes", default=",".join(SHAPES))
+    args = ap.parse_args(argv)
+    names = list(CONFIGS)
+    specs = [KernelSpec(**{**BASE, **CONFIGS[n]}) for n in names]
+    lines = ["| shape | config | status | kernel us | TFLOP/s | rel. error | vs torch | vs cuBLASLt heuristic "
+             "| vs cuBLASLt autotune |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    env = None
+    with Evaluator(device="cuda:0") as ev:
+        env = ev.environment()
+        for shape in args.shapes.split(","):
+            problem = GemmProblem.parse(shape)
+            results = ev.evaluate(problem, specs, ("offline",))
+            report = ev.report(problem, results, ("offline",))
+            for name, b in report.baselines.items():
+                t = b.kernel_ms("offline")
+                lines.append(f"| {shape} | baseline {name} | {'ok' if b.available else 'n/a'} | "
+                             f"{t * 1e3 if t else float('nan'):.1f} | "
+                             f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | | | | |")
+            for name, r in zip(names, report.candidates):
+                t = r.kernel_ms("offline")
+                sp = {b: report.speedup(r, b) for b in ("torch", "cublaslt_heuristic", "cublaslt_autotune")}
+                fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+                err = f"{r.correctness.rel_error:.1e}" if r.correctness else "-"
+                lines.append(f"| {shape} | {name} | {r.status} {r.reason[:60]} | "
+                             f"{t * 1e3 if t else float('nan'):.1f} | "
+                             f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | {err} | "
+                             f"{fmt(sp['torch'])} | {fmt(sp['cublaslt_heuristic'])} | {fmt(sp['cublaslt_autotune'])} |")
+            print("\n".join(lines[-(len(specs) + len(report.baselines)):]), flush=True)
+    text = "\n".join([f"# cute_dsl vs cuBLAS (offline, kernel time by CUDA-graph replay)\n",
+                      f"Environment: {env}\n", *lines, ""])
+    Path(args.out).write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
