@@ -162,6 +162,18 @@ def test_only_declared_values_are_proposed(narrow_backend, proposer):
     assert len(get_proposer(proposer, backends=(narrow_backend,)).propose(problem, [], n=20)) == 8
 
 
+@pytest.mark.parametrize("shape", [(1024, 1024, 1024), (64, 64, 64), (512, 128, 8192), (4096, 4096, 4096)])
+def test_persistent_only_backend_gets_specs_for_small_grids(shape):
+    # cute_dsl declares persistent=[True] only: a grid too small to want a persistent kernel
+    # must still get n specs (it once got none).
+    problem = GemmProblem(m=shape[0], n=shape[1], k=shape[2])
+    props = RulesProposer(backends=("cute_dsl",), arch="sm_90a").propose(problem, [], 6)
+    assert len(props) == 6
+    for p in props:
+        assert p.spec.backend == "cute_dsl" and p.spec.persistent
+        assert get_backend("cute_dsl").supports(problem, p.spec)
+
+
 def test_several_backends_share_one_ranking():
     problem = GemmProblem(m=4096, n=4096, k=4096)
     props = RulesProposer(backends=("triton", "cute_dsl")).propose(problem, [], n=12)

@@ -292,6 +292,9 @@ class RulesProposer:
             if (dec["decomposition"] == "data_parallel" and tiles > slots
                     and space.allows(caps, "persistent", True, arch)):
                 persist_opts.append(True)
+            # a backend that only has a persistent kernel (cute_dsl) is persistent whatever the grid
+            persist_opts = ([p for p in persist_opts if space.allows(caps, "persistent", p, arch)]
+                            or [p for p in (True, False) if space.allows(caps, "persistent", p, arch)])
             kb_split = _cdiv(kb, dec["split_k"])
             for stages, stage_note in self._stage_options(caps, pref, fields, kb_split, exhaustive):
                 for persistent in persist_opts:
