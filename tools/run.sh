@@ -23,7 +23,9 @@ if ! has_cuda_torch; then
     python -m pip install -q "torch==2.13.0"  # CPU is enough for a dry run
   fi
 fi
-python -m pip install -q -e ".[triton]"
+extras="triton"
+has_gpu && extras="triton,cublaslt,cute"  # cuBLASLt baselines (nvmath-python) and the CuTe DSL backend
+python -m pip install -q -e ".[$extras]"
 
 if python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   cudal2 search 4096x4096x4096 --budget 16 "$@"

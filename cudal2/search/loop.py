@@ -414,7 +414,9 @@ class DryRunRow:
 
 def dry_run(problem: GemmProblem, *, backends: Sequence[str], arch: str, proposer: Proposer, n: int = 8,
             compile: bool = True) -> list[DryRunRow]:
-    """Propose, validate, render and compile (import the rendered module; no launch, no timing)."""
+    """Propose, validate, render and compile, without launching or timing. Compiling means the
+    backend's compile() (the rendered module imports) and precompile(), which without a GPU
+    lowers the kernel to machine code for spec.arch (Triton's ptxas; CuTe DSL compile-only)."""
     from ..codegen import get_backend
 
     rows: list[DryRunRow] = []
@@ -429,6 +431,7 @@ def dry_run(problem: GemmProblem, *, backends: Sequence[str], arch: str, propose
             row.rendered = True
             if compile:
                 backend.compile(src)
+                backend.precompile(src)
                 row.compiled = True
         except Exception as e:  # noqa: BLE001 - each row reports its own failure
             row.error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
