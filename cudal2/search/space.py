@@ -9,11 +9,11 @@ carry that condition, so the sampler does not waste trials on combinations the I
 
 from __future__ import annotations
 
-import typing
 from dataclasses import dataclass
 from typing import Any, Sequence
 
 from ..ir import KernelSpec, capabilities as ir_capabilities
+from .proposers.space import ir_domain
 
 # Fields fixed per search (not sampled): the backend is an option only when several are searched.
 _FIXED = {"arch"}
@@ -59,21 +59,16 @@ class Option:
 
 
 def _ir_domain(name: str) -> tuple | tuple[int, int] | None:
-    """('choices', values) or ('range', (lo, hi)) for a KernelSpec field, None if unbounded."""
-    info = KernelSpec.model_fields[name]
-    ann = info.annotation
-    if typing.get_origin(ann) is typing.Literal:
-        return ("choices", typing.get_args(ann))
-    if ann is bool:
-        return ("choices", (False, True))
-    if ann is int:
-        lo = next((m.ge for m in info.metadata if hasattr(m, "ge")), None)
-        hi = next((m.le for m in info.metadata if hasattr(m, "le")), None)
-        if lo is not None and hi is not None:
-            return ("range", (lo, hi))
+    """('choices', values) or ('range', (lo, hi)) for a KernelSpec field, None if unbounded.
+    The values are the proposers' IR domain; bounded integers become an Optuna int range."""
     if name in ("producer_registers", "consumer_registers"):
         return ("choices", _REGISTER_CHOICES)
-    return None
+    values = ir_domain(name)
+    if values is None:
+        return None
+    if KernelSpec.model_fields[name].annotation is int:
+        return ("range", (values[0], values[-1]))
+    return ("choices", values)
 
 
 def search_space(backends: Sequence[str], arch: str) -> list[Option]:
