@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
-from ..ir import Capabilities, GemmProblem, KernelSpec, SpecError, check_compatible
+from ..ir import Capabilities, GemmProblem, KernelSpec, SpecError, Violation, check_compatible
 from . import templates
 
 
@@ -88,7 +88,8 @@ class Backend:
     def render(self, problem: GemmProblem, spec: KernelSpec) -> Source:
         ok = self.supports(problem, spec)
         if not ok:
-            raise SpecError([v for v in _violations_of(ok.reason, spec)], what=f"{self.name} render")
+            raise SpecError(Violation("backend", spec.backend, ok.reason, "choose a spec this backend supports"),
+                            what=f"{self.name} render")
         fam = self.family(problem, spec)
         text = templates.render(f"{self.name}/{self.templates[fam]}", problem=problem, spec=spec,
                                 **self.context(problem, spec))
@@ -99,12 +100,3 @@ class Backend:
         parts = [source.backend, self.version, self.toolchain_version(), source.spec.key(),
                  source.problem.key(), source.digest]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]
-
-
-def _violations_of(reason: str, spec: KernelSpec):
-    from ..ir import Violation
-
-    yield Violation("backend", spec.backend, reason, "choose a spec this backend supports")
-
-
-KernelFactory = Callable[[], Backend]
