@@ -18,3 +18,13 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def cute_dsl_backend(tmp_path_factory):
+    """A CuteDslBackend whose compiled-kernel cache lives in a fresh folder for this module."""
+    from cudal2.codegen.cute_dsl import CuteDslBackend
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CUDAL2_CACHE_DIR", str(tmp_path_factory.mktemp("cute_dsl_cache")))
+        yield CuteDslBackend()

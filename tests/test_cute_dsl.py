@@ -27,14 +27,8 @@ def spec(**kw) -> KernelSpec:
 
 
 @pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    old = os.environ.get("CUDAL2_CACHE_DIR")
-    os.environ["CUDAL2_CACHE_DIR"] = str(tmp_path_factory.mktemp("cache"))
-    yield CuteDslBackend()
-    if old is None:
-        os.environ.pop("CUDAL2_CACHE_DIR", None)
-    else:
-        os.environ["CUDAL2_CACHE_DIR"] = old
+def backend(cute_dsl_backend):
+    return cute_dsl_backend
 
 
 # ---- declaration and refusals (no DSL needed) ----------------------------------------------------

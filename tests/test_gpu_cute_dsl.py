@@ -4,7 +4,6 @@ poisoned first and guarded on both sides; then a timing printout against torch.m
 
 Run: CUDAL2_GPU_TESTS=1 python -m pytest -m gpu tests/test_gpu_cute_dsl.py -s  (tools/gpu_cute_dsl.sh)"""
 
-import os
 
 import pytest
 import torch
@@ -31,14 +30,8 @@ def spec(**kw) -> KernelSpec:
 
 
 @pytest.fixture(scope="module")
-def backend(tmp_path_factory):
-    old = os.environ.get("CUDAL2_CACHE_DIR")
-    os.environ["CUDAL2_CACHE_DIR"] = str(tmp_path_factory.mktemp("cute_dsl_cache"))
-    yield CuteDslBackend()
-    if old is None:
-        os.environ.pop("CUDAL2_CACHE_DIR", None)
-    else:
-        os.environ["CUDAL2_CACHE_DIR"] = old
+def backend(cute_dsl_backend):
+    return cute_dsl_backend
 
 
 def _dt(name):
