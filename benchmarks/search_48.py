@@ -114,6 +114,8 @@ def main(argv=None) -> int:
             print(f"[{i + 1}/{len(shapes)}] {problem.label()}", flush=True)
             res = run_search(problem, backends=backends, arch=arch, proposer=proposer, runner=runner, store=store,
                              budget=budget, modes=("offline",), seed=0, batch_size=args.batch, deadline=deadline)
+            if hasattr(runner, "stats"):
+                print(f"    evaluator so far: {runner.stats.line()}", flush=True)
             if budget.spent(res.evaluations, res.gpu_seconds):
                 rows.append({
                     "m": problem.m, "n": problem.n, "k": problem.k,

@@ -90,3 +90,30 @@ def test_compile_pool_times_out_a_hung_compile_and_still_compiles_the_rest():
     assert [g.status for g in got] == ["ok", "compile_error", "ok", "ok"]
     assert "did not finish within 3 s" in got[1].reason
     assert got[3].reason == "compiled 128"
+
+
+def test_spec_long_k_probe_is_compiled_in_the_pool_and_the_phases_are_accounted():
+    from cudal2.bench.evaluator import Evaluator
+
+    p = GemmProblem.parse((40, 24, 64))
+    spec = KernelSpec(block_m=32, block_n=32, block_k=32, arch="sm_80")
+    with Evaluator(device="cpu", baselines=(), compile_workers=2, accumulator_probe_k=256) as ev:
+        (res,) = ev.evaluate(p, [spec])
+        assert res.ok, res.reason
+        assert "long-k-probe(K=256)" in res.correctness.checks
+        st = ev.stats
+        assert st.candidates == 1 and st.checking_s > 0 and st.probing_s > 0 and st.timing_s > 0
+        assert "1 candidates" in st.line()
+
+
+def test_a_cancelled_or_failed_pool_job_gives_no_probe_source():
+    import concurrent.futures as cf
+
+    from cudal2.bench.compile_pool import Prepared
+    from cudal2.bench.evaluator import _ready_source
+
+    cancelled, failed, done, pending = cf.Future(), cf.Future(), cf.Future(), cf.Future()
+    cancelled.cancel()
+    failed.set_exception(RuntimeError("pool died"))
+    done.set_result(Prepared(source="src"))
+    assert [_ready_source(f) for f in (cancelled, failed, done, pending)] == [None, None, "src", None]

@@ -37,13 +37,19 @@ class PreparedBaseline:
         return self.call is not None
 
 
-def prepare(name: str, problem: GemmProblem, sets: list, outs: list) -> PreparedBaseline:
-    """sets: list of Operands; outs: list of output tensors (M, N), one per set."""
+def prepare(name: str, problem: GemmProblem, sets: list, outs: list, cache: dict | None = None) -> PreparedBaseline:
+    """sets: list of Operands; outs: list of output tensors (M, N), one per set.
+
+    cache: a dict the caller keeps across calls (the GPU worker keeps one per process). The
+    cuBLASLt plans are kept there for the last problem seen, so that one search autotunes
+    cuBLASLt once per problem instead of once per batch: the choice stays the same algorithm
+    for every batch (and the autotune of a 7 ms GEMM, 100 algorithms x 10 runs, is not paid
+    again). The plan is bound to the new operands on every call."""
     if name == "torch":
         return _torch(problem, sets, outs)
     if name in ("cublaslt_heuristic", "cublaslt_autotune"):
         try:
-            return _cublaslt(name, problem, sets)
+            return _cublaslt(name, problem, sets, cache)
         except ImportError as e:
             return PreparedBaseline(name, None, detail=f"nvmath-python is not installed ({e}); "
                                                       f"pip install nvmath-python[cu12] to enable cuBLASLt baselines")
@@ -83,29 +89,41 @@ def _torch(problem: GemmProblem, sets, outs) -> PreparedBaseline:
     return PreparedBaseline("torch", call, lambda i: outs[i], detail="torch.matmul/addmm (cuBLAS)")
 
 
-def _cublaslt(name: str, problem: GemmProblem, sets) -> PreparedBaseline:
+def _cublaslt(name: str, problem: GemmProblem, sets, cache: dict | None = None) -> PreparedBaseline:
     from nvmath.linalg.advanced import Matmul, MatmulPlanPreferences  # optional dependency
 
     e = problem.epilogue
     if e.bias or e.activation != "none":
         return PreparedBaseline(name, None, detail="epilogue with bias/activation is not mapped to nvmath epilogs yet")
-    s0 = sets[0]
-    kw: dict[str, Any] = {"alpha": e.alpha}
-    if e.beta != 0:
-        kw.update(c=s0.c_in, beta=e.beta)
-    mm = Matmul(s0.a, s0.b, **kw)
-    if name == "cublaslt_heuristic":
-        algos = mm.plan()
-        detail = f"nvmath Matmul.plan(): heuristic top-1 of {len(algos)} algorithm(s)"
+    key = (problem.key(), name)
+    if cache is not None and key in cache:
+        mm, detail = cache[key]
+        detail += "; plan reused from an earlier batch of this problem"
+        rebind = True
     else:
-        algos = mm.plan(preferences=MatmulPlanPreferences(limit=100))
-        mm.autotune(iterations=10)
-        detail = f"nvmath Matmul.plan(limit=100) offered {len(algos)} algorithm(s); autotune(iterations=10)"
+        if cache is not None:  # one problem at a time: a plan holds its operands alive
+            for other in [k for k in cache if k[0] != key[0]]:
+                del cache[other]
+        s0 = sets[0]
+        kw: dict[str, Any] = {"alpha": e.alpha}
+        if e.beta != 0:
+            kw.update(c=s0.c_in, beta=e.beta)
+        mm = Matmul(s0.a, s0.b, **kw)
+        if name == "cublaslt_heuristic":
+            algos = mm.plan()
+            detail = f"nvmath Matmul.plan(): heuristic top-1 of {len(algos)} algorithm(s)"
+        else:
+            algos = mm.plan(preferences=MatmulPlanPreferences(limit=100))
+            mm.autotune(iterations=10)
+            detail = f"nvmath Matmul.plan(limit=100) offered {len(algos)} algorithm(s); autotune(iterations=10)"
+        if cache is not None:
+            cache[key] = (mm, detail)
+        rebind = len(sets) > 1
     results: dict[int, Any] = {}
 
     def call(i):
         s = sets[i]
-        if len(sets) > 1:
+        if rebind:
             reset = {"a": s.a, "b": s.b}
             if e.beta != 0:
                 reset["c"] = s.c_in

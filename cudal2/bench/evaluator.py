@@ -21,6 +21,7 @@ The flow per problem:
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
@@ -54,6 +55,25 @@ class EvalConfig:
     probe_prebuilt: bool = False
 
 
+@dataclass
+class EvalStats:
+    """Where the evaluator's wall time went, summed over its life (seconds). Shown by long
+    runs so that a slow phase is visible; nothing here is a measurement of a kernel."""
+
+    candidates: int = 0
+    waiting_for_compile_s: float = 0.0  # blocked on the CPU compile pool
+    checking_s: float = 0.0  # GPU worker: load/compile + correctness checks
+    probing_s: float = 0.0  # the long-K accumulator probe
+    timing_s: float = 0.0  # interleaved timing jobs (candidates + baselines)
+
+    def line(self) -> str:
+        per = 1.0 / max(1, self.candidates)
+        total = self.waiting_for_compile_s + self.checking_s + self.probing_s + self.timing_s
+        return (f"{self.candidates} candidates, {total * per:.2f} s each: compile wait {self.waiting_for_compile_s * per:.2f}, "
+                f"checks {self.checking_s * per:.2f}, long-K probe {self.probing_s * per:.2f}, "
+                f"timing {self.timing_s * per:.2f}")
+
+
 def prebuilt_spec() -> KernelSpec:
     """The spec recorded for a prebuilt kernel (it was not generated from a spec)."""
     return KernelSpec.model_construct(backend="prebuilt")
@@ -68,6 +88,7 @@ class Evaluator:
         self._pool: CompilePool | None = None
         self._env: Environment | None = None
         self._baselines: dict[tuple, dict[str, BaselineResult]] = {}
+        self.stats = EvalStats()
 
     # ---- lifetime ----------------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
@@ -150,14 +171,23 @@ class Evaluator:
              modes: tuple[str, ...], baselines: tuple[str, ...]) -> list[CandidateResult]:
         specs = [s for _, s, _ in items if s is not None]
         futures = self.pool.submit_all(problem, specs) if specs else []  # compiling starts now
+        # The long-K probe variants compile in the pool too, behind the candidates themselves;
+        # otherwise each one is compiled serially in the GPU worker, which then idles.
+        probe_problem = self._probe_problem(problem)
+        probe_futures = self.pool.submit_all(probe_problem, specs) if specs and probe_problem else []
+        self.stats.candidates += len(items)
         self.environment()  # clocks at the start, before the GPU is loaded
         results: list[CandidateResult | None] = [None] * len(items)
         passed: list[tuple[int, KernelRef, Correctness, float, str]] = []
         fi = 0
         for i, (name, spec, kernel) in enumerate(items):
             digest = ""
+            probe_source = None
             if spec is not None:
+                t0 = time.perf_counter()
                 prep: Prepared = self.pool.result(futures, fi, problem, specs)
+                self.stats.waiting_for_compile_s += time.perf_counter() - t0
+                probe_source = _ready_source(probe_futures[fi]) if probe_futures else None
                 fi += 1
                 if prep.status != "ok":
                     results[i] = CandidateResult(spec, prep.status, prep.reason, compile_s=prep.seconds, name=name)
@@ -168,15 +198,25 @@ class Evaluator:
             else:
                 ref = KernelRef(name, kernel=kernel)
                 pre_s = 0.0
+            t0 = time.perf_counter()
             status, reason, corr, compile_s = self._check(problem, ref)
+            t1 = time.perf_counter()
+            self.stats.checking_s += t1 - t0
             if status == "ok":
-                status, reason, corr = self._probe(problem, name, spec, kernel, corr)
+                if probe_futures and probe_source is None and spec is not None:
+                    # Not ready yet: wait for it rather than compile it again in the worker.
+                    probed = self.pool.result(probe_futures, fi - 1, probe_problem, specs)
+                    probe_source = probed.source if probed.status == "ok" else None
+                status, reason, corr = self._probe(problem, name, spec, kernel, corr, probe_source)
+                self.stats.probing_s += time.perf_counter() - t1
             if status != "ok":
                 results[i] = CandidateResult(spec or prebuilt_spec(), status, reason, correctness=corr,
                                              compile_s=pre_s + compile_s, source_digest=digest, name=name)
                 continue
             passed.append((i, ref, corr, pre_s + compile_s, digest))
+        t0 = time.perf_counter()
         timed = self._time(problem, [r for _, r, _, _, _ in passed], modes, baselines)
+        self.stats.timing_s += time.perf_counter() - t0
         for i, ref, corr, compile_s, digest in passed:
             spec = items[i][1] or prebuilt_spec()
             status, reason, timing, post_err, note = timed.get(ref.name, ("crash", "no timing returned", {}, None, ""))
@@ -208,13 +248,18 @@ class Evaluator:
             return msg[1], msg[2], None, compile_s
         return "ok", "", msg[1]["correctness"], compile_s
 
-    def _probe(self, problem: GemmProblem, name: str, spec: KernelSpec | None, kernel: Any,
-               corr: Correctness) -> tuple[str, str, Correctness]:
-        """The long-K accumulator probe (see EvalConfig.accumulator_probe_k)."""
+    def _probe_problem(self, problem: GemmProblem) -> GemmProblem | None:
         k = self.config.accumulator_probe_k
-        if not k or problem.k >= k or (spec is None and not self.config.probe_prebuilt):
+        return problem.replace(k=k) if k and problem.k < k else None
+
+    def _probe(self, problem: GemmProblem, name: str, spec: KernelSpec | None, kernel: Any,
+               corr: Correctness, source: Any = None) -> tuple[str, str, Correctness]:
+        """The long-K accumulator probe (see EvalConfig.accumulator_probe_k). source: the probe
+        variant already rendered and precompiled by the pool, if it was."""
+        probe = self._probe_problem(problem)
+        if probe is None or (spec is None and not self.config.probe_prebuilt):
             return "ok", "", corr
-        probe = problem.replace(k=k)
+        k = probe.k
         if spec is not None:
             from ..codegen import get_backend
 
@@ -226,7 +271,7 @@ class Evaluator:
                 why = ok.reason
             if not ok:
                 return "ok", "", replace(corr, checks=corr.checks + (f"long-k-probe skipped: {why[:80]}",))
-            ref = KernelRef(f"{name}@K={k}", spec=spec)
+            ref = KernelRef(f"{name}@K={k}", spec=spec, source=source)
         else:
             ref = KernelRef(f"{name}@K={k}", kernel=kernel)
         status, reason, _, _ = self._check(probe, ref)
@@ -287,6 +332,17 @@ class Evaluator:
                 name: BaselineResult(name, b["timing"], b["correctness"], b["detail"], b["available"])
                 for name, b in p["baselines"].items()}
         return res
+
+
+def _ready_source(future) -> Any:
+    """The precompiled source of a finished pool job, or None (not finished, failed, cancelled)."""
+    try:
+        if future.done():
+            prep = future.result()
+            return prep.source if prep.status == "ok" else None
+    except Exception:  # noqa: BLE001 - a cancelled or failed job: the worker compiles it itself
+        pass
+    return None
 
 
 def _modes(modes: Iterable[str] | str) -> tuple[str, ...]:

@@ -194,6 +194,7 @@ class _State:
             torch.cuda.set_device(self.device)
         self.kernels: dict[str, Any] = {}  # compiled in a check, reused by the timing job
         self.max_kernels = 64
+        self.baseline_plans: dict = {}  # cuBLASLt plans of the current problem (baselines.prepare)
 
     def sync(self) -> None:
         if self.is_cuda:
@@ -360,7 +361,7 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
     for name in req.baselines:
         b_outs = [torch.empty(problem.m, problem.n, dtype=torch_dtype(problem.c_dtype), device=dev)
                   for _ in range(n_sets)]
-        prepared[name] = p = bl.prepare(name, problem, sets, b_outs)
+        prepared[name] = p = bl.prepare(name, problem, sets, b_outs, state.baseline_plans)
         if p.available:
             contenders[f"baseline:{name}"] = p.call
 
