@@ -29,6 +29,7 @@ class AccuracyPolicy:
     floors: dict[str, float] = field(default_factory=lambda: {"float16": 1e-4, "bfloat16": 8e-4})
     fp16_accumulate_bound: float = 2e-2  # for problems that declare accumulator="float16"
     seeds: int = 3
+    stream_order: bool = True  # the stream-order check (CUDA only); the long-K probe skips it
 
 
 class CheckFailure(Exception):
@@ -203,7 +204,7 @@ def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: A
             raise CheckFailure(f"seed {base + i}: {e}") from None
         worst, bound = max(worst, err), max(bound, exp.bound)
     checks = CHECKS if problem.epilogue.beta == 0 else tuple(c for c in CHECKS if c != "nan-poison")
-    if getattr(ops.a, "is_cuda", False):
+    if policy.stream_order and getattr(ops.a, "is_cuda", False):
         err = stream_order_check(kernel, problem, ops, out, policy, base + policy.seeds)
         worst, checks = max(worst, err), checks + ("stream-order",)
     return Correctness(rel_error=worst, bound=bound, seeds=policy.seeds, checks=checks)

@@ -28,12 +28,21 @@ def torch_dtype(name: str):
     return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
 
 
+def _generator(seed: int, device):
+    """A generator on the operands' device. Drawing a 16384x12288 operand on the CPU takes
+    seconds, and the evaluator draws fresh operands for every candidate; on the GPU it takes
+    milliseconds. A seed gives the same values on every CUDA GPU (Philox), so a failure seen
+    in a search replays on any GPU from the seed in its reason; the CPU draws other values."""
+    import torch
+
+    return torch.Generator(device=device).manual_seed(seed)
+
+
 def _randn(shape, dtype, device, generator):
     import torch
 
-    # Drawn on the CPU generator in fp32, then rounded and moved: a seed gives the same values
-    # on every device, so a failure seen on the GPU can be replayed on the CPU.
-    return torch.randn(shape, generator=generator, dtype=torch.float32).to(device=device, dtype=dtype)
+    # Drawn in fp32, then rounded: the same distribution for every dtype.
+    return torch.randn(shape, generator=generator, dtype=torch.float32, device=device).to(dtype=dtype)
 
 
 @dataclass
@@ -50,10 +59,10 @@ class Operands:
         """New standard-normal values in the same storage (same pointers, new contents)."""
         import torch
 
-        g = torch.Generator().manual_seed(seed)
+        g = _generator(seed, self.a.device)
         for t in (self.a, self.b, self.bias, self.c_in):
             if t is not None:
-                t.copy_(torch.randn(t.shape, generator=g, dtype=torch.float32).to(t.dtype))
+                t.copy_(_randn(t.shape, t.dtype, t.device, g))
 
     @property
     def nbytes(self) -> int:
@@ -64,7 +73,7 @@ def make_operands(problem: GemmProblem, seed: int, device="cpu") -> Operands:
     """Random normal operands laid out as the problem says ('T' = column-major view)."""
     import torch
 
-    g = torch.Generator().manual_seed(seed)
+    g = _generator(seed, device)
     dt = torch_dtype(problem.dtype)
     m, n, k = problem.shape
     a = _randn((m, k), dt, device, g) if problem.a_row_major else _randn((k, m), dt, device, g).t()
