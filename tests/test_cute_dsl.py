@@ -3,6 +3,9 @@ every template variant compiled for sm_90a without a GPU (CUTE_DSL_ARCH=sm_90a),
 the disk cache and loaded back."""
 
 import os
+import subprocess
+import sys
+import textwrap
 
 import pytest
 import torch
@@ -46,10 +49,49 @@ def test_undeclared_options_refused_by_the_ir(field, value):
     assert field in e.value.fields
 
 
-def test_split_k_not_declared():
+def test_split_k_declared_with_workspace_reduction_only():
+    s = spec(decomposition="split_k", split_k=4, epilogue_path="registers")
+    assert CuteDslBackend().supports(GemmProblem(m=512, n=128, k=8192), s)
     with pytest.raises(SpecError) as e:
-        spec(decomposition="split_k", split_k=2)
+        spec(decomposition="split_k", split_k=4, split_k_reduction="atomic", epilogue_path="registers")
+    assert "split_k_reduction" in e.value.fields
+    with pytest.raises(SpecError) as e:
+        spec(decomposition="stream_k")
     assert "decomposition" in e.value.fields
+
+
+def test_split_k_refusals():
+    b = CuteDslBackend()
+    split = dict(decomposition="split_k", split_k=4)
+    ok = b.supports(GemmProblem(m=512, n=128, k=8192), spec(**split))  # BASE has epilogue_path="tma_store"
+    assert not ok and "epilogue_path" in ok.reason and "registers" in ok.reason
+    ok = b.supports(GemmProblem(m=512, n=128, k=192), spec(**split, epilogue_path="registers"))  # 3 k-tiles
+    assert not ok and "split_k" in ok.reason
+    ok = b.supports(GemmProblem(m=8192, n=8192, k=8192), spec(decomposition="split_k", split_k=8,
+                                                             epilogue_path="registers"))
+    assert not ok and "workspace" in ok.reason
+
+
+def test_render_split_k():
+    p = GemmProblem(m=100, n=136, k=1000, epilogue=Epilogue(beta=0.5, bias=True, activation="relu"))
+    src = CuteDslBackend().render(p, spec(decomposition="split_k", split_k=5, epilogue_path="registers"))
+    compile(src.text, "rendered", "exec")
+    for line in ("SPLIT_K = 5", "K_TILES = (K + TILE_K - 1) // TILE_K", "def reduce(", "WORKSPACE_SHAPE = (SPLIT_K, M, N)",
+                 "self.reduce(mWf, mCf, mDf, mBias)"):
+        assert line in src.text, line
+    dp = CuteDslBackend().render(p, spec(epilogue_path="registers"))
+    assert "WORKSPACE_SHAPE = None" in dp.text and "def reduce(" not in dp.text
+
+
+def test_unit_extent_tma_modes_are_dynamic():
+    """M=1 (or N=1): the TMA'd tensor gets a dynamic extent there, else the DSL folds the mode out of
+    the copy and issues a 1-D TMA against a 2-D descriptor (illegal instruction on an H100)."""
+    b = CuteDslBackend()
+    one = b.render(GemmProblem(m=1, n=8, k=16), spec()).text
+    assert "make_layout((cutlass.Int32(M), K, 1)" in one and "mD_store = cute.make_tensor(d_ptr" in one
+    assert "cutlass.Int32(N)" in b.render(GemmProblem(m=64, n=1, k=64, layout="NT"),
+                                          spec(epilogue_path="registers")).text
+    assert "cutlass.Int32(" not in b.render(GemmProblem(m=8, n=8, k=8), spec()).text
 
 
 @pytest.mark.parametrize("layout, m, n, k, bad", [
@@ -116,6 +158,16 @@ VARIANTS = [
     ("TN-epi-bias-relu-bf16out", dict(layout="TN", out_dtype="bfloat16",
                                       epilogue=Epilogue(bias=True, activation="relu")), {}),
 ]
+SPLIT = dict(decomposition="split_k", epilogue_path="registers")
+SPLIT_VARIANTS = [
+    # (id, problem kwargs, spec kwargs): split-K main kernel + reduction kernel, uneven K slices
+    ("NN-fp16-512x128x8192-s8", dict(m=512, n=128, k=8192, layout="NN"), dict(split_k=8)),
+    ("TN-bf16-2048x128x4096-s3-pingpong-c2x1", dict(m=2048, n=128, k=4096, layout="TN", dtype="bfloat16"),
+     dict(split_k=3, warp_specialization="pingpong", cluster_m=2)),
+    ("NT-100x136x1000-s5-8warps-all-gelu", dict(m=100, n=136, k=1000, layout="NT",
+                                                epilogue=Epilogue(alpha=0.5, beta=0.25, bias=True, activation="gelu")),
+     dict(split_k=5, num_warps=8, block_m=64, block_n=64, cluster_n=2)),
+]
 
 
 @needs_dsl
@@ -126,6 +178,41 @@ def test_compiles_for_sm90a(backend, pkw, skw):
     assert backend.supports(p, s), backend.supports(p, s).reason
     kernel = backend.compile(backend.render(p, s))
     assert kernel.source.problem == p and callable(kernel)
+
+
+@needs_dsl
+@pytest.mark.parametrize("pkw, skw", [v[1:] for v in SPLIT_VARIANTS], ids=[v[0] for v in SPLIT_VARIANTS])
+def test_split_k_compiles_for_sm90a(backend, pkw, skw):
+    p = GemmProblem(**pkw)
+    s = spec(**SPLIT, **skw)
+    assert backend.supports(p, s), backend.supports(p, s).reason
+    kernel = backend.compile(backend.render(p, s))
+    assert kernel.workspace_bytes == 4 * s.split_k * p.m * p.n
+
+
+@needs_dsl
+def test_unit_extent_compiles_to_2d_tma(tmp_path):
+    """The PTX for M=1 (registers and TMA-store epilogues) and N=1 has no 1-D TMA (see above)."""
+    script = textwrap.dedent("""
+        import os
+        from cudal2.codegen.cute_dsl import CuteDslBackend
+        from cudal2.ir import GemmProblem, KernelSpec
+        be = CuteDslBackend()
+        base = dict(backend="cute_dsl", num_warps=12, load_path="tma", warp_specialization="cooperative",
+                    persistent=True, block_m=128, block_n=128, block_k=64, stages=4)
+        for (m, n, k, layout), path in (((1, 8, 16, "NN"), "registers"), ((1, 8, 16, "NN"), "tma_store"),
+                                        ((64, 1, 64, "NT"), "registers")):
+            p = GemmProblem(m=m, n=n, k=k, layout=layout)
+            be.compile(be.render(p, KernelSpec(**base, epilogue_path=path)))
+    """)
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP_PTX": "1", "CUTE_DSL_DUMP_DIR": str(tmp_path),
+           "CUDAL2_CACHE_DIR": str(tmp_path / "cache"), "CUDAL2_CUTE_DSL_DISK_CACHE": "0"}
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True, timeout=600)
+    ptx = sorted(tmp_path.glob("*.ptx"))
+    assert len(ptx) == 3
+    for f in ptx:
+        text = f.read_text()
+        assert "cp.async.bulk.tensor.2d" in text and "cp.async.bulk.tensor.1d" not in text, f.name
 
 
 @needs_dsl

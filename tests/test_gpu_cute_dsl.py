@@ -145,10 +145,80 @@ def test_bf16_out_from_fp16_in(backend):
 @pytest.mark.parametrize("m, n, k, layout, path", [
     (8, 8, 8, "NN", "tma_store"), (1, 8, 16, "NN", "registers"), (100, 1001, 1000, "NT", "registers"),
     (1000, 1000, 1000, "NN", "tma_store"), (4096, 4096, 4096, "NN", "tma_store"),
+    # a unit M (or N) extent: the TMA'd tensor gets a dynamic extent (M=1 used to issue a 1-D TMA
+    # against a 2-D descriptor: "illegal instruction")
+    (1, 8, 16, "NN", "tma_store"), (1, 264, 200, "NT", "registers"), (72, 1, 64, "NT", "registers"),
 ])
 def test_shapes(backend, m, n, k, layout, path):
     p = GemmProblem(m=m, n=n, k=k, layout=layout)
     run_checked(backend.compile(backend.render(p, spec(epilogue_path=path))), p, seed=m + n + k)
+
+
+# ---- split-K: (tile, K slice) work units, fp32 workspace, reduction kernel with the epilogue -------------
+SPLIT_CASES = {
+    # name: ((m, n, k, layout), epilogue, spec kwargs)
+    "512x128x8192-NN-s16": ((512, 128, 8192, "NN"), Epilogue(), dict(split_k=16)),
+    "512x128x8192-NN-s6-uneven": ((512, 128, 8192, "NN"), Epilogue(), dict(split_k=6)),  # 128 k-tiles / 6
+    "2048x128x4096-NN-s4": ((2048, 128, 4096, "NN"), Epilogue(), dict(split_k=4)),
+    "2048x128x4096-TN-s4": ((2048, 128, 4096, "TN"), Epilogue(), dict(split_k=4)),
+    "2048x128x4096-TN-s3-pingpong": ((2048, 128, 4096, "TN"), Epilogue(),
+                                     dict(split_k=3, warp_specialization="pingpong")),
+    "2048x128x4096-NN-s5-c2x1": ((2048, 128, 4096, "NN"), Epilogue(), dict(split_k=5, cluster_m=2)),
+    "100x136x1000-NN-s5-bias-beta": ((100, 136, 1000, "NN"), Epilogue(alpha=0.5, beta=-0.75, bias=True),
+                                     dict(split_k=5)),
+    "100x136x1000-NT-s16-bias-beta-gelu-8warps-c2x2": (
+        (100, 136, 1000, "NT"), Epilogue(beta=0.5, bias=True, activation="gelu"),
+        dict(split_k=16, num_warps=8, block_m=64, block_n=64, block_k=64, cluster_m=2, cluster_n=2)),
+    "1x264x4096-NN-s8-silu": ((1, 264, 4096, "NN"), Epilogue(bias=True, activation="silu"), dict(split_k=8)),
+    "256x2048x4096-TT-s2-relu-pingpong": ((256, 2048, 4096, "TT"), Epilogue(bias=True, activation="relu"),
+                                          dict(split_k=2, warp_specialization="pingpong")),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(SPLIT_CASES))
+def test_split_k(backend, name, dtype):
+    (m, n, k, layout), epi, kw = SPLIT_CASES[name]
+    p = GemmProblem(m=m, n=n, k=k, layout=layout, dtype=dtype, epilogue=epi)
+    s = spec(decomposition="split_k", epilogue_path="registers", **kw)
+    assert backend.supports(p, s), backend.supports(p, s).reason
+    run_checked(backend.compile(backend.render(p, s)), p, seed=m + n + k)
+
+
+def test_split_k_reuses_its_workspace_and_is_deterministic(backend):
+    p = GemmProblem(m=512, n=128, k=8192, layout="NN", epilogue=Epilogue(bias=True))
+    kernel = backend.compile(backend.render(p, spec(decomposition="split_k", split_k=8, epilogue_path="registers")))
+    a, b = make_operands(p, 5)
+    bias = torch.randn(p.n, device="cuda", dtype=torch.float16)
+    first = kernel(a, b, bias=bias)
+    ws = kernel._workspace_for(a.device)
+    assert ws.shape == (8, p.m, p.n) and ws.dtype == torch.float32
+    out = torch.full_like(first, float("nan"))
+    for _ in range(3):
+        kernel(a, b, out, bias)
+    torch.cuda.synchronize()
+    assert kernel._workspace_for(a.device).data_ptr() == ws.data_ptr()
+    assert torch.equal(out, first), "split-K results differ between calls (the reduction is meant to be fixed-order)"
+
+
+def test_split_k_in_a_cuda_graph(backend):
+    p = GemmProblem(m=2048, n=128, k=4096, layout="NN")
+    kernel = backend.compile(backend.render(p, spec(decomposition="split_k", split_k=4, epilogue_path="registers")))
+    a, b = make_operands(p, 9)
+    out = torch.empty(p.m, p.n, device="cuda", dtype=torch.float16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        kernel(a, b, out)  # warm-up: the workspace is allocated here, outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernel(a, b, out)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    ref = a.float() @ b.float()
+    assert ((out.float() - ref).norm() / ref.norm()).item() < BOUND["float16"]
 
 
 def test_kernel_loaded_from_disk_is_correct(backend):
@@ -179,6 +249,51 @@ TIMED_CONFIGS = {
     "pp 128x128x64 s5 c1x1": dict(warp_specialization="pingpong", stages=5),
     "pp 128x128x64 s5 c2x1": dict(warp_specialization="pingpong", stages=5, cluster_m=2),
 }
+
+
+# shapes whose tile grid cannot fill 132 SMs with deep K: where split-K should beat data-parallel
+SPLIT_TIMED_SHAPES = [(512, 128, 8192), (2048, 128, 4096), (512, 512, 12288), (64, 8192, 2048), (256, 2048, 4096)]
+
+
+def _split_choices(m, n, k, bm, bn, bk, sms=132):
+    """Up to two split_k values that best fill whole waves of the SMs, each with >= 4 k-tiles per slice."""
+    from cudal2.codegen.cute_dsl import SPLIT_K_VALUES
+
+    tiles = -(-m // bm) * -(-n // bn)
+    k_tiles = -(-k // bk)
+    cands = [s for s in SPLIT_K_VALUES if s > 1 and k_tiles // s >= 4]
+    fill = lambda s: tiles * s / (-(-tiles * s // sms) * sms)  # noqa: E731
+    return sorted(cands, key=lambda s: (-fill(s), s))[:2]
+
+
+def test_split_k_timing_report(backend):
+    from triton.testing import do_bench
+
+    rows = []
+    for m, n, k in SPLIT_TIMED_SHAPES:
+        p = GemmProblem(m=m, n=n, k=k, layout="NN")
+        a, b = make_operands(p, 13)
+        ref = torch.mm(a, b).float()
+        t_torch = do_bench(lambda: torch.mm(a, b), return_mode="median")
+        bm = 64 if m <= 64 else 128
+        base = dict(block_m=bm, num_warps=8 if bm == 64 else 12, epilogue_path="registers")
+        configs = {"data-parallel": dict(base, epilogue_path="tma_store")}
+        for sk in _split_choices(m, n, k, bm, 128, 64):
+            configs[f"split_k={sk}"] = dict(base, decomposition="split_k", split_k=sk)
+        for name, kw in configs.items():
+            s = spec(**kw)
+            if not backend.supports(p, s):
+                continue
+            kernel = backend.compile(backend.render(p, s))
+            out = torch.empty(m, n, device="cuda", dtype=torch.float16)
+            t = do_bench(lambda: kernel(a, b, out), return_mode="median")
+            err = ((out.float() - ref).norm() / ref.norm()).item()
+            assert err < BOUND["float16"], f"{name} {p.label()}: error {err:.2e}"
+            rows.append((f"{m}x{n}x{k}", f"{bm}x128x64 {name}", t, p.flops / t / 1e9, t_torch, p.flops / t_torch / 1e9))
+    print(f"\n{torch.cuda.get_device_name()}  split-K (triton.testing.do_bench median; call time incl. Python)")
+    print(f"{'shape':>18} {'config':>26} {'cute ms':>9} {'TFLOP/s':>8} {'torch ms':>9} {'TFLOP/s':>8} {'ratio':>6}")
+    for shape, name, t, tf, tt, ttf in rows:
+        print(f"{shape:>18} {name:>26} {t:9.3f} {tf:8.1f} {tt:9.3f} {ttf:8.1f} {tt / t:6.2f}")
 
 
 def test_timing_report(backend):

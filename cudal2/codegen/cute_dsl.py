@@ -9,6 +9,11 @@ the fp32 fragment and stores either straight from registers (predicated) or thro
 shared memory with a TMA store. The rendered module bakes every extent and choice in, so
 one compiled kernel serves exactly one (problem, spec).
 
+Split-K (decomposition="split_k", split_k=S, reduction "workspace"): the scheduler's work units
+are (output tile, K slice) pairs; each stores its raw fp32 partial tile into an fp32 workspace
+(S, M, N) that the kernel object allocates once per device, and a second kernel, launched right
+after on the same stream, sums the S slices in a fixed order and applies the epilogue.
+
 Compiled kernels are cached in memory per process and on disk: the DSL can export a
 compiled function as an object file (`export_to_c`) and load it back in another process
 (`cute.runtime.load_module`), which is what precompile() relies on. The DSL compiles for
@@ -32,6 +37,10 @@ from typing import Any
 from ..ir import Capabilities, GemmProblem, KernelSpec, SpecError, Violation, arch_limits, options
 from .base import Backend, Source, Support
 
+# K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
+SPLIT_K_VALUES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64]
+MAX_WORKSPACE_BYTES = 1 << 30  # fp32 (split_k, M, N): also keeps every flat index within int32
+
 # What the template implements; the IR validator refuses everything else for this backend.
 CAPABILITIES = Capabilities(
     options=options(
@@ -47,8 +56,9 @@ CAPABILITIES = Capabilities(
         warp_specialization=["cooperative", "pingpong"],
         smem_swizzle=["auto"],  # the swizzle follows from the tile's major extent (128B for 64+ fp16)
         smem_padding=[0],
-        decomposition=["data_parallel"],
-        split_k=[1],
+        decomposition=["data_parallel", "split_k"],
+        split_k=SPLIT_K_VALUES,
+        split_k_reduction=["workspace"],  # deterministic; no atomics (lost updates seen on H100 elsewhere)
         persistent=[True],
         epilogue_path=["registers", "tma_store"],
         epilogue_subtile=[1],
@@ -107,13 +117,36 @@ class CuteDslKernel:
 
     With c given, the result is written into c (which is also read when beta != 0);
     otherwise a new (M, N) row-major tensor is returned. No host synchronization, no
-    allocation beyond that output; launches on torch's current stream."""
+    allocation beyond that output (and, with split-K, the workspace on a device's first
+    call); launches on torch's current stream."""
 
     source: Source
     _fn: Any
     _module: Any
     loaded_from_disk: bool = False
     _keepalive: Any = None  # the loaded binary module owns the execution engine behind _fn
+    _workspaces: dict = dataclasses.field(default_factory=dict)  # split-K: device -> fp32 tensor
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the split-K workspace (allocated on the first call per device, then reused)."""
+        shape = getattr(self._module, "WORKSPACE_SHAPE", None)
+        return 0 if shape is None else 4 * shape[0] * shape[1] * shape[2]
+
+    def _workspace_for(self, device):
+        """The split-K fp32 workspace on device, allocated once and reused by every later call
+        (calls on one device must therefore be stream-ordered, as with cuBLAS's workspace)."""
+        import torch
+
+        shape = self._module.WORKSPACE_SHAPE
+        if shape is None:
+            return None
+        key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
+        ws = self._workspaces.get(key)
+        if ws is None:
+            ws = torch.empty(shape, dtype=torch.float32, device=device)
+            self._workspaces[key] = ws
+        return ws
 
     def __call__(self, a, b, c=None, bias=None):
         import torch
@@ -133,7 +166,11 @@ class CuteDslKernel:
                 raise ValueError(f"operand {name} starts at an address not aligned to {align[name]} bytes "
                                  f"(this kernel was compiled for it); pass a freshly allocated or .clone()d tensor")
         stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
-        self._fn(*self._module.pointer_args(a, b, c_in, d, bias_t), stream)
+        ws = self._workspace_for(a.device)
+        if ws is None:
+            self._fn(*self._module.pointer_args(a, b, c_in, d, bias_t), stream)
+        else:
+            self._fn(*self._module.pointer_args(a, b, c_in, d, bias_t, ws), stream)
         return d
 
 
@@ -220,6 +257,8 @@ class CuteDslBackend(Backend):
             "has_bias": bool(e.bias),
             "activation": e.activation,
             "needs_coords": bool(e.bias) or e.beta != 0,
+            # split-K reduction: 4 outputs per thread once that still leaves two waves of blocks
+            "red_vec": 4 if problem.m * problem.n >= 2 * 132 * 256 * 4 else 1,
         }
 
     def toolchain_version(self) -> str:
@@ -374,6 +413,19 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
                              f"{smem / 1024:.1f} KiB of shared memory (stages + epilogue buffers + barriers) "
                              f"exceeds {limit / 1024:.0f} KiB",
                              f"use at most {(limit - epi - BARRIER_BYTES) // per} stages or a smaller tile"))
+    if spec.decomposition == "split_k":
+        if spec.epilogue_path != "registers":
+            bad.append(Violation("epilogue_path", spec.epilogue_path,
+                                 "split-K stores fp32 partial tiles from registers into a workspace and a "
+                                 "reduction kernel writes the output; there is no TMA-store variant of it",
+                                 "use epilogue_path='registers' with decomposition='split_k'"))
+        # split_k > k-tiles (an empty K slice) is refused by check_compatible() before this
+        ws = 4 * spec.split_k * problem.m * problem.n
+        if ws > MAX_WORKSPACE_BYTES:
+            bad.append(Violation("split_k", spec.split_k,
+                                 f"the fp32 workspace (split_k, M, N) would take {ws / 2**20:.0f} MiB, over "
+                                 f"{MAX_WORKSPACE_BYTES >> 20} MiB",
+                                 "use a smaller split_k (split-K pays off for small M*N and deep K)"))
     # TMA: 16-byte aligned leading dimensions are checked by check_compatible(); the output of a
     # TMA store too. Registers epilogue writes element by element, so any N works there.
     return bad
