@@ -10,6 +10,8 @@
 # Call 2 must reach the same (still warm) machine: the site folder part1 went into lives in /tmp.
 # After part2 the script runs tests/test_gpu_cute_dsl.py (correctness of every variant, then a
 # timing table vs torch.mm); without a PARTDIR it just runs the tests (DSL already importable).
+# Anything after "--" runs instead of the tests, with the DSL importable, e.g. the search:
+#   bash tools/gpu_cute_dsl.sh .carry/cute-dsl/part2 -- python3 benchmarks/search_48.py probe.json --backend cute_dsl
 # The DSL needs cuda-bindings, protobuf and typing-extensions: carry their wheels in .whl/ when
 # the image lacks them (tools/device_env.sh installs .whl/ into /tmp/site).
 set -euo pipefail
@@ -45,4 +47,8 @@ except Exception as e:
 print("torch", torch.__version__, "| nvidia-cutlass-dsl", getattr(cutlass, "__version__", "?"), "|",
       torch.cuda.get_device_name())
 EOF
+if [ "${1:-}" = "--" ]; then
+  shift
+  exec "$@"
+fi
 python3 -m pytest -m gpu tests/test_gpu_cute_dsl.py -s -q -p no:cacheprovider "$@"

@@ -180,6 +180,13 @@ def _torch_dtype(name: str):
     return {"float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
+def _same_strides(t, stride) -> bool:
+    """Strides equal where they matter: the stride of a size-1 dimension is never used to
+    address anything, and torch gives such views arbitrary ones (a (64, 1) view of a
+    contiguous (1, 64) tensor has strides (1, 1))."""
+    return all(have == want for have, want, size in zip(t.stride(), stride, t.shape) if size > 1)
+
+
 def _check_operands(p: GemmProblem, a, b, c, bias) -> None:
     """Clear errors for tensors that do not match the problem this kernel was built for."""
     want = _torch_dtype(p.dtype)
@@ -197,11 +204,11 @@ def _check_operands(p: GemmProblem, a, b, c, bias) -> None:
             raise ValueError(f"operand {name} is {t.dtype}, the kernel was built for {want}")
         if not t.is_cuda:
             raise ValueError(f"operand {name} is on {t.device}; move it to the GPU")
-        if tuple(t.stride()) != stride:
+        if not _same_strides(t, stride):
             raise ValueError(f"operand {name} has strides {tuple(t.stride())}; layout {p.layout} needs {stride}: "
                              f"pass {fix}")
     if c is not None:
-        if tuple(c.shape) != (p.m, p.n) or c.dtype != out or tuple(c.stride()) != (p.n, 1) or not c.is_cuda:
+        if tuple(c.shape) != (p.m, p.n) or c.dtype != out or not _same_strides(c, (p.n, 1)) or not c.is_cuda:
             raise ValueError(f"c must be a contiguous ({p.m}, {p.n}) {out} CUDA tensor; got {tuple(c.shape)} "
                              f"{c.dtype} strides {tuple(c.stride())} on {c.device}")
     elif p.epilogue.beta != 0:
