@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -21,27 +21,42 @@ from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
 SHAPES = ("4096x4096x4096", "8192x8192x8192", "16384x16384x4096", "1024x16384x8192")
 BASE = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
             persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store")
-CONFIGS = {
-    "128x256x64 s3 c1x2": dict(block_n=256, stages=3, cluster_n=2),
-    "128x256x64 s3 c2x1": dict(block_n=256, stages=3, cluster_m=2),
-    "256x128x64 s3 c2x1": dict(block_m=256, stages=3, cluster_m=2),
+CONFIG_SETS = {
+    # the large square-ish shapes of issue 5
+    "large": {
+        "128x256x64 s3 c1x2": dict(block_n=256, stages=3, cluster_n=2),
+        "128x256x64 s3 c2x1": dict(block_n=256, stages=3, cluster_m=2),
+        "256x128x64 s3 c2x1": dict(block_m=256, stages=3, cluster_m=2),
+    },
+    # where the time goes on skinny or shallow shapes: the epilogue path, tile and stages
+    "epilogue": {
+        "256x128x64 s3 tma_store": dict(block_m=256, stages=3),
+        "256x128x64 s4 registers": dict(block_m=256, stages=4, epilogue_path="registers"),
+        "128x256x64 s3 tma_store c1x2": dict(block_n=256, stages=3, cluster_n=2),
+        "128x128x64 s6 tma_store": dict(stages=6),
+        "128x128x64 s6 registers": dict(stages=6, epilogue_path="registers"),
+    },
 }
+CONFIGS = CONFIG_SETS["large"]
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
-    ap.add_argument("--shapes", default=",".join(SHAPES))
+    ap.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK[-LAYOUT], comma-separated")
+    ap.add_argument("--configs", choices=sorted(CONFIG_SETS), default="large")
     args = ap.parse_args(argv)
-    names = list(CONFIGS)
-    specs = [KernelSpec(**{**BASE, **CONFIGS[n]}) for n in names]
+    configs = CONFIG_SETS[args.configs]
+    names = list(configs)
+    specs = [KernelSpec(**{**BASE, **configs[n]}) for n in names]
     lines = ["| shape | config | status | kernel us | TFLOP/s | rel. error | vs torch | vs cuBLASLt heuristic "
              "| vs cuBLASLt autotune |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
     env = None
     with Evaluator(device="cuda:0") as ev:
         env = ev.environment()
         for shape in args.shapes.split(","):
-            problem = GemmProblem.parse(shape)
+            dims, _, layout = shape.partition("-")
+            problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
             results = ev.evaluate(problem, specs, ("offline",))
             report = ev.report(problem, results, ("offline",))
             for name, b in report.baselines.items():
