@@ -256,3 +256,15 @@ def test_operand_check_ignores_the_strides_of_unit_dimensions():
     w = torch.zeros(1, 64)  # N=1, K=64: W.t() is (64, 1) with strides (1, 1), laid out as (1, 64) wants
     assert _same_strides(w.t(), (1, 64))
     assert not _same_strides(torch.zeros(64, 8).t(), (1, 64))  # a real mismatch is still caught
+
+
+def test_register_splits_ptxas_rejects_and_single_stage_pipelines_are_refused():
+    from cudal2.ir import SpecError
+
+    base = dict(backend="cute_dsl", arch="sm_90a", load_path="tma", warp_specialization="cooperative",
+                persistent=True, num_warps=12)
+    KernelSpec(**base, producer_registers=40, consumer_registers=232)  # the defaults, spelled out
+    for bad in (dict(producer_registers=200), dict(stages=1)):
+        with pytest.raises(SpecError) as e:
+            KernelSpec(**base, **bad)
+        assert next(iter(bad)) in str(e.value)

@@ -279,3 +279,15 @@ def test_rules_proposals_run_correctly_on_the_gpu(shape):
                      f"{s.block_k} w{s.num_warps} s{s.stages} {s.load_path} {s.decomposition}/{s.split_k} "
                      f"{s.split_k_reduction if s.split_k > 1 else ''} persistent={s.persistent} | {p.reasoning}")
     print("\n".join(lines))
+
+
+def test_cute_dsl_rules_use_the_tma_store_except_for_split_k_partials():
+    from cudal2.api import resolve_proposer
+
+    p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
+    big = [x.spec for x in p.propose(GemmProblem(m=4096, n=4096, k=4096), [], 6)]
+    assert big and all(s.epilogue_path == "tma_store" for s in big)
+    assert any(s.cluster_m * s.cluster_n == 2 for s in big)  # multi-wave grid: clustered variants
+    deep = [x.spec for x in p.propose(GemmProblem(m=512, n=128, k=8192), [], 6)]
+    split = [s for s in deep if s.decomposition == "split_k"]
+    assert split and all(s.epilogue_path == "registers" for s in split)

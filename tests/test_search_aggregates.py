@@ -20,3 +20,21 @@ def test_markdown_table():
     text = markdown({"torch": aggregate([1.1, 0.9]), "cublaslt_autotune": None})
     assert "| torch | 2 | 0.995 | 1.000 | 1.000 | 0.900 | 1.100 | 1 |" in text
     assert "| cublaslt_autotune | 0 |" in text
+
+
+def test_combine_48_keeps_per_shape_the_run_with_the_higher_speedup_over_torch():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "combine_48.py"
+    spec = importlib.util.spec_from_file_location("combine_48", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    row = lambda m, sp, name: {"m": m, "n": 8, "k": 8, "speedup": sp, "spec": name}  # noqa: E731
+    runs = {"triton": [row(1, {"torch": 0.9, "cublaslt_autotune": 0.95}, "t1"), row(2, {"torch": 1.2}, "t2"),
+                       row(3, {}, "t3")],
+            "cute": [row(1, {"torch": 1.1}, "c1"), row(2, {"torch": 0.5}, "c2"), row(3, {"torch": 0.8}, "c3")]}
+    best = {r["m"]: (r["run"], r["spec"]) for r in mod.combine(runs)}
+    assert best == {1: ("cute", "c1"), 2: ("triton", "t2"), 3: ("cute", "c3")}
+    text = mod.report(runs)
+    assert "| torch.matmul (best of the runs) | 3 |" in text and "| cute |" in text

@@ -62,6 +62,9 @@ CAPABILITIES = Capabilities(
         persistent=[True],
         epilogue_path=["registers", "tma_store"],
         epilogue_subtile=[1],
+        # One stage hung on the H100 (split_k=64 checks never finished on 5 of 7 shapes): the
+        # producer/consumer pipeline needs two stages to overlap at all, so one is not offered.
+        stages=[2, 3, 4, 5, 6, 7, 8],
         # setmaxnreg: the producer gives registers back (ptxas refuses a decrease above what the
         # program uses: a search on the H100 that sampled producer_registers=200 lost 146 of 384
         # candidates to "setmaxnreg.dec has register count (200) which is larger than ..."), the

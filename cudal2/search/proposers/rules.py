@@ -62,6 +62,8 @@ class Preferences:
     load_path: tuple[str, ...] = ("tma", "cp_async", "pointer")
     raster_group: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     min_acc_registers: int = 2  # fewer fp32 accumulators per thread than this wastes warps
+    # data-parallel specs take the first allowed; split-K partials always leave through registers
+    epilogue_path: tuple[str, ...] = ("registers",)
     fixed: Mapping[str, Any] = field(default_factory=dict)  # set on every spec of this backend
 
 
@@ -71,7 +73,12 @@ PREFERENCES: dict[str, Preferences] = {
     "triton": Preferences(),
     # CuTe DSL Hopper kernels: TMA + wgmma, warp-specialized, one producer warpgroup.
     "cute_dsl": Preferences(block_mn=(256, 128, 64), block_k=(64, 128), num_warps=(12, 8, 16),
-                            max_stages=7, fixed={"warp_specialization": "cooperative"}),
+                            max_stages=7, fixed={"warp_specialization": "cooperative"},
+                            # The registers epilogue stores element by element; the TMA store writes
+                            # whole tiles. Every large-shape figure in benchmarks/results/
+                            # cute_dsl_vs_cublas.md is a TMA-store kernel (about 1.0x torch), while a
+                            # search whose specs all used registers lost up to 5x on wide outputs.
+                            epilogue_path=("tma_store", "registers")),
 }
 DEFAULT_PREFERENCES = Preferences()
 
@@ -298,6 +305,11 @@ class RulesProposer:
                 if (space.allows(caps, "cluster_m", cm, arch) and space.allows(caps, "cluster_n", cn, arch)
                         and gm % cm == 0 and gn % cn == 0):
                     clusters.append((cm, cn, f"cluster {cm}x{cn}: TMA multicast of the shared operand tile"))
+        epi_dp = next((e for e in pref.epilogue_path if space.allows(caps, "epilogue_path", e, arch)), None)
+        for dec, _ in decomps:
+            epi = "registers" if dec["decomposition"] == "split_k" else epi_dp
+            if epi is not None and space.allows(caps, "epilogue_path", epi, arch):
+                dec["epilogue_path"] = epi
         decomps = [({**dec, "cluster_m": cm, "cluster_n": cn}, "; ".join(x for x in (note, c_note) if x))
                    for dec, note in decomps
                    for cm, cn, c_note in (clusters if dec["decomposition"] == "data_parallel" else clusters[:1])]
