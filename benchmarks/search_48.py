@@ -117,9 +117,10 @@ def main(argv=None) -> int:
                 unfinished += 1  # never started: leave it for the next chunk (shapes begun earlier are
                 continue  # still collected below; run_search then spends no GPU time on them)
             print(f"[{i + 1}/{len(shapes)}] {problem.label()}", flush=True)
+            seen = getattr(getattr(runner, "stats", None), "candidates", 0)
             res = run_search(problem, backends=backends, arch=arch, proposer=proposer, runner=runner, store=store,
                              budget=budget, modes=("offline",), seed=0, batch_size=args.batch, deadline=deadline)
-            if hasattr(runner, "stats"):
+            if hasattr(runner, "stats") and runner.stats.candidates > seen:  # this shape measured something
                 print(f"    evaluator so far: {runner.stats.line()}", flush=True)
             if budget.spent(res.evaluations, res.gpu_seconds):
                 rows.append({
