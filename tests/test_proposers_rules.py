@@ -291,3 +291,13 @@ def test_cute_dsl_rules_use_the_tma_store_except_for_split_k_partials():
     deep = [x.spec for x in p.propose(GemmProblem(m=512, n=128, k=8192), [], 6)]
     split = [s for s in deep if s.decomposition == "split_k"]
     assert split and all(s.epilogue_path == "registers" for s in split)
+
+
+def test_cute_dsl_rules_put_the_long_tile_side_on_the_operand_that_streams_from_dram():
+    from cudal2.api import resolve_proposer
+
+    p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
+    a_big = [x.spec for x in p.propose(GemmProblem(m=12288, n=1024, k=16384), [], 2)]
+    b_big = [x.spec for x in p.propose(GemmProblem(m=1024, n=16384, k=8192), [], 2)]
+    assert all(s.block_m > s.block_n for s in a_big), a_big
+    assert all(s.block_n > s.block_m for s in b_big), b_big

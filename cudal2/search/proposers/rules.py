@@ -64,6 +64,9 @@ class Preferences:
     min_acc_registers: int = 2  # fewer fp32 accumulators per thread than this wastes warps
     # data-parallel specs take the first allowed; split-K partials always leave through registers
     epilogue_path: tuple[str, ...] = ("registers",)
+    # Modelled slowdown of an oblong tile whose short side lies on the operand that streams
+    # from DRAM (the one at least twice the other's size). 1.0 = no such effect known.
+    short_side_on_stream: float = 1.0
     fixed: Mapping[str, Any] = field(default_factory=dict)  # set on every spec of this backend
 
 
@@ -78,7 +81,11 @@ PREFERENCES: dict[str, Preferences] = {
                             # whole tiles. Every large-shape figure in benchmarks/results/
                             # cute_dsl_vs_cublas.md is a TMA-store kernel (about 1.0x torch), while a
                             # search whose specs all used registers lost up to 5x on wide outputs.
-                            epilogue_path=("tma_store", "registers")),
+                            epilogue_path=("tma_store", "registers"),
+                            # The H100 search of these kernels: 128x256 on 12288x1024x16384 took
+                            # 5217 us, 256x128 578 us; on 1024x16384x8192 it went the other way
+                            # (3406 vs 421 us); 12288x256x16384: 2417 vs 844 us.
+                            short_side_on_stream=3.0),
 }
 DEFAULT_PREFERENCES = Preferences()
 
@@ -98,6 +105,19 @@ KEEP_PER_TILE = 6
 # backends whose declared space is too small to give n specs otherwise.
 WIDEN = (1, 4, 16, 1 << 20)
 EXHAUSTIVE = WIDEN[-1]
+
+
+def _orientation_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
+    """pref.short_side_on_stream when an oblong tile puts its short side on the operand that
+    streams from DRAM, else 1."""
+    if pref.short_side_on_stream == 1.0 or f["block_m"] == f["block_n"]:
+        return 1.0
+    a_elems, b_elems = problem.m * problem.k, problem.n * problem.k
+    if max(a_elems, b_elems) < 2 * min(a_elems, b_elems):
+        return 1.0  # neither operand dominates the traffic
+    a_streams = a_elems > b_elems
+    short_on_stream = (f["block_m"] < f["block_n"]) if a_streams else (f["block_n"] < f["block_m"])
+    return pref.short_side_on_stream if short_on_stream else 1.0
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -338,7 +358,7 @@ class RulesProposer:
                                     if (g, o) != (group, order)]
                     for group, order, raster_note in rasters:
                         f = {**f, "raster_group": group, "raster_order": order}
-                        time_us = self._model_us(problem, f)
+                        time_us = self._model_us(problem, f) * _orientation_factor(problem, f, pref)
                         if f.get("cluster_m", 1) * f.get("cluster_n", 1) > 1:
                             time_us *= CLUSTER_GAIN
                         notes = [grid_note]
