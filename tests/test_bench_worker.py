@@ -117,3 +117,20 @@ def test_a_cancelled_or_failed_pool_job_gives_no_probe_source():
     failed.set_exception(RuntimeError("pool died"))
     done.set_result(Prepared(source="src"))
     assert [_ready_source(f) for f in (cancelled, failed, done, pending)] == [None, None, "src", None]
+
+
+def test_a_hang_costs_the_check_timeout_scaled_from_torchs_time_not_the_full_cap():
+    from cudal2.bench.evaluator import Evaluator
+
+    p = GemmProblem.parse((48, 40, 256))
+    with Evaluator(device="cpu", baselines=("torch",), run_timeout_s=60, check_floor_s=3,
+                   check_per_torch_ms=0.0, compile_workers=1) as ev:
+        assert ev.check_timeout(p) == 60  # torch not timed yet: the cap
+        ev.baselines(p)
+        assert ev.check_timeout(p) == 3
+        import time
+
+        t0 = time.monotonic()
+        (res,) = ev.evaluate_kernels(p, {"hangs": K.hangs})
+        assert res.status == "timeout" and "within 3 s" in res.reason
+        assert time.monotonic() - t0 < 30

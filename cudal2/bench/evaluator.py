@@ -41,7 +41,14 @@ class EvalConfig:
     device: str = "cuda:0"
     compile_workers: int | None = None
     compile_timeout_s: float = 300.0  # render + precompile in the pool; compile() in the worker
-    run_timeout_s: float = 120.0  # the correctness checks of one candidate
+    run_timeout_s: float = 120.0  # the correctness checks of one candidate (the cap)
+    # Once torch.matmul has been timed on the problem, a candidate's checks get
+    # check_floor_s + check_per_torch_ms * (torch kernel ms) seconds, within run_timeout_s:
+    # a hung kernel then costs ~30 s of GPU time instead of 120 (a cute_dsl search on the H100
+    # lost 600 of its 1700 s to five hangs). The checks run a few calls and fp32 references,
+    # far below this even on a 16384x12288x12288 problem.
+    check_floor_s: float = 30.0
+    check_per_torch_ms: float = 2.0
     time_timeout_s: float = 120.0  # the timing job: this plus 30 s per contender and mode
     policy: AccuracyPolicy = field(default_factory=AccuracyPolicy)
     timing: TimingConfig = field(default_factory=TimingConfig)
@@ -226,8 +233,8 @@ class Evaluator:
                                          source_digest=digest, name=ref.name, detail=note)
         return results  # type: ignore[return-value]
 
-    def _check(self, problem: GemmProblem, ref: KernelRef,
-               policy: AccuracyPolicy | None = None) -> tuple[str, str, Correctness | None, float]:
+    def _check(self, problem: GemmProblem, ref: KernelRef, policy: AccuracyPolicy | None = None,
+               timeout: float | None = None) -> tuple[str, str, Correctness | None, float]:
         w = self.worker
         try:
             w.send("check", {"ref": ref, "problem": problem, "policy": policy or self.config.policy})
@@ -238,7 +245,7 @@ class Evaluator:
             if msg[0] != "compiled":
                 return msg[1], msg[2], None, 0.0
             compile_s = msg[1]
-            msg = w.receive(self.config.run_timeout_s, f"checking {ref.name}")
+            msg = w.receive(timeout or self.check_timeout(problem), f"checking {ref.name}")
         except WorkerDied as e:
             return e.status, e.reason, None, 0.0
         except Exception as e:  # noqa: BLE001 - e.g. an unpicklable kernel
@@ -248,6 +255,16 @@ class Evaluator:
                 w.restart()
             return msg[1], msg[2], None, compile_s
         return "ok", "", msg[1]["correctness"], compile_s
+
+    def check_timeout(self, problem: GemmProblem, work_scale: float = 1.0) -> float:
+        """Seconds a candidate's checks may take (see EvalConfig.check_floor_s); work_scale
+        scales the torch time (the long-K probe does K_probe / K times the work)."""
+        cap = self.config.run_timeout_s
+        for (key, _modes, _names), found in self._baselines.items():
+            torch_ms = found["torch"].kernel_ms() if key == problem.key() and "torch" in found else None
+            if torch_ms:
+                return min(cap, self.config.check_floor_s + self.config.check_per_torch_ms * torch_ms * work_scale)
+        return cap
 
     def _probe_problem(self, problem: GemmProblem) -> GemmProblem | None:
         k = self.config.accumulator_probe_k
@@ -277,7 +294,8 @@ class Evaluator:
             ref = KernelRef(f"{name}@K={k}", kernel=kernel)
         # One input set and no stream-order check: the candidate itself passed all of them; the
         # probe only asks whether the same code accumulates in fp32 over a long K.
-        status, reason, _, _ = self._check(probe, ref, replace(self.config.policy, seeds=1, stream_order=False))
+        status, reason, _, _ = self._check(probe, ref, replace(self.config.policy, seeds=1, stream_order=False),
+                                           self.check_timeout(problem, probe.k / problem.k))
         if status == "incorrect":
             return "incorrect", f"long-K accumulator probe (same spec, K={k}): {reason}", corr
         if status != "ok":
