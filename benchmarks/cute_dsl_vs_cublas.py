@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|orientation]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -35,6 +35,15 @@ CONFIG_SETS = {
         "128x256x64 s3 tma_store c1x2": dict(block_n=256, stages=3, cluster_n=2),
         "128x128x64 s6 tma_store": dict(stages=6),
         "128x128x64 s6 registers": dict(stages=6, epilogue_path="registers"),
+    },
+    # the 3-9x gap between tile orientations on shapes where one operand streams from DRAM
+    # (docs/cute_dsl_backend.md); run with --shapes 12288x256x16384,1024x16384x8192,...
+    "orientation": {
+        "256x128x64 s3": dict(block_m=256, stages=3),
+        "128x256x64 s3": dict(block_n=256, stages=3),
+        "256x128x64 s3 c2x1": dict(block_m=256, stages=3, cluster_m=2),
+        "128x256x64 s3 c1x2": dict(block_n=256, stages=3, cluster_n=2),
+        "128x128x64 s6": dict(stages=6),
     },
 }
 CONFIGS = CONFIG_SETS["large"]
