@@ -83,7 +83,7 @@ def main(argv=None) -> int:
                              f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | {err} | "
                              f"{fmt(sp['torch'])} | {fmt(sp['cublaslt_heuristic'])} | {fmt(sp['cublaslt_autotune'])} |")
             print("\n".join(lines[-(len(specs) + len(report.baselines)):]), flush=True)
-    text = "\n".join([f"# cute_dsl vs cuBLAS (offline, kernel time by CUDA-graph replay)\n",
+    text = "\n".join(["# cute_dsl vs cuBLAS (offline, kernel time by CUDA-graph replay)\n",
                       f"Environment: {env}\n", *lines, ""])
     Path(args.out).write_text(text)
     print(text)

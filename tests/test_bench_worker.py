@@ -106,19 +106,6 @@ def test_spec_long_k_probe_is_compiled_in_the_pool_and_the_phases_are_accounted(
         assert "1 candidates" in st.line()
 
 
-def test_a_cancelled_or_failed_pool_job_gives_no_probe_source():
-    import concurrent.futures as cf
-
-    from cudal2.bench.compile_pool import Prepared
-    from cudal2.bench.evaluator import _ready_source
-
-    cancelled, failed, done, pending = cf.Future(), cf.Future(), cf.Future(), cf.Future()
-    cancelled.cancel()
-    failed.set_exception(RuntimeError("pool died"))
-    done.set_result(Prepared(source="src"))
-    assert [_ready_source(f) for f in (cancelled, failed, done, pending)] == [None, None, "src", None]
-
-
 def test_a_hang_costs_the_check_timeout_scaled_from_torchs_time_not_the_full_cap():
     from cudal2.bench.evaluator import Evaluator
 

@@ -76,8 +76,8 @@ class EvalStats:
     def line(self) -> str:
         per = 1.0 / max(1, self.candidates)
         total = self.waiting_for_compile_s + self.checking_s + self.probing_s + self.timing_s
-        return (f"{self.candidates} candidates, {total * per:.2f} s each: compile wait {self.waiting_for_compile_s * per:.2f}, "
-                f"checks {self.checking_s * per:.2f}, long-K probe {self.probing_s * per:.2f}, "
+        return (f"{self.candidates} candidates, {total * per:.2f} s each: "
+                f"compile wait {self.waiting_for_compile_s * per:.2f}, checks {self.checking_s * per:.2f}, long-K probe {self.probing_s * per:.2f}, "
                 f"timing {self.timing_s * per:.2f}")
 
 
@@ -189,12 +189,10 @@ class Evaluator:
         fi = 0
         for i, (name, spec, kernel) in enumerate(items):
             digest = ""
-            probe_source = None
             if spec is not None:
                 t0 = time.perf_counter()
                 prep: Prepared = self.pool.result(futures, fi, problem, specs)
                 self.stats.waiting_for_compile_s += time.perf_counter() - t0
-                probe_source = _ready_source(probe_futures[fi]) if probe_futures else None
                 fi += 1
                 if prep.status != "ok":
                     results[i] = CandidateResult(spec, prep.status, prep.reason, compile_s=prep.seconds, name=name)
@@ -210,8 +208,9 @@ class Evaluator:
             t1 = time.perf_counter()
             self.stats.checking_s += t1 - t0
             if status == "ok":
-                if probe_futures and probe_source is None and spec is not None:
-                    # Not ready yet: wait for it rather than compile it again in the worker.
+                probe_source = None
+                if probe_futures and spec is not None:
+                    # Waits if the pool is not done with it, rather than compile it again in the worker.
                     probed = self.pool.result(probe_futures, fi - 1, probe_problem, specs)
                     probe_source = probed.source if probed.status == "ok" else None
                 status, reason, corr = self._probe(problem, name, spec, kernel, corr, probe_source)
@@ -263,7 +262,8 @@ class Evaluator:
         for (key, _modes, _names), found in self._baselines.items():
             torch_ms = found["torch"].kernel_ms() if key == problem.key() and "torch" in found else None
             if torch_ms:
-                return min(cap, self.config.check_floor_s + self.config.check_per_torch_ms * torch_ms * work_scale)
+                scaled = self.config.check_per_torch_ms * torch_ms * work_scale
+                return min(cap, self.config.check_floor_s + scaled)
         return cap
 
     def _probe_problem(self, problem: GemmProblem) -> GemmProblem | None:
@@ -353,17 +353,6 @@ class Evaluator:
                 name: BaselineResult(name, b["timing"], b["correctness"], b["detail"], b["available"])
                 for name, b in p["baselines"].items()}
         return res
-
-
-def _ready_source(future) -> Any:
-    """The precompiled source of a finished pool job, or None (not finished, failed, cancelled)."""
-    try:
-        if future.done():
-            prep = future.result()
-            return prep.source if prep.status == "ok" else None
-    except Exception:  # noqa: BLE001 - a cancelled or failed job: the worker compiles it itself
-        pass
-    return None
 
 
 def _modes(modes: Iterable[str] | str) -> tuple[str, ...]:

@@ -57,8 +57,6 @@ class Operands:
 
     def refill(self, seed: int) -> None:
         """New standard-normal values in the same storage (same pointers, new contents)."""
-        import torch
-
         g = _generator(seed, self.a.device)
         for t in (self.a, self.b, self.bias, self.c_in):
             if t is not None:
@@ -71,8 +69,6 @@ class Operands:
 
 def make_operands(problem: GemmProblem, seed: int, device="cpu") -> Operands:
     """Random normal operands laid out as the problem says ('T' = column-major view)."""
-    import torch
-
     g = _generator(seed, device)
     dt = torch_dtype(problem.dtype)
     m, n, k = problem.shape

@@ -34,7 +34,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from ..ir import Capabilities, GemmProblem, KernelSpec, SpecError, Violation, arch_limits, options
+from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, options
 from .base import Backend, Source, Support
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
@@ -225,7 +225,7 @@ def _check_operands(p: GemmProblem, a, b, c, bias) -> None:
     if p.epilogue.bias:
         if bias is None:
             raise ValueError("the problem has a bias: pass bias, a contiguous (N,) tensor")
-        if tuple(bias.shape) != (p.n,) or bias.dtype != out or (p.n > 1 and bias.stride() != (1,)):
+        if tuple(bias.shape) != (p.n,) or bias.dtype != out or not _same_strides(bias, (1,)):
             raise ValueError(f"bias must be a contiguous ({p.n},) {out} tensor; got {tuple(bias.shape)} {bias.dtype}")
     elif bias is not None:
         raise ValueError("the problem has no bias but one was passed; build the kernel for a problem with bias=True")

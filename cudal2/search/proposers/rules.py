@@ -107,17 +107,17 @@ WIDEN = (1, 4, 16, 1 << 20)
 EXHAUSTIVE = WIDEN[-1]
 
 
-def _orientation_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
-    """pref.short_side_on_stream when an oblong tile puts its short side on the operand that
-    streams from DRAM, else 1."""
-    if pref.short_side_on_stream == 1.0 or f["block_m"] == f["block_n"]:
-        return 1.0
+def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
+    """What the analytical model does not see but the H100 measured, as a factor on its time:
+    CLUSTER_GAIN for a cluster of CTAs, and pref.short_side_on_stream when an oblong tile puts
+    its short side on the operand that streams from DRAM (at least twice the other's size)."""
+    factor = CLUSTER_GAIN if f.get("cluster_m", 1) * f.get("cluster_n", 1) > 1 else 1.0
     a_elems, b_elems = problem.m * problem.k, problem.n * problem.k
-    if max(a_elems, b_elems) < 2 * min(a_elems, b_elems):
-        return 1.0  # neither operand dominates the traffic
+    if f["block_m"] == f["block_n"] or max(a_elems, b_elems) < 2 * min(a_elems, b_elems):
+        return factor  # a square tile, or neither operand dominates the traffic
     a_streams = a_elems > b_elems
     short_on_stream = (f["block_m"] < f["block_n"]) if a_streams else (f["block_n"] < f["block_m"])
-    return pref.short_side_on_stream if short_on_stream else 1.0
+    return factor * (pref.short_side_on_stream if short_on_stream else 1.0)
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -326,11 +326,14 @@ class RulesProposer:
                         and gm % cm == 0 and gn % cn == 0):
                     clusters.append((cm, cn, f"cluster {cm}x{cn}: TMA multicast of the shared operand tile"))
         epi_dp = next((e for e in pref.epilogue_path if space.allows(caps, "epilogue_path", e, arch)), None)
-        for dec, _ in decomps:
+
+        def epilogue(dec: dict) -> dict:
             epi = "registers" if dec["decomposition"] == "split_k" else epi_dp
-            if epi is not None and space.allows(caps, "epilogue_path", epi, arch):
-                dec["epilogue_path"] = epi
-        decomps = [({**dec, "cluster_m": cm, "cluster_n": cn}, "; ".join(x for x in (note, c_note) if x))
+            ok = epi is not None and space.allows(caps, "epilogue_path", epi, arch)
+            return {"epilogue_path": epi} if ok else {}
+
+        decomps = [({**dec, **epilogue(dec), "cluster_m": cm, "cluster_n": cn},
+                    "; ".join(x for x in (note, c_note) if x))
                    for dec, note in decomps
                    for cm, cn, c_note in (clusters if dec["decomposition"] == "data_parallel" else clusters[:1])]
         out = []
@@ -358,9 +361,7 @@ class RulesProposer:
                                     if (g, o) != (group, order)]
                     for group, order, raster_note in rasters:
                         f = {**f, "raster_group": group, "raster_order": order}
-                        time_us = self._model_us(problem, f) * _orientation_factor(problem, f, pref)
-                        if f.get("cluster_m", 1) * f.get("cluster_n", 1) > 1:
-                            time_us *= CLUSTER_GAIN
+                        time_us = self._model_us(problem, f) * _measured_factor(problem, f, pref)
                         notes = [grid_note]
                         if dec_note:
                             notes.append(dec_note)
