@@ -45,7 +45,7 @@ class EvalConfig:
     # Once torch.matmul has been timed on the problem, a candidate's checks get
     # check_floor_s + check_per_torch_ms * (torch kernel ms) seconds, within run_timeout_s:
     # a hung kernel then costs ~30 s of GPU time instead of 120 (a cute_dsl search on the H100
-    # lost 600 of its 1700 s to five hangs). The checks run a few calls and fp32 references,
+    # spent 600 of its ~1250 s in five hangs). The checks run a few calls and fp32 references,
     # far below this even on a 16384x12288x12288 problem.
     check_floor_s: float = 30.0
     check_per_torch_ms: float = 2.0
