@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|orientation]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|streaming]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -24,9 +24,13 @@ BASE = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", wa
 CONFIG_SETS = {
     # the large square-ish shapes of issue 5
     "large": {
-        "128x256x64 s3 c1x2": dict(block_n=256, stages=3, cluster_n=2),
         "128x256x64 s3 c2x1": dict(block_n=256, stages=3, cluster_m=2),
-        "256x128x64 s3 c2x1": dict(block_m=256, stages=3, cluster_m=2),
+        "128x256x64 s4 c2x1": dict(block_n=256, stages=4, cluster_m=2),
+        "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
+        "128x256x64 s4": dict(block_n=256, stages=4),
+        "256x128x64 s4 c2x1": dict(block_m=256, stages=4, cluster_m=2),
+        "128x128x64 s6 pingpong c2x1": dict(stages=6, warp_specialization="pingpong", cluster_m=2),
+        "128x128x64 s6 pingpong c1x2": dict(stages=6, warp_specialization="pingpong", cluster_n=2),
     },
     # where the time goes on skinny or shallow shapes: the epilogue path, tile and stages
     "epilogue": {
@@ -36,17 +40,42 @@ CONFIG_SETS = {
         "128x128x64 s6 tma_store": dict(stages=6),
         "128x128x64 s6 registers": dict(stages=6, epilogue_path="registers"),
     },
-    # the 3-9x gap between tile orientations on shapes where one operand streams from DRAM
-    # (docs/cute_dsl_backend.md); run with --shapes 12288x256x16384,1024x16384x8192,...
-    "orientation": {
+    # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
+    "streaming": {
         "256x128x64 s3": dict(block_m=256, stages=3),
         "128x256x64 s3": dict(block_n=256, stages=3),
-        "256x128x64 s3 c2x1": dict(block_m=256, stages=3, cluster_m=2),
-        "128x256x64 s3 c1x2": dict(block_n=256, stages=3, cluster_n=2),
         "128x128x64 s6": dict(stages=6),
+        "128x128x128 s3": dict(block_k=128, stages=3),
+        "256x128x64 s2": dict(block_m=256, stages=2),
+        "128x256x64 s3 c2x1": dict(block_n=256, stages=3, cluster_m=2),
+        "256x128x64 s3 c1x2": dict(block_m=256, stages=3, cluster_n=2),
+        "128x128x64 s6 c2x1": dict(stages=6, cluster_m=2),
     },
 }
 CONFIGS = CONFIG_SETS["large"]
+
+
+def _shape_rows(ev: Evaluator, shape: str, names, specs) -> list[str]:
+    dims, _, layout = shape.partition("-")
+    problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
+    results = ev.evaluate(problem, specs, ("offline",))
+    report = ev.report(problem, results, ("offline",))
+    rows = []
+    for name, b in report.baselines.items():
+        t = b.kernel_ms("offline")
+        rows.append(f"| {shape} | baseline {name} | {'ok' if b.available else 'n/a'} | "
+                    f"{t * 1e3 if t else float('nan'):.1f} | "
+                    f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | | | | |")
+    for name, r in zip(names, report.candidates):
+        t = r.kernel_ms("offline")
+        sp = {b: report.speedup(r, b) for b in ("torch", "cublaslt_heuristic", "cublaslt_autotune")}
+        fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+        err = f"{r.correctness.rel_error:.1e}" if r.correctness else "-"
+        rows.append(f"| {shape} | {name} | {r.status} {r.reason[:60]} | "
+                    f"{t * 1e3 if t else float('nan'):.1f} | "
+                    f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | {err} | "
+                    f"{fmt(sp['torch'])} | {fmt(sp['cublaslt_heuristic'])} | {fmt(sp['cublaslt_autotune'])} |")
+    return rows
 
 
 def main(argv=None) -> int:
@@ -60,29 +89,11 @@ def main(argv=None) -> int:
     specs = [KernelSpec(**{**BASE, **configs[n]}) for n in names]
     lines = ["| shape | config | status | kernel us | TFLOP/s | rel. error | vs torch | vs cuBLASLt heuristic "
              "| vs cuBLASLt autotune |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
-    env = None
     with Evaluator(device="cuda:0") as ev:
         env = ev.environment()
         for shape in args.shapes.split(","):
-            dims, _, layout = shape.partition("-")
-            problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
-            results = ev.evaluate(problem, specs, ("offline",))
-            report = ev.report(problem, results, ("offline",))
-            for name, b in report.baselines.items():
-                t = b.kernel_ms("offline")
-                lines.append(f"| {shape} | baseline {name} | {'ok' if b.available else 'n/a'} | "
-                             f"{t * 1e3 if t else float('nan'):.1f} | "
-                             f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | | | | |")
-            for name, r in zip(names, report.candidates):
-                t = r.kernel_ms("offline")
-                sp = {b: report.speedup(r, b) for b in ("torch", "cublaslt_heuristic", "cublaslt_autotune")}
-                fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
-                err = f"{r.correctness.rel_error:.1e}" if r.correctness else "-"
-                lines.append(f"| {shape} | {name} | {r.status} {r.reason[:60]} | "
-                             f"{t * 1e3 if t else float('nan'):.1f} | "
-                             f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | {err} | "
-                             f"{fmt(sp['torch'])} | {fmt(sp['cublaslt_heuristic'])} | {fmt(sp['cublaslt_autotune'])} |")
-            print("\n".join(lines[-(len(specs) + len(report.baselines)):]), flush=True)
+            lines += _shape_rows(ev, shape, names, specs)
+            print("\n".join(lines[-(len(specs) + 3):]), flush=True)
     text = "\n".join(["# cute_dsl vs cuBLAS (offline, kernel time by CUDA-graph replay)\n",
                       f"Environment: {env}\n", *lines, ""])
     Path(args.out).write_text(text)

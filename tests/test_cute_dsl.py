@@ -129,9 +129,26 @@ def test_render_bakes_problem_and_spec_in():
     src = CuteDslBackend().render(p, spec(cluster_m=2, stages=3, raster_group=4, raster_order="along_n"))
     compile(src.text, "rendered", "exec")  # valid Python
     for line in ("M, N, K = 1032, 968, 1048", "AB_DTYPE = cutlass.BFloat16", "A_ROW_MAJOR = False",
-                 "B_ROW_MAJOR = True", "STAGES = 3", "CLUSTER_M, CLUSTER_N = 2, 1", "RASTER_GROUP = 4",
+                 "B_ROW_MAJOR = True", "STAGES = 3", "CLUSTER_M, CLUSTER_N = 2, 1",
+                 "RASTER_GROUP = 1",  # 5 clusters along M (9 tiles of 128 in pairs): no group of 2..4 divides 5
                  "RASTER_ALONG_M = False", "ALPHA = 0.5", "BETA = 2.0", "HAS_BIAS = True", "cute.erf"):
         assert line in src.text, line
+
+
+@pytest.mark.parametrize("shape, kw, group", [
+    ("12288x256x16384", dict(block_m=256), 2),  # 2 N-tiles across the M raster: group 8 padded them to 8
+    ("16384x128x128", {}, 1),
+    ("256x12288x12288", dict(block_n=256), 8),  # 48 N-tiles
+    ("8192x8192x4096", dict(block_n=256, cluster_n=2), 8),  # 32 tiles = 16 clusters
+    ("8192x1536x4096", dict(block_n=256), 6),  # 6 N-tiles: the largest divisor <= 8
+    ("1024x8192x4096", dict(raster_order="along_n", raster_group=4), 4),  # 8 M-tiles across an N raster
+    ("1000x8192x4096", dict(raster_order="along_n", cluster_m=2), 4),  # 8 tiles = 4 clusters
+])
+def test_raster_group_divides_the_clusters_across_the_raster(shape, kw, group):
+    # the DSL's scheduler pads the cluster count across the raster to a multiple of the group and
+    # computes the padding tiles: the rendered group must divide that count
+    src = CuteDslBackend().render(GemmProblem.parse(shape), spec(**{"stages": 3, **kw}))
+    assert f"RASTER_GROUP = {group}\n" in src.text
 
 
 # ---- compile for sm_90a on the CPU ---------------------------------------------------------------------

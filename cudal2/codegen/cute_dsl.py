@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, options
 from .base import Backend, Source, Support
@@ -40,6 +40,21 @@ from .base import Backend, Source, Support
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
 SPLIT_K_VALUES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64]
 MAX_WORKSPACE_BYTES = 1 << 30  # fp32 (split_k, M, N): also keeps every flat index within int32
+
+EPILOGUE_STAGES = 4  # output pieces in flight through shared memory with the TMA store
+
+
+def epilogue_smem_bytes(f: Mapping[str, Any]) -> int:
+    """Shared memory of the TMA-store epilogue, from a spec's fields: EPILOGUE_STAGES pieces of
+    (64 rows per warpgroup of the tile) x (32 columns), a set per consumer warpgroup with
+    ping-pong; not the whole tile (the IR's default estimate)."""
+    if f["epilogue_path"] != "tma_store":
+        return 0
+    pingpong = f["warp_specialization"] == "pingpong"
+    wgs = 1 if pingpong else f["num_warps"] // 4 - 1  # warpgroups sharing a tile, less the producer
+    piece = min(f["block_m"], 64 * wgs) * min(32, f["block_n"]) * 2
+    return piece * EPILOGUE_STAGES * (2 if pingpong else 1)
+
 
 # What the template implements; the IR validator refuses everything else for this backend.
 CAPABILITIES = Capabilities(
@@ -73,14 +88,26 @@ CAPABILITIES = Capabilities(
         consumer_registers=[None, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240],
         **{"problem.accumulator": ["float32"], "problem.dtype": ["float16", "bfloat16"]},
     ),
+    epilogue_smem=epilogue_smem_bytes,
 )
 
 DEFAULT_PRODUCER_REGISTERS = 40
 DEFAULT_CONSUMER_REGISTERS = 232
-EPILOGUE_STAGES = 4  # output pieces in flight through shared memory with the TMA store
 BARRIER_BYTES = 1024
 PINGPONG_MAX_ACC_REGS = 128  # of the 232 a consumer thread gets: 128x128 and 64x256 tiles
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
+
+def effective_raster_group(problem: GemmProblem, spec: KernelSpec) -> int:
+    """The largest group size <= spec.raster_group that divides the number of clusters across the
+    raster direction. The DSL's StaticPersistentTileScheduler rounds that count up to a multiple of
+    the group and schedules the padding tiles too (its validity test is against the padded count),
+    so a group that does not divide it makes the kernel compute whole tiles outside the output:
+    1 of 8 real N-tiles with group 8 is 8x the work, which is what made shapes with few tiles
+    across the raster 4-8x slower than torch on the H100."""
+    tiles_m = -(-problem.m // spec.block_m)
+    tiles_n = -(-problem.n // spec.block_n)
+    across = -(-tiles_n // spec.cluster_n) if spec.raster_order == "along_m" else -(-tiles_m // spec.cluster_m)
+    return max(g for g in range(1, spec.raster_group + 1) if across % g == 0)
 
 
 def dsl_available() -> tuple[bool, str]:
@@ -268,6 +295,7 @@ class CuteDslBackend(Backend):
             "producer_regs": spec.producer_registers or DEFAULT_PRODUCER_REGISTERS,
             "consumer_regs": spec.consumer_registers or DEFAULT_CONSUMER_REGISTERS,
             "raster_along_m": spec.raster_order == "along_m",
+            "raster_group": effective_raster_group(problem, spec),
             "alpha": float(e.alpha),
             "beta": float(e.beta),
             "has_bias": bool(e.bias),
@@ -418,9 +446,7 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
     if problem.dtype != problem.c_dtype and problem.c_dtype not in DSL_NAMES:
         bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
                              "use out_dtype float16 or bfloat16"))
-    epi = 0
-    if spec.epilogue_path == "tma_store":
-        epi = min(spec.block_m, 64 * wgs) * min(32, spec.block_n) * 2 * EPILOGUE_STAGES * (2 if pingpong else 1)
+    epi = epilogue_smem_bytes(dict(spec))
     smem = spec.stages * (spec.block_m + spec.block_n) * spec.block_k * 2 + epi + BARRIER_BYTES
     limit = arch_limits(spec.arch).smem_per_block
     if smem > limit:

@@ -17,6 +17,10 @@ class Capabilities:
     options: Mapping[str, frozenset] = field(default_factory=dict)
     # arch -> field -> allowed values; narrows `options` on that arch
     per_arch: Mapping[str, Mapping[str, frozenset]] = field(default_factory=dict)
+    # spec fields (a mapping) -> bytes of shared memory the epilogue stages, for a backend whose
+    # epilogue does not hold the whole output tile there (the IR's estimate otherwise); read by
+    # KernelSpec.smem_bytes and the rules proposer's stage count
+    epilogue_smem: Callable[[Mapping], int] | None = None
 
     def allowed(self, field_name: str, arch: str) -> frozenset | None:
         narrowed = self.per_arch.get(arch, {}).get(field_name)

@@ -75,12 +75,17 @@ class KernelSpec(IRModel):
         return self.num_warps - PRODUCER_WARPS if self.warp_specialization != "none" else self.num_warps
 
     def smem_bytes(self) -> int:
-        """Shared memory for the main-loop stages plus a staged epilogue tile."""
+        """Shared memory for the main-loop stages plus a staged epilogue tile (or what the backend
+        declares its epilogue stages, when it stages less than the whole tile)."""
         row = self.block_k + self.smem_padding
         main = self.stages * (self.block_m + self.block_n) * row * OPERAND_BYTES
         epi = 0
         if self.epilogue_path != "registers":
-            epi = self.block_m * self.block_n * OPERAND_BYTES // self.epilogue_subtile
+            caps = capabilities.resolve(self.backend)
+            if caps is not None and caps.epilogue_smem is not None:
+                epi = caps.epilogue_smem(dict(self))
+            else:
+                epi = self.block_m * self.block_n * OPERAND_BYTES // self.epilogue_subtile
         return main + epi
 
     def accumulator_registers(self) -> int:
@@ -172,7 +177,7 @@ def _spec_violations(s: KernelSpec) -> list[Violation]:
     if smem > hw.smem_per_block:
         add("stages", s.stages,
             f"(block_m + block_n) * (block_k + padding) * stages * {OPERAND_BYTES} bytes"
-            + (" + epilogue tile" if s.epilogue_path != "registers" else "")
+            + (" + epilogue buffers" if s.epilogue_path != "registers" else "")
             + f" = {smem / 1024:.1f} KiB exceeds {hw.smem_per_block_kib:.0f} KiB of shared memory on {s.arch}",
             f"use at most {_max_stages(s, hw.smem_per_block)} stages or a smaller tile")
 
