@@ -3,6 +3,9 @@
     python benchmarks/combine_48.py results/search_48.json results/search_48_cute_dsl.json \\
         --out results/search_48_both.md
 
+A run is the JSON search_48.py writes, or its markdown report (the per-shape table: speedups
+over torch.matmul and cuBLASLt-autotune, and the best spec).
+
 Each run's speedups were measured against the baselines timed in the same job as its kernels,
 so shapes are compared by speedup over torch.matmul (a ratio taken on one machine at one
 time), never by absolute times from different runs or machines. A shape's row comes from the
@@ -40,6 +43,30 @@ def combine(runs: dict[str, list[dict]]) -> list[dict]:
     return [best[k] for k in order]
 
 
+def rows_from_report(text: str) -> list[dict]:
+    """The per-shape rows of a search_48.py markdown report (M, N, K, best us, torch us, cuBLASLt
+    us, vs torch, vs cuBLASLt-autotune, probe ratio, evals, spec), as the JSON rows combine() reads."""
+    def num(cell):
+        return None if cell in ("", "-") else float(cell)
+
+    rows = []
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 11 or not cells[0].isdigit():
+            continue
+        rows.append({"m": int(cells[0]), "n": int(cells[1]), "k": int(cells[2]),
+                     "speedup": {b: v for b, v in (("torch", num(cells[6])), ("cublaslt_autotune", num(cells[7])))
+                                 if v is not None},
+                     "spec": cells[10].strip("`")})
+    if not rows:
+        raise SystemExit("no per-shape rows found: expected a report written by benchmarks/search_48.py")
+    return rows
+
+
+def load_run(path: Path) -> list[dict]:
+    return rows_from_report(path.read_text()) if path.suffix == ".md" else json.loads(path.read_text())
+
+
 def _x(v):
     return "-" if v is None else f"{v:.3f}"
 
@@ -64,10 +91,10 @@ def report(runs: dict[str, list[dict]]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("runs", nargs="+", type=Path, help="JSON files written by search_48.py")
+    ap.add_argument("runs", nargs="+", type=Path, help="JSON files or markdown reports written by search_48.py")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    runs = {p.stem: json.loads(p.read_text()) for p in args.runs}
+    runs = {p.stem: load_run(p) for p in args.runs}
     text = report(runs)
     if args.out:
         args.out.write_text(text)

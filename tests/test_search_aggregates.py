@@ -22,7 +22,7 @@ def test_markdown_table():
     assert "| cublaslt_autotune | 0 |" in text
 
 
-def test_combine_48_keeps_per_shape_the_run_with_the_higher_speedup_over_torch():
+def _combine_48():
     import importlib.util
     from pathlib import Path
 
@@ -30,6 +30,11 @@ def test_combine_48_keeps_per_shape_the_run_with_the_higher_speedup_over_torch()
     spec = importlib.util.spec_from_file_location("combine_48", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
+    return mod
+
+
+def test_combine_48_keeps_per_shape_the_run_with_the_higher_speedup_over_torch():
+    mod = _combine_48()
     row = lambda m, sp, name: {"m": m, "n": 8, "k": 8, "speedup": sp, "spec": name}  # noqa: E731
     runs = {"triton": [row(1, {"torch": 0.9, "cublaslt_autotune": 0.95}, "t1"), row(2, {"torch": 1.2}, "t2"),
                        row(3, {}, "t3")],
@@ -38,3 +43,22 @@ def test_combine_48_keeps_per_shape_the_run_with_the_higher_speedup_over_torch()
     assert best == {1: ("cute", "c1"), 2: ("triton", "t2"), 3: ("cute", "c3")}
     text = mod.report(runs)
     assert "| torch.matmul (best of the runs) | 3 |" in text and "| cute |" in text
+
+
+def test_combine_48_reads_the_markdown_report_of_search_48():
+    mod = _combine_48()
+    text = "\n".join([
+        "# cudal2 search over the H100 probe shapes (2 of 2 done; budget 8 evaluations, offline, kernel time)", "",
+        "| M | N | K | best us | torch us | cuBLASLt-autotune us | vs torch | vs cuBLASLt-autotune "
+        "| probe Triton-autotune vs torch | evals | best spec |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+        "| 12288 | 4096 | 1024 | 159.3 | 162.4 | - | 1.019 | - | 0.834 | 8 | `cute_dsl 128x128x64 w12 s6` |",
+        "| 512 | 128 | 64 | 3.0 | 2.6 | 2.9 | 0.867 | 0.967 | 1.189 | 8 | `64x64x64 w4 s2 pointer` |", "",
+        "| over | shapes | geomean | mean | median | min | max | slower |",
+        "| torch.matmul | 2 | 0.940 | 0.943 | 0.943 | 0.867 | 1.019 | 1 |"])
+    rows = mod.rows_from_report(text)
+    assert [(r["m"], r["n"], r["k"]) for r in rows] == [(12288, 4096, 1024), (512, 128, 64)]
+    assert rows[0]["speedup"] == {"torch": 1.019} and rows[0]["spec"] == "cute_dsl 128x128x64 w12 s6"
+    assert rows[1]["speedup"] == {"torch": 0.867, "cublaslt_autotune": 0.967}
+    with pytest.raises(SystemExit, match="no per-shape rows"):
+        mod.rows_from_report("| over | shapes |")
