@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|streaming]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|streaming|streamk]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -39,6 +39,15 @@ CONFIG_SETS = {
         "128x256x64 s3 tma_store c1x2": dict(block_n=256, stages=3, cluster_n=2),
         "128x128x64 s6 tma_store": dict(stages=6),
         "128x128x64 s6 registers": dict(stages=6, epilogue_path="registers"),
+    },
+    # tile grids that leave SMs idle (fewer tiles than SMs, or a ragged last wave): data-parallel
+    # against stream-K (run with --shapes 256x12288x12288,12288x256x16384,2048x128x4096,...)
+    "streamk": {
+        "128x256x64 s4": dict(block_n=256, stages=4),
+        "128x256x64 s4 stream-K": dict(block_n=256, stages=4, decomposition="stream_k"),
+        "128x128x64 s6": dict(stages=6),
+        "128x128x64 s6 stream-K": dict(stages=6, decomposition="stream_k"),
+        "256x128x64 s4 stream-K": dict(block_m=256, stages=4, decomposition="stream_k"),
     },
     # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
     "streaming": {

@@ -55,9 +55,6 @@ def test_split_k_declared_with_workspace_reduction_only():
     with pytest.raises(SpecError) as e:
         spec(decomposition="split_k", split_k=4, split_k_reduction="atomic", epilogue_path="registers")
     assert "split_k_reduction" in e.value.fields
-    with pytest.raises(SpecError) as e:
-        spec(decomposition="stream_k")
-    assert "decomposition" in e.value.fields
 
 
 def test_split_k_refusals():
@@ -117,6 +114,21 @@ def test_two_consumer_warpgroups_need_block_m_multiple_of_128():
     assert not ok and "block_m" in ok.reason
 
 
+@pytest.mark.parametrize("kw, word", [(dict(warp_specialization="pingpong"), "cooperative"),
+                                      (dict(cluster_m=2), "cluster")])
+def test_stream_k_refuses_pingpong_and_clusters(kw, word):
+    ok = CuteDslBackend().supports(GemmProblem(m=256, n=4096, k=4096), spec(decomposition="stream_k", **kw))
+    assert not ok and word in ok.reason
+
+
+def test_stream_k_renders_its_work_split_and_workspace():
+    src = CuteDslBackend().render(GemmProblem(m=256, n=12288, k=12288), spec(decomposition="stream_k", block_n=256))
+    for line in ("SK_ITERS = TILES_M * TILES_N * K_TILES", "SK_MAX_CTAS = 132",
+                 "WORKSPACE_SHAPE = (SK_MAX_CTAS * TILE_ELEMS + SK_MAX_CTAS,)", "atomic_cas", "if kt0 == 0:"):
+        assert line in src.text, line
+    assert "def reduce(" not in src.text and "StaticPersistentTileScheduler.create" not in src.text
+
+
 def test_pingpong_tile_must_fit_one_warpgroup():
     ok = CuteDslBackend().supports(GemmProblem(m=512, n=512, k=512),
                                    spec(warp_specialization="pingpong", block_n=256, stages=3))
@@ -174,6 +186,9 @@ VARIANTS = [
           epilogue_path="registers")),
     ("TN-epi-bias-relu-bf16out", dict(layout="TN", out_dtype="bfloat16",
                                       epilogue=Epilogue(bias=True, activation="relu")), {}),
+    ("NN-streamk-128x256-tma", dict(layout="NN"), dict(decomposition="stream_k", block_n=256, stages=4)),
+    ("TT-streamk-64x128-regs-epi", dict(layout="TT", epilogue=Epilogue(beta=0.5, bias=True, activation="gelu")),
+     dict(decomposition="stream_k", block_m=64, num_warps=8, epilogue_path="registers", raster_order="along_n")),
 ]
 SPLIT = dict(decomposition="split_k", epilogue_path="registers")
 SPLIT_VARIANTS = [

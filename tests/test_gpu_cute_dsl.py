@@ -221,6 +221,74 @@ def test_split_k_in_a_cuda_graph(backend):
     assert ((out.float() - ref).norm() / ref.norm()).item() < BOUND["float16"]
 
 
+# ---- stream-K: even k-iteration ranges per CTA, partial tiles handed to the tile's owner -----------------
+STREAMK_CASES = {
+    # name: ((m, n, k, layout), epilogue, spec kwargs); the tile counts leave the SMs unevenly loaded
+    "256x12288x12288-NN-128x256": ((256, 12288, 12288, "NN"), Epilogue(), dict(block_n=256)),
+    "12288x256x4096-TN-128x256": ((12288, 256, 4096, "TN"), Epilogue(), dict(block_n=256)),
+    "2048x128x4096-NN-128x128-s6": ((2048, 128, 4096, "NN"), Epilogue(), dict(stages=6)),
+    "512x128x8192-NT-regs": ((512, 128, 8192, "NT"), Epilogue(), dict(epilogue_path="registers")),
+    "1032x968x1048-TT-bias-beta-gelu": ((1032, 968, 1048, "TT"), Epilogue(alpha=0.5, beta=-0.75, bias=True,
+                                                                          activation="gelu"), {}),
+    "100x136x1000-NN-bias-relu-regs": ((100, 136, 1000, "NN"), Epilogue(bias=True, activation="relu"),
+                                       dict(epilogue_path="registers")),
+    "1x264x4096-NN-silu-regs": ((1, 264, 4096, "NN"), Epilogue(bias=True, activation="silu"),
+                                dict(epilogue_path="registers")),
+    "64x8192x2048-NN-64x128-8warps": ((64, 8192, 2048, "NN"), Epilogue(), dict(block_m=64, num_warps=8)),
+    "4096x4096x4096-NN-256x128-s3": ((4096, 4096, 4096, "NN"), Epilogue(), dict(block_m=256, stages=3)),
+}
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("name", list(STREAMK_CASES))
+def test_stream_k(backend, name, dtype):
+    (m, n, k, layout), epi, kw = STREAMK_CASES[name]
+    p = GemmProblem(m=m, n=n, k=k, layout=layout, dtype=dtype, epilogue=epi)
+    s = spec(decomposition="stream_k", **kw)
+    assert backend.supports(p, s), backend.supports(p, s).reason
+    run_checked(backend.compile(backend.render(p, s)), p, seed=m + n + k)
+
+
+def test_stream_k_is_deterministic_and_resets_its_flags(backend):
+    # every flag is raised once per call and taken back by the tile's owner: repeated calls (a flag
+    # left raised would hand a stale partial to the next call) must give bitwise the same output
+    p = GemmProblem(m=256, n=2048, k=8192, layout="NN", epilogue=Epilogue(bias=True))
+    kernel = backend.compile(backend.render(p, spec(decomposition="stream_k", block_n=256)))
+    a, b = make_operands(p, 5)
+    bias = torch.randn(p.n, device="cuda", dtype=torch.float16)
+    first = kernel(a, b, bias=bias)
+    out = torch.full_like(first, float("nan"))
+    for _ in range(5):
+        kernel(a, b, out, bias)
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)
+    ws = kernel._workspace_for(a.device)
+    assert int(ws[-132:].view(torch.int32).abs().sum()) == 0, "stream-K flags left raised after the calls"
+    ref = a.float() @ b.float() + bias.float()
+    assert ((first.float() - ref).norm() / ref.norm()).item() < BOUND["float16"]
+
+
+def test_stream_k_in_a_cuda_graph(backend):
+    p = GemmProblem(m=2048, n=128, k=4096, layout="NN")
+    kernel = backend.compile(backend.render(p, spec(decomposition="stream_k")))
+    a, b = make_operands(p, 9)
+    out = torch.empty(p.m, p.n, device="cuda", dtype=torch.float16)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        kernel(a, b, out)  # the workspace is allocated here, outside the capture
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        kernel(a, b, out)
+    for _ in range(3):
+        out.fill_(float("nan"))
+        graph.replay()
+    torch.cuda.synchronize()
+    ref = a.float() @ b.float()
+    assert ((out.float() - ref).norm() / ref.norm()).item() < BOUND["float16"]
+
+
 def test_kernel_loaded_from_disk_is_correct(backend):
     p = GemmProblem(m=ODD[0], n=ODD[1], k=ODD[2], layout="NT", epilogue=Epilogue(bias=True))
     src = backend.render(p, spec(cluster_m=2))

@@ -26,6 +26,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
+import math
 import os
 import sys
 import threading
@@ -71,7 +72,7 @@ CAPABILITIES = Capabilities(
         warp_specialization=["cooperative", "pingpong"],
         smem_swizzle=["auto"],  # the swizzle follows from the tile's major extent (128B for 64+ fp16)
         smem_padding=[0],
-        decomposition=["data_parallel", "split_k"],
+        decomposition=["data_parallel", "split_k", "stream_k"],
         split_k=SPLIT_K_VALUES,
         split_k_reduction=["workspace"],  # deterministic; no atomics (lost updates seen on H100 elsewhere)
         persistent=[True],
@@ -167,7 +168,7 @@ class CuteDslKernel:
     def workspace_bytes(self) -> int:
         """Bytes of the split-K workspace (allocated on the first call per device, then reused)."""
         shape = getattr(self._module, "WORKSPACE_SHAPE", None)
-        return 0 if shape is None else 4 * shape[0] * shape[1] * shape[2]
+        return 0 if shape is None else 4 * math.prod(shape)
 
     def _workspace_for(self, device):
         """The split-K fp32 workspace on device, allocated once and reused by every later call
@@ -180,7 +181,7 @@ class CuteDslKernel:
         key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
         ws = self._workspaces.get(key)
         if ws is None:
-            ws = torch.empty(shape, dtype=torch.float32, device=device)
+            ws = torch.zeros(shape, dtype=torch.float32, device=device)  # stream-K flags start at 0
             self._workspaces[key] = ws
         return ws
 
@@ -296,6 +297,7 @@ class CuteDslBackend(Backend):
             "consumer_regs": spec.consumer_registers or DEFAULT_CONSUMER_REGISTERS,
             "raster_along_m": spec.raster_order == "along_m",
             "raster_group": effective_raster_group(problem, spec),
+            "sm_count": arch_limits(spec.arch).sm_count,
             "alpha": float(e.alpha),
             "beta": float(e.beta),
             "has_bias": bool(e.bias),
@@ -468,6 +470,20 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
                                  f"the fp32 workspace (split_k, M, N) would take {ws / 2**20:.0f} MiB, over "
                                  f"{MAX_WORKSPACE_BYTES >> 20} MiB",
                                  "use a smaller split_k (split-K pays off for small M*N and deep K)"))
+    if spec.decomposition == "stream_k":
+        why = None
+        if pingpong:
+            why = ("stream-K runs one tile at a time on both consumer warpgroups", "use warp_specialization='cooperative'")
+        elif spec.cluster_m * spec.cluster_n > 1:
+            why = ("stream-K CTAs work on different k-ranges, so a cluster has no common tile to multicast",
+                   "use cluster_m=cluster_n=1")
+        if why:
+            bad.append(Violation("decomposition", "stream_k", *why))
+        iters = -(-problem.m // spec.block_m) * -(-problem.n // spec.block_n) * -(-problem.k // spec.block_k)
+        if iters * arch_limits(spec.arch).sm_count >= 2**31:
+            bad.append(Violation("decomposition", "stream_k",
+                                 f"{iters} k-iterations times {arch_limits(spec.arch).sm_count} CTAs overflow the "
+                                 "kernel's 32-bit work split", "use data_parallel for problems this large"))
     # TMA: 16-byte aligned leading dimensions are checked by check_compatible(); the output of a
     # TMA store too. Registers epilogue writes element by element, so any N works there.
     return bad
