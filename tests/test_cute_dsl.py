@@ -123,7 +123,7 @@ def test_stream_k_refuses_pingpong_and_clusters(kw, word):
 
 def test_stream_k_renders_its_work_split_and_workspace():
     src = CuteDslBackend().render(GemmProblem(m=256, n=12288, k=12288), spec(decomposition="stream_k", block_n=256))
-    for line in ("SK_ITERS = TILES_M * TILES_N * K_TILES", "SK_MAX_CTAS = 132",
+    for line in ("SK_MAX_CTAS = 132", "def _sk_plan(",
                  "WORKSPACE_SHAPE = (SK_MAX_CTAS * TILE_ELEMS + SK_MAX_CTAS,)", "atomic_cas", "if kt0 == 0:"):
         assert line in src.text, line
     assert "def reduce(" not in src.text and "StaticPersistentTileScheduler.create" not in src.text

@@ -301,3 +301,17 @@ def test_cute_dsl_rules_rank_128x256_with_four_stages_first_on_large_shapes():
     p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
     first = p.propose(GemmProblem(m=8192, n=8192, k=8192), [], 4)[0].spec
     assert (first.block_m, first.block_n, first.stages) == (128, 256, 4), first
+
+
+def test_cute_dsl_rules_offer_stream_k_only_where_the_last_wave_is_ragged():
+    from cudal2.api import resolve_proposer
+
+    p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
+    few_tiles = [x.spec for x in p.propose(GemmProblem(m=12288, n=256, k=16384), [], 8)]
+    assert any(s.decomposition == "stream_k" for s in few_tiles)
+    assert any(s.decomposition == "data_parallel" for s in few_tiles)  # measured against it
+    even = [x.spec for x in p.propose(GemmProblem(m=8192, n=8192, k=8192), [], 8)]
+    assert not any(s.decomposition == "stream_k" for s in even)
+    triton = resolve_proposer("rules", ("triton",), "sm_90a")  # does not declare stream-K
+    assert not any(x.spec.decomposition == "stream_k"
+                   for x in triton.propose(GemmProblem(m=12288, n=256, k=16384), [], 8))

@@ -314,6 +314,18 @@ class RulesProposer:
                 for red in space.prefer(caps, "split_k_reduction", arch, pref.split_k_reduction):
                     decomps.append(({"decomposition": "split_k", "split_k": s, "split_k_reduction": red},
                                     f"split_k={s} ({red}) fills {-neg_fill:.2f} of a wave"))
+        # Stream-K evens out a ragged last wave (or a grid of fewer tiles than SMs): the k-iterations
+        # of the leftover tiles are shared evenly by all CTAs, and partial tiles are summed by their
+        # owner. Measured on the H100 it pays on deep-K shapes with few tiles (12288x256x16384:
+        # 0.79 -> 0.86 of torch) and loses where the k-loop is short (2048x1024x2048), so it is
+        # offered only with enough k-tiles per tile and tiles enough that each is shared by at most
+        # about three CTAs (its owner adds the others' partials one after another).
+        dp_fill = tiles / (_cdiv(tiles, hw.sm_count) * hw.sm_count)
+        if (dp_fill < 0.9 and kb >= 32 and 2 * tiles >= hw.sm_count
+                and space.allows(caps, "decomposition", "stream_k", arch)):
+            decomps.append(({"decomposition": "stream_k", "split_k": 1},
+                            f"stream-K: {tiles} tile(s) fill {dp_fill:.2f} of their last wave; the leftover "
+                            f"tiles' {kb} k-tiles each are shared by all {hw.sm_count} SMs"))
         # Clusters of two CTAs share one operand's tile through TMA multicast, halving its L2
         # reads; on Hopper that paid on grids of several waves (our 128x256 cute_dsl kernels were
         # fastest with 1x2 or 2x1 clusters on 4096^3..16384^3). Small grids gain nothing from it.
@@ -445,6 +457,9 @@ class RulesProposer:
         slots = hw.sm_count * occ
         ctas = tiles * split
         waves = _cdiv(ctas, slots)
+        stream_k = f["decomposition"] == "stream_k"
+        if stream_k:
+            waves = tiles / slots  # the last wave's k-iterations are spread over every SM
 
         flops_per_us = tp.tflops * 1e6 / hw.sm_count  # per SM
         l2_per_us = tp.l2_tbs * 1e6 / hw.sm_count
@@ -478,6 +493,10 @@ class RulesProposer:
         mn_bytes = m * n * DTYPE_BYTES[problem.c_dtype]
         floor = ((m * k + k * n) * DTYPE_BYTES[problem.dtype] + mn_bytes) / dram_per_us
         total = max(total, floor)
+        if stream_k:  # an owner reads its peers' fp32 partial tiles one after another through L2
+            per_cta = max(1.0, tiles * kb_split / hw.sm_count if tiles < hw.sm_count else kb_split)
+            peers = max(1, _cdiv(kb_split, int(per_cta)))
+            total += peers * (bm * bn * 4 / l2_per_us + 0.5)
         if split > 1:
             partial = split * m * n * 4
             if f["split_k_reduction"] == "workspace":
