@@ -51,6 +51,8 @@ def _spec_text(spec) -> str:
         s += f" cluster{spec.cluster_m}x{spec.cluster_n}"
     if spec.decomposition == "split_k":
         s += f" splitk{spec.split_k}/{spec.split_k_reduction}"
+    elif spec.decomposition == "stream_k":
+        s += " streamk"
     return s + (" persistent" if spec.persistent else "")
 
 
