@@ -163,6 +163,32 @@ def test_raster_group_divides_the_clusters_across_the_raster(shape, kw, group):
     assert f"RASTER_GROUP = {group}\n" in src.text
 
 
+@needs_dsl
+def test_the_dsl_scheduler_runs_no_padding_tiles_with_the_rendered_group():
+    # The DSL's StaticPersistentTileScheduler pads the cluster count across the raster to a multiple
+    # of the group and schedules the padding too (its size is what is_valid_tile tests against).
+    # Pin both facts: with group 8 a 48x2 tile grid becomes 384 work units; with the group the
+    # backend renders, exactly the 96 real tiles. If a DSL release stops padding, the first assert
+    # says that effective_raster_group() is no longer needed.
+    import cutlass.cute as cute
+    import cutlass.utils as utils
+
+    from cudal2.codegen.cute_dsl import effective_raster_group
+
+    p, s = GemmProblem(m=12288, n=256, k=4096), spec(block_m=256, stages=3)
+    group = effective_raster_group(p, s)
+    sizes = []
+
+    @cute.jit
+    def probe():
+        for g in (8, group):
+            params = utils.PersistentTileSchedulerParams((48, 2, 1), (1, 1, 1), g, True)
+            sizes.append(cute.size(params.problem_layout_ncluster_mnl))
+
+    cute.compile(probe)
+    assert sizes == [384, 96]
+
+
 # ---- compile for sm_90a on the CPU ---------------------------------------------------------------------
 VARIANTS = [
     # (id, problem kwargs, spec kwargs): every layout, both dtypes, tiles, clusters, stages, epilogues
