@@ -129,6 +129,13 @@ def test_stream_k_renders_its_work_split_and_workspace():
     assert "def reduce(" not in src.text and "StaticPersistentTileScheduler.create" not in src.text
 
 
+def test_split_k_refuses_pingpong():
+    ok = CuteDslBackend().supports(GemmProblem(m=8192, n=8192, k=4096),
+                                   spec(decomposition="split_k", split_k=4, epilogue_path="registers",
+                                        warp_specialization="pingpong"))
+    assert not ok and "hung" in ok.reason and "cooperative" in ok.reason
+
+
 def test_pingpong_tile_must_fit_one_warpgroup():
     ok = CuteDslBackend().supports(GemmProblem(m=512, n=512, k=512),
                                    spec(warp_specialization="pingpong", block_n=256, stages=3))
@@ -220,8 +227,8 @@ SPLIT = dict(decomposition="split_k", epilogue_path="registers")
 SPLIT_VARIANTS = [
     # (id, problem kwargs, spec kwargs): split-K main kernel + reduction kernel, uneven K slices
     ("NN-fp16-512x128x8192-s8", dict(m=512, n=128, k=8192, layout="NN"), dict(split_k=8)),
-    ("TN-bf16-2048x128x4096-s3-pingpong-c2x1", dict(m=2048, n=128, k=4096, layout="TN", dtype="bfloat16"),
-     dict(split_k=3, warp_specialization="pingpong", cluster_m=2)),
+    ("TN-bf16-2048x128x4096-s3-c2x1", dict(m=2048, n=128, k=4096, layout="TN", dtype="bfloat16"),
+     dict(split_k=3, cluster_m=2)),
     ("NT-100x136x1000-s5-8warps-all-gelu", dict(m=100, n=136, k=1000, layout="NT",
                                                 epilogue=Epilogue(alpha=0.5, beta=0.25, bias=True, activation="gelu")),
      dict(split_k=5, num_warps=8, block_m=64, block_n=64, cluster_n=2)),

@@ -161,8 +161,7 @@ SPLIT_CASES = {
     "512x128x8192-NN-s6-uneven": ((512, 128, 8192, "NN"), Epilogue(), dict(split_k=6)),  # 128 k-tiles / 6
     "2048x128x4096-NN-s4": ((2048, 128, 4096, "NN"), Epilogue(), dict(split_k=4)),
     "2048x128x4096-TN-s4": ((2048, 128, 4096, "TN"), Epilogue(), dict(split_k=4)),
-    "2048x128x4096-TN-s3-pingpong": ((2048, 128, 4096, "TN"), Epilogue(),
-                                     dict(split_k=3, warp_specialization="pingpong")),
+    "2048x128x4096-TN-s3": ((2048, 128, 4096, "TN"), Epilogue(), dict(split_k=3)),
     "2048x128x4096-NN-s5-c2x1": ((2048, 128, 4096, "NN"), Epilogue(), dict(split_k=5, cluster_m=2)),
     "100x136x1000-NN-s5-bias-beta": ((100, 136, 1000, "NN"), Epilogue(alpha=0.5, beta=-0.75, bias=True),
                                      dict(split_k=5)),
@@ -170,8 +169,8 @@ SPLIT_CASES = {
         (100, 136, 1000, "NT"), Epilogue(beta=0.5, bias=True, activation="gelu"),
         dict(split_k=16, num_warps=8, block_m=64, block_n=64, block_k=64, cluster_m=2, cluster_n=2)),
     "1x264x4096-NN-s8-silu": ((1, 264, 4096, "NN"), Epilogue(bias=True, activation="silu"), dict(split_k=8)),
-    "256x2048x4096-TT-s2-relu-pingpong": ((256, 2048, 4096, "TT"), Epilogue(bias=True, activation="relu"),
-                                          dict(split_k=2, warp_specialization="pingpong")),
+    "256x2048x4096-TT-s2-relu": ((256, 2048, 4096, "TT"), Epilogue(bias=True, activation="relu"),
+                                 dict(split_k=2)),
 }
 
 

@@ -458,6 +458,12 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
                              f"exceeds {limit / 1024:.0f} KiB",
                              f"use at most {(limit - epi - BARRIER_BYTES) // per} stages or a smaller tile"))
     if spec.decomposition == "split_k":
+        if pingpong:
+            # A search on the H100 lost a split_k=4 ping-pong kernel on 8192x8192x4096 to the check
+            # timeout (it never finished), while small split-K ping-pong cases passed: not offered.
+            bad.append(Violation("warp_specialization", "pingpong",
+                                 "split-K with ping-pong consumers hung on an H100 (8192x8192x4096, split_k=4)",
+                                 "use warp_specialization='cooperative' with decomposition='split_k'"))
         if spec.epilogue_path != "registers":
             bad.append(Violation("epilogue_path", spec.epilogue_path,
                                  "split-K stores fp32 partial tiles from registers into a workspace and a "
