@@ -43,17 +43,7 @@ def _x(v):
 
 
 def _spec_text(spec) -> str:
-    s = "" if spec.backend == "triton" else f"{spec.backend} "
-    s += f"{spec.block_m}x{spec.block_n}x{spec.block_k} w{spec.num_warps} s{spec.stages} {spec.load_path}"
-    if spec.warp_specialization != "none":
-        s += f" {spec.warp_specialization}"
-    if spec.cluster_m * spec.cluster_n > 1:
-        s += f" cluster{spec.cluster_m}x{spec.cluster_n}"
-    if spec.decomposition == "split_k":
-        s += f" splitk{spec.split_k}/{spec.split_k_reduction}"
-    elif spec.decomposition == "stream_k":
-        s += " streamk"
-    return s + (" persistent" if spec.persistent else "")
+    return ("" if spec.backend == "triton" else f"{spec.backend} ") + spec.summary()
 
 
 def report(rows: list[dict], total: int, budget) -> str:

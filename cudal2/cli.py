@@ -65,15 +65,6 @@ def _store(url: str | None):
     return Store(url)
 
 
-def _spec_text(spec) -> str:
-    s = f"{spec.block_m}x{spec.block_n}x{spec.block_k} w{spec.num_warps} s{spec.stages} {spec.load_path}"
-    if spec.decomposition == "split_k":
-        s += f" splitk{spec.split_k}/{spec.split_k_reduction}"
-    if spec.persistent:
-        s += " persistent"
-    return s
-
-
 def _us(ms: float | None) -> str:
     return "-" if ms is None else f"{ms * 1e3:.1f}"
 
@@ -165,7 +156,7 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
         t.add_column(col, overflow="fold")
     ok = lambda b: "[green]yes[/green]" if b else "[red]no[/red]"  # noqa: E731
     for i, r in enumerate(rows):
-        t.add_row(str(i), r.spec.backend, _spec_text(r.spec), ok(r.valid), ok(r.rendered), ok(r.compiled), r.error)
+        t.add_row(str(i), r.spec.backend, r.spec.summary(), ok(r.valid), ok(r.rendered), ok(r.compiled), r.error)
     console.print(t)
     if not rows:
         console.print("[yellow]the proposer returned nothing for this problem[/yellow]")
@@ -187,7 +178,7 @@ def show(store: StoreOpt = None) -> None:
     for col in ("problem", "gpu", "backend", "spec", "kernel us", *[f"vs {b}" for b in names]):
         t.add_column(col, overflow="fold")
     for e in table:
-        t.add_row(e.problem.label(), e.gpu or "?", e.spec.backend, _spec_text(e.spec), _us(e.kernel_ms),
+        t.add_row(e.problem.label(), e.gpu or "?", e.spec.backend, e.spec.summary(), _us(e.kernel_ms),
                   *[_x(e.speedup(b)) for b in names])
     console.print(t)
     console.print("used by cudal2.matmul only where faster than torch; studies: optuna-dashboard " + s.url)

@@ -205,3 +205,12 @@ def test_hardware_table_has_the_limits():
         hw = ARCHS[arch]
         assert hw.smem_per_block > 0 and hw.sm_count > 0 and hw.regs_per_thread == 255
     assert ARCHS["sm_90a"].has_wgmma and not ARCHS["sm_90"].has_wgmma
+
+
+def test_summary_names_what_departs_from_a_plain_kernel():
+    assert KernelSpec(block_m=64, block_n=64, block_k=32, num_warps=4, stages=2).summary() == "64x64x32 w4 s2 pointer"
+    ws = dict(backend="cute_dsl", num_warps=12, load_path="tma", warp_specialization="cooperative", persistent=True)
+    assert KernelSpec(**ws, stages=3, cluster_m=2).summary() == "128x128x64 w12 s3 tma cooperative cluster2x1 persistent"
+    assert KernelSpec(**ws, decomposition="stream_k").summary().endswith("streamk persistent")
+    assert "splitk4/workspace" in KernelSpec(**ws, decomposition="split_k", split_k=4,
+                                             epilogue_path="registers").summary()

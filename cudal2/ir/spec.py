@@ -88,6 +88,20 @@ class KernelSpec(IRModel):
                 epi = self.block_m * self.block_n * OPERAND_BYTES // self.epilogue_subtile
         return main + epi
 
+    def summary(self) -> str:
+        """One line for tables: tile, warps, stages, load path, then what departs from a plain
+        data-parallel kernel (warp specialization, cluster, split-K or stream-K, persistence)."""
+        s = f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.stages} {self.load_path}"
+        if self.warp_specialization != "none":
+            s += f" {self.warp_specialization}"
+        if self.cluster_m * self.cluster_n > 1:
+            s += f" cluster{self.cluster_m}x{self.cluster_n}"
+        if self.decomposition == "split_k":
+            s += f" splitk{self.split_k}/{self.split_k_reduction}"
+        elif self.decomposition == "stream_k":
+            s += " streamk"
+        return s + (" persistent" if self.persistent else "")
+
     def accumulator_registers(self) -> int:
         """fp32 accumulator registers each consumer thread holds."""
         return self.block_m * self.block_n // (self.consumer_warps * 32)
