@@ -304,7 +304,7 @@ class CuteDslBackend(Backend):
             "activation": e.activation,
             "needs_coords": bool(e.bias) or e.beta != 0,
             # split-K reduction: 4 outputs per thread once that still leaves two waves of blocks
-            "red_vec": 4 if problem.m * problem.n >= 2 * 132 * 256 * 4 else 1,
+            "red_vec": 4 if problem.m * problem.n >= 2 * arch_limits(spec.arch).sm_count * 256 * 4 else 1,
         }
 
     def toolchain_version(self) -> str:

@@ -8,7 +8,7 @@ Operands are 16-bit (fp16/bf16), so shared-memory sizes count 2 bytes per elemen
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal, Mapping
 
 from pydantic import Field, model_validator
 
@@ -79,14 +79,7 @@ class KernelSpec(IRModel):
         declares its epilogue stages, when it stages less than the whole tile)."""
         row = self.block_k + self.smem_padding
         main = self.stages * (self.block_m + self.block_n) * row * OPERAND_BYTES
-        epi = 0
-        if self.epilogue_path != "registers":
-            caps = capabilities.resolve(self.backend)
-            if caps is not None and caps.epilogue_smem is not None:
-                epi = caps.epilogue_smem(dict(self))
-            else:
-                epi = self.block_m * self.block_n * OPERAND_BYTES // self.epilogue_subtile
-        return main + epi
+        return main + epilogue_smem_bytes(dict(self))
 
     def summary(self) -> str:
         """One line for tables: tile, warps, stages, load path, then what departs from a plain
@@ -113,6 +106,18 @@ class KernelSpec(IRModel):
         if bad:
             raise SpecError(bad, what="KernelSpec")
         return self
+
+
+def epilogue_smem_bytes(fields: Mapping[str, Any]) -> int:
+    """Shared memory the epilogue of a spec (given as its fields) stages: what its backend declares
+    (Capabilities.epilogue_smem), else the output tile over epilogue_subtile pieces; none for the
+    registers path."""
+    if fields["epilogue_path"] == "registers":
+        return 0
+    caps = capabilities.resolve(fields["backend"])
+    if caps is not None and caps.epilogue_smem is not None:
+        return caps.epilogue_smem(fields)
+    return fields["block_m"] * fields["block_n"] * OPERAND_BYTES // fields["epilogue_subtile"]
 
 
 def _spec_violations(s: KernelSpec) -> list[Violation]:

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 from ...bench.results import CandidateResult
 from ...ir import ARCHS, DTYPE_BYTES, ArchLimits, GemmProblem
-from ...ir.spec import OPERAND_BYTES, PRODUCER_WARPS, REGISTER_RESERVE
+from ...ir.spec import OPERAND_BYTES, PRODUCER_WARPS, REGISTER_RESERVE, epilogue_smem_bytes
 from ..proposal import Proposal
 from . import space
 
@@ -387,12 +387,7 @@ class RulesProposer:
         hw = self.hw
         row = fields["block_k"] + fields["smem_padding"]
         per_stage = (fields["block_m"] + fields["block_n"]) * row * OPERAND_BYTES
-        epi = 0
-        if fields["epilogue_path"] != "registers":
-            if caps is not None and caps.epilogue_smem is not None:
-                epi = caps.epilogue_smem(fields)
-            else:
-                epi = fields["block_m"] * fields["block_n"] * OPERAND_BYTES // fields["epilogue_subtile"]
+        epi = epilogue_smem_bytes(fields)
         budget = hw.smem_per_block - pref.smem_reserve - epi
         fit = budget // per_stage
         allowed = [s for s in space.domain(caps, "stages", self.arch) if s <= fit]
