@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|streaming|streamk]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -48,6 +48,33 @@ CONFIG_SETS = {
         "128x128x64 s6": dict(stages=6),
         "128x128x64 s6 stream-K": dict(stages=6, decomposition="stream_k"),
         "256x128x64 s4 stream-K": dict(block_m=256, stages=4, decomposition="stream_k"),
+    },
+    # small and shallow grids (fewer tiles than SMs at 128x128): narrower tiles, 8 warps, split-K
+    # and stream-K (run with --shapes 256x4096x2048,2048x1024x2048,512x4096x4096,2048x128x4096,...)
+    "fill": {
+        "128x128x64 s6": dict(stages=6),
+        "128x64x64 s8": dict(block_n=64, stages=8),
+        "128x64x64 s8 stream-K": dict(block_n=64, stages=8, decomposition="stream_k"),
+        "64x128x64 w8 s8": dict(block_m=64, num_warps=8, stages=8),
+        "128x128x64 s6 stream-K": dict(stages=6, decomposition="stream_k"),
+        "128x128x64 s6 split2": dict(stages=6, decomposition="split_k", split_k=2, split_k_reduction="workspace",
+                                     epilogue_path="registers"),
+        "128x64x64 s8 split2": dict(block_n=64, stages=8, decomposition="split_k", split_k=2,
+                                    split_k_reduction="workspace", epilogue_path="registers"),
+    },
+    # the tiles, stages and clusters cuBLAS picks on the shapes we lose (benchmarks/cublas_kernels.py:
+    # 128x192 2x1 on 12288x256x16384, 192x128 1x2 on 256x12288x12288, 128x96 x7 1x2 on 12288x128x12288,
+    # 64x32 x16 1x2 on 2048x128x4096, 64x64 x13 2x1 on 4096x128x4096, 128x64 x8 1x2 on 256x4096x2048,
+    # 128x128 x6 2x1 on 2048x1024x2048): no split-K or stream-K anywhere
+    "widths": {
+        "128x192x64 s4 c2x1": dict(block_n=192, stages=4, cluster_m=2),
+        "128x192x64 s4": dict(block_n=192, stages=4),
+        "192x128x64 w16 s4 c1x2": dict(block_m=192, num_warps=16, stages=4, cluster_n=2),
+        "128x96x64 s6 c1x2": dict(block_n=96, stages=6, cluster_n=2),
+        "64x32x64 w8 s16 c1x2": dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
+        "64x64x64 w8 s12 c2x1": dict(block_m=64, block_n=64, num_warps=8, stages=12, cluster_m=2),
+        "128x64x64 s8 c1x2": dict(block_n=64, stages=8, cluster_n=2),
+        "128x128x64 s6 c2x1": dict(stages=6, cluster_m=2),
     },
     # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
     "streaming": {

@@ -78,6 +78,8 @@ def main(argv=None) -> int:
     ap.add_argument("--proposer", default="rules")
     ap.add_argument("--backend", action="append", default=None)
     ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--proposals", type=int, default=None,
+                    help="specs the proposer gives per shape (default: half the budget; Optuna has the rest)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N shapes")
     ap.add_argument("--runner", choices=("gpu", "recorded"), default="gpu",
                     help="recorded: synthetic numbers (to try the script without a GPU)")
@@ -111,7 +113,8 @@ def main(argv=None) -> int:
             print(f"[{i + 1}/{len(shapes)}] {problem.label()}", flush=True)
             seen = getattr(getattr(runner, "stats", None), "candidates", 0)
             res = run_search(problem, backends=backends, arch=arch, proposer=proposer, runner=runner, store=store,
-                             budget=budget, modes=("offline",), seed=0, batch_size=args.batch, deadline=deadline)
+                             budget=budget, modes=("offline",), seed=0, batch_size=args.batch, deadline=deadline,
+                             n_proposals=args.proposals)
             if hasattr(runner, "stats") and runner.stats.candidates > seen:  # this shape measured something
                 print(f"    evaluator so far: {runner.stats.line()}", flush=True)
             if budget.spent(res.evaluations, res.gpu_seconds):

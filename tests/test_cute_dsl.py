@@ -41,7 +41,7 @@ def test_registered():
 
 @pytest.mark.parametrize("field, value", [
     ("arch", "sm_80"), ("warp_specialization", "none"), ("load_path", "cp_async"), ("mma", "mma_sync"),
-    ("smem_swizzle", "64B"), ("num_warps", 16), ("persistent", False), ("epilogue_path", "smem"),
+    ("smem_swizzle", "64B"), ("block_k", 16), ("persistent", False), ("epilogue_path", "smem"),
 ])
 def test_undeclared_options_refused_by_the_ir(field, value):
     with pytest.raises(SpecError) as e:
@@ -112,6 +112,35 @@ def test_tma_store_needs_aligned_n_but_registers_do_not():
 def test_two_consumer_warpgroups_need_block_m_multiple_of_128():
     ok = CuteDslBackend().supports(GemmProblem(m=512, n=512, k=512), spec(block_m=64))
     assert not ok and "block_m" in ok.reason
+
+
+def test_three_consumer_warpgroups_get_the_registers_left_and_no_pingpong():
+    from cudal2.codegen.cute_dsl import default_consumer_registers
+
+    b, p = CuteDslBackend(), GemmProblem(m=512, n=512, k=512)
+    assert default_consumer_registers(spec(num_warps=16)) == 152  # (65536 - 128*40) / 384, rounded down to 8
+    assert default_consumer_registers(spec(num_warps=12)) == 232
+    ok = b.supports(p, spec(block_m=192, num_warps=16, consumer_registers=200))
+    assert not ok and "65536" in ok.reason and "152" in ok.reason
+    ok = b.supports(p, spec(block_m=192, num_warps=12))
+    assert not ok and "num_warps=16" in ok.reason
+    ok = b.supports(p, spec(block_m=128, num_warps=16, warp_specialization="pingpong"))
+    assert not ok and "two consumer warpgroups" in ok.reason
+    ok = b.supports(p, spec(block_m=192, block_n=256, num_warps=16, stages=3))
+    assert not ok and "accumulators" in ok.reason
+    assert b.supports(p, spec(block_m=192, num_warps=16))
+
+
+def test_odd_widths_and_deep_pipelines_are_cute_dsl_only():
+    from cudal2.codegen.triton import TritonBackend
+
+    assert KernelSpec(**{**BASE, "block_n": 96, "block_m": 64, "num_warps": 8, "stages": 10})
+    with pytest.raises(SpecError) as e:
+        KernelSpec(backend="triton", block_n=96)
+    assert "block_n" in str(e.value)
+    with pytest.raises(SpecError):
+        KernelSpec(backend="triton", stages=12)
+    assert 96 not in TritonBackend.capabilities.options["block_n"]
 
 
 @pytest.mark.parametrize("kw, word", [(dict(warp_specialization="pingpong"), "cooperative"),
@@ -222,6 +251,15 @@ VARIANTS = [
     ("NN-streamk-128x256-tma", dict(layout="NN"), dict(decomposition="stream_k", block_n=256, stages=4)),
     ("TT-streamk-64x128-regs-epi", dict(layout="TT", epilogue=Epilogue(beta=0.5, bias=True, activation="gelu")),
      dict(decomposition="stream_k", block_m=64, num_warps=8, epilogue_path="registers", raster_order="along_n")),
+    # the widths cuBLAS fills the SMs with: 192 rows on three consumer warpgroups, 96/192/32 columns
+    # (B N-major at 96 wide takes a 64-byte swizzle), and 16 stages
+    ("NN-192x128-16warps-c1x2-tma", dict(layout="NN"), dict(block_m=192, num_warps=16, cluster_n=2)),
+    ("NN-128x192-c2x1-tma", dict(layout="NN"), dict(block_n=192, cluster_m=2)),
+    ("NN-128x96-s6-tma", dict(layout="NN"), dict(block_n=96, stages=6)),
+    ("TN-bf16-64x32-s16-c1x2-tma", dict(layout="TN", dtype="bfloat16"),
+     dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2)),
+    ("NT-192x96-16warps-streamk-epi", dict(layout="NT", epilogue=Epilogue(alpha=0.5, bias=True, activation="relu")),
+     dict(block_m=192, block_n=96, num_warps=16, decomposition="stream_k")),
 ]
 SPLIT = dict(decomposition="split_k", epilogue_path="registers")
 SPLIT_VARIANTS = [

@@ -61,10 +61,12 @@ def epilogue_smem_bytes(f: Mapping[str, Any]) -> int:
 CAPABILITIES = Capabilities(
     options=options(
         arch=["sm_90a"],
-        block_m=[64, 128, 256],
-        block_n=[64, 128, 256],
+        # 192 rows take three consumer warpgroups (num_warps=16); 32, 96 and 192 columns are
+        # WGMMA widths that cut N into tiles that fill the SMs where 64/128/256 leave them idle
+        block_m=[64, 128, 192, 256],
+        block_n=[32, 64, 96, 128, 192, 256],
         block_k=[32, 64, 128],
-        num_warps=[8, 12],  # 1 producer warpgroup + 1 or 2 consumer warpgroups
+        num_warps=[8, 12, 16],  # 1 producer warpgroup + 1, 2 or 3 consumer warpgroups
         mma=["auto", "wgmma"],
         cluster_m=[1, 2],
         cluster_n=[1, 2],
@@ -80,11 +82,13 @@ CAPABILITIES = Capabilities(
         epilogue_subtile=[1],
         # One stage hung on the H100 (split_k=64 checks never finished on 5 of 7 shapes): the
         # producer/consumer pipeline needs two stages to overlap at all, so one is not offered.
-        stages=[2, 3, 4, 5, 6, 7, 8],
+        # small tiles on deep K want deep pipelines: cuBLAS runs 64x32 tiles with 16 stages
+        stages=list(range(2, 17)),
         # setmaxnreg: the producer gives registers back (ptxas refuses a decrease above what the
         # program uses: a search on the H100 that sampled producer_registers=200 lost 146 of 384
         # candidates to "setmaxnreg.dec has register count (200) which is larger than ..."), the
-        # consumers take them. None = the template's defaults (40 / 232).
+        # consumers take them. None = the template's defaults (40 / 232, or what three consumer
+        # warpgroups can have, default_consumer_registers).
         producer_registers=[None, 24, 32, 40, 48, 56],
         consumer_registers=[None, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240],
         **{"problem.accumulator": ["float32"], "problem.dtype": ["float16", "bfloat16"]},
@@ -94,6 +98,7 @@ CAPABILITIES = Capabilities(
 
 DEFAULT_PRODUCER_REGISTERS = 40
 DEFAULT_CONSUMER_REGISTERS = 232
+REGISTERS_PER_SM = 65536  # setmaxnreg shares the SM's register file between the warpgroups
 BARRIER_BYTES = 1024
 PINGPONG_MAX_ACC_REGS = 128  # of the 232 a consumer thread gets: 128x128 and 64x256 tiles
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
@@ -294,7 +299,7 @@ class CuteDslBackend(Backend):
             "consumer_wgs": spec.consumer_warps // 4,
             "pingpong": spec.warp_specialization == "pingpong",
             "producer_regs": spec.producer_registers or DEFAULT_PRODUCER_REGISTERS,
-            "consumer_regs": spec.consumer_registers or DEFAULT_CONSUMER_REGISTERS,
+            "consumer_regs": spec.consumer_registers or default_consumer_registers(spec),
             "raster_along_m": spec.raster_order == "along_m",
             "raster_group": effective_raster_group(problem, spec),
             "sm_count": arch_limits(spec.arch).sm_count,
@@ -430,15 +435,41 @@ def _export(fn, obj: Path) -> None:
         pass  # the in-memory kernel is still good; the next process recompiles
 
 
+def default_consumer_registers(spec: KernelSpec) -> int:
+    """Registers per consumer thread when the spec leaves it to the template: 232, or what the
+    register file leaves each of three consumer warpgroups (152 next to a 40-register producer)."""
+    producer = spec.producer_registers or DEFAULT_PRODUCER_REGISTERS
+    share = (REGISTERS_PER_SM - 128 * producer) // (32 * spec.consumer_warps) // 8 * 8
+    return min(DEFAULT_CONSUMER_REGISTERS, share)
+
+
 def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
     """Limits of this template beyond the declared option sets."""
     bad: list[Violation] = []
     pingpong = spec.warp_specialization == "pingpong"
     wgs = 1 if pingpong else spec.consumer_warps // 4  # warpgroups sharing one tile
     if spec.block_m % (64 * wgs):
+        fit = [f"num_warps={4 + 4 * w}" for w in (1, 2, 3) if spec.block_m % (64 * w) == 0]
         bad.append(Violation("block_m", spec.block_m,
                              f"{wgs} cooperative consumer warpgroups split the tile along M in rows of 64",
-                             f"use block_m a multiple of {64 * wgs} or num_warps=8"))
+                             f"use block_m a multiple of {64 * wgs}, or " + " or ".join(fit)))
+    if pingpong and spec.consumer_warps != 8:
+        bad.append(Violation("num_warps", spec.num_warps, "ping-pong has exactly two consumer warpgroups",
+                             "use num_warps=12 with warp_specialization='pingpong'"))
+    producer = spec.producer_registers or DEFAULT_PRODUCER_REGISTERS
+    consumer = spec.consumer_registers or default_consumer_registers(spec)
+    total = 128 * producer + 32 * spec.consumer_warps * consumer
+    if total > REGISTERS_PER_SM:
+        bad.append(Violation("consumer_registers", consumer,
+                             f"setmaxnreg would give {total} registers to the block's warpgroups, more than "
+                             f"the {REGISTERS_PER_SM} of an SM",
+                             f"use consumer_registers <= {default_consumer_registers(spec)} or leave it None"))
+    acc = spec.block_m * spec.block_n // (128 if pingpong else 32 * spec.consumer_warps)
+    if acc > consumer - 32:
+        bad.append(Violation("block_m*block_n", spec.block_m * spec.block_n,
+                             f"{acc} fp32 accumulators per consumer thread leave fewer than 32 of its {consumer} "
+                             "registers for addresses and the epilogue",
+                             "use a smaller tile or more consumer warpgroups"))
     if pingpong and spec.block_m * spec.block_n // 128 > PINGPONG_MAX_ACC_REGS:
         bad.append(Violation("block_m*block_n", spec.block_m * spec.block_n,
                              f"ping-pong gives each consumer warpgroup a whole tile: "

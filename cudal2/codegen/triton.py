@@ -92,6 +92,7 @@ class TritonBackend(Backend):
         options=options(
             block_m=_ALL_BLOCKS, block_n=_ALL_BLOCKS, block_k=_ALL_BLOCKS,
             num_warps=[1, 2, 4, 8, 16],  # Triton needs a power of two
+            stages=[1, 2, 3, 4, 5, 6, 7, 8],
             mma=["auto"],  # Triton picks mma.sync or wgmma itself
             cluster_m=[1], cluster_n=[1],
             load_path=["pointer", "tma"],  # cp.async is Triton's own choice for pipelined pointer loads

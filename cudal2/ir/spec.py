@@ -24,7 +24,11 @@ REGISTER_RESERVE = 40
 PRODUCER_WARPS = 4  # one warpgroup loads for warp-specialized kernels
 
 Arch = Literal["sm_80", "sm_90", "sm_90a"]
-Block = Literal[16, 32, 64, 128, 256]
+# 96 and 192 are not powers of two: a WGMMA's N is any multiple of 8 up to 256, and a tile of 192
+# (or 96) cuts a 256-wide (or 128-wide) dimension into tiles that fill the SMs where 128 leaves them
+# idle (what cuBLAS picks on H100 for 256x12288x12288, 12288x256x16384 and 12288x128x12288).
+# Backends that need powers of two (Triton) do not declare them.
+Block = Literal[16, 32, 64, 96, 128, 192, 256]
 
 
 class KernelSpec(IRModel):
@@ -43,7 +47,8 @@ class KernelSpec(IRModel):
     cluster_m: Literal[1, 2, 4] = Field(1, description="blocks per cluster along M (TMA multicast of B)")
     cluster_n: Literal[1, 2, 4] = Field(1, description="blocks per cluster along N (TMA multicast of A)")
     # --- pipeline --------------------------------------------------------------------------------
-    stages: int = Field(3, ge=1, le=8, description="shared-memory pipeline depth")
+    # up to 16: small tiles on deep K want deep pipelines (cuBLAS runs 64x32 tiles with 16 stages)
+    stages: int = Field(3, ge=1, le=16, description="shared-memory pipeline depth")
     load_path: Literal["pointer", "cp_async", "tma"] = Field(
         "pointer", description="how tiles move from global to shared memory")
     warp_specialization: Literal["none", "cooperative", "pingpong"] = Field(

@@ -103,6 +103,10 @@ def search_space(backends: Sequence[str], arch: str) -> list[Option]:
         for a in allowed_sets:
             union |= set(ir_values) if a is None else set(a)
         choices = tuple(v for v in ir_values if v in union)
+        if kind == "range" and len(choices) > 1 and choices[-1] - choices[0] + 1 == len(choices):
+            # an unbroken run of integers (stages 1..8) stays ordered for the sampler
+            out.append(Option(name, low=choices[0], high=choices[-1], log=name in _LOG_INTS, when=when))
+            continue
         out.append(Option(name, choices=choices, when=when))
     return out
 

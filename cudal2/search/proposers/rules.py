@@ -66,6 +66,8 @@ class Preferences:
     epilogue_path: tuple[str, ...] = ("registers",)
     # Measured time of a 256x128 tile relative to a 128x256 one (same work per tile); 1.0 = none.
     tall_tile_factor: float = 1.0
+    # Measured time of a stream-K kernel relative to what the model gives it; 1.0 = none.
+    stream_k_factor: float = 1.0
     fixed: Mapping[str, Any] = field(default_factory=dict)  # set on every spec of this backend
 
 
@@ -74,8 +76,12 @@ PREFERENCES: dict[str, Preferences] = {
     # block_m >= 64 with whole warpgroups; 8 warps carry the 128x256 tiles.
     "triton": Preferences(),
     # CuTe DSL Hopper kernels: TMA + wgmma, warp-specialized, one producer warpgroup.
-    "cute_dsl": Preferences(block_mn=(256, 128, 64), block_k=(64, 128), num_warps=(12, 8, 16),
-                            max_stages=7, fixed={"warp_specialization": "cooperative"},
+    # The 192/96/32 widths are cuBLAS's answer to grids that 64/128/256 leave ragged (its kernels
+    # on H100 for 256x12288x12288, 12288x256x16384, 2048x128x4096); with them, and 12-16 stages on
+    # small tiles, our kernel went from 0.85 to 1.00 of torch on the first and 0.89 to 0.95 on the
+    # second (benchmarks/results/cute_dsl_widths.md).
+    "cute_dsl": Preferences(block_mn=(256, 192, 128, 96, 64, 32), block_k=(64, 128), num_warps=(12, 8, 16),
+                            max_stages=16, fixed={"warp_specialization": "cooperative"},
                             # The registers epilogue stores element by element; the TMA store writes
                             # whole tiles. Every large-shape figure in benchmarks/results/
                             # cute_dsl_vs_cublas.md is a TMA-store kernel (about 1.0x torch), while a
@@ -87,13 +93,21 @@ PREFERENCES: dict[str, Preferences] = {
                             # per k-block where a 128x256 tile issues one 64x256 (less shared-
                             # memory traffic per FLOP): 0.905 against 1.011-1.022 over torch on
                             # 4096^3, 8192^3, 16384x16384x4096 and 1024x16384x8192 (H100)
-                            tall_tile_factor=1.11),
+                            tall_tile_factor=1.11,
+                            # Stream-K CTAs sit at different k-offsets, so tiles that share an operand
+                            # panel no longer read it from L2 together: measured 1.3-1.6x slower than
+                            # data-parallel on 2048x1024x2048, 256x4096x2048, 512x4096x4096 and
+                            # 12288x1024x16384, where the model saw it even or ahead
+                            # (benchmarks/results/cute_dsl_fill.md, cute_dsl_streamk.md).
+                            stream_k_factor=1.25),
 }
 DEFAULT_PREFERENCES = Preferences()
 
-# The modelled time of a clustered variant on a grid of several waves, relative to the same
-# spec without a cluster (measured on the H100: 1-3% on the large cute_dsl shapes).
-CLUSTER_GAIN = 0.98
+# The modelled time of a clustered variant relative to the same spec without a cluster, measured
+# on the H100 with cute_dsl kernels: 1-3% on the large shapes, and as much on grids of one wave or
+# less (0.82-1.00, median about 0.96: 256x4096x2048, 2048x1024x2048, 512x4096x4096, 12288x128x12288),
+# where cuBLAS also runs every kernel in a cluster of two.
+CLUSTER_GAIN = 0.96
 
 # How much a candidate's score grows for each earlier pick that shares its tile (or its
 # whole variant); this is what keeps a ranked list diverse.
@@ -111,10 +125,13 @@ EXHAUSTIVE = WIDEN[-1]
 
 def _measured_factor(f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
-    CLUSTER_GAIN for a cluster of CTAs, pref.tall_tile_factor for a 256x128 tile."""
+    CLUSTER_GAIN for a cluster of CTAs, pref.tall_tile_factor for a 256x128 tile,
+    pref.stream_k_factor for stream-K."""
     factor = CLUSTER_GAIN if f.get("cluster_m", 1) * f.get("cluster_n", 1) > 1 else 1.0
     if (f["block_m"], f["block_n"]) == (256, 128):
         factor *= pref.tall_tile_factor
+    if f.get("decomposition") == "stream_k":
+        factor *= pref.stream_k_factor
     return factor
 
 
@@ -195,6 +212,7 @@ class RulesProposer:
         self.dropped = []
         tiles: Counter = Counter()
         variants: Counter = Counter()
+        picks: Counter = Counter()  # proposals per backend
         taken: set[str] = set()
         # Tiles are first capped at the next power of two of each dimension (bigger ones only
         # pad); tiny problems have too few such tiles, so the cap is relaxed until n are found.
@@ -208,7 +226,12 @@ class RulesProposer:
                     c.notes.append(f"{broken[c.family]} similar spec(s) failed before")
             pool = _best_per_tile(pool, KEEP_PER_TILE if widen != EXHAUSTIVE else len(pool))
             while len(out) < n and pool:
-                i = min(range(len(pool)), key=lambda j: (
+                # Several backends take turns (the one with fewest picks goes next): each model
+                # ranks its own backend's kernels, and the times of two backends' models are not
+                # calibrated against each other well enough to let one crowd the other out.
+                have = {c.fields["backend"] for c in pool}
+                turn = min(have, key=lambda b: (picks[b], self.backends.index(b)))
+                i = min((j for j in range(len(pool)) if pool[j].fields["backend"] == turn), key=lambda j: (
                     pool[j].time_us * (1 + SAME_TILE_PENALTY * tiles[pool[j].tile]
                                        + SAME_VARIANT_PENALTY * variants[pool[j].variant]), j))
                 cand = pool.pop(i)
@@ -220,6 +243,7 @@ class RulesProposer:
                 if key in seen or key in taken:
                     continue
                 taken.add(key)
+                picks[spec.backend] += 1
                 tiles[cand.tile] += 1
                 variants[cand.variant] += 1
                 out.append(Proposal(spec=spec, source=self.name,
@@ -327,10 +351,10 @@ class RulesProposer:
                             f"stream-K: {tiles} tile(s) fill {dp_fill:.2f} of their last wave; the leftover "
                             f"tiles' {kb} k-tiles each are shared by all {hw.sm_count} SMs"))
         # Clusters of two CTAs share one operand's tile through TMA multicast, halving its L2
-        # reads; on Hopper that paid on grids of several waves (our 128x256 cute_dsl kernels were
-        # fastest with 1x2 or 2x1 clusters on 4096^3..16384^3). Small grids gain nothing from it.
+        # reads; on Hopper that paid on large grids (our 128x256 cute_dsl kernels were fastest with
+        # 1x2 or 2x1 clusters on 4096^3..16384^3) and on grids of one wave or less as well.
         clusters: list[tuple[int, int, str]] = [(1, 1, "")]
-        if tiles >= 2 * hw.sm_count:
+        if tiles >= 2:
             for cm, cn in ((2, 1), (1, 2)):
                 if (space.allows(caps, "cluster_m", cm, arch) and space.allows(caps, "cluster_n", cn, arch)
                         and gm % cm == 0 and gn % cn == 0):
