@@ -31,6 +31,8 @@ CONFIG_SETS = {
         "256x128x64 s4 c2x1": dict(block_m=256, stages=4, cluster_m=2),
         "128x128x64 s6 pingpong c2x1": dict(stages=6, warp_specialization="pingpong", cluster_m=2),
         "128x128x64 s6 pingpong c1x2": dict(stages=6, warp_specialization="pingpong", cluster_n=2),
+        "128x192x64 s4 c2x1": dict(block_n=192, stages=4, cluster_m=2),
+        "192x128x64 w16 s4 c1x2": dict(block_m=192, num_warps=16, stages=4, cluster_n=2),
     },
     # where the time goes on skinny or shallow shapes: the epilogue path, tile and stages
     "epilogue": {

@@ -131,6 +131,24 @@ def test_three_consumer_warpgroups_get_the_registers_left_and_no_pingpong():
     assert b.supports(p, spec(block_m=192, num_warps=16))
 
 
+@pytest.mark.parametrize("producer, consumer, ok", [
+    (40, None, True), (40, 232, True), (24, 240, True),  # 64512: the pool of 384 threads at 168 each
+    (48, None, True),  # the default steps down to 224 next to a 48-register producer
+    (48, 232, False), (32, 240, False),  # 65536, over 64512: the first hung on the H100
+])
+def test_register_split_fits_the_pool_the_block_is_launched_with(producer, consumer, ok):
+    from cudal2.codegen.cute_dsl import default_consumer_registers, register_pool
+
+    s = spec(producer_registers=producer, consumer_registers=consumer)
+    assert register_pool(s) == 168 * 384
+    got = CuteDslBackend().supports(GemmProblem(m=512, n=16384, k=1024), s)
+    assert bool(got) == ok, got.reason
+    if not ok:
+        assert "64512" in got.reason and "wait forever" in got.reason
+    if consumer is None:
+        assert 128 * producer + 256 * default_consumer_registers(s) <= register_pool(s)
+
+
 def test_odd_widths_and_deep_pipelines_are_cute_dsl_only():
     from cudal2.codegen.triton import TritonBackend
 

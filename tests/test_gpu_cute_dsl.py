@@ -104,6 +104,8 @@ VARIANTS = {
     "bk32-s6-c2x2-regs": dict(block_k=32, stages=6, cluster_m=2, cluster_n=2, epilogue_path="registers"),
     "bk128-s2-raster-n": dict(block_k=128, stages=2, raster_order="along_n", raster_group=2),
     "raster1-regsplit": dict(raster_group=1, producer_registers=24, consumer_registers=240),
+    # a 48-register producer leaves 224 per consumer thread in the launch pool (232 hung)
+    "pingpong-producer48": dict(warp_specialization="pingpong", producer_registers=48, cluster_m=2),
     "128x128-regs": dict(epilogue_path="registers"),
     "pingpong-128x128": dict(warp_specialization="pingpong"),
     "pingpong-64x256-c2x1": dict(warp_specialization="pingpong", block_m=64, block_n=256, stages=3, cluster_m=2),

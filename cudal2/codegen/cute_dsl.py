@@ -98,7 +98,8 @@ CAPABILITIES = Capabilities(
 
 DEFAULT_PRODUCER_REGISTERS = 40
 DEFAULT_CONSUMER_REGISTERS = 232
-REGISTERS_PER_SM = 65536  # setmaxnreg shares the SM's register file between the warpgroups
+REGISTERS_PER_SM = 65536
+MAX_REGISTERS_PER_THREAD = 255
 BARRIER_BYTES = 1024
 PINGPONG_MAX_ACC_REGS = 128  # of the 232 a consumer thread gets: 128x128 and 64x256 tiles
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
@@ -435,11 +436,23 @@ def _export(fn, obj: Path) -> None:
         pass  # the in-memory kernel is still good; the next process recompiles
 
 
+def register_pool(spec: KernelSpec) -> int:
+    """Registers a block holds for setmaxnreg to share out: what it is launched with, the per-thread
+    count (a multiple of 8, at most 255, at most the SM's file over the block's threads) times its
+    threads; not the SM's 65536. 384 threads launch with 168 each: 64512. setmaxnreg.inc beyond the
+    pool never returns: two search candidates with a 48-register producer and 232-register
+    consumers (65536 in all) hung on the H100 until the evaluator's 120 s timeout killed them."""
+    threads = 32 * spec.num_warps
+    per_thread = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // threads) // 8 * 8
+    return per_thread * threads
+
+
 def default_consumer_registers(spec: KernelSpec) -> int:
-    """Registers per consumer thread when the spec leaves it to the template: 232, or what the
-    register file leaves each of three consumer warpgroups (152 next to a 40-register producer)."""
+    """Registers per consumer thread when the spec leaves it to the template: 232, or what the pool
+    leaves each of three consumer warpgroups (152 next to a 40-register producer), or fewer next to
+    a producer that keeps more than 40."""
     producer = spec.producer_registers or DEFAULT_PRODUCER_REGISTERS
-    share = (REGISTERS_PER_SM - 128 * producer) // (32 * spec.consumer_warps) // 8 * 8
+    share = (register_pool(spec) - 128 * producer) // (32 * spec.consumer_warps) // 8 * 8
     return min(DEFAULT_CONSUMER_REGISTERS, share)
 
 
@@ -459,10 +472,11 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
     producer = spec.producer_registers or DEFAULT_PRODUCER_REGISTERS
     consumer = spec.consumer_registers or default_consumer_registers(spec)
     total = 128 * producer + 32 * spec.consumer_warps * consumer
-    if total > REGISTERS_PER_SM:
+    if total > register_pool(spec):
         bad.append(Violation("consumer_registers", consumer,
-                             f"setmaxnreg would give {total} registers to the block's warpgroups, more than "
-                             f"the {REGISTERS_PER_SM} of an SM",
+                             f"setmaxnreg would give {total} registers to the block's warpgroups ({producer} per "
+                             f"producer thread), more than the {register_pool(spec)} the block is launched with "
+                             "(the kernel would wait forever for the rest)",
                              f"use consumer_registers <= {default_consumer_registers(spec)} or leave it None"))
     acc = spec.block_m * spec.block_n // (128 if pingpong else 32 * spec.consumer_warps)
     if acc > consumer - 32:
