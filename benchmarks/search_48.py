@@ -81,6 +81,8 @@ def main(argv=None) -> int:
     ap.add_argument("--proposals", type=int, default=None,
                     help="specs the proposer gives per shape (default: half the budget; Optuna has the rest)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N shapes")
+    ap.add_argument("--no-lookahead", action="store_true",
+                    help="compile each batch only when it is measured (to measure what the look-ahead saves)")
     ap.add_argument("--runner", choices=("gpu", "recorded"), default="gpu",
                     help="recorded: synthetic numbers (to try the script without a GPU)")
     args = ap.parse_args(argv)
@@ -114,7 +116,7 @@ def main(argv=None) -> int:
             seen = getattr(getattr(runner, "stats", None), "candidates", 0)
             res = run_search(problem, backends=backends, arch=arch, proposer=proposer, runner=runner, store=store,
                              budget=budget, modes=("offline",), seed=0, batch_size=args.batch, deadline=deadline,
-                             n_proposals=args.proposals)
+                             n_proposals=args.proposals, lookahead=not args.no_lookahead)
             if hasattr(runner, "stats") and runner.stats.candidates > seen:  # this shape measured something
                 print(f"    evaluator so far: {runner.stats.line()}", flush=True)
             if budget.spent(res.evaluations, res.gpu_seconds):
@@ -145,7 +147,7 @@ def main(argv=None) -> int:
         print(f"{unfinished} shape(s) not finished: run the same command again to continue "
               f"({time.monotonic() - start:.0f} s this chunk)")
         return 3
-    print(f"all {len(shapes)} shapes done")
+    print(f"all {len(shapes)} shapes done ({time.monotonic() - start:.0f} s this chunk)")
     return 0
 
 

@@ -94,3 +94,34 @@ def test_run_bench_prints_the_table_for_specs_from_a_file(tmp_path):
     assert rep.candidates[0].ok, rep.candidates[0].reason
     text = con.export_text()
     assert "40x24x64" in text and "vs torch" in text
+
+
+def test_prefetched_compiles_are_picked_up_by_evaluate_unless_their_pool_died():
+    """Evaluator.prefetch submits a later batch's compiles; _compile_futures reuses them in spec
+    order and submits only the rest, or everything again after the pool was killed."""
+    from cudal2.bench.evaluator import Evaluator
+
+    class FakePool:
+        generation = 0
+
+        def __init__(self):
+            self.submitted = []
+
+        def submit_all(self, problem, specs):
+            self.submitted.append((problem.k, [s.stages for s in specs]))
+            return [f"k{problem.k}-s{s.stages}-g{self.generation}" for s in specs]
+
+    ev = Evaluator(accumulator_probe_k=4096)
+    ev._pool = pool = FakePool()
+    p = GemmProblem.parse((256, 256, 512))
+    s1, s2, s3 = (KernelSpec(stages=n) for n in (1, 2, 3))
+    ev.prefetch(p, [s1, s2])
+    assert pool.submitted == [(512, [1, 2]), (4096, [1, 2])]  # the candidates and their long-K probes
+    futures, probes = ev._compile_futures(p, p.replace(k=4096), [s2, s3, s1])
+    assert futures == ["k512-s2-g0", "k512-s3-g0", "k512-s1-g0"] and probes[1] == "k4096-s3-g0"
+    assert pool.submitted[2:] == [(512, [3]), (4096, [3])]  # only s3 was new
+    ev.prefetch(p, [s1])
+    pool.generation = 1  # the pool was killed (a compile timed out): the prefetched future is lost
+    futures, _ = ev._compile_futures(p, None, [s1])
+    assert futures == ["k512-s1-g1"]
+    ev._pool = None  # nothing to close

@@ -200,3 +200,41 @@ def test_space_over_two_backends_is_the_union():
     assert {"none", "cooperative", "pingpong"} <= set(space["warp_specialization"].choices)
     assert space["split_k"].choices is None and space["split_k"].log  # Triton takes the IR's range
     assert space["consumer_registers"].contains(232) and space["consumer_registers"].contains(None)
+
+
+def test_next_batch_is_asked_and_prefetched_while_the_current_one_is_measured(tmp_path):
+    specs = [KernelSpec(stages=s, block_k=32) for s in (1, 2, 3, 4, 5)]
+    runner = RecordedRunner()
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(specs), runner=runner,
+                     store=Store(tmp_path / "s.db"), budget=11, n_proposals=5, seed=0, batch_size=4,
+                     progress=False)
+    evaluated = [keys for kind, keys in runner.events if kind == "evaluate"]
+    assert [len(b) for b in evaluated] == [4, 4, 3]  # the budget counts the batch asked ahead
+    # every batch after the first was handed to prefetch just before its predecessor was measured
+    assert [kind for kind, _ in runner.events] == ["prefetch", "evaluate", "prefetch", "evaluate", "evaluate"]
+    assert runner.events[0][1] == evaluated[1] and runner.events[2][1] == evaluated[2]
+    assert res.evaluations == 11 and len({k for b in evaluated for k in b}) == 11
+    assert runner.calls[:5] == specs  # proposals still first
+    assert not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]
+
+
+def test_interrupt_gives_back_the_batch_asked_ahead_too(tmp_path):
+    class BreaksSecond(RecordedRunner):
+        def evaluate(self, problem, specs, modes=("offline",)):
+            if any(kind == "evaluate" for kind, _ in self.events):
+                raise KeyboardInterrupt
+            return super().evaluate(problem, specs, modes)
+
+    store = Store(tmp_path / "s.db")
+    specs = [KernelSpec(stages=s, block_k=32) for s in (1, 2, 3, 4, 5, 6)]
+    first = BreaksSecond()
+    with pytest.raises(KeyboardInterrupt):
+        run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(specs), runner=first,
+                   store=store, budget=9, n_proposals=6, seed=0, batch_size=3, progress=False)
+    assert [len(k) for kind, k in first.events if kind == "prefetch"] == [3, 3]  # two batches were asked ahead
+    runner = RecordedRunner()
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=None, runner=runner, store=store,
+                     budget=9, seed=0, batch_size=3, progress=False)
+    assert runner.calls[:3] == specs[3:]  # the proposals given back are measured first on resume
+    assert res.evaluations == 9 and len({s.key() for s in first.calls + runner.calls}) == 9
+    assert not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]

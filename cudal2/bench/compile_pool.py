@@ -63,6 +63,7 @@ class CompilePool:
         self.timeout_s = timeout_s
         self.task = task  # a module-level function (it is pickled by reference); tests inject one
         self._pool: cf.ProcessPoolExecutor | None = None
+        self.generation = 0  # +1 each time the processes are killed: older futures are lost
 
     def _executor(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
@@ -96,6 +97,7 @@ class CompilePool:
             return Prepared(status="compile_error", reason=f"compile worker failed: {type(e).__name__}: {e}")
 
     def _kill(self) -> None:
+        self.generation += 1
         pool, self._pool = self._pool, None
         if pool is None:
             return

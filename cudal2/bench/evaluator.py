@@ -95,6 +95,9 @@ class Evaluator:
         self._pool: CompilePool | None = None
         self._env: Environment | None = None
         self._baselines: dict[tuple, dict[str, BaselineResult]] = {}
+        # (problem key, spec key) -> (pool, its generation, compile future, probe future) of specs
+        # whose compilation prefetch() started for a later evaluate()
+        self._prefetched: dict[tuple[str, str], tuple] = {}
         self.stats = EvalStats()
 
     # ---- lifetime ----------------------------------------------------------------------------
@@ -134,6 +137,43 @@ class Evaluator:
         problem = GemmProblem.parse(problem)
         items = [(_label(s, i), s, None) for i, s in enumerate(specs)]
         return self._run(problem, items, _modes(modes), self.config.baselines)
+
+    def prefetch(self, problem: GemmProblem, specs: list[KernelSpec]) -> None:
+        """Start rendering and compiling specs (and their long-K probe variants) in the CPU pool for
+        a later evaluate() of the same problem, which picks the work up; the search calls this with
+        the next batch while the current one is checked and timed."""
+        problem = GemmProblem.parse(problem)
+        pk = problem.key()
+        self._prefetched = {k: v for k, v in self._prefetched.items() if k[0] == pk}  # other problems: stale
+        specs = [s for s in specs if (pk, s.key()) not in self._prefetched]
+        if not specs:
+            return
+        pool = self.pool
+        futures = pool.submit_all(problem, specs)
+        probe_problem = self._probe_problem(problem)
+        probes = pool.submit_all(probe_problem, specs) if probe_problem else [None] * len(specs)
+        for spec, f, pf in zip(specs, futures, probes):
+            self._prefetched[(pk, spec.key())] = (pool, pool.generation, f, pf)
+
+    def _compile_futures(self, problem: GemmProblem, probe_problem: GemmProblem | None,
+                         specs: list[KernelSpec]) -> tuple[list, list]:
+        """Compile (and probe-compile) futures for specs, in order: prefetched ones where their pool
+        is still alive, new submissions for the rest."""
+        pool, pk = self.pool, problem.key()
+        futures: list = [None] * len(specs)
+        probes: list = [None] * len(specs)
+        for i, spec in enumerate(specs):
+            got = self._prefetched.pop((pk, spec.key()), None)
+            if got is not None and got[0] is pool and got[1] == pool.generation:
+                futures[i], probes[i] = got[2], got[3]
+        missing = [i for i, f in enumerate(futures) if f is None]
+        for i, f in zip(missing, pool.submit_all(problem, [specs[i] for i in missing])):
+            futures[i] = f
+        if probe_problem is not None:
+            missing = [i for i, f in enumerate(probes) if f is None]
+            for i, f in zip(missing, pool.submit_all(probe_problem, [specs[i] for i in missing])):
+                probes[i] = f
+        return futures, (probes if probe_problem is not None else [])
 
     def evaluate_kernels(self, problem: GemmProblem, kernels: Mapping[str, Callable | str],
                          modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]:
@@ -177,11 +217,11 @@ class Evaluator:
     def _run(self, problem: GemmProblem, items: list[tuple[str, KernelSpec | None, Any]],
              modes: tuple[str, ...], baselines: tuple[str, ...]) -> list[CandidateResult]:
         specs = [s for _, s, _ in items if s is not None]
-        futures = self.pool.submit_all(problem, specs) if specs else []  # compiling starts now
-        # The long-K probe variants compile in the pool too, behind the candidates themselves;
-        # otherwise each one is compiled serially in the GPU worker, which then idles.
+        # Compiling starts now, unless prefetch() started it already. The long-K probe variants
+        # compile in the pool too, behind the candidates themselves; otherwise each one is compiled
+        # serially in the GPU worker, which then idles.
         probe_problem = self._probe_problem(problem)
-        probe_futures = self.pool.submit_all(probe_problem, specs) if specs and probe_problem else []
+        futures, probe_futures = self._compile_futures(problem, probe_problem, specs) if specs else ([], [])
         self.stats.candidates += len(items)
         self.environment()  # clocks at the start, before the GPU is loaded
         results: list[CandidateResult | None] = [None] * len(items)

@@ -137,11 +137,13 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                modes: Sequence[Mode] = ("offline",), n_proposals: int | None = None, sampler: str = "tpe",
                seed: int | None = None, tag: str = "", progress: bool = True,
                max_trials: int | None = None, batch_size: int = 1,
-               deadline: float | None = None) -> SearchResult:
+               deadline: float | None = None, lookahead: bool = True) -> SearchResult:
     """Run (or resume) the study of `problem` until `budget` is spent; see the module docstring.
     batch_size: specs handed to runner.evaluate at once (the evaluator compiles a batch in
     parallel; the TPE sampler's constant liar keeps a batch diverse). deadline: a time.monotonic()
-    after which no new batch starts (the study stays resumable)."""
+    after which no new batch starts (the study stays resumable). lookahead: ask for the next batch
+    while the current one is measured and hand it to runner.prefetch (if the runner has one), so
+    that it compiles in the meantime."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -183,11 +185,13 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
         except optuna.exceptions.UpdateFinishedTrialError:
             pass  # another worker on a SQLite store popped the same queued trial; its result stands
 
-    def next_batch(room: int) -> list[tuple[Any, KernelSpec]]:
-        """Ask for trials until `room` of them need a GPU measurement (or trials run out);
-        settle the invalid and the already-measured ones on the way."""
+    def next_batch(room: int, in_flight: Sequence[tuple[Any, KernelSpec]] = ()) -> tuple[list, list]:
+        """Ask for trials until `room` of them need a GPU measurement (or trials run out): the
+        batch, and the trials whose spec is already measured, or in this batch, or `in_flight`
+        (settled from the store once the batch is measured). Invalid specs are pruned on the way."""
         nonlocal trials_left
         batch: list[tuple[Any, KernelSpec]] = []
+        dups: list[tuple[Any, KernelSpec]] = []
         while len(batch) < room and trials_left > 0:
             trials_left -= 1
             with warnings.catch_warnings():
@@ -207,46 +211,56 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                 trial.set_user_attr("spec_key", spec.key())
             except optuna.exceptions.UpdateFinishedTrialError:
                 continue  # popped by another worker too (SQLite has no row locks) and already settled
-            known = store.measurement(problem, spec)
-            if known is not None or any(s == spec for _, s in batch):
-                pending_dups.append((trial, spec, known))
+            if (store.measurement(problem, spec) is not None
+                    or any(s == spec for _, s in (*in_flight, *batch))):
+                dups.append((trial, spec))
                 continue
             batch.append((trial, spec))
-        return batch
+        return batch, dups
 
+    def room(in_flight: int) -> int:
+        if budget.evaluations is None:
+            return batch_size
+        return max(0, min(batch_size, budget.evaluations - state.evaluations - in_flight))
+
+    def give_back(trials: Sequence[tuple[Any, KernelSpec]]) -> None:
+        """Unmeasured trials back to the queue, so that a resume measures them."""
+        for trial, _ in trials:
+            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
+            study.enqueue_trial(trial.params, user_attrs={"proposal": "requeued"})
+
+    def stopped() -> bool:
+        return budget.spent(state.evaluations, state.gpu_s) or (deadline is not None and time.monotonic() >= deadline)
+
+    # Look-ahead: while one batch is checked and timed on the GPU, the next one is already asked
+    # for (the TPE sampler's constant liar keeps it apart from the batch in flight) and compiled
+    # in the runner's CPU pool, so compilation overlaps timing too, not only the checks.
+    prefetch = getattr(runner, "prefetch", None) if lookahead else None
     trials_left = max_trials
-    done_in_batch: list[tuple[KernelSpec, CandidateResult, dict[str, BaselineResult]]] = []
-    pending_dups: list[tuple[Any, KernelSpec, CandidateResult | None]] = []
     bar = _Bar(problem, budget, enabled=progress)
     with bar:
         bar.update(state)
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "experimental" notice
             optuna.storages.fail_stale_trials(study)  # trials of dead workers on other hosts (heartbeat)
-        while not budget.spent(state.evaluations, state.gpu_s) and trials_left > 0 and not (
-                deadline is not None and time.monotonic() >= deadline):
-            # Other workers may share the study (a PostgreSQL store): count what they measured too.
-            state = _State.from_study(study, reference, objective_mode)
-            if budget.spent(state.evaluations, state.gpu_s):
-                break
-            room = batch_size
-            if budget.evaluations is not None:
-                room = min(room, budget.evaluations - state.evaluations)
-            batch = next_batch(room)
-            done_in_batch = []
+        batch, dups = ([], []) if stopped() else next_batch(room(0))  # (next_batch stops when trials run out)
+        while batch or dups:
+            upcoming, upcoming_dups = [], []
             if batch:
+                if prefetch is not None and not stopped():
+                    upcoming, upcoming_dups = next_batch(room(len(batch)), batch)
+                    if upcoming:
+                        prefetch(problem, [s for _, s in upcoming])
                 specs = [s for _, s in batch]
                 t0 = time.perf_counter()
-                beating = _Heartbeat(storage, [t._trial_id for t, _ in batch])
+                beating = _Heartbeat(storage, [t._trial_id for t, _ in (*batch, *upcoming)])
                 try:
                     results = runner.evaluate(problem, specs, modes)
                     if len(results) != len(specs):
                         raise RuntimeError(f"runner returned {len(results)} results for {len(specs)} specs")
                 except BaseException:
-                    # Interrupted or broken runner: give the batch back so that a resume measures it.
-                    for trial, _ in batch:
-                        study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-                        study.enqueue_trial(trial.params, user_attrs={"proposal": "requeued"})
+                    # Interrupted or broken runner: give the batches back so that a resume measures them.
+                    give_back([*batch, *upcoming, *dups, *upcoming_dups])
                     raise
                 finally:
                     beating.stop()
@@ -262,15 +276,19 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                                         baselines=now)
                 for (trial, spec), result in zip(batch, results):
                     tell(trial, result, True, share, now)
-                    done_in_batch.append((spec, result, now))
                 bar.update(state)
-            for trial, spec, known in pending_dups:
-                if known is None:
-                    known, against = next((r, b) for s, r, b in done_in_batch if s == spec)
-                else:
-                    against = store.kernel_baselines(problem, spec) or baselines
-                tell(trial, known, False, 0.0, against)
-            pending_dups = []
+            for trial, spec in dups:  # measured before, or just now in this batch
+                known = store.measurement(problem, spec)
+                if known is None:  # its twin was in the batch before (settled there) or given back
+                    give_back([(trial, spec)])
+                    continue
+                tell(trial, known, False, 0.0, store.kernel_baselines(problem, spec) or baselines)
+            # Other workers may share the study (a PostgreSQL store): count what they measured too.
+            state = _State.from_study(study, reference, objective_mode)
+            if stopped():
+                give_back([*upcoming, *upcoming_dups])  # asked ahead but not measured
+                break
+            batch, dups = (upcoming, upcoming_dups) if upcoming or upcoming_dups else next_batch(room(0))
     return collect(problem, study, store, baselines, objective_mode, reference)
 
 

@@ -51,6 +51,7 @@ class RecordedRunner:
         self.delay_s = delay_s
         self.log = log
         self.calls: list[KernelSpec] = []
+        self.events: list[tuple[str, list[str]]] = []  # ("prefetch" | "evaluate", spec keys), in order
 
     def lookup(self, problem: GemmProblem, spec: KernelSpec) -> float | str | None:
         fields = {**spec.to_dict(), **{f"problem.{k}": v for k, v in problem.to_dict().items()}}
@@ -59,8 +60,13 @@ class RecordedRunner:
                 return value
         return self.model(problem, spec) if self.model else None
 
+    def prefetch(self, problem: GemmProblem, specs: list[KernelSpec]) -> None:
+        """The evaluator starts compiling these for a later evaluate(); here it is only noted."""
+        self.events.append(("prefetch", [s.key() for s in specs]))
+
     def evaluate(self, problem: GemmProblem, specs: list[KernelSpec],
                  modes: tuple[str, ...] = ("offline",)) -> list[CandidateResult]:
+        self.events.append(("evaluate", [s.key() for s in specs]))
         out = []
         for spec in specs:
             if self.delay_s:
