@@ -81,8 +81,8 @@ def main(argv=None) -> int:
     ap.add_argument("--proposals", type=int, default=None,
                     help="specs the proposer gives per shape (default: half the budget; Optuna has the rest)")
     ap.add_argument("--limit", type=int, default=None, help="only the first N shapes")
-    ap.add_argument("--no-lookahead", action="store_true",
-                    help="compile each batch only when it is measured (to measure what the look-ahead saves)")
+    ap.add_argument("--lookahead", action="store_true",
+                    help="ask for the next batch and compile it while the current one is measured")
     ap.add_argument("--runner", choices=("gpu", "recorded"), default="gpu",
                     help="recorded: synthetic numbers (to try the script without a GPU)")
     args = ap.parse_args(argv)
@@ -116,7 +116,7 @@ def main(argv=None) -> int:
             seen = getattr(getattr(runner, "stats", None), "candidates", 0)
             res = run_search(problem, backends=backends, arch=arch, proposer=proposer, runner=runner, store=store,
                              budget=budget, modes=("offline",), seed=0, batch_size=args.batch, deadline=deadline,
-                             n_proposals=args.proposals, lookahead=not args.no_lookahead)
+                             n_proposals=args.proposals, lookahead=args.lookahead)
             if hasattr(runner, "stats") and runner.stats.candidates > seen:  # this shape measured something
                 print(f"    evaluator so far: {runner.stats.line()}", flush=True)
             if budget.spent(res.evaluations, res.gpu_seconds):

@@ -154,6 +154,7 @@ def test_batches_keep_proposals_first_and_meet_the_budget_exactly(tmp_path):
                      progress=False)
     assert runner.calls[:5] == specs
     assert res.evaluations == len(runner.calls) == 11 and max(runner.batches) == 4
+    assert not [kind for kind, _ in runner.events if kind == "prefetch"]  # look-ahead is opt-in
     assert len({s.key() for s in runner.calls}) == 11  # never the same spec twice
     assert not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]
 
@@ -203,19 +204,40 @@ def test_space_over_two_backends_is_the_union():
 
 
 def test_next_batch_is_asked_and_prefetched_while_the_current_one_is_measured(tmp_path):
-    specs = [KernelSpec(stages=s, block_k=32) for s in (1, 2, 3, 4, 5)]
+    specs = [KernelSpec(stages=s, block_k=bk) for bk in (32, 64) for s in (1, 2, 3, 4, 5)]
     runner = RecordedRunner()
     res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(specs), runner=runner,
-                     store=Store(tmp_path / "s.db"), budget=11, n_proposals=5, seed=0, batch_size=4,
-                     progress=False)
+                     store=Store(tmp_path / "s.db"), budget=19, n_proposals=10, seed=0, batch_size=4,
+                     progress=False, lookahead=True)
     evaluated = [keys for kind, keys in runner.events if kind == "evaluate"]
-    assert [len(b) for b in evaluated] == [4, 4, 3]  # the budget counts the batch asked ahead
-    # every batch after the first was handed to prefetch just before its predecessor was measured
-    assert [kind for kind, _ in runner.events] == ["prefetch", "evaluate", "prefetch", "evaluate", "evaluate"]
-    assert runner.events[0][1] == evaluated[1] and runner.events[2][1] == evaluated[2]
-    assert res.evaluations == 11 and len({k for b in evaluated for k in b}) == 11
-    assert runner.calls[:5] == specs  # proposals still first
+    assert [len(b) for b in evaluated] == [4, 4, 4, 4, 3]  # the budget counts the batch asked ahead
+    prefetched = [(i, set(keys)) for i, (kind, keys) in enumerate(runner.events) if kind == "prefetch"]
+    at = [i for i, (kind, _) in enumerate(runner.events) if kind == "evaluate"]
+    # every batch is handed to prefetch before it is measured; a full batch of queued proposals, and
+    # each one the sampler draws once it has 8 completed trials, before its predecessor is measured
+    for n, keys in enumerate(evaluated):
+        first = min(i for i, got in prefetched if set(keys) <= got)
+        assert first < at[n]
+        if n in (1, 3, 4):
+            assert first < at[n - 1], n
+    # batch 3 (2 proposals, 2 drawn) is asked after batch 2: with 4 completed trials TPE draws at random
+    assert min(i for i, got in prefetched if set(evaluated[2]) <= got) > at[1]
+    assert res.evaluations == 19 and len({k for b in evaluated for k in b}) == 19
+    assert runner.calls[:10] == specs  # proposals still first
     assert not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]
+
+
+def test_look_ahead_over_two_backends_spends_the_whole_budget(tmp_path):
+    """Asked ahead while the first batch ran, a sampler with no completed trial drew specs at
+    random over two backends' union space: all invalid, which used up every trial (12 of 24 measured)."""
+    from cudal2.api import resolve_proposer
+
+    runner = RecordedRunner()
+    res = run_search(GemmProblem(m=8192, n=8192, k=4096), backends=("triton", "cute_dsl"), arch="sm_90a",
+                     proposer=resolve_proposer("rules", ("triton", "cute_dsl"), "sm_90a"), runner=runner,
+                     store=Store(tmp_path / "s.db"), budget=24, n_proposals=12, batch_size=12, seed=0,
+                     progress=False, lookahead=True)
+    assert res.evaluations == 24 and [len(k) for kind, k in runner.events if kind == "evaluate"] == [12, 12]
 
 
 def test_interrupt_gives_back_the_batch_asked_ahead_too(tmp_path):
@@ -230,11 +252,12 @@ def test_interrupt_gives_back_the_batch_asked_ahead_too(tmp_path):
     first = BreaksSecond()
     with pytest.raises(KeyboardInterrupt):
         run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(specs), runner=first,
-                   store=store, budget=9, n_proposals=6, seed=0, batch_size=3, progress=False)
-    assert [len(k) for kind, k in first.events if kind == "prefetch"] == [3, 3]  # two batches were asked ahead
+                   store=store, budget=9, n_proposals=6, seed=0, batch_size=3, progress=False, lookahead=True)
+    # batch 1, then batch 2 asked ahead (a full batch of proposals), then batch 2 again as the batch in hand
+    assert [kind for kind, _ in first.events] == ["prefetch", "prefetch", "evaluate", "prefetch"]  # then it broke
     runner = RecordedRunner()
     res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=None, runner=runner, store=store,
-                     budget=9, seed=0, batch_size=3, progress=False)
+                     budget=9, seed=0, batch_size=3, progress=False, lookahead=True)
     assert runner.calls[:3] == specs[3:]  # the proposals given back are measured first on resume
     assert res.evaluations == 9 and len({s.key() for s in first.calls + runner.calls}) == 9
     assert not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]

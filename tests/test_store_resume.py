@@ -108,7 +108,7 @@ SCRIPT = textwrap.dedent("""
     problem = GemmProblem(m=2048, n=512, k=1024, layout="NT")
     res = run_search(problem, backends=("triton",), arch="sm_90a", proposer=Fixed(),
                      runner=RecordedRunner(delay_s=delay, log=log), store=Store(store), budget=12, seed=3,
-                     n_proposals=4, progress=False)
+                     n_proposals=4, progress=False, lookahead=True)
     print("EVALUATIONS", res.evaluations)
 """)
 

@@ -33,6 +33,11 @@ def study_name(problem: GemmProblem, backends: Sequence[str], tag: str = "") -> 
     return f"{name}|{tag}" if tag else name
 
 
+# Completed trials the TPE sampler needs before it samples from its model rather than at random
+# (its n_startup_trials); the search loop asks ahead only once a study has them.
+SAMPLER_WARMUP = 8
+
+
 def make_sampler(name: str = "tpe", seed: int | None = None):
     import optuna
 
@@ -42,8 +47,8 @@ def make_sampler(name: str = "tpe", seed: int | None = None):
         # multivariate + group: tile sizes, warps and stages interact, and the space is conditional
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "experimental feature" notices
-            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True, n_startup_trials=8,
-                                              constant_liar=True)
+            return optuna.samplers.TPESampler(seed=seed, multivariate=True, group=True,
+                                              n_startup_trials=SAMPLER_WARMUP, constant_liar=True)
     if name == "gp":
         return optuna.samplers.GPSampler(seed=seed)
     if name == "random":
