@@ -48,6 +48,9 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import torch
 
+    if not torch.cuda.is_available():
+        raise SystemExit("cublas_kernels.py profiles torch.matmul on a CUDA GPU, and torch sees none here")
+
     lines = [f"# Kernels torch.matmul launches ({torch.cuda.get_device_name()}, torch {torch.__version__})", "",
              "| shape | kernel | us (profiler) |", "|---|---|---:|"]
     for shape in args.shapes.split(","):
