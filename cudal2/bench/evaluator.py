@@ -148,11 +148,9 @@ class Evaluator:
         specs = [s for s in specs if (pk, s.key()) not in self._prefetched]
         if not specs:
             return
+        futures, probes = self._compile_futures(problem, self._probe_problem(problem), specs)
         pool = self.pool
-        futures = pool.submit_all(problem, specs)
-        probe_problem = self._probe_problem(problem)
-        probes = pool.submit_all(probe_problem, specs) if probe_problem else [None] * len(specs)
-        for spec, f, pf in zip(specs, futures, probes):
+        for spec, f, pf in zip(specs, futures, probes or [None] * len(specs)):
             self._prefetched[(pk, spec.key())] = (pool, pool.generation, f, pf)
 
     def _compile_futures(self, problem: GemmProblem, probe_problem: GemmProblem | None,

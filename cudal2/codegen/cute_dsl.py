@@ -478,8 +478,9 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
                              f"producer thread), more than the {register_pool(spec)} the block is launched with "
                              "(the kernel would wait forever for the rest)",
                              f"use consumer_registers <= {default_consumer_registers(spec)} or leave it None"))
-    acc = spec.block_m * spec.block_n // (128 if pingpong else 32 * spec.consumer_warps)
-    if acc > consumer - 32:
+    # (ping-pong's own, lower limit follows)
+    acc = spec.block_m * spec.block_n // (32 * spec.consumer_warps)
+    if not pingpong and acc > consumer - 32:
         bad.append(Violation("block_m*block_n", spec.block_m * spec.block_n,
                              f"{acc} fp32 accumulators per consumer thread leave fewer than 32 of its {consumer} "
                              "registers for addresses and the epilogue",
@@ -493,15 +494,14 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
     if problem.dtype != problem.c_dtype and problem.c_dtype not in DSL_NAMES:
         bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
                              "use out_dtype float16 or bfloat16"))
-    epi = epilogue_smem_bytes(dict(spec))
-    smem = spec.stages * (spec.block_m + spec.block_n) * spec.block_k * 2 + epi + BARRIER_BYTES
+    smem = spec.smem_bytes() + BARRIER_BYTES  # the IR's count (stages + epilogue buffers) and the barriers
     limit = arch_limits(spec.arch).smem_per_block
     if smem > limit:
         per = (spec.block_m + spec.block_n) * spec.block_k * 2
         bad.append(Violation("stages", spec.stages,
                              f"{smem / 1024:.1f} KiB of shared memory (stages + epilogue buffers + barriers) "
                              f"exceeds {limit / 1024:.0f} KiB",
-                             f"use at most {(limit - epi - BARRIER_BYTES) // per} stages or a smaller tile"))
+                             f"use at most {(limit - (smem - spec.stages * per)) // per} stages or a smaller tile"))
     if spec.decomposition == "split_k":
         if pingpong:
             # A search on the H100 lost a split_k=4 ping-pong kernel on 8192x8192x4096 to the check

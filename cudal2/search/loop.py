@@ -294,7 +294,7 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                 bar.update(state)
             for trial, spec in dups:  # measured before, or just now in this batch
                 known = store.measurement(problem, spec)
-                if known is None:  # its twin was in the batch before (settled there) or given back
+                if known is None:  # its twin was never measured (given back): leave it to a resume
                     give_back([(trial, spec)])
                     continue
                 tell(trial, known, False, 0.0, store.kernel_baselines(problem, spec) or baselines)
