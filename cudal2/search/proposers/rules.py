@@ -95,7 +95,7 @@ PREFERENCES: dict[str, Preferences] = {
                             # 4096^3, 8192^3, 16384x16384x4096 and 1024x16384x8192 (H100)
                             tall_tile_factor=1.11,
                             # Stream-K CTAs sit at different k-offsets, so tiles that share an operand
-                            # panel no longer read it from L2 together: measured 1.3-1.6x slower than
+                            # panel no longer read it from L2 together: measured 1.2-1.6x slower than
                             # data-parallel on 2048x1024x2048, 256x4096x2048, 512x4096x4096 and
                             # 12288x1024x16384, where the model saw it even or ahead
                             # (benchmarks/results/cute_dsl_fill.md, cute_dsl_streamk.md).
