@@ -1,8 +1,10 @@
 """Which library kernel torch.matmul launches for each shape, and for how long: the names of cuBLAS's
 Hopper kernels spell out their tile, cluster, stages and K decomposition (split-K, stream-K), so this
-tells where our search should look when cuBLAS wins.
+tells where our search should look when cuBLAS wins. With --ours SET it lists, beside them, the
+kernels each cute_dsl configuration of that set in cute_dsl_vs_cublas.py launches (split-K: the GEMM
+and its reduction kernel, each timed).
 
-    python benchmarks/cublas_kernels.py out.md --shapes 256x12288x12288,12288x256x16384[-TN]
+    python benchmarks/cublas_kernels.py out.md --shapes 256x12288x12288,12288x256x16384[-TN] [--ours deepk]
 
 Needs a CUDA GPU. Times here come from the profiler (one replay); speed claims come from the evaluator.
 """
@@ -14,12 +16,14 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # cute_dsl_vs_cublas (--ours)
 
 from cudal2.ir import GemmProblem  # noqa: E402
 
 
-def launched_kernels(problem: GemmProblem, repeats: int = 5) -> list[tuple[str, float]]:
-    """(kernel name, mean microseconds) of every kernel one torch.matmul of this problem launches."""
+def launched_kernels(problem: GemmProblem, kernel=None, repeats: int = 5) -> list[tuple[str, float]]:
+    """(kernel name, mean microseconds) of every kernel one call launches: torch.matmul of this
+    problem, or `kernel` (a compiled cudal2 kernel) when given."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -27,12 +31,17 @@ def launched_kernels(problem: GemmProblem, repeats: int = 5) -> list[tuple[str, 
 
     ops = make_operands(problem, seed=0, device="cuda")
     a, b = ops.a, ops.b
+    if kernel is None:
+        call = lambda: torch.matmul(a, b)  # noqa: E731
+    else:
+        c = torch.empty(problem.m, problem.n, device="cuda", dtype=a.dtype)
+        call = lambda: kernel(a, b, c, ops.bias)  # noqa: E731
     for _ in range(3):
-        torch.matmul(a, b)
+        call()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(repeats):
-            torch.matmul(a, b)
+            call()
         torch.cuda.synchronize()
     rows = []
     for ev in prof.key_averages():
@@ -41,10 +50,37 @@ def launched_kernels(problem: GemmProblem, repeats: int = 5) -> list[tuple[str, 
     return rows
 
 
+def _short(name: str) -> str:
+    """A kernel's name without its return type, template arguments and parameter list (cuBLASLt's
+    split-K reduction spells out 15 template arguments and 20 parameters)."""
+    if not name.startswith("void "):  # a plain name ("nvjet_sm90_...", "Memset (Device)")
+        return name
+    name = name.removeprefix("void ").split("(")[0]
+    return name.split("<")[0] + ("<…>" if "<" in name else "")
+
+
+def _our_kernels(problem: GemmProblem, config_set: str | None):
+    """(label, compiled kernel) for each configuration of a cute_dsl_vs_cublas.py set this problem takes."""
+    if not config_set:
+        return
+    from cudal2.codegen.cute_dsl import CuteDslBackend
+    from cudal2.ir import KernelSpec
+    from cute_dsl_vs_cublas import BASE, CONFIG_SETS
+
+    backend = CuteDslBackend()
+    for label, overrides in CONFIG_SETS[config_set].items():
+        spec = KernelSpec(**{**BASE, **overrides})
+        if not backend.supports(problem, spec):
+            continue
+        yield label, backend.compile(backend.render(problem, spec))
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--shapes", required=True, help="MxNxK[-LAYOUT], comma-separated")
+    ap.add_argument("--ours", metavar="SET", help="also profile the cute_dsl configurations of this set "
+                    "(a --configs name of cute_dsl_vs_cublas.py)")
     args = ap.parse_args(argv)
     import torch
 
@@ -57,7 +93,10 @@ def main(argv=None) -> int:
         dims, _, layout = shape.partition("-")
         problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
         for name, us in launched_kernels(problem):
-            lines.append(f"| {shape} | `{name}` | {us:.1f} |")
+            lines.append(f"| {shape} | `{_short(name)}` | {us:.1f} |")
+        for label, kernel in _our_kernels(problem, args.ours):
+            for name, us in launched_kernels(problem, kernel):
+                lines.append(f"| {shape} | cudal2 {label}: `{_short(name)}` | {us:.1f} |")
         print(lines[-1], flush=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -77,6 +77,65 @@ CONFIG_SETS = {
         "64x64x64 w8 s12 c2x1": dict(block_m=64, block_n=64, num_warps=8, stages=12, cluster_m=2),
         "128x64x64 s8 c1x2": dict(block_n=64, stages=8, cluster_n=2),
         "128x128x64 s6 c2x1": dict(stages=6, cluster_m=2),
+    },
+    # a small output over a deep K (512x512x12288: 16 tiles of 128x128 for 132 SMs): the K split across
+    # CTAs, reduced by a second kernel (split-K) or in the kernel by the tile's owner (stream-K)
+    "deepk": {
+        "128x128x64 s6 split4": dict(stages=6, decomposition="split_k", split_k=4, split_k_reduction="workspace",
+                                     epilogue_path="registers"),
+        "128x128x64 s6 split8": dict(stages=6, decomposition="split_k", split_k=8, split_k_reduction="workspace",
+                                     epilogue_path="registers"),
+        "128x64x64 s8 split4": dict(block_n=64, stages=8, decomposition="split_k", split_k=4,
+                                    split_k_reduction="workspace", epilogue_path="registers"),
+        "128x128x64 s6 stream-K": dict(stages=6, decomposition="stream_k"),
+        "128x256x64 s4 stream-K": dict(block_n=256, stages=4, decomposition="stream_k"),
+        "128x64x64 s8 stream-K": dict(block_n=64, stages=8, decomposition="stream_k"),
+        "64x128x64 w8 s8 stream-K": dict(block_m=64, num_warps=8, stages=8, decomposition="stream_k"),
+    },
+    # what cuBLAS runs there (cublas_kernels.py: 64x64 x13 2x1 split-K on 512x512x12288, 64x32 x16 1x2
+    # split-K on 512x128x8192): small tiles, deep pipelines, a cluster of two, and split-K
+    "deepk_clusters": {
+        "128x128x64 s6 split8": dict(stages=6, decomposition="split_k", split_k=8, split_k_reduction="workspace",
+                                     epilogue_path="registers"),
+        "128x128x64 s6 c2x1 split8": dict(stages=6, cluster_m=2, decomposition="split_k", split_k=8,
+                                          split_k_reduction="workspace", epilogue_path="registers"),
+        "64x64x64 w8 s13 c2x1 split2": dict(block_m=64, block_n=64, num_warps=8, stages=13, cluster_m=2,
+                                            decomposition="split_k", split_k=2, split_k_reduction="workspace",
+                                            epilogue_path="registers"),
+        "64x64x64 w8 s13 c2x1 split4": dict(block_m=64, block_n=64, num_warps=8, stages=13, cluster_m=2,
+                                            decomposition="split_k", split_k=4, split_k_reduction="workspace",
+                                            epilogue_path="registers"),
+        "64x64x64 w8 s13 split2": dict(block_m=64, block_n=64, num_warps=8, stages=13,
+                                       decomposition="split_k", split_k=2, split_k_reduction="workspace",
+                                       epilogue_path="registers"),
+        "64x128x64 w8 s8 c2x1 split4": dict(block_m=64, num_warps=8, stages=8, cluster_m=2,
+                                            decomposition="split_k", split_k=4, split_k_reduction="workspace",
+                                            epilogue_path="registers"),
+        "64x32x64 w8 s16 c1x2 split4": dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2,
+                                            decomposition="split_k", split_k=4, split_k_reduction="workspace",
+                                            epilogue_path="registers"),
+        "64x32x64 w8 s16 c1x2 split8": dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2,
+                                            decomposition="split_k", split_k=8, split_k_reduction="workspace",
+                                            epilogue_path="registers"),
+    },
+    # the same split-K tiles with K steps of 64 and a deep pipeline against steps of 128 and 3-4 stages
+    # (the rules model sees no difference; the bytes in flight differ)
+    "deepk_pipeline": {
+        "64x128x64 w8 s8 c2x1 split4": dict(block_m=64, num_warps=8, stages=8, cluster_m=2,
+                                            decomposition="split_k", split_k=4, split_k_reduction="workspace",
+                                            epilogue_path="registers"),
+        "64x128x128 w8 s3 c2x1 split4": dict(block_m=64, block_k=128, num_warps=8, stages=3, cluster_m=2,
+                                             decomposition="split_k", split_k=4, split_k_reduction="workspace",
+                                             epilogue_path="registers"),
+        "64x128x128 w8 s4 c2x1 split4": dict(block_m=64, block_k=128, num_warps=8, stages=4, cluster_m=2,
+                                             decomposition="split_k", split_k=4, split_k_reduction="workspace",
+                                             epilogue_path="registers"),
+        "128x128x64 s6 c2x1 split8": dict(stages=6, cluster_m=2, decomposition="split_k", split_k=8,
+                                          split_k_reduction="workspace", epilogue_path="registers"),
+        "128x128x128 s3 c2x1 split8": dict(block_k=128, stages=3, cluster_m=2, decomposition="split_k", split_k=8,
+                                           split_k_reduction="workspace", epilogue_path="registers"),
+        "64x32x64 w8 s16 c2x1": dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_m=2),
+        "64x32x128 w8 s8 c2x1": dict(block_m=64, block_n=32, block_k=128, num_warps=8, stages=8, cluster_m=2),
     },
     # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
     "streaming": {

@@ -1,0 +1,53 @@
+"""The hand-picked cute_dsl configurations of benchmarks/cute_dsl_vs_cublas.py are valid specs that
+the backend takes on the shapes each set was made for (a typo there would cost a GPU run), and
+benchmarks/cublas_kernels.py names kernels briefly."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+
+from cublas_kernels import _short  # noqa: E402
+from cute_dsl_vs_cublas import BASE, CONFIG_SETS  # noqa: E402
+
+from cudal2.codegen.cute_dsl import CuteDslBackend  # noqa: E402
+from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
+
+# the shapes each set was run on (benchmarks/results/)
+SET_SHAPES = {
+    "large": ("4096x4096x4096", "16384x16384x4096"),
+    "epilogue": ("16384x512x128",),
+    "streamk": ("12288x256x16384",),
+    "fill": ("256x4096x2048", "2048x1024x2048"),
+    "widths": ("256x12288x12288", "2048x128x4096"),
+    "streaming": ("12288x1024x16384",),
+    "deepk": ("512x512x12288", "512x128x8192"),
+    "deepk_clusters": ("512x512x12288", "12288x128x12288"),
+    "deepk_pipeline": ("512x512x12288", "2048x128x4096"),
+}
+
+
+def test_every_set_has_its_shapes():
+    assert set(SET_SHAPES) == set(CONFIG_SETS)
+
+
+@pytest.mark.parametrize("name", sorted(CONFIG_SETS))
+def test_every_configuration_is_a_spec_the_backend_takes(name):
+    backend = CuteDslBackend()
+    for label, overrides in CONFIG_SETS[name].items():
+        spec = KernelSpec(**{**BASE, **overrides})
+        for shape in SET_SHAPES[name]:
+            support = backend.supports(GemmProblem.parse(shape), spec)
+            assert support, f"{name} / {label} on {shape}: {support}"
+
+
+def test_kernel_names_lose_their_signatures_only():
+    reduce = ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __half>(cublasLt::cublasSplitKParams<float>, "
+              "float const*, __half const*)")
+    assert _short(reduce) == "cublasLt::splitKreduce_kernel<…>"
+    assert _short("nvjet_sm90_hsh_64x64_64x13_2x1_v_bz_splitK_NNT") == "nvjet_sm90_hsh_64x64_64x13_2x1_v_bz_splitK_NNT"
+    assert _short("Memset (Device)") == "Memset (Device)"
