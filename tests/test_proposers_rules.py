@@ -315,3 +315,33 @@ def test_cute_dsl_rules_offer_stream_k_only_where_the_last_wave_is_ragged():
     triton = resolve_proposer("rules", ("triton",), "sm_90a")  # does not declare stream-K
     assert not any(x.spec.decomposition == "stream_k"
                    for x in triton.propose(GemmProblem(m=12288, n=256, k=16384), [], 8))
+
+
+def test_cute_dsl_rules_run_split_k_in_clusters_but_never_stream_k():
+    # split-K paid in a 2x1 cluster on the H100 (cuBLAS runs 512x512x12288 that way too); stream-K
+    # CTAs share no tile to multicast
+    from cudal2.api import resolve_proposer
+
+    p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
+    deep = [x.spec for x in p.propose(GemmProblem(m=512, n=512, k=12288), [], 12)]
+    clustered = [s for s in deep if s.decomposition == "split_k" and s.cluster_m * s.cluster_n == 2]
+    assert clustered, [s.label() for s in deep]
+    for s in clustered:  # the cluster divides the tile grid
+        assert -(-512 // s.block_m) % s.cluster_m == 0 and -(-512 // s.block_n) % s.cluster_n == 0
+    ragged = [x.spec for x in p.propose(GemmProblem(m=12288, n=256, k=16384), [], 12)]
+    assert all(s.cluster_m * s.cluster_n == 1 for s in ragged if s.decomposition == "stream_k")
+
+
+def test_rules_model_never_charges_a_deeper_pipeline_more():
+    # every stage but the first fills while the first is computed: 64x128x128 split-K with 4 stages
+    # measured 22.5 us on 512x512x12288 against 24.4 us with 3, and the model ranked 3 first
+    p = RulesProposer(backends=("cute_dsl",))
+    problem = GemmProblem(m=512, n=512, k=12288)
+    base = dict(backend="cute_dsl", block_m=64, block_n=128, num_warps=8, smem_padding=0, load_path="tma",
+                warp_specialization="cooperative", decomposition="split_k", split_k=4,
+                split_k_reduction="workspace", persistent=True, epilogue_path="registers", cluster_m=2, cluster_n=1)
+    for block_k, depths in ((128, (2, 3, 4)), (64, (2, 3, 4, 6, 8))):
+        times = [p._model_us(problem, {**base, "block_k": block_k, "stages": s}) for s in depths]
+        assert times == sorted(times, reverse=True), (block_k, times)
+    top = [x.spec for x in p.propose(problem, [], 12)]
+    assert not any(s.block_k == 128 and s.block_m * s.block_n <= 64 * 128 and s.stages == 3 for s in top)

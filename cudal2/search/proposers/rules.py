@@ -352,7 +352,10 @@ class RulesProposer:
                             f"tiles' {kb} k-tiles each are shared by all {hw.sm_count} SMs"))
         # Clusters of two CTAs share one operand's tile through TMA multicast, halving its L2
         # reads; on Hopper that paid on large grids (our 128x256 cute_dsl kernels were fastest with
-        # 1x2 or 2x1 clusters on 4096^3..16384^3) and on grids of one wave or less as well.
+        # 1x2 or 2x1 clusters on 4096^3..16384^3), on grids of one wave or less, and under split-K
+        # too (512x512x12288: 64x64 split-K 2 went from 28.3 to 24.9 us in a 2x1 cluster, and cuBLAS
+        # runs it as a 2x1 split-K kernel; benchmarks/results/cute_dsl_deepk.md). Stream-K CTAs
+        # share no tile, so they get none.
         clusters: list[tuple[int, int, str]] = [(1, 1, "")]
         if tiles >= 2:
             for cm, cn in ((2, 1), (1, 2)):
@@ -369,7 +372,7 @@ class RulesProposer:
         decomps = [({**dec, **epilogue(dec), "cluster_m": cm, "cluster_n": cn},
                     "; ".join(x for x in (note, c_note) if x))
                    for dec, note in decomps
-                   for cm, cn, c_note in (clusters if dec["decomposition"] == "data_parallel" else clusters[:1])]
+                   for cm, cn, c_note in (clusters if dec["decomposition"] != "stream_k" else clusters[:1])]
         out = []
         for dec, dec_note in decomps:
             fields = {**tile, **dec}
@@ -501,7 +504,11 @@ class RulesProposer:
         if occ >= 2:
             hide = 1 + (hide - 1) / 2  # a second resident block hides latency too
         main = kb_split * step * hide * occ
-        prologue = 0.5 + min(f["stages"], kb_split) * load_step
+        # the first stage's load; the others land while it is computed (counting every stage here
+        # made deep pipelines look slower: 64x128x128 split-K with 3 stages ranked above 4, which
+        # measured 24.4 against 22.5 us on 512x512x12288, and 64x128x64 with 8 stages 21.9;
+        # benchmarks/results/cute_dsl_deepk.md)
+        prologue = 0.5 + load_step
         out_bytes = 4 if split > 1 else DTYPE_BYTES[problem.c_dtype]
         epilogue = bm * bn * out_bytes / l2_per_us * occ
         if f["persistent"]:
