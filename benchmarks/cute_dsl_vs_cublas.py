@@ -21,6 +21,15 @@ from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
 SHAPES = ("4096x4096x4096", "8192x8192x8192", "16384x16384x4096", "1024x16384x8192")
 BASE = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
             persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store")
+
+
+def split_k(slices: int, **overrides) -> dict:
+    """A split-K configuration: fp32 partial tiles from registers into the workspace, then the
+    reduction kernel (the only split-K variant the cute_dsl template has)."""
+    return dict(decomposition="split_k", split_k=slices, split_k_reduction="workspace",
+                epilogue_path="registers", **overrides)
+
+
 CONFIG_SETS = {
     # the large square-ish shapes of issue 5
     "large": {
@@ -59,10 +68,8 @@ CONFIG_SETS = {
         "128x64x64 s8 stream-K": dict(block_n=64, stages=8, decomposition="stream_k"),
         "64x128x64 w8 s8": dict(block_m=64, num_warps=8, stages=8),
         "128x128x64 s6 stream-K": dict(stages=6, decomposition="stream_k"),
-        "128x128x64 s6 split2": dict(stages=6, decomposition="split_k", split_k=2, split_k_reduction="workspace",
-                                     epilogue_path="registers"),
-        "128x64x64 s8 split2": dict(block_n=64, stages=8, decomposition="split_k", split_k=2,
-                                    split_k_reduction="workspace", epilogue_path="registers"),
+        "128x128x64 s6 split2": split_k(2, stages=6),
+        "128x64x64 s8 split2": split_k(2, block_n=64, stages=8),
     },
     # the tiles, stages and clusters cuBLAS picks on the shapes we lose (benchmarks/cublas_kernels.py:
     # 128x192 2x1 on 12288x256x16384, 192x128 1x2 on 256x12288x12288, 128x96 x7 1x2 on 12288x128x12288,
@@ -81,12 +88,9 @@ CONFIG_SETS = {
     # a small output over a deep K (512x512x12288: 16 tiles of 128x128 for 132 SMs): the K split across
     # CTAs, reduced by a second kernel (split-K) or in the kernel by the tile's owner (stream-K)
     "deepk": {
-        "128x128x64 s6 split4": dict(stages=6, decomposition="split_k", split_k=4, split_k_reduction="workspace",
-                                     epilogue_path="registers"),
-        "128x128x64 s6 split8": dict(stages=6, decomposition="split_k", split_k=8, split_k_reduction="workspace",
-                                     epilogue_path="registers"),
-        "128x64x64 s8 split4": dict(block_n=64, stages=8, decomposition="split_k", split_k=4,
-                                    split_k_reduction="workspace", epilogue_path="registers"),
+        "128x128x64 s6 split4": split_k(4, stages=6),
+        "128x128x64 s6 split8": split_k(8, stages=6),
+        "128x64x64 s8 split4": split_k(4, block_n=64, stages=8),
         "128x128x64 s6 stream-K": dict(stages=6, decomposition="stream_k"),
         "128x256x64 s4 stream-K": dict(block_n=256, stages=4, decomposition="stream_k"),
         "128x64x64 s8 stream-K": dict(block_n=64, stages=8, decomposition="stream_k"),
@@ -95,45 +99,23 @@ CONFIG_SETS = {
     # what cuBLAS runs there (cublas_kernels.py: 64x64 x13 2x1 split-K on 512x512x12288, 64x32 x16 1x2
     # split-K on 512x128x8192): small tiles, deep pipelines, a cluster of two, and split-K
     "deepk_clusters": {
-        "128x128x64 s6 split8": dict(stages=6, decomposition="split_k", split_k=8, split_k_reduction="workspace",
-                                     epilogue_path="registers"),
-        "128x128x64 s6 c2x1 split8": dict(stages=6, cluster_m=2, decomposition="split_k", split_k=8,
-                                          split_k_reduction="workspace", epilogue_path="registers"),
-        "64x64x64 w8 s13 c2x1 split2": dict(block_m=64, block_n=64, num_warps=8, stages=13, cluster_m=2,
-                                            decomposition="split_k", split_k=2, split_k_reduction="workspace",
-                                            epilogue_path="registers"),
-        "64x64x64 w8 s13 c2x1 split4": dict(block_m=64, block_n=64, num_warps=8, stages=13, cluster_m=2,
-                                            decomposition="split_k", split_k=4, split_k_reduction="workspace",
-                                            epilogue_path="registers"),
-        "64x64x64 w8 s13 split2": dict(block_m=64, block_n=64, num_warps=8, stages=13,
-                                       decomposition="split_k", split_k=2, split_k_reduction="workspace",
-                                       epilogue_path="registers"),
-        "64x128x64 w8 s8 c2x1 split4": dict(block_m=64, num_warps=8, stages=8, cluster_m=2,
-                                            decomposition="split_k", split_k=4, split_k_reduction="workspace",
-                                            epilogue_path="registers"),
-        "64x32x64 w8 s16 c1x2 split4": dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2,
-                                            decomposition="split_k", split_k=4, split_k_reduction="workspace",
-                                            epilogue_path="registers"),
-        "64x32x64 w8 s16 c1x2 split8": dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2,
-                                            decomposition="split_k", split_k=8, split_k_reduction="workspace",
-                                            epilogue_path="registers"),
+        "128x128x64 s6 split8": split_k(8, stages=6),
+        "128x128x64 s6 c2x1 split8": split_k(8, stages=6, cluster_m=2),
+        "64x64x64 w8 s13 c2x1 split2": split_k(2, block_m=64, block_n=64, num_warps=8, stages=13, cluster_m=2),
+        "64x64x64 w8 s13 c2x1 split4": split_k(4, block_m=64, block_n=64, num_warps=8, stages=13, cluster_m=2),
+        "64x64x64 w8 s13 split2": split_k(2, block_m=64, block_n=64, num_warps=8, stages=13),
+        "64x128x64 w8 s8 c2x1 split4": split_k(4, block_m=64, num_warps=8, stages=8, cluster_m=2),
+        "64x32x64 w8 s16 c1x2 split4": split_k(4, block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
+        "64x32x64 w8 s16 c1x2 split8": split_k(8, block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
     },
     # the same split-K tiles with K steps of 64 and a deep pipeline against steps of 128 and 3-4 stages
-    # (the rules model sees no difference; the bytes in flight differ)
+    # (the rules model had ranked 3 stages first: it charged every stage to the prologue)
     "deepk_pipeline": {
-        "64x128x64 w8 s8 c2x1 split4": dict(block_m=64, num_warps=8, stages=8, cluster_m=2,
-                                            decomposition="split_k", split_k=4, split_k_reduction="workspace",
-                                            epilogue_path="registers"),
-        "64x128x128 w8 s3 c2x1 split4": dict(block_m=64, block_k=128, num_warps=8, stages=3, cluster_m=2,
-                                             decomposition="split_k", split_k=4, split_k_reduction="workspace",
-                                             epilogue_path="registers"),
-        "64x128x128 w8 s4 c2x1 split4": dict(block_m=64, block_k=128, num_warps=8, stages=4, cluster_m=2,
-                                             decomposition="split_k", split_k=4, split_k_reduction="workspace",
-                                             epilogue_path="registers"),
-        "128x128x64 s6 c2x1 split8": dict(stages=6, cluster_m=2, decomposition="split_k", split_k=8,
-                                          split_k_reduction="workspace", epilogue_path="registers"),
-        "128x128x128 s3 c2x1 split8": dict(block_k=128, stages=3, cluster_m=2, decomposition="split_k", split_k=8,
-                                           split_k_reduction="workspace", epilogue_path="registers"),
+        "64x128x64 w8 s8 c2x1 split4": split_k(4, block_m=64, num_warps=8, stages=8, cluster_m=2),
+        "64x128x128 w8 s3 c2x1 split4": split_k(4, block_m=64, block_k=128, num_warps=8, stages=3, cluster_m=2),
+        "64x128x128 w8 s4 c2x1 split4": split_k(4, block_m=64, block_k=128, num_warps=8, stages=4, cluster_m=2),
+        "128x128x64 s6 c2x1 split8": split_k(8, stages=6, cluster_m=2),
+        "128x128x128 s3 c2x1 split8": split_k(8, block_k=128, stages=3, cluster_m=2),
         "64x32x64 w8 s16 c2x1": dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_m=2),
         "64x32x128 w8 s8 c2x1": dict(block_m=64, block_n=32, block_k=128, num_warps=8, stages=8, cluster_m=2),
     },
