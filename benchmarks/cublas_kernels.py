@@ -59,8 +59,9 @@ def _short(name: str) -> str:
     return name.split("<")[0] + ("<…>" if "<" in name else "")
 
 
-def _our_kernels(problem: GemmProblem, config_set: str | None):
-    """(label, compiled kernel) for each configuration of a cute_dsl_vs_cublas.py set this problem takes."""
+def _our_kernels(problem: GemmProblem, config_set: str | None, only=None):
+    """(label, compiled kernel) for each configuration of a cute_dsl_vs_cublas.py set this problem takes
+    (those named in `only`, when given)."""
     if not config_set:
         return
     from cudal2.codegen.cute_dsl import CuteDslBackend
@@ -69,6 +70,8 @@ def _our_kernels(problem: GemmProblem, config_set: str | None):
 
     backend = CuteDslBackend()
     for label, overrides in CONFIG_SETS[config_set].items():
+        if only and label not in only:
+            continue
         spec = KernelSpec(**{**BASE, **overrides})
         if not backend.supports(problem, spec):
             continue
