@@ -317,15 +317,17 @@ def test_cute_dsl_rules_offer_stream_k_only_where_the_last_wave_is_ragged():
                    for x in triton.propose(GemmProblem(m=12288, n=256, k=16384), [], 8))
 
 
-def test_cute_dsl_rules_run_split_k_in_clusters_but_never_stream_k():
-    # split-K paid in a 2x1 cluster on the H100 (cuBLAS runs 512x512x12288 that way too); stream-K
-    # CTAs share no tile to multicast
+def test_cute_dsl_rules_offer_split_k_with_and_without_clusters_but_stream_k_without():
+    # cuBLAS runs 512x512x12288 as a 2x1 split-K kernel, and a cluster paid there on the H100 (it
+    # cost elsewhere, so unclustered split-K stays on offer); stream-K CTAs share no tile to multicast
     from cudal2.api import resolve_proposer
 
     p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
     deep = [x.spec for x in p.propose(GemmProblem(m=512, n=512, k=12288), [], 12)]
     clustered = [s for s in deep if s.decomposition == "split_k" and s.cluster_m * s.cluster_n == 2]
-    assert clustered, [s.label() for s in deep]
+    alone = [s for s in deep if s.decomposition == "split_k" and s.cluster_m * s.cluster_n == 1]
+    assert clustered and alone, [s.label() for s in deep]
+    assert len(alone) > len(clustered)  # modelled even, so the diversity penalty spreads the tiles first
     for s in clustered:  # the cluster divides the tile grid
         assert -(-512 // s.block_m) % s.cluster_m == 0 and -(-512 // s.block_n) % s.cluster_n == 0
     ragged = [x.spec for x in p.propose(GemmProblem(m=12288, n=256, k=16384), [], 12)]

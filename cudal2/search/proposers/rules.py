@@ -125,9 +125,11 @@ EXHAUSTIVE = WIDEN[-1]
 
 def _measured_factor(f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
-    CLUSTER_GAIN for a cluster of CTAs, pref.tall_tile_factor for a 256x128 tile,
+    CLUSTER_GAIN for a data-parallel cluster of CTAs (split-K in a cluster measured 0.88-1.09 of the
+    same kernel without, so it is modelled even and both are measured), pref.tall_tile_factor for a 256x128 tile,
     pref.stream_k_factor for stream-K."""
-    factor = CLUSTER_GAIN if f.get("cluster_m", 1) * f.get("cluster_n", 1) > 1 else 1.0
+    clustered = f.get("cluster_m", 1) * f.get("cluster_n", 1) > 1
+    factor = CLUSTER_GAIN if clustered and f.get("decomposition", "data_parallel") == "data_parallel" else 1.0
     if (f["block_m"], f["block_n"]) == (256, 128):
         factor *= pref.tall_tile_factor
     if f.get("decomposition") == "stream_k":
@@ -352,10 +354,11 @@ class RulesProposer:
                             f"tiles' {kb} k-tiles each are shared by all {hw.sm_count} SMs"))
         # Clusters of two CTAs share one operand's tile through TMA multicast, halving its L2
         # reads; on Hopper that paid on large grids (our 128x256 cute_dsl kernels were fastest with
-        # 1x2 or 2x1 clusters on 4096^3..16384^3), on grids of one wave or less, and under split-K
-        # too (512x512x12288: 64x64 split-K 2 went from 28.3 to 24.9 us in a 2x1 cluster, and cuBLAS
-        # runs it as a 2x1 split-K kernel; benchmarks/results/cute_dsl_deepk.md). Stream-K CTAs
-        # share no tile, so they get none.
+        # 1x2 or 2x1 clusters on 4096^3..16384^3) and on grids of one wave or less. Split-K gets
+        # them beside its unclustered variants: cuBLAS runs its deep-K split-K kernels in clusters of
+        # two, and on the H100 a 2x1 cluster took 64x64 split 2 from 28.3 to 24.9 us on 512x512x12288
+        # but cost 5-9% on 512x128x8192 (benchmarks/results/cute_dsl_deepk.md), so it is modelled
+        # even (_measured_factor). Stream-K CTAs share no tile, so they get none.
         clusters: list[tuple[int, int, str]] = [(1, 1, "")]
         if tiles >= 2:
             for cm, cn in ((2, 1), (1, 2)):
