@@ -46,7 +46,9 @@ def _spec_text(spec) -> str:
     return ("" if spec.backend == "triton" else f"{spec.backend} ") + spec.summary()
 
 
-def report(rows: list[dict], total: int, budget) -> str:
+def report(rows: list[dict], total: int, budget, run_note: str = "") -> str:
+    """The markdown report; run_note says how long this chunk has run and where the evaluator's time
+    went (so two runs, e.g. with and without --lookahead, can be compared from their files)."""
     head = ("| M | N | K | best us | torch us | cuBLASLt-autotune us | vs torch | vs cuBLASLt-autotune | "
             "probe Triton-autotune vs torch | evals | best spec |")
     lines = [f"# cudal2 search over the H100 probe shapes ({len(rows)} of {total} done; budget {budget}, offline, "
@@ -64,7 +66,15 @@ def report(rows: list[dict], total: int, budget) -> str:
         env = rows[0]["environment"]
         lines.append(f"Environment: {env.get('gpu_name')}, driver {env.get('driver')}, CUDA {env.get('cuda')}, "
                      f"torch {env.get('torch')}, triton {env.get('triton')}")
+    if run_note:
+        lines += ["", run_note]
     return "\n".join(lines) + "\n"
+
+
+def _run_note(start: float, runner) -> str:
+    note = f"This chunk: {time.monotonic() - start:.0f} s"
+    stats = getattr(runner, "stats", None)
+    return note + (f"; evaluator: {stats.line()}" if stats is not None and stats.candidates else "") + "."
 
 
 def main(argv=None) -> int:
@@ -134,15 +144,16 @@ def main(argv=None) -> int:
             else:
                 unfinished += 1
             args.out.parent.mkdir(parents=True, exist_ok=True)
-            args.out.write_text(report(rows, len(shapes), budget))
+            args.out.write_text(report(rows, len(shapes), budget, _run_note(start, runner)))
             args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
     finally:
         if hasattr(runner, "close"):
             runner.close()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(report(rows, len(shapes), budget))
+    text = report(rows, len(shapes), budget, _run_note(start, runner))
+    args.out.write_text(text)
     args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    print(report(rows, len(shapes), budget))
+    print(text)
     if unfinished:
         print(f"{unfinished} shape(s) not finished: run the same command again to continue "
               f"({time.monotonic() - start:.0f} s this chunk)")

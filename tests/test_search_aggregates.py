@@ -62,3 +62,25 @@ def test_combine_48_reads_the_markdown_report_of_search_48():
     assert rows[1]["speedup"] == {"torch": 0.867, "cublaslt_autotune": 0.967}
     with pytest.raises(SystemExit, match="no per-shape rows"):
         mod.rows_from_report("| over | shapes |")
+
+
+def test_search_48_report_says_how_long_the_chunk_ran_and_combine_48_still_reads_it(tmp_path):
+    # the recorded runner: synthetic times, so only the report's shape is checked here
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "search_48.py"
+    spec = importlib.util.spec_from_file_location("search_48", path)
+    search_48 = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(search_48)
+    shapes = tmp_path / "shapes.json"
+    shapes.write_text(json.dumps([{"M": 256, "N": 128, "K": 512, "cublas_ms": 0.01, "triton_ms": 0.012},
+                                  {"M": 128, "N": 64, "K": 128, "cublas_ms": 0.005, "triton_ms": 0.005}]))
+    out = tmp_path / "s48.md"
+    assert search_48.main([str(shapes), "--runner", "recorded", "--budget", "4", "--batch", "4",
+                           "--store", str(tmp_path / "s48.db"), "--out", str(out)]) == 0
+    text = out.read_text()
+    assert "(2 of 2 done" in text and "\nThis chunk: " in text
+    rows = _combine_48().rows_from_report(text)
+    assert [(r["m"], r["n"], r["k"]) for r in rows] == [(256, 128, 512), (128, 64, 128)]
