@@ -6,7 +6,7 @@ Compute (which is on the lent H100s) to take apart kernel by kernel:
         python3 benchmarks/ncu_one_call.py 512x512x12288 --set deepk_clusters --config "64x128x64 w8 s8 c2x1 split4"
 
 Each kernel runs twice (the first call of a DSL kernel loads its module) and the result is checked
-against an fp32 reference, so a profile is never taken of a wrong kernel. Times under ncu are not
+with the evaluator's reference and error bound, so a profile is never taken of a wrong kernel. Times under ncu are not
 speed claims: ncu fixes the clocks and replays each kernel; the evaluator's times are the ones to quote.
 """
 
@@ -36,6 +36,7 @@ def main(argv=None) -> int:
     from cublas_kernels import _our_kernels
     from cute_dsl_vs_cublas import CONFIG_SETS
 
+    from cudal2.bench.correctness import expected_for, rel_error
     from cudal2.bench.inputs import make_operands
 
     if args.set not in CONFIG_SETS:
@@ -46,7 +47,7 @@ def main(argv=None) -> int:
     dims, _, layout = args.shape.partition("-")
     problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
     ops = make_operands(problem, seed=0, device="cuda")
-    reference = ops.a.float() @ ops.b.float()
+    expected = expected_for(problem, ops)  # the evaluator's fp32 reference and error bound
     out = torch.empty(problem.m, problem.n, device="cuda", dtype=ops.a.dtype)
     for _ in range(2):
         torch.matmul(ops.a, ops.b)
@@ -54,10 +55,11 @@ def main(argv=None) -> int:
         for _ in range(2):
             kernel(ops.a, ops.b, out, ops.bias)
         torch.cuda.synchronize()
-        err = float((out.float() - reference).norm() / reference.norm())
-        print(f"{label}: relative error {err:.1e}")
-        if not err < 1e-2:
-            raise SystemExit(f"{label} computed a wrong product (relative error {err:.1e}); not worth profiling")
+        err = rel_error(out, expected.ref)
+        print(f"{label}: relative error {err:.1e} (bound {expected.bound:.1e})")
+        if not err <= expected.bound:
+            raise SystemExit(f"{label} computed a wrong product (relative error {err:.1e}, over the evaluator's "
+                             f"bound {expected.bound:.1e}); not worth profiling")
     return 0
 
 
