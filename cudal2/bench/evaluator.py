@@ -164,14 +164,17 @@ class Evaluator:
             got = self._prefetched.pop((pk, spec.key()), None)
             if got is not None and got[0] is pool and got[1] == pool.generation:
                 futures[i], probes[i] = got[2], got[3]
-        missing = [i for i, f in enumerate(futures) if f is None]
-        for i, f in zip(missing, pool.submit_all(problem, [specs[i] for i in missing])):
-            futures[i] = f
-        if probe_problem is not None:
-            missing = [i for i, f in enumerate(probes) if f is None]
-            for i, f in zip(missing, pool.submit_all(probe_problem, [specs[i] for i in missing])):
-                probes[i] = f
-        return futures, (probes if probe_problem is not None else [])
+
+        def submit_missing(slots: list, prob: GemmProblem) -> None:
+            missing = [i for i, f in enumerate(slots) if f is None]
+            for i, f in zip(missing, pool.submit_all(prob, [specs[i] for i in missing])):
+                slots[i] = f
+
+        submit_missing(futures, problem)
+        if probe_problem is None:
+            return futures, []
+        submit_missing(probes, probe_problem)
+        return futures, probes
 
     def evaluate_kernels(self, problem: GemmProblem, kernels: Mapping[str, Callable | str],
                          modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]:

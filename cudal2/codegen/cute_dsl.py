@@ -470,14 +470,15 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
         bad.append(Violation("num_warps", spec.num_warps, "ping-pong has exactly two consumer warpgroups",
                              "use num_warps=12 with warp_specialization='pingpong'"))
     producer = spec.producer_registers or DEFAULT_PRODUCER_REGISTERS
-    consumer = spec.consumer_registers or default_consumer_registers(spec)
+    most = default_consumer_registers(spec)  # what the pool leaves each consumer thread, at most 232
+    consumer = spec.consumer_registers or most
     total = 128 * producer + 32 * spec.consumer_warps * consumer
     if total > register_pool(spec):
         bad.append(Violation("consumer_registers", consumer,
                              f"setmaxnreg would give {total} registers to the block's warpgroups ({producer} per "
                              f"producer thread), more than the {register_pool(spec)} the block is launched with "
                              "(the kernel would wait forever for the rest)",
-                             f"use consumer_registers <= {default_consumer_registers(spec)} or leave it None"))
+                             f"use consumer_registers <= {most} or leave it None"))
     # (ping-pong's own, lower limit follows)
     acc = spec.block_m * spec.block_n // (32 * spec.consumer_warps)
     if not pingpong and acc > consumer - 32:
