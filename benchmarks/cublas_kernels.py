@@ -59,7 +59,7 @@ def _short(name: str) -> str:
     return name.split("<")[0] + ("<…>" if "<" in name else "")
 
 
-def _our_kernels(problem: GemmProblem, config_set: str | None, only=None):
+def our_kernels(problem: GemmProblem, config_set: str | None, only=None):
     """(label, compiled kernel) for each configuration of a cute_dsl_vs_cublas.py set this problem takes
     (those named in `only`, when given)."""
     if not config_set:
@@ -97,7 +97,7 @@ def main(argv=None) -> int:
         problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
         for name, us in launched_kernels(problem):
             lines.append(f"| {shape} | `{_short(name)}` | {us:.1f} |")
-        for label, kernel in _our_kernels(problem, args.ours):
+        for label, kernel in our_kernels(problem, args.ours):
             for name, us in launched_kernels(problem, kernel):
                 lines.append(f"| {shape} | cudal2 {label}: `{_short(name)}` | {us:.1f} |")
         print(lines[-1], flush=True)

@@ -33,7 +33,7 @@ def main(argv=None) -> int:
 
     if not torch.cuda.is_available():
         raise SystemExit("ncu_one_call.py runs kernels on a CUDA GPU, and torch sees none here")
-    from cublas_kernels import _our_kernels
+    from cublas_kernels import our_kernels
     from cute_dsl_vs_cublas import CONFIG_SETS
 
     from cudal2.bench.correctness import expected_for, rel_error
@@ -51,7 +51,7 @@ def main(argv=None) -> int:
     out = torch.empty(problem.m, problem.n, device="cuda", dtype=ops.a.dtype)
     for _ in range(2):
         torch.matmul(ops.a, ops.b)
-    for label, kernel in _our_kernels(problem, args.set, only=args.config):
+    for label, kernel in our_kernels(problem, args.set, only=args.config):
         for _ in range(2):
             kernel(ops.a, ops.b, out, ops.bias)
         torch.cuda.synchronize()
