@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline|large_sweep]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -118,6 +118,33 @@ CONFIG_SETS = {
         "128x128x128 s3 c2x1 split8": split_k(8, block_k=128, stages=3, cluster_m=2),
         "64x32x64 w8 s16 c2x1": dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_m=2),
         "64x32x128 w8 s8 c2x1": dict(block_m=64, block_n=32, block_k=128, num_warps=8, stages=8, cluster_m=2),
+    },
+    # around the best of "large" on the shape furthest from the target (1024x16384x8192: 1.008 of torch):
+    # pipeline depth, raster group and direction, the register split, the epilogue path, ping-pong on
+    # a 64x256 tile, cuBLAS's 256x128 1x2, and stream-K for the last, 88%-full wave of 512 tiles
+    "large_sweep": {
+        "128x128x64 s6 pingpong c1x2": dict(stages=6, warp_specialization="pingpong", cluster_n=2),
+        "128x128x64 s5 pingpong c1x2": dict(stages=5, warp_specialization="pingpong", cluster_n=2),
+        "128x128x64 s4 pingpong c1x2": dict(stages=4, warp_specialization="pingpong", cluster_n=2),
+        "128x128x64 s6 pingpong c1x2 g4": dict(stages=6, warp_specialization="pingpong", cluster_n=2, raster_group=4),
+        "128x128x64 s6 pingpong c1x2 g16": dict(stages=6, warp_specialization="pingpong", cluster_n=2,
+                                                raster_group=16),
+        "128x128x64 s6 pingpong c1x2 along_n": dict(stages=6, warp_specialization="pingpong", cluster_n=2,
+                                                    raster_order="along_n"),
+        "128x128x64 s6 pingpong c1x2 registers": dict(stages=6, warp_specialization="pingpong", cluster_n=2,
+                                                      epilogue_path="registers"),
+        "128x128x64 s6 pingpong c1x2 r24/240": dict(stages=6, warp_specialization="pingpong", cluster_n=2,
+                                                    producer_registers=24, consumer_registers=240),
+        "64x256x64 s4 pingpong c1x2": dict(block_m=64, block_n=256, stages=4, warp_specialization="pingpong",
+                                           cluster_n=2),
+        "64x256x64 s4 pingpong c2x1": dict(block_m=64, block_n=256, stages=4, warp_specialization="pingpong",
+                                           cluster_m=2),
+        "128x256x64 s4": dict(block_n=256, stages=4),
+        "128x256x64 s4 stream-K": dict(block_n=256, stages=4, decomposition="stream_k"),
+        "128x256x64 s4 g16": dict(block_n=256, stages=4, raster_group=16),
+        "128x256x64 s4 along_n": dict(block_n=256, stages=4, raster_order="along_n"),
+        "256x128x64 s4 c1x2": dict(block_m=256, stages=4, cluster_n=2),
+        "256x128x64 s4 c1x2 along_n": dict(block_m=256, stages=4, cluster_n=2, raster_order="along_n"),
     },
     # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
     "streaming": {
