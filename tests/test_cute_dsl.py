@@ -337,6 +337,32 @@ def test_unit_extent_compiles_to_2d_tma(tmp_path):
 
 
 @needs_dsl
+def test_split_k_partials_of_whole_tiles_leave_in_pairs(tmp_path):
+    """Element-by-element partial stores wrote each 32-byte sector in two halves (ncu on the H100,
+    512x512x12288); when no tile crosses an edge, adjacent columns go out as one 8-byte store. An
+    edge tile keeps the predicated element stores."""
+    script = textwrap.dedent("""
+        from cudal2.codegen.cute_dsl import CuteDslBackend
+        from cudal2.ir import GemmProblem, KernelSpec
+        be = CuteDslBackend()
+        base = dict(backend="cute_dsl", num_warps=8, load_path="tma", warp_specialization="cooperative",
+                    persistent=True, block_m=64, block_n=128, block_k=64, stages=8, cluster_m=2,
+                    decomposition="split_k", split_k=4, split_k_reduction="workspace", epilogue_path="registers")
+        for m, n, k in ((512, 512, 2048), (520, 504, 2048)):
+            be.compile(be.render(GemmProblem(m=m, n=n, k=k), KernelSpec(**base)))
+    """)
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP_PTX": "1", "CUTE_DSL_DUMP_DIR": str(tmp_path),
+           "CUDAL2_CACHE_DIR": str(tmp_path / "cache"), "CUDAL2_CUTE_DSL_DISK_CACHE": "0"}
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True, timeout=600)
+    ptx = sorted(tmp_path.glob("*.ptx"), key=lambda f: f.stat().st_mtime)
+    assert len(ptx) == 2
+    whole, edge = (f.read_text() for f in ptx)
+    # 64x128 tile over 128 consumer threads: 64 fp32 partials each
+    assert whole.count("st.global.v2.b32") == 32 and "st.global.b32" not in whole
+    assert edge.count("st.global.b32") == 64 and "st.global.v2.b32" not in edge
+
+
+@needs_dsl
 @pytest.mark.parametrize("m, n, k", [(8, 8, 8), (1, 8, 16), (100, 1000, 40)])
 def test_compiles_for_shapes_smaller_than_a_tile(backend, m, n, k):
     p = GemmProblem(m=m, n=n, k=k, layout="NN")

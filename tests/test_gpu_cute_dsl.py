@@ -179,6 +179,10 @@ SPLIT_CASES = {
     "1x264x4096-NN-s8-silu": ((1, 264, 4096, "NN"), Epilogue(bias=True, activation="silu"), dict(split_k=8)),
     "256x2048x4096-TT-s2-relu": ((256, 2048, 4096, "TT"), Epilogue(bias=True, activation="relu"),
                                  dict(split_k=2)),
+    # whole tiles: the partials leave as 8-byte pairs (the cases above with 128x128 tiles on 512x128 and
+    # 2048x128 outputs do too; those with edge tiles keep the predicated element stores)
+    "512x512x2048-NN-s4-64x128-c2x1": ((512, 512, 2048, "NN"), Epilogue(),
+                                       dict(split_k=4, block_m=64, num_warps=8, stages=8, cluster_m=2)),
 }
 
 

@@ -311,6 +311,8 @@ class CuteDslBackend(Backend):
             "needs_coords": bool(e.bias) or e.beta != 0,
             # split-K reduction: 4 outputs per thread once that still leaves two waves of blocks
             "red_vec": 4 if problem.m * problem.n >= 2 * arch_limits(spec.arch).sm_count * 256 * 4 else 1,
+            # split-K partials leave unpredicated, adjacent columns together, when no tile crosses an edge
+            "whole_tiles": problem.m % spec.block_m == 0 and problem.n % spec.block_n == 0,
         }
 
     def toolchain_version(self) -> str:
