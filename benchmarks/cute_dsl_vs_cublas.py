@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline|large_sweep]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline|large_sweep|pingpong_stages]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -145,6 +145,18 @@ CONFIG_SETS = {
         "128x256x64 s4 along_n": dict(block_n=256, stages=4, raster_order="along_n"),
         "256x128x64 s4 c1x2": dict(block_m=256, stages=4, cluster_n=2),
         "256x128x64 s4 c1x2 along_n": dict(block_m=256, stages=4, cluster_n=2, raster_order="along_n"),
+    },
+    # ping-pong 128x128 c1x2 at 4, 5 and 6 stages on the four large shapes (large_sweep: 5 stages led on
+    # 1024x16384x8192 and 16384x16384x4096, 6 stages fell 4-9% behind), beside the other bests of "large"
+    "pingpong_stages": {
+        "128x128x64 s4 pingpong c1x2": dict(stages=4, warp_specialization="pingpong", cluster_n=2),
+        "128x128x64 s5 pingpong c1x2": dict(stages=5, warp_specialization="pingpong", cluster_n=2),
+        "128x128x64 s6 pingpong c1x2": dict(stages=6, warp_specialization="pingpong", cluster_n=2),
+        "128x128x64 s5 pingpong c2x1": dict(stages=5, warp_specialization="pingpong", cluster_m=2),
+        "128x128x64 s5 pingpong": dict(stages=5, warp_specialization="pingpong"),
+        "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
+        "256x128x64 s4 c1x2": dict(block_m=256, stages=4, cluster_n=2),
+        "192x128x64 w16 s4 c1x2": dict(block_m=192, num_warps=16, stages=4, cluster_n=2),
     },
     # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
     "streaming": {
