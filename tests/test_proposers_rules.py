@@ -293,14 +293,36 @@ def test_cute_dsl_rules_use_the_tma_store_except_for_split_k_partials():
     assert split and all(s.epilogue_path == "registers" for s in split)
 
 
-def test_cute_dsl_rules_rank_128x256_with_four_stages_first_on_large_shapes():
-    # the TMA-store epilogue stages 32 KiB, not the 64 KiB tile, so 4 stages of 128x256x64 fit
-    # (192 + 32 KiB); and the measured tall-tile factor puts 128x256 ahead of 256x128
+def test_cute_dsl_rules_rank_pingpong_first_and_128x256_with_four_stages_first_of_the_cooperative():
+    # Ping-pong 128x128 in a 1x2 cluster, 5 stages, raster group 8 along M, was the fastest kernel on
+    # the four large shapes of issue 5 (H100). Of the cooperative kernels: the TMA-store epilogue
+    # stages 32 KiB, not the 64 KiB tile, so 4 stages of 128x256x64 fit (192 + 32 KiB); and the
+    # measured tall-tile factor puts 128x256 ahead of 256x128.
     from cudal2.api import resolve_proposer
 
     p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
-    first = p.propose(GemmProblem(m=8192, n=8192, k=8192), [], 4)[0].spec
-    assert (first.block_m, first.block_n, first.stages) == (128, 256, 4), first
+    for shape in ((8192, 8192, 8192), (1024, 16384, 8192), (4096, 4096, 4096)):
+        specs = [x.spec for x in p.propose(GemmProblem.parse(shape), [], 6)]
+        first = specs[0]
+        assert (first.warp_specialization, first.block_m, first.block_n, first.cluster_m, first.cluster_n,
+                first.stages, first.raster_group, first.raster_order) == \
+            ("pingpong", 128, 128, 1, 2, 5, 8, "along_m"), first.label()
+        coop = next(s for s in specs if s.warp_specialization == "cooperative")
+        assert (coop.block_m, coop.block_n, coop.stages) == (128, 256, 4), coop.label()
+        assert all(s.stages <= 5 for s in specs if s.warp_specialization == "pingpong")
+
+
+def test_cute_dsl_rules_offer_pingpong_only_where_every_cta_gets_two_tiles():
+    # with one tile per CTA the second consumer warpgroup has nothing to do
+    from cudal2.api import resolve_proposer
+
+    p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
+    for shape in ((2048, 1024, 2048), (256, 4096, 2048), (512, 512, 12288)):  # 128, 64, 16 tiles of 128x128
+        specs = [x.spec for x in p.propose(GemmProblem.parse(shape), [], 12)]
+        assert not any(s.warp_specialization == "pingpong" for s in specs), shape
+    triton = resolve_proposer("rules", ("triton",), "sm_90a")  # declares no warp specialization
+    assert not any(x.spec.warp_specialization == "pingpong"
+                   for x in triton.propose(GemmProblem(m=8192, n=8192, k=8192), [], 12))
 
 
 def test_cute_dsl_rules_offer_stream_k_only_where_the_last_wave_is_ragged():

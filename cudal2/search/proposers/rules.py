@@ -68,6 +68,13 @@ class Preferences:
     tall_tile_factor: float = 1.0
     # Measured time of a stream-K kernel relative to what the model gives it; 1.0 = none.
     stream_k_factor: float = 1.0
+    # Ping-pong consumers (each warpgroup a whole tile, one's main loop under the other's epilogue),
+    # offered only on these (block_m, block_n, cluster_m, cluster_n), data-parallel, with at most
+    # pingpong_max_stages stages; modelled as the cooperative kernel of that tile times pingpong_factor.
+    pingpong_variants: tuple[tuple[int, int, int, int], ...] = ()
+    pingpong_factor: float = 1.0
+    pingpong_max_stages: int = 16
+    pingpong_raster: tuple[int, str] | None = None  # (raster_group, raster_order); None = the L2 rule
     fixed: Mapping[str, Any] = field(default_factory=dict)  # set on every spec of this backend
 
 
@@ -99,7 +106,19 @@ PREFERENCES: dict[str, Preferences] = {
                             # data-parallel on 2048x1024x2048, 256x4096x2048, 512x4096x4096 and
                             # 12288x1024x16384, where the model saw it even or ahead
                             # (benchmarks/results/cute_dsl_fill.md, cute_dsl_streamk.md).
-                            stream_k_factor=1.25),
+                            stream_k_factor=1.25,
+                            # Ping-pong 128x128 in a 1x2 cluster with 5 stages was our fastest kernel on
+                            # all four large shapes of issue 5 (1.02-1.06 of torch, 0.96-1.0 of the best
+                            # cooperative 128x256), where the model puts the cooperative 128x128 at 1.3x
+                            # of 128x256: measured/modelled 0.74-0.77 of it. The same kernel with 6
+                            # stages measured 0.97-1.04 of torch across two runs, with 4 0.97-1.03, in a
+                            # 2x1 cluster 0.75-0.95, without a cluster 0.66-0.78, and on a 64x256 tile
+                            # 0.71-0.83 (H100; benchmarks/results/cute_dsl_pingpong.md).
+                            # Its raster: group 8 along M measured 1.02-1.13x faster than 4, 16 or
+                            # along N on 1024x16384x8192 and 16384x16384x4096, where the L2 rule picks
+                            # 16, or along N (cute_dsl_pingpong.md).
+                            pingpong_variants=((128, 128, 1, 2),), pingpong_factor=0.75,
+                            pingpong_max_stages=5, pingpong_raster=(8, "along_m")),
 }
 DEFAULT_PREFERENCES = Preferences()
 
@@ -127,13 +146,15 @@ def _measured_factor(f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
     CLUSTER_GAIN for a data-parallel cluster of CTAs (split-K in a cluster measured 0.88-1.09 of the
     same kernel without, so it is modelled even and both are measured), pref.tall_tile_factor for a 256x128 tile,
-    pref.stream_k_factor for stream-K."""
+    pref.stream_k_factor for stream-K, pref.pingpong_factor for ping-pong consumers."""
     clustered = f.get("cluster_m", 1) * f.get("cluster_n", 1) > 1
     factor = CLUSTER_GAIN if clustered and f.get("decomposition", "data_parallel") == "data_parallel" else 1.0
     if (f["block_m"], f["block_n"]) == (256, 128):
         factor *= pref.tall_tile_factor
     if f.get("decomposition") == "stream_k":
         factor *= pref.stream_k_factor
+    if f.get("warp_specialization") == "pingpong":
+        factor *= pref.pingpong_factor
     return factor
 
 
@@ -376,6 +397,16 @@ class RulesProposer:
                     "; ".join(x for x in (note, c_note) if x))
                    for dec, note in decomps
                    for cm, cn, c_note in (clusters if dec["decomposition"] != "stream_k" else clusters[:1])]
+        # ping-pong: two consumer warpgroups on tiles of their own, only where it measured ahead, and
+        # on grids that give every CTA two tiles at least (with one, the second warpgroup idles)
+        if (tile["num_warps"] == PRODUCER_WARPS + 8 and tiles >= 2 * hw.sm_count
+                and space.allows(caps, "warp_specialization", "pingpong", arch)):
+            decomps += [({**dec, "warp_specialization": "pingpong"},
+                         "; ".join(x for x in (note, "ping-pong: one warpgroup's main loop runs under the "
+                                               "other's epilogue") if x))
+                        for dec, note in decomps
+                        if dec["decomposition"] == "data_parallel"
+                        and (bm, bn, dec["cluster_m"], dec["cluster_n"]) in pref.pingpong_variants]
         out = []
         for dec, dec_note in decomps:
             fields = {**tile, **dec}
@@ -393,6 +424,9 @@ class RulesProposer:
                     if not space.allows(caps, "persistent", persistent, arch):
                         continue
                     group, order, raster_note = self._raster(caps, problem, f)
+                    if f["warp_specialization"] == "pingpong" and pref.pingpong_raster:
+                        group, order = pref.pingpong_raster
+                        raster_note = f"ping-pong: raster group {group} {order}, where it measured ahead"
                     rasters = [(group, order, raster_note)]
                     if exhaustive:
                         rasters += [(g, o, f"raster group {g} {o} (variant)")
@@ -424,7 +458,8 @@ class RulesProposer:
         if not allowed:
             return []
         # more stages than main-loop steps buy nothing
-        top = min(pref.max_stages, max(allowed), max(2, k_steps))
+        most = pref.pingpong_max_stages if fields["warp_specialization"] == "pingpong" else pref.max_stages
+        top = min(most, max(allowed), max(2, k_steps))
         picks = sorted({s for s in (top, min(top, 3)) if s in allowed} or {min(allowed)}, reverse=True)
         if exhaustive:
             picks += [s for s in sorted(allowed, reverse=True) if s not in picks]
