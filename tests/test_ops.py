@@ -48,6 +48,18 @@ def test_table_lookup_uses_only_faster_entries_of_this_gpu(tmp_path):
         TunedTable.load(tmp_path / "missing.json")
 
 
+def test_table_keeps_the_entry_faster_against_the_baseline_timed_with_it():
+    # a kernel timed while the GPU ran hot (torch 10 us there) beats one timed cool (torch 7 us)
+    # when its own ratio is better, although its raw time is higher
+    hot = _entry(ms=0.0095, torch_ms=0.010, stages=3)
+    cool = _entry(ms=0.008, torch_ms=0.007, stages=4)
+    for order in ((hot, cool), (cool, hot)):
+        t = TunedTable(list(order))
+        assert len(t) == 1 and t.lookup(P, min_speedup=0.0).spec.stages == 3
+    no_baseline = TunedEntry(problem=P, spec=cool.spec, kernel_ms=0.008, baselines_ms={}, gpu=cool.gpu)
+    assert next(iter(TunedTable([hot, no_baseline]))).kernel_ms == pytest.approx(0.008)  # raw time then
+
+
 def test_table_from_store_after_a_search(tmp_path, monkeypatch):
     store = Store(tmp_path / "s.db")
     res = run_search(P, backends=("triton",), arch="sm_90a", proposer=None, runner=RecordedRunner(

@@ -195,6 +195,26 @@ def test_speedups_use_the_baselines_timed_with_the_kernel(tmp_path):
     assert entry.baselines_ms["torch"] == pytest.approx(0.020)
 
 
+def test_best_is_ranked_by_its_speedup_over_the_baseline_timed_with_it(tmp_path):
+    """Raw times of different evaluator calls do not compare (the GPU's clock drifts): the kernel
+    that beat its interleaved torch wins over one with a lower raw time that lost to its own."""
+    calls = []
+
+    def cooling(problem):
+        calls.append(1)
+        return {"torch": 0.010 if len(calls) <= 2 else 0.007}  # ensure + first batch hot, then cool
+
+    other = KernelSpec(block_m=64, block_n=64, block_k=32, num_warps=4, stages=2)
+    store = Store(tmp_path / "s.db")
+    runner = RecordedRunner(rows=[({"block_m": 128, "block_n": 64}, 0.0095), ({"block_m": 64}, 0.008)],
+                            model=lambda p, s: 0.5, baselines=cooling)
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([FAST, other]),
+                     runner=runner, store=store, budget=2, n_proposals=2, seed=0, progress=False, batch_size=1)
+    assert sorted(h.kernel_ms("offline") for h in res.history) == [0.008, 0.0095]
+    assert res.best.spec == FAST, res.best.spec
+    assert res.speedup["torch"] == pytest.approx(0.010 / 0.0095)
+
+
 def test_space_over_two_backends_is_the_union():
     space = {o.name: o for o in search_space(("triton", "cute_dsl"), "sm_90a")}
     assert space["backend"].choices == ("triton", "cute_dsl")

@@ -53,10 +53,19 @@ class TunedTable:
             self.add(e)
 
     def add(self, entry: TunedEntry) -> None:
-        """Keep the faster entry when one for the same problem and GPU exists."""
+        """Keep the faster entry when one for the same problem and GPU exists: the one with the
+        higher speedup over torch.matmul timed with it (raw times of different evaluator calls do
+        not compare: the GPU's clock drifts between them), or the lower time where one lacks it."""
         key = (entry.problem.key(), entry.gpu)
         old = self._entries.get(key)
-        if old is None or entry.kernel_ms < old.kernel_ms:
+        if old is None:
+            self._entries[key] = entry
+            return
+        new_s, old_s = entry.speedup("torch"), old.speedup("torch")
+        if new_s is not None and old_s is not None:
+            if new_s > old_s:
+                self._entries[key] = entry
+        elif entry.kernel_ms < old.kernel_ms:
             self._entries[key] = entry
 
     def __len__(self) -> int:
@@ -70,15 +79,15 @@ class TunedTable:
         """The entry for problem whose measured speedup over `baseline` exceeds min_speedup, or
         None (then the caller runs the baseline: never slower). gpu=None matches any GPU; a name
         matches entries of that GPU and entries of unknown GPU."""
-        best = None
+        best, best_s = None, 0.0
         for (pkey, egpu), e in self._entries.items():
             if pkey != problem.key() or (gpu is not None and egpu not in (gpu, "")):
                 continue
             s = e.speedup(baseline)
             if s is None or s <= min_speedup:
                 continue
-            if best is None or e.kernel_ms < best.kernel_ms:
-                best = e
+            if best is None or s > best_s:
+                best, best_s = e, s
         return best
 
     # ---- persistence ----------------------------------------------------------------------------
