@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline|large_sweep|pingpong_stages]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline|large_sweep|pingpong_stages|pingpong_k]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -157,6 +157,15 @@ CONFIG_SETS = {
         "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
         "256x128x64 s4 c1x2": dict(block_m=256, stages=4, cluster_n=2),
         "192x128x64 w16 s4 c1x2": dict(block_m=192, num_warps=16, stages=4, cluster_n=2),
+    },
+    # the ping-pong kernel's K step: 64 with 5 stages against 128 with 2-3 and 32 with 10 (the search
+    # of session 7 chose 128x128x128 s2 ping-pong where K is one step, 16384x16384x128)
+    "pingpong_k": {
+        "128x128x64 s5 pingpong c1x2": dict(stages=5, warp_specialization="pingpong", cluster_n=2),
+        "128x128x128 s3 pingpong c1x2": dict(block_k=128, stages=3, warp_specialization="pingpong", cluster_n=2),
+        "128x128x128 s2 pingpong c1x2": dict(block_k=128, stages=2, warp_specialization="pingpong", cluster_n=2),
+        "128x128x32 s10 pingpong c1x2": dict(block_k=32, stages=10, warp_specialization="pingpong", cluster_n=2),
+        "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
     },
     # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
     "streaming": {
