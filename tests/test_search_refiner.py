@@ -215,6 +215,16 @@ def test_best_is_ranked_by_its_speedup_over_the_baseline_timed_with_it(tmp_path)
     assert res.speedup["torch"] == pytest.approx(0.010 / 0.0095)
 
 
+def test_objective_is_the_kernel_time_over_the_torch_timed_with_it(tmp_path):
+    runner = RecordedRunner(rows=[({"block_m": 128, "block_n": 64}, 0.004)], model=lambda p, s: 0.5,
+                            baselines={"torch": 0.010})
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([FAST]), runner=runner,
+                     store=Store(tmp_path / "s.db"), budget=2, seed=0, progress=False)
+    values = sorted(t.value for t in res.study.trials if t.value is not None)
+    assert values == [pytest.approx(0.4), pytest.approx(50.0)]  # 0.004 / 0.010 and 0.5 / 0.010
+    assert res.study.study_name.endswith("|relative")
+
+
 def test_space_over_two_backends_is_the_union():
     space = {o.name: o for o in search_space(("triton", "cute_dsl"), "sm_90a")}
     assert space["backend"].choices == ("triton", "cute_dsl")

@@ -73,10 +73,13 @@ def test_recover_completes_a_measured_running_trial_and_requeues_the_rest(tmp_pa
         assert ref.suggest(t) == spec
         t.set_user_attr("worker", dead)
         t.set_user_attr("spec", spec.to_json())
-    store.record_kernel(PROBLEM, _result(measured, 0.123), "", None)  # killed after the table write
+    torch_ms = {"torch": BaselineResult(name="torch", timing={"offline": Timing(kernel_ms=0.246, call_ms=0.25,
+                                                                                groups=25)})}
+    store.record_kernel(PROBLEM, _result(measured, 0.123), "", None, baselines=torch_ms)  # killed after this write
     assert ref.recover() == {"completed": 1, "requeued": 1, "failed": 0}
     states = {KernelSpec.from_json(t.user_attrs["spec"]): t for t in ref.study.trials if "spec" in t.user_attrs}
-    assert states[measured].state.name == "COMPLETE" and states[measured].value == pytest.approx(0.123)
+    # the objective, as the search loop tells it: kernel time over the torch.matmul timed with it
+    assert states[measured].state.name == "COMPLETE" and states[measured].value == pytest.approx(0.5)
     assert states[measured].user_attrs["measured"] is True
     assert states[lost].state.name == "FAIL"
     waiting = [t for t in ref.study.trials if t.state.name == "WAITING"]

@@ -21,7 +21,8 @@ from typing import Any, Callable, Sequence
 from ..bench.results import BaselineResult, CandidateResult, Mode, Runner
 from ..ir import GemmProblem, KernelSpec, SpecError
 from .proposal import Proposer
-from .refiner import SAMPLER_WARMUP, WORKER, Refiner, speedups_of, trial_attrs, validate
+from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, reference_of, relative_time, speedups_of, trial_attrs,
+                      validate)
 from .store import Store
 
 
@@ -157,7 +158,7 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     refiner.recover()
     baselines = ensure_baselines(problem, runner, store, modes)
     environment = runner.environment()
-    reference = "torch" if "torch" in baselines else next(iter(baselines), None)
+    reference = reference_of(baselines)
 
     state = _State.from_study(refiner.study, reference, objective_mode)
     # Proposals first: the proposer sees everything measured for this problem so far.
@@ -184,7 +185,8 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
             if ms is None:
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
             else:
-                study.tell(trial, ms, skip_if_finished=True)
+                # the objective: kernel time over the reference baseline's in the same call (see collect)
+                study.tell(trial, relative_time(ms, against, reference, objective_mode), skip_if_finished=True)
         except optuna.exceptions.UpdateFinishedTrialError:
             pass  # another worker on a SQLite store popped the same queued trial; its result stands
 
@@ -403,14 +405,6 @@ class _Bar:
         if self.progress is not None:
             self.progress.__exit__(*exc)
         return False
-
-
-def relative_time(kernel_ms: float, baselines: dict[str, BaselineResult], reference: str | None, mode: str) -> float:
-    """kernel_ms over the reference baseline's time among `baselines` (lower is better); the raw
-    time when that baseline is missing, so that a search without baselines still ranks."""
-    ref = baselines.get(reference) if reference else None
-    ref_ms = ref.kernel_ms(mode) if ref is not None and ref.available else None
-    return kernel_ms / ref_ms if ref_ms else kernel_ms
 
 
 def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, BaselineResult], mode: str,

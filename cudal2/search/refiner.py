@@ -27,9 +27,15 @@ SAMPLERS = ("tpe", "gp", "random")
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
 
 
+# What a trial's value is: kernel time over the reference baseline's (torch.matmul) timed in the same
+# evaluator call. Studies of stores written before it held raw kernel times; the marker in the study
+# name keeps the two apart (such a store starts new studies, and reuses its measurements untimed).
+OBJECTIVE = "relative"
+
+
 def study_name(problem: GemmProblem, backends: Sequence[str], tag: str = "") -> str:
-    """Readable and unique: label, problem key (covers every problem field), backends, tag."""
-    name = f"{problem.label()}|{problem.key()}|{'+'.join(backends)}"
+    """Readable and unique: label, problem key (covers every problem field), backends, objective, tag."""
+    name = f"{problem.label()}|{problem.key()}|{'+'.join(backends)}|{OBJECTIVE}"
     return f"{name}|{tag}" if tag else name
 
 
@@ -173,9 +179,11 @@ class Refiner:
                 against = self.store.kernel_baselines(self.problem, measured.spec) or self.store.baselines(self.problem)
                 for k, v in trial_attrs(measured, against, measured_now=True).items():
                     storage.set_trial_user_attr(t._trial_id, k, v)
-                ms = measured.kernel_ms(_objective_mode(measured))
+                mode = _objective_mode(measured)
+                ms = measured.kernel_ms(mode)
                 if measured.ok and ms is not None:
-                    storage.set_trial_state_values(t._trial_id, TrialState.COMPLETE, [ms])
+                    value = relative_time(ms, against, reference_of(against), mode)
+                    storage.set_trial_state_values(t._trial_id, TrialState.COMPLETE, [value])
                 else:
                     storage.set_trial_state_values(t._trial_id, TrialState.PRUNED)
                 done["completed"] += 1
@@ -215,6 +223,19 @@ def speedups_of(result, baselines: dict) -> dict[str, dict[str, float]]:
             if bms is not None and t.kernel_ms > 0:
                 out.setdefault(mode, {})[name] = bms / t.kernel_ms
     return out
+
+
+def reference_of(baselines: dict) -> str | None:
+    """The baseline that speedups and the objective are taken against: torch.matmul when timed."""
+    return "torch" if "torch" in baselines else next(iter(baselines), None)
+
+
+def relative_time(kernel_ms: float, baselines: dict, reference: str | None, mode: str) -> float:
+    """kernel_ms over the reference baseline's time among `baselines` (lower is better); the raw
+    time when that baseline is missing, so that a search without baselines still ranks."""
+    ref = baselines.get(reference) if reference else None
+    ref_ms = ref.kernel_ms(mode) if ref is not None and ref.available else None
+    return kernel_ms / ref_ms if ref_ms else kernel_ms
 
 
 def trial_attrs(result, baselines: dict, measured_now: bool, reused: bool = False) -> dict[str, Any]:
