@@ -7,7 +7,8 @@ Triton backend and the rules proposer, and report speedups over torch.matmul and
 Resumable: the studies live in the store, so a run stopped by --max-seconds (or killed) and
 started again skips finished shapes and continues the one it was in. Run it in chunks until it
 prints "all 48 shapes done". Offline mode (back-to-back launches), kernel time; speedup =
-baseline kernel ms / best kernel ms. The report is rewritten after every shape.
+baseline kernel ms / best kernel ms. The report is rewritten after every shape; at the end a plot of
+the speedups goes beside it (.png). `--replot results.json` draws that plot again from a report's .json.
 """
 
 from __future__ import annotations
@@ -71,6 +72,46 @@ def report(rows: list[dict], total: int, budget, run_note: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
+def plot(rows: list[dict], out: Path) -> Path | None:
+    """Each shape's best speedup over torch.matmul (bars by backend, slowest at the bottom) and over
+    cuBLASLt autotune (dots), with the geometric mean beside issue 5's targets (a geomean of 1.10, no
+    shape below 0.97); None without matplotlib."""
+    try:
+        import matplotlib
+    except ImportError:
+        return None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    done = sorted((r for r in rows if r["speedup"].get("torch")), key=lambda r: r["speedup"]["torch"])
+    if not done:
+        return None
+    fig, ax = plt.subplots(figsize=(8, 0.22 * len(done) + 1.6))
+    y = range(len(done))
+    colors = {"cute_dsl": "tab:green", "triton": "tab:blue"}
+    backend = [r["spec"].split()[0] if r["spec"].startswith("cute_dsl") else "triton" for r in done]
+    ax.barh(y, [r["speedup"]["torch"] for r in done], color=[colors.get(b, "grey") for b in backend], height=0.7)
+    auto = [(i, r["speedup"].get("cublaslt_autotune")) for i, r in enumerate(done)]
+    ax.plot([v for _, v in auto if v], [i for i, v in auto if v], "k.", ms=4, label="over cuBLASLt autotune")
+    geo = aggregate(r["speedup"]["torch"] for r in done).geomean
+    ax.axvline(1.0, color="black", lw=0.8)
+    ax.axvline(0.97, color="tab:red", lw=0.8, ls=":", label="0.97 (issue 5's floor)")
+    ax.axvline(geo, color="tab:orange", lw=1.0, ls="--", label=f"geomean over torch {geo:.3f}")
+    ax.axvline(1.10, color="tab:purple", lw=0.8, ls="-.", label="1.10 (issue 5's target geomean)")
+    ax.set_yticks(list(y), [f"{r['m']}x{r['n']}x{r['k']}" for r in done], fontsize=6)
+    ax.set_xlabel("best kernel's speedup over torch.matmul (bars: green cute_dsl, blue triton)")
+    lo = min(0.9, min(r["speedup"]["torch"] for r in done) - 0.02)
+    ax.set_xlim(lo, max(1.1, max(v for _, v in auto if v) if any(v for _, v in auto) else 1.1,
+                        max(r["speedup"]["torch"] for r in done)) + 0.02)
+    ax.legend(fontsize=7, loc="lower right")
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
 def _run_note(start: float, runner) -> str:
     note = f"This chunk: {time.monotonic() - start:.0f} s"
     stats = getattr(runner, "stats", None)
@@ -95,7 +136,13 @@ def main(argv=None) -> int:
                     help="ask for the next batch and compile it while the current one is measured")
     ap.add_argument("--runner", choices=("gpu", "recorded"), default="gpu",
                     help="recorded: synthetic numbers (to try the script without a GPU)")
+    ap.add_argument("--replot", action="store_true",
+                    help="only draw the plot of an earlier run: `shapes` is then its .json report")
     args = ap.parse_args(argv)
+    if args.replot:
+        png = plot(json.loads(args.shapes.read_text()), args.shapes.with_suffix(".png"))
+        print(f"wrote {png}" if png else "nothing to plot (no rows, or no matplotlib)")
+        return 0 if png else 1
 
     from cudal2.api import default_arch, default_runner, resolve_proposer
     from cudal2.search.loop import Budget, run_search
@@ -153,6 +200,7 @@ def main(argv=None) -> int:
     text = report(rows, len(shapes), budget, _run_note(start, runner))
     args.out.write_text(text)
     args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
+    plot(rows, args.out.with_suffix(".png"))
     print(text)
     if unfinished:
         print(f"{unfinished} shape(s) not finished: run the same command again to continue "

@@ -82,5 +82,9 @@ def test_search_48_report_says_how_long_the_chunk_ran_and_combine_48_still_reads
                            "--store", str(tmp_path / "s48.db"), "--out", str(out)]) == 0
     text = out.read_text()
     assert "(2 of 2 done" in text and "\nThis chunk: " in text
+    png = out.with_suffix(".png")  # the speedups plotted beside the report, and again from its .json
+    assert png.read_bytes()[:4] == b"\x89PNG"
+    png.unlink()
+    assert search_48.main([str(out.with_suffix(".json")), "--replot"]) == 0 and png.stat().st_size > 1000
     rows = _combine_48().rows_from_report(text)
     assert [(r["m"], r["n"], r["k"]) for r in rows] == [(256, 128, 512), (128, 64, 128)]
