@@ -1,7 +1,7 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline|large_sweep|pingpong_stages|pingpong_k]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline|large_sweep|pingpong_stages|pingpong_k|pingpong_clusters]
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -166,6 +166,17 @@ CONFIG_SETS = {
         "128x128x128 s2 pingpong c1x2": dict(block_k=128, stages=2, warp_specialization="pingpong", cluster_n=2),
         "128x128x32 s10 pingpong c1x2": dict(block_k=32, stages=10, warp_specialization="pingpong", cluster_n=2),
         "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
+    },
+    # which operand a cluster multicasts: a 128x128 tile reads 32 KiB per k-step from L2 alone, 24 with
+    # A shared across a 1x2 cluster, 16 with both shared in 2x2 (ping-pong lost 25-37% without a cluster)
+    "pingpong_clusters": {
+        "128x128x64 s5 pingpong c1x2": dict(stages=5, warp_specialization="pingpong", cluster_n=2),
+        "128x128x64 s5 pingpong c2x2": dict(stages=5, warp_specialization="pingpong", cluster_m=2, cluster_n=2),
+        "128x128x64 s4 pingpong c2x2": dict(stages=4, warp_specialization="pingpong", cluster_m=2, cluster_n=2),
+        "128x128x64 s6 c1x2": dict(stages=6, cluster_n=2),
+        "128x128x64 s6": dict(stages=6),
+        "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
+        "128x256x64 s4 c2x2": dict(block_n=256, stages=4, cluster_m=2, cluster_n=2),
     },
     # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
     "streaming": {
