@@ -1,7 +1,9 @@
 """The cute_dsl backend against torch.matmul and cuBLASLt through the project's evaluator
 (correctness checks, CUDA-graph kernel time, contenders interleaved), offline mode.
 
-    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs large|epilogue|fill|widths|streaming|streamk|deepk|deepk_clusters|deepk_pipeline|large_sweep|pingpong_stages|pingpong_k|pingpong_clusters]
+    python benchmarks/cute_dsl_vs_cublas.py out.md [--shapes 4096x4096x4096,...] [--configs SET]
+
+SET names one of CONFIG_SETS below (--help lists them); the default is "large".
 
 For each shape a few hand-picked cute_dsl configurations are evaluated; the table gives each
 one's kernel time, TFLOP/s, error, and speedup over every baseline, and the best per shape.
@@ -30,6 +32,12 @@ def split_k(slices: int, **overrides) -> dict:
                 epilogue_path="registers", **overrides)
 
 
+def pingpong(**overrides) -> dict:
+    """A ping-pong configuration (two consumer warpgroups on tiles of their own), by default in the 1x2
+    cluster our fastest large-shape kernel runs in (benchmarks/results/cute_dsl_pingpong.md)."""
+    return dict(warp_specialization="pingpong", **{"cluster_n": 2, **overrides})
+
+
 CONFIG_SETS = {
     # the large square-ish shapes of issue 5
     "large": {
@@ -38,8 +46,8 @@ CONFIG_SETS = {
         "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
         "128x256x64 s4": dict(block_n=256, stages=4),
         "256x128x64 s4 c2x1": dict(block_m=256, stages=4, cluster_m=2),
-        "128x128x64 s6 pingpong c2x1": dict(stages=6, warp_specialization="pingpong", cluster_m=2),
-        "128x128x64 s6 pingpong c1x2": dict(stages=6, warp_specialization="pingpong", cluster_n=2),
+        "128x128x64 s6 pingpong c2x1": pingpong(stages=6, cluster_m=2, cluster_n=1),
+        "128x128x64 s6 pingpong c1x2": pingpong(stages=6),
         "128x192x64 s4 c2x1": dict(block_n=192, stages=4, cluster_m=2),
         "192x128x64 w16 s4 c1x2": dict(block_m=192, num_warps=16, stages=4, cluster_n=2),
     },
@@ -123,22 +131,16 @@ CONFIG_SETS = {
     # pipeline depth, raster group and direction, the register split, the epilogue path, ping-pong on
     # a 64x256 tile, cuBLAS's 256x128 1x2, and stream-K for the last, 88%-full wave of 512 tiles
     "large_sweep": {
-        "128x128x64 s6 pingpong c1x2": dict(stages=6, warp_specialization="pingpong", cluster_n=2),
-        "128x128x64 s5 pingpong c1x2": dict(stages=5, warp_specialization="pingpong", cluster_n=2),
-        "128x128x64 s4 pingpong c1x2": dict(stages=4, warp_specialization="pingpong", cluster_n=2),
-        "128x128x64 s6 pingpong c1x2 g4": dict(stages=6, warp_specialization="pingpong", cluster_n=2, raster_group=4),
-        "128x128x64 s6 pingpong c1x2 g16": dict(stages=6, warp_specialization="pingpong", cluster_n=2,
-                                                raster_group=16),
-        "128x128x64 s6 pingpong c1x2 along_n": dict(stages=6, warp_specialization="pingpong", cluster_n=2,
-                                                    raster_order="along_n"),
-        "128x128x64 s6 pingpong c1x2 registers": dict(stages=6, warp_specialization="pingpong", cluster_n=2,
-                                                      epilogue_path="registers"),
-        "128x128x64 s6 pingpong c1x2 r24/240": dict(stages=6, warp_specialization="pingpong", cluster_n=2,
-                                                    producer_registers=24, consumer_registers=240),
-        "64x256x64 s4 pingpong c1x2": dict(block_m=64, block_n=256, stages=4, warp_specialization="pingpong",
-                                           cluster_n=2),
-        "64x256x64 s4 pingpong c2x1": dict(block_m=64, block_n=256, stages=4, warp_specialization="pingpong",
-                                           cluster_m=2),
+        "128x128x64 s6 pingpong c1x2": pingpong(stages=6),
+        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
+        "128x128x64 s4 pingpong c1x2": pingpong(stages=4),
+        "128x128x64 s6 pingpong c1x2 g4": pingpong(stages=6, raster_group=4),
+        "128x128x64 s6 pingpong c1x2 g16": pingpong(stages=6, raster_group=16),
+        "128x128x64 s6 pingpong c1x2 along_n": pingpong(stages=6, raster_order="along_n"),
+        "128x128x64 s6 pingpong c1x2 registers": pingpong(stages=6, epilogue_path="registers"),
+        "128x128x64 s6 pingpong c1x2 r24/240": pingpong(stages=6, producer_registers=24, consumer_registers=240),
+        "64x256x64 s4 pingpong c1x2": pingpong(block_m=64, block_n=256, stages=4),
+        "64x256x64 s4 pingpong c2x1": pingpong(block_m=64, block_n=256, stages=4, cluster_m=2, cluster_n=1),
         "128x256x64 s4": dict(block_n=256, stages=4),
         "128x256x64 s4 stream-K": dict(block_n=256, stages=4, decomposition="stream_k"),
         "128x256x64 s4 g16": dict(block_n=256, stages=4, raster_group=16),
@@ -149,11 +151,11 @@ CONFIG_SETS = {
     # ping-pong 128x128 c1x2 at 4, 5 and 6 stages on the four large shapes (large_sweep: 5 stages led on
     # 1024x16384x8192 and 16384x16384x4096, 6 stages fell 4-9% behind), beside the other bests of "large"
     "pingpong_stages": {
-        "128x128x64 s4 pingpong c1x2": dict(stages=4, warp_specialization="pingpong", cluster_n=2),
-        "128x128x64 s5 pingpong c1x2": dict(stages=5, warp_specialization="pingpong", cluster_n=2),
-        "128x128x64 s6 pingpong c1x2": dict(stages=6, warp_specialization="pingpong", cluster_n=2),
-        "128x128x64 s5 pingpong c2x1": dict(stages=5, warp_specialization="pingpong", cluster_m=2),
-        "128x128x64 s5 pingpong": dict(stages=5, warp_specialization="pingpong"),
+        "128x128x64 s4 pingpong c1x2": pingpong(stages=4),
+        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
+        "128x128x64 s6 pingpong c1x2": pingpong(stages=6),
+        "128x128x64 s5 pingpong c2x1": pingpong(stages=5, cluster_m=2, cluster_n=1),
+        "128x128x64 s5 pingpong": pingpong(stages=5, cluster_n=1),
         "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
         "256x128x64 s4 c1x2": dict(block_m=256, stages=4, cluster_n=2),
         "192x128x64 w16 s4 c1x2": dict(block_m=192, num_warps=16, stages=4, cluster_n=2),
@@ -161,18 +163,18 @@ CONFIG_SETS = {
     # the ping-pong kernel's K step: 64 with 5 stages against 128 with 2-3 and 32 with 10 (the search
     # of session 7 chose 128x128x128 s2 ping-pong where K is one step, 16384x16384x128)
     "pingpong_k": {
-        "128x128x64 s5 pingpong c1x2": dict(stages=5, warp_specialization="pingpong", cluster_n=2),
-        "128x128x128 s3 pingpong c1x2": dict(block_k=128, stages=3, warp_specialization="pingpong", cluster_n=2),
-        "128x128x128 s2 pingpong c1x2": dict(block_k=128, stages=2, warp_specialization="pingpong", cluster_n=2),
-        "128x128x32 s10 pingpong c1x2": dict(block_k=32, stages=10, warp_specialization="pingpong", cluster_n=2),
+        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
+        "128x128x128 s3 pingpong c1x2": pingpong(block_k=128, stages=3),
+        "128x128x128 s2 pingpong c1x2": pingpong(block_k=128, stages=2),
+        "128x128x32 s10 pingpong c1x2": pingpong(block_k=32, stages=10),
         "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
     },
     # which operand a cluster multicasts: a 128x128 tile reads 32 KiB per k-step from L2 alone, 24 with
     # A shared across a 1x2 cluster, 16 with both shared in 2x2 (ping-pong lost 25-37% without a cluster)
     "pingpong_clusters": {
-        "128x128x64 s5 pingpong c1x2": dict(stages=5, warp_specialization="pingpong", cluster_n=2),
-        "128x128x64 s5 pingpong c2x2": dict(stages=5, warp_specialization="pingpong", cluster_m=2, cluster_n=2),
-        "128x128x64 s4 pingpong c2x2": dict(stages=4, warp_specialization="pingpong", cluster_m=2, cluster_n=2),
+        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
+        "128x128x64 s5 pingpong c2x2": pingpong(stages=5, cluster_m=2),
+        "128x128x64 s4 pingpong c2x2": pingpong(stages=4, cluster_m=2),
         "128x128x64 s6 c1x2": dict(stages=6, cluster_n=2),
         "128x128x64 s6": dict(stages=6),
         "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),

@@ -88,21 +88,20 @@ def plot(rows: list[dict], out: Path) -> Path | None:
         return None
     fig, ax = plt.subplots(figsize=(8, 0.22 * len(done) + 1.6))
     y = range(len(done))
+    over_torch = [r["speedup"]["torch"] for r in done]
     colors = {"cute_dsl": "tab:green", "triton": "tab:blue"}
-    backend = [r["spec"].split()[0] if r["spec"].startswith("cute_dsl") else "triton" for r in done]
-    ax.barh(y, [r["speedup"]["torch"] for r in done], color=[colors.get(b, "grey") for b in backend], height=0.7)
-    auto = [(i, r["speedup"].get("cublaslt_autotune")) for i, r in enumerate(done)]
-    ax.plot([v for _, v in auto if v], [i for i, v in auto if v], "k.", ms=4, label="over cuBLASLt autotune")
-    geo = aggregate(r["speedup"]["torch"] for r in done).geomean
+    ax.barh(y, over_torch, height=0.7,
+            color=[colors.get((r["spec_json"] or {}).get("backend"), "grey") for r in done])
+    auto = [(i, r["speedup"]["cublaslt_autotune"]) for i, r in enumerate(done) if r["speedup"].get("cublaslt_autotune")]
+    ax.plot([v for _, v in auto], [i for i, _ in auto], "k.", ms=4, label="over cuBLASLt autotune")
+    geo = aggregate(over_torch).geomean
     ax.axvline(1.0, color="black", lw=0.8)
     ax.axvline(0.97, color="tab:red", lw=0.8, ls=":", label="0.97 (issue 5's floor)")
     ax.axvline(geo, color="tab:orange", lw=1.0, ls="--", label=f"geomean over torch {geo:.3f}")
     ax.axvline(1.10, color="tab:purple", lw=0.8, ls="-.", label="1.10 (issue 5's target geomean)")
     ax.set_yticks(list(y), [f"{r['m']}x{r['n']}x{r['k']}" for r in done], fontsize=6)
     ax.set_xlabel("best kernel's speedup over torch.matmul (bars: green cute_dsl, blue triton)")
-    lo = min(0.9, min(r["speedup"]["torch"] for r in done) - 0.02)
-    ax.set_xlim(lo, max(1.1, max(v for _, v in auto if v) if any(v for _, v in auto) else 1.1,
-                        max(r["speedup"]["torch"] for r in done)) + 0.02)
+    ax.set_xlim(min(0.9, min(over_torch) - 0.02), max([1.1, *over_torch, *(v for _, v in auto)]) + 0.02)
     ax.legend(fontsize=7, loc="lower right")
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
