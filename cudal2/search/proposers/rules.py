@@ -423,10 +423,11 @@ class RulesProposer:
                     f = {**fields, "stages": stages, "persistent": persistent}
                     if not space.allows(caps, "persistent", persistent, arch):
                         continue
-                    group, order, raster_note = self._raster(caps, problem, f)
                     if f["warp_specialization"] == "pingpong" and pref.pingpong_raster:
                         group, order = pref.pingpong_raster
                         raster_note = f"ping-pong: raster group {group} {order}, where it measured ahead"
+                    else:
+                        group, order, raster_note = self._raster(caps, problem, f)
                     rasters = [(group, order, raster_note)]
                     if exhaustive:
                         rasters += [(g, o, f"raster group {g} {o} (variant)")
