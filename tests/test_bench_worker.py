@@ -92,6 +92,32 @@ def test_compile_pool_times_out_a_hung_compile_and_still_compiles_the_rest():
     assert got[3].reason == "compiled 128"
 
 
+def test_a_compile_that_kills_its_process_costs_only_its_own_spec():
+    # An H100 search lost its run to this: the CuTe DSL compiler aborted on one spec, the pool broke
+    # under the candidates and their long-K probes alike, and a cancelled probe future escaped.
+    from cheats.slow_compile import die_on_block_m_16
+    from cudal2.bench.compile_pool import CompilePool
+
+    p, probe = GemmProblem.parse((64, 64, 64)), GemmProblem.parse((64, 64, 4096))
+    specs = [KernelSpec(block_m=b, arch="sm_80") for b in (32, 16, 64, 128, 16, 64)]
+    pool = CompilePool(workers=3, timeout_s=30, task=die_on_block_m_16)
+    try:
+        futures, probes = pool.submit_all(p, specs), pool.submit_all(probe, specs)
+        got = []
+        for i in range(len(specs)):  # in the evaluator's order: a candidate, then its probe
+            got.append((pool.result(futures, i, p, specs), pool.result(probes, i, probe, specs)))
+    finally:
+        pool.close()
+    for spec, (cand, prb) in zip(specs, got):
+        if spec.block_m == 16:
+            assert cand.status == prb.status == "compile_error"
+            assert "died on this spec twice, the second time alone" in cand.reason
+        else:
+            assert (cand.status, cand.reason) == ("ok", f"compiled {spec.block_m} for K=64")
+            assert (prb.status, prb.reason) == ("ok", f"compiled {spec.block_m} for K=4096")
+    assert pool.generation >= 2
+
+
 def test_spec_long_k_probe_is_compiled_in_the_pool_and_the_phases_are_accounted():
     from cudal2.bench.evaluator import Evaluator
 

@@ -8,8 +8,13 @@ only rendering overlapped, and its compile happens in the GPU worker, under the 
 timeout there.
 
 A compile that hangs past its timeout cannot be cancelled inside a ProcessPoolExecutor, so
-the pool is torn down (its processes killed) and rebuilt, and the specs still queued are
-resubmitted.
+the pool is torn down (its processes killed) and rebuilt. A compile that kills its process (a
+segfault or abort inside a compiler, the OOM killer) breaks the whole pool: every task it held
+fails with BrokenProcessPool, and which one did it cannot be told. Either way, every future of
+the old pool, in whichever list it was handed out (the evaluator keeps one for the candidates and
+one for their long-K probes), is resubmitted to the new pool when it is next asked for; a spec
+whose own result was the broken one gets a second try, and only a second break records it as a
+compile failure. So one bad spec costs its own result and never a sibling's.
 """
 
 from __future__ import annotations
@@ -71,29 +76,55 @@ class CompilePool:
         return self._pool
 
     def submit_all(self, problem: GemmProblem, specs: list[KernelSpec]) -> list[cf.Future]:
-        ex = self._executor()
-        return [ex.submit(self.task, problem, s) for s in specs]
+        return [self._submit(problem, s) for s in specs]
+
+    def _submit(self, problem: GemmProblem, spec: KernelSpec) -> cf.Future:
+        future = self._executor().submit(self.task, problem, spec)
+        future.generation = self.generation  # type: ignore[attr-defined]  (which pool it went to)
+        return future
+
+    def _lost(self, future: cf.Future) -> bool:
+        """Submitted to a pool that has since been torn down, without a result of its own: it was
+        cancelled, broken with the pool, or would never finish."""
+        if getattr(future, "generation", self.generation) == self.generation:
+            return False
+        return not future.done() or future.cancelled() or future.exception() is not None
+
+    def _resubmit_lost(self, futures: list[cf.Future], start: int, problem: GemmProblem,
+                       specs: list[KernelSpec]) -> None:
+        for j in range(start, len(futures)):
+            if self._lost(futures[j]):
+                futures[j] = self._submit(problem, specs[j])
 
     def result(self, futures: list[cf.Future], i: int, problem: GemmProblem, specs: list[KernelSpec]) -> Prepared:
-        """Wait for spec i (at most timeout_s from now). On a timeout the pool is rebuilt and
-        the specs after i that had not finished are resubmitted in place in `futures`."""
+        """Wait for spec i (at most timeout_s from now). Futures from i on that an earlier teardown
+        lost are resubmitted in place in `futures` first; on a timeout or a broken pool the pool is
+        rebuilt (see the module's docstring)."""
+        self._resubmit_lost(futures, i, problem, specs)
+        try:
+            return self._wait(futures, i, problem, specs)
+        finally:
+            self._resubmit_lost(futures, i + 1, problem, specs)  # (after a teardown: the rest, again)
+
+    def _wait(self, futures: list[cf.Future], i: int, problem: GemmProblem, specs: list[KernelSpec],
+              retry_broken: bool = True) -> Prepared:
         try:
             return futures[i].result(timeout=self.timeout_s)
         except cf.TimeoutError:
             self._kill()
-            ex = self._executor()
-            for j in range(i + 1, len(futures)):
-                if not futures[j].done() or futures[j].exception() is not None:
-                    futures[j] = ex.submit(self.task, problem, specs[j])
             return Prepared(status="compile_error", reason=f"render+precompile did not finish within "
                                                            f"{self.timeout_s:g} s (compile pool rebuilt)")
-        except Exception as e:  # noqa: BLE001 - a pool process died (BrokenProcessPool) or pickling failed
-            if isinstance(e, cf.process.BrokenProcessPool):
-                self._kill()
-                ex = self._executor()
-                for j in range(i + 1, len(futures)):
-                    if not futures[j].done() or futures[j].exception() is not None:
-                        futures[j] = ex.submit(self.task, problem, specs[j])
+        except cf.process.BrokenProcessPool as e:
+            self._kill()
+            if retry_broken:
+                # it may only have shared the pool with the spec that broke it: a second try, alone in
+                # the new pool (the others are resubmitted after it), tells the two apart
+                futures[i] = self._submit(problem, specs[i])
+                return self._wait(futures, i, problem, specs, retry_broken=False)
+            return Prepared(status="compile_error",
+                            reason=f"the compile process died on this spec twice, the second time alone (a crash "
+                                   f"or a kill inside the compiler; compile pool rebuilt): {e}")
+        except Exception as e:  # noqa: BLE001 - e.g. the spec or its result could not be pickled
             return Prepared(status="compile_error", reason=f"compile worker failed: {type(e).__name__}: {e}")
 
     def _kill(self) -> None:
