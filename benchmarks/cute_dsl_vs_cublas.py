@@ -180,6 +180,56 @@ CONFIG_SETS = {
         "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
         "128x256x64 s4 c2x2": dict(block_n=256, stages=4, cluster_m=2, cluster_n=2),
     },
+    # swap_ab (the kernel computes D^T = B^T A^T) on tall outputs, against the unswapped bests: the
+    # tiles cuBLAS runs there, in D's terms (192x128 in 1x2 on 12288x256x16384, 96x128 in 2x1 on
+    # 12288x128x12288, 32x64 in 2x1 with 16 stages on 2048x128x4096, 64x64 in 1x2 on 4096x128x4096)
+    "swap_ab": {
+        "192x128x64 w16 s4 c1x2": dict(block_m=192, num_warps=16, stages=4, cluster_n=2),
+        "192x128x64 s4 c1x2 swap": dict(block_m=192, stages=4, cluster_n=2, swap_ab=True),
+        "192x128x64 s4 c2x1 swap": dict(block_m=192, stages=4, cluster_m=2, swap_ab=True),
+        "128x128x64 s6 c2x1": dict(stages=6, cluster_m=2),
+        "96x128x64 s6 c2x1 swap": dict(block_m=96, stages=6, cluster_m=2, swap_ab=True),
+        "96x128x64 s6 swap": dict(block_m=96, stages=6, swap_ab=True),
+        "64x32x128 w8 s8 c1x2": dict(block_m=64, block_n=32, block_k=128, num_warps=8, stages=8, cluster_n=2),
+        "32x64x64 w8 s16 c2x1 swap": dict(block_m=32, block_n=64, num_warps=8, stages=16, cluster_m=2, swap_ab=True),
+        "64x64x64 w8 s12 c1x2 swap": dict(block_m=64, block_n=64, num_warps=8, stages=12, cluster_n=2, swap_ab=True),
+        "64x64x64 w8 s12 c2x1": dict(block_m=64, block_n=64, num_warps=8, stages=12, cluster_m=2),
+    },
+    # Which operand a cluster should multicast: on NN problems sharing A (K-major) beat sharing B
+    # (N-major) in every pair measured. The same clusters on NT (both operands K-major) and TN (neither)
+    # tell whether that is A against B or K-major against MN-major.
+    "multicast_major": {
+        "128x128x64 s5 pingpong": pingpong(stages=5, cluster_n=1),
+        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
+        "128x128x64 s5 pingpong c2x1": pingpong(stages=5, cluster_m=2, cluster_n=1),
+        "128x256x64 s4": dict(block_n=256, stages=4),
+        "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
+        "128x256x64 s4 c2x1": dict(block_n=256, stages=4, cluster_m=2),
+    },
+    # Short, wide outputs (M of 256-512, N in the thousands), where a 2x1 cluster shares B, the operand
+    # every M tile reads: session 7's best kernels there ran in 2x1 clusters, and the 48-shape search of
+    # session 13, which modelled 1x2 ahead, lost 2-17% on them. The same tiles in 2x1, 1x2 and alone.
+    "cluster_wide": {
+        "64x64x128 w8 s6 c2x1": dict(block_m=64, block_n=64, block_k=128, num_warps=8, stages=6, cluster_m=2),
+        "64x64x128 w8 s6 c1x2": dict(block_m=64, block_n=64, block_k=128, num_warps=8, stages=6, cluster_n=2),
+        "64x64x128 w8 s6": dict(block_m=64, block_n=64, block_k=128, num_warps=8, stages=6),
+        "64x128x128 w8 s4 c2x1": dict(block_m=64, block_k=128, num_warps=8, cluster_m=2),
+        "64x128x128 w8 s4 c1x2": dict(block_m=64, block_k=128, num_warps=8, cluster_n=2),
+        "128x128x64 s6 c2x1": dict(stages=6, cluster_m=2),
+        "128x128x64 s6 c1x2": dict(stages=6, cluster_n=2),
+        "128x128x64 s6": dict(stages=6),
+    },
+    # swap_ab's 192x128 in 1x2 on 12288x256x16384 with 5 stages, which only the registers epilogue
+    # leaves shared memory for (4 stages and the TMA store's buffers measured 0.955 of torch)
+    "swap_ab_stages": {
+        "192x128x64 s4 c1x2 swap": dict(block_m=192, stages=4, cluster_n=2, swap_ab=True),
+        "192x128x64 s5 c1x2 swap registers": dict(block_m=192, stages=5, cluster_n=2, swap_ab=True,
+                                                   epilogue_path="registers"),
+        "192x128x64 s4 c1x2 swap registers": dict(block_m=192, stages=4, cluster_n=2, swap_ab=True,
+                                                   epilogue_path="registers"),
+        "192x128x64 w16 s5 c1x2 registers": dict(block_m=192, num_warps=16, stages=5, cluster_n=2,
+                                                  epilogue_path="registers"),
+    },
     # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
     "streaming": {
         "256x128x64 s3": dict(block_m=256, stages=3),

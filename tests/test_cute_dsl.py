@@ -201,6 +201,53 @@ def test_render_bakes_problem_and_spec_in():
         assert line in src.text, line
 
 
+# ---- swap_ab: the kernel computes D^T = B^T A^T --------------------------------------------------------
+@pytest.mark.parametrize("layout, kernel_layout", [("NN", "TT"), ("NT", "NT"), ("TN", "TN"), ("TT", "NN")])
+def test_swap_ab_renders_the_transposed_problem(layout, kernel_layout):
+    from cudal2.codegen.cute_dsl import kernel_view
+
+    p = GemmProblem(m=12288, n=256, k=4096, layout=layout, epilogue=Epilogue(bias=True))
+    s = spec(block_m=192, cluster_n=2, raster_order="along_n", swap_ab=True)
+    kp, ks = kernel_view(p, s)
+    assert (kp.m, kp.n, kp.k, kp.layout) == (256, 12288, 4096, kernel_layout)
+    assert (ks.block_m, ks.block_n, ks.cluster_m, ks.cluster_n, ks.raster_order, ks.swap_ab) == \
+        (128, 192, 2, 1, "along_m", False)
+    src = CuteDslBackend().render(p, s)
+    compile(src.text, "rendered", "exec")
+    assert src.problem == p and src.spec == s  # the Source keeps what the caller asked for
+    for line in ("M, N, K = 256, 12288, 4096", "TILE_M, TILE_N, TILE_K = 128, 192, 64", "CLUSTER_M, CLUSTER_N = 2, 1",
+                 "SWAP_AB = True", "mBias[tCcD[i][0]]", f"spec key {s.key()}", f"for {p.label()}, swap_ab"):
+        assert line in src.text, line
+    plain = CuteDslBackend().render(p, s.replace(swap_ab=False, block_m=256))
+    assert "SWAP_AB = False" in plain.text and "mBias[tCcD[i][1]]" in plain.text
+
+
+def test_swap_ab_violations_name_the_specs_own_fields():
+    p = GemmProblem(m=12288, n=256, k=4096)
+    # 96 columns of D are the swapped kernel's M: not a multiple of 64 rows per warpgroup
+    ok = CuteDslBackend().supports(p, spec(block_n=96, swap_ab=True))
+    assert not ok and ok.reason.startswith("block_n=96") and "swap_ab: the kernel's M runs along D's N" in ok.reason
+    assert "swap_ab=False" in ok.reason
+    # unswapped, 96 rows of D are the kernel's M: the fix offers swap_ab
+    ok = CuteDslBackend().supports(p, spec(block_m=96))
+    assert not ok and "swap_ab=True" in ok.reason
+    assert CuteDslBackend().supports(p, spec(block_m=96, swap_ab=True))
+
+
+@pytest.mark.parametrize("pkw, skw, word", [
+    (dict(m=512, n=128, k=8192), dict(decomposition="split_k", split_k=4, epilogue_path="registers"), "split_k"),
+    (dict(m=4096, n=256, k=8192), dict(decomposition="stream_k"), "stream_k"),
+    (dict(m=72, n=1, k=64, layout="NT"), dict(epilogue_path="registers"), "vector"),
+    # the DSL compiler aborts on a 192-row column-major TMA-store tile (an H100 search lost its run to it)
+    (dict(m=8192, n=256, k=256), dict(block_n=192, num_warps=16), "aborts"),
+])
+def test_swap_ab_refusals(pkw, skw, word):
+    ok = CuteDslBackend().supports(GemmProblem(**pkw), spec(swap_ab=True, **skw))
+    assert not ok and "swap_ab=True" in ok.reason and word in ok.reason
+    if word == "aborts":  # and the registers epilogue is the way round it
+        assert CuteDslBackend().supports(GemmProblem(**pkw), spec(swap_ab=True, **{**skw, "epilogue_path": "registers"}))
+
+
 @pytest.mark.parametrize("shape, kw, group", [
     ("12288x256x16384", dict(block_m=256), 2),  # 2 N-tiles across the M raster: group 8 padded them to 8
     ("16384x128x128", {}, 1),
@@ -278,6 +325,15 @@ VARIANTS = [
      dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2)),
     ("NT-192x96-16warps-streamk-epi", dict(layout="NT", epilogue=Epilogue(alpha=0.5, bias=True, activation="relu")),
      dict(block_m=192, block_n=96, num_warps=16, decomposition="stream_k")),
+    # swap_ab: the kernel computes D^T = B^T A^T and writes it column-major (every layout, both epilogues)
+    ("NN-swap-192x128-c1x2-tma", dict(layout="NN"), dict(block_m=192, cluster_n=2, swap_ab=True)),
+    ("NT-swap-96x128-s6-epi-tma", dict(layout="NT", epilogue=Epilogue(alpha=0.5, beta=0.25, bias=True,
+                                                                       activation="silu")),
+     dict(block_m=96, stages=6, swap_ab=True)),
+    ("TN-bf16-swap-32x64-s16-c2x1-regs", dict(layout="TN", dtype="bfloat16", epilogue=Epilogue(bias=True)),
+     dict(block_m=32, block_n=64, num_warps=8, stages=16, cluster_m=2, epilogue_path="registers", swap_ab=True)),
+    ("TT-swap-pingpong-128x128-c2x1-tma", dict(layout="TT"),
+     dict(warp_specialization="pingpong", cluster_m=2, stages=5, swap_ab=True)),
 ]
 SPLIT = dict(decomposition="split_k", epilogue_path="registers")
 SPLIT_VARIANTS = [

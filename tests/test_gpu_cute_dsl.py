@@ -126,8 +126,40 @@ def test_variants(backend, name, layout):
     run_checked(backend.compile(backend.render(p, spec(**VARIANTS[name]))), p)
 
 
+# ---- swap_ab: the kernel computes D^T = B^T A^T and stores it column-major (D's own memory) ---------------
+SWAP_VARIANTS = {
+    "192x128-c1x2": dict(block_m=192, cluster_n=2),  # kernel 128x192 in a 2x1 cluster (cuBLAS's choice)
+    "96x128-s6": dict(block_m=96, stages=6),
+    "32x64-s16-c2x1": dict(block_m=32, block_n=64, num_warps=8, stages=16, cluster_m=2),
+    "96x192-3consumers-regs": dict(block_m=96, block_n=192, num_warps=16, epilogue_path="registers"),
+    "pingpong-128x128-c2x1": dict(warp_specialization="pingpong", cluster_m=2, stages=5),
+}
+
+
+@pytest.mark.parametrize("layout", ["NN", "NT", "TN", "TT"])
+@pytest.mark.parametrize("name", list(SWAP_VARIANTS))
+def test_swap_ab_variants(backend, name, layout):
+    p = GemmProblem(m=ODD[0], n=ODD[1], k=ODD[2], layout=layout)
+    run_checked(backend.compile(backend.render(p, spec(swap_ab=True, **SWAP_VARIANTS[name]))), p)
+
+
+@pytest.mark.parametrize("path", ["registers", "tma_store"])
+@pytest.mark.parametrize("name", ["alpha-beta", "all-gelu", "bias-silu"])
+def test_swap_ab_epilogues(backend, name, path):
+    # bias runs along the swapped kernel's M; C is read column-major like D is written
+    p = GemmProblem(m=ODD[0], n=ODD[1], k=ODD[2], layout="NT", dtype="bfloat16", epilogue=EPILOGUES[name])
+    run_checked(backend.compile(backend.render(p, spec(block_m=96, epilogue_path=path, swap_ab=True))), p)
+
+
+@pytest.mark.parametrize("m, n, k, layout", [(2048, 128, 4096, "NN"), (200, 64, 72, "TN"), (8, 8, 8, "NN"),
+                                             (12288, 256, 1024, "NT")])
+def test_swap_ab_tall_shapes(backend, m, n, k, layout):
+    p = GemmProblem(m=m, n=n, k=k, layout=layout, epilogue=Epilogue(bias=True))
+    run_checked(backend.compile(backend.render(p, spec(block_m=96, swap_ab=True))), p, seed=m + n + k)
+
+
 # ---- fused epilogue ---------------------------------------------------------------------------------------
-EPILOGUES = {
+EPILOGUES = {  # (also used by the swap_ab tests above)
     "alpha-beta": Epilogue(alpha=0.5, beta=-0.75),
     "bias-relu": Epilogue(bias=True, activation="relu"),
     "all-gelu": Epilogue(alpha=1.5, beta=0.5, bias=True, activation="gelu"),

@@ -76,6 +76,10 @@ def test_third_party_backend_found_through_entry_point(toy_distribution):
     with pytest.raises(SpecError) as e:
         KernelSpec(backend="toy", block_k=128)
     assert e.value.fields == ["block_k"] and "backend 'toy'" in str(e.value)
+    # swap_ab came after backends like this one: it renders A @ B whatever the spec says, so a
+    # backend that does not declare the field gets only its default
+    with pytest.raises(SpecError, match="swap_ab=True: backend 'toy'"):
+        KernelSpec(backend="toy", swap_ab=True)
     # And it renders and runs through the common protocol.
     import torch
 

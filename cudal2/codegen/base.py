@@ -61,7 +61,8 @@ class Backend:
         return next(iter(self.templates))
 
     def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
-        """Variables handed to the template beyond problem and spec."""
+        """Variables handed to the template beyond problem and spec (it may also replace those two,
+        as the cute_dsl backend does with the transposed problem of a swap_ab spec)."""
         return {}
 
     def compile(self, source: Source) -> Kernel:
@@ -91,8 +92,8 @@ class Backend:
             raise SpecError(Violation("backend", spec.backend, ok.reason, "choose a spec this backend supports"),
                             what=f"{self.name} render")
         fam = self.family(problem, spec)
-        text = templates.render(f"{self.name}/{self.templates[fam]}", problem=problem, spec=spec,
-                                **self.context(problem, spec))
+        variables = {"problem": problem, "spec": spec, **self.context(problem, spec)}
+        text = templates.render(f"{self.name}/{self.templates[fam]}", **variables)
         return Source(backend=self.name, problem=problem, spec=spec, text=text,
                       language=self.language, entry="launch", meta={"family": fam})
 

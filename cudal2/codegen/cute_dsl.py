@@ -28,6 +28,7 @@ import importlib.util
 import json
 import math
 import os
+import re
 import sys
 import threading
 from dataclasses import dataclass
@@ -53,7 +54,8 @@ def epilogue_smem_bytes(f: Mapping[str, Any]) -> int:
         return 0
     pingpong = f["warp_specialization"] == "pingpong"
     wgs = 1 if pingpong else f["num_warps"] // 4 - 1  # warpgroups sharing a tile, less the producer
-    piece = min(f["block_m"], 64 * wgs) * min(32, f["block_n"]) * 2
+    rows, cols = (f["block_n"], f["block_m"]) if f.get("swap_ab") else (f["block_m"], f["block_n"])
+    piece = min(rows, 64 * wgs) * min(32, cols) * 2
     return piece * EPILOGUE_STAGES * (2 if pingpong else 1)
 
 
@@ -61,9 +63,12 @@ def epilogue_smem_bytes(f: Mapping[str, Any]) -> int:
 CAPABILITIES = Capabilities(
     options=options(
         arch=["sm_90a"],
-        # 192 rows take three consumer warpgroups (num_warps=16); 32, 96 and 192 columns are
-        # WGMMA widths that cut N into tiles that fill the SMs where 64/128/256 leave them idle
-        block_m=[64, 128, 192, 256],
+        # The kernel's M is cut in rows of 64 per consumer warpgroup (192 rows take three,
+        # num_warps=16); its N takes any WGMMA width, and 32, 96 and 192 cut a dimension into tiles
+        # that fill the SMs where 64/128/256 leave them idle. Which of D's dimensions is the
+        # kernel's M depends on swap_ab, so both list every width and _template_violations
+        # refuses what the kernel cannot split.
+        block_m=[32, 64, 96, 128, 192, 256],
         block_n=[32, 64, 96, 128, 192, 256],
         block_k=[32, 64, 128],
         num_warps=[8, 12, 16],  # 1 producer warpgroup + 1, 2 or 3 consumer warpgroups
@@ -80,6 +85,7 @@ CAPABILITIES = Capabilities(
         persistent=[True],
         epilogue_path=["registers", "tma_store"],
         epilogue_subtile=[1],
+        swap_ab=[False, True],
         # One stage hung on the H100 (split_k=64 checks never finished on 5 of 7 shapes): the
         # producer/consumer pipeline needs two stages to overlap at all, so one is not offered.
         # small tiles on deep K want deep pipelines: cuBLAS runs 64x32 tiles with 16 stages
@@ -115,6 +121,31 @@ def effective_raster_group(problem: GemmProblem, spec: KernelSpec) -> int:
     tiles_n = -(-problem.n // spec.block_n)
     across = -(-tiles_n // spec.cluster_n) if spec.raster_order == "along_m" else -(-tiles_m // spec.cluster_m)
     return max(g for g in range(1, spec.raster_group + 1) if across % g == 0)
+
+
+def kernel_view(problem: GemmProblem, spec: KernelSpec) -> tuple[GemmProblem, KernelSpec]:
+    """The (problem, spec) the template computes. As given; or, with swap_ab, the transposed
+    product D^T = B^T A^T: M and N trade places, each operand becomes the other one transposed
+    (NN -> TT, TT -> NN; NT and TN stay), and the tile, cluster and raster fields trade M for N.
+    The kernel's output is then D^T in column-major order, which is D's own row-major memory, and
+    the bias runs along the kernel's M (the template's BIAS_ALONG_M)."""
+    if not spec.swap_ab:
+        return problem, spec
+    flip = {"N": "T", "T": "N"}
+    kproblem = problem.replace(m=problem.n, n=problem.m, layout=flip[problem.layout[1]] + flip[problem.layout[0]])
+    kspec = spec.replace(block_m=spec.block_n, block_n=spec.block_m, cluster_m=spec.cluster_n,
+                         cluster_n=spec.cluster_m, swap_ab=False,
+                         raster_order="along_n" if spec.raster_order == "along_m" else "along_m")
+    return kproblem, kspec
+
+
+def _in_d_terms(v: Violation) -> Violation:
+    """A violation found on the swapped kernel view, told in the spec's own (D's) field names."""
+    swap = lambda text: re.sub(r"\b(block|cluster)_([mn])\b",  # noqa: E731
+                               lambda g: f"{g[1]}_{'n' if g[2] == 'm' else 'm'}", text)
+    return Violation(swap(v.field), v.value,
+                     f"{v.limit} (swap_ab: the kernel's M runs along D's N)",
+                     swap(v.fix).replace("swap_ab=True", "swap_ab=False"))
 
 
 def dsl_available() -> tuple[bool, str]:
@@ -281,7 +312,12 @@ class CuteDslBackend(Backend):
         base = super().supports(problem, spec)
         if not base:
             return base
-        bad = _template_violations(problem, spec)
+        bad = _swap_violations(problem, spec)
+        if not bad:
+            kproblem, kspec = kernel_view(problem, spec)
+            bad = _template_violations(kproblem, kspec)
+            if spec.swap_ab:
+                bad = [_in_d_terms(v) for v in bad]
         if bad:
             return Support(False, "; ".join(str(v) for v in bad))
         return Support(True)
@@ -291,6 +327,13 @@ class CuteDslBackend(Backend):
         return dataclasses.replace(super().render(problem, spec), entry="entry")
 
     def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
+        """The template sees the kernel's view (kernel_view): with swap_ab its problem and spec are
+        the transposed ones, and these flags say how its output and bias lie in D's memory."""
+        kproblem, kspec = kernel_view(problem, spec)
+        return {**self._kernel_context(kproblem, kspec), "problem": kproblem, "spec": kspec,
+                "swap_ab": spec.swap_ab, "d_problem_label": problem.label(), "d_spec_key": spec.key()}
+
+    def _kernel_context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
         e = problem.epilogue
         return {
             "backend_version": self.version,
@@ -458,6 +501,30 @@ def default_consumer_registers(spec: KernelSpec) -> int:
     return min(DEFAULT_CONSUMER_REGISTERS, share)
 
 
+def _swap_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
+    """What swap_ab does not cover (yet): the split-K and stream-K workspaces and the split-K
+    reduction index a row-major kernel output, and a vector D is not worth transposing
+    (the template's M=1 and N=1 TMA paths are written for a row-major D)."""
+    if not spec.swap_ab:
+        return []
+    bad = []
+    if spec.decomposition != "data_parallel":
+        bad.append(Violation("swap_ab", True, f"the {spec.decomposition} workspace is laid out for an unswapped "
+                             "kernel", "use swap_ab=False with split-K or stream-K, or decomposition='data_parallel'"))
+    if spec.consumer_warps == 12 and spec.warp_specialization == "cooperative" and spec.epilogue_path == "tma_store":
+        # The DSL's compiler aborts the process (SIGABRT, no message) on the column-major output
+        # tile of 192 rows that three warpgroups store together: found by an H100 search whose
+        # compile pool it broke (8192x256x256, 128x192 w16), and reproduced on the CPU
+        bad.append(Violation("epilogue_path", "tma_store", "with swap_ab, three consumer warpgroups store a "
+                             "column-major 192-row output tile, which the CuTe DSL compiler aborts on",
+                             "use epilogue_path='registers', or num_warps=12 with swap_ab=True"))
+    if problem.m == 1 or problem.n == 1:
+        bad.append(Violation("swap_ab", True, f"a {problem.m}x{problem.n} output is a vector; the template's "
+                             "one-row and one-column TMA paths are written for the unswapped kernel",
+                             "use swap_ab=False for a matrix-vector product"))
+    return bad
+
+
 def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
     """Limits of this template beyond the declared option sets."""
     bad: list[Violation] = []
@@ -465,6 +532,8 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
     wgs = 1 if pingpong else spec.consumer_warps // 4  # warpgroups sharing one tile
     if spec.block_m % (64 * wgs):
         fit = [f"num_warps={4 + 4 * w}" for w in (1, 2, 3) if spec.block_m % (64 * w) == 0]
+        # (a width WGMMA takes as N, such as 96 or 32, fits the other way round)
+        fit = fit or ["swap_ab=True, which puts block_m along the WGMMA's N"]
         bad.append(Violation("block_m", spec.block_m,
                              f"{wgs} cooperative consumer warpgroups split the tile along M in rows of 64",
                              f"use block_m a multiple of {64 * wgs}, or " + " or ".join(fit)))

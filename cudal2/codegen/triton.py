@@ -104,6 +104,7 @@ class TritonBackend(Backend):
             split_k_reduction=["atomic", "workspace"],
             persistent=[False, True],
             epilogue_path=["registers"], epilogue_subtile=[1],
+            swap_ab=[False],  # the templates compute D = A @ B as written
             **{"problem.accumulator": ["float32"],
                "problem.dtype": ["float16", "bfloat16"],
                "problem.layout": ["NN", "NT", "TN", "TT"]},

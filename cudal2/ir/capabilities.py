@@ -11,9 +11,16 @@ from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
 
+# Fields a backend has to declare to be offered anything but their default. A backend written before
+# such a field existed renders every spec as if it held the default, so a spec that sets it must not
+# validate for that backend (it would be measured as something it is not).
+OPT_IN: Mapping[str, frozenset] = {"swap_ab": frozenset({False})}
+
+
 @dataclass(frozen=True)
 class Capabilities:
-    # field name -> allowed values; a field not listed accepts whatever the IR accepts
+    # field name -> allowed values; a field not listed accepts whatever the IR accepts (OPT_IN
+    # fields: only their default)
     options: Mapping[str, frozenset] = field(default_factory=dict)
     # arch -> field -> allowed values; narrows `options` on that arch
     per_arch: Mapping[str, Mapping[str, frozenset]] = field(default_factory=dict)
@@ -26,7 +33,7 @@ class Capabilities:
         narrowed = self.per_arch.get(arch, {}).get(field_name)
         if narrowed is not None:
             return narrowed
-        return self.options.get(field_name)
+        return self.options.get(field_name, OPT_IN.get(field_name))
 
     def as_table(self, archs: list[str]) -> dict[str, dict[str, list]]:
         """{field: {arch: sorted allowed values}} for documentation and the LLM prompt."""

@@ -38,6 +38,10 @@ def _violations_from_pydantic(err: ValidationError) -> list[Violation]:
 class IRModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", validate_default=True)
     _what: ClassVar[str] = "IR object"
+    # Fields added after IR_VERSION 1 shipped, left out of the canonical form (and so of every key)
+    # while they hold their default: keys in existing stores and tuned tables stay valid, and an
+    # object that sets one gets a key of its own.
+    _LATER_FIELDS: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, **data: Any) -> None:
         try:
@@ -67,7 +71,11 @@ class IRModel(BaseModel):
 
     def to_json(self) -> str:
         """Canonical form: sorted keys, no whitespace; equal objects give equal text."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"))
+        data = self.to_dict()
+        for name in self._LATER_FIELDS:
+            if data.get(name) == type(self).model_fields[name].default:
+                del data[name]
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
     def key(self) -> str:
         """Stable hash of the canonical form (sha256, 16 hex digits)."""

@@ -8,7 +8,7 @@ Operands are 16-bit (fp16/bf16), so shared-memory sizes count 2 bytes per elemen
 
 from __future__ import annotations
 
-from typing import Any, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping
 
 from pydantic import Field, model_validator
 
@@ -73,6 +73,16 @@ class KernelSpec(IRModel):
     epilogue_path: Literal["registers", "smem", "tma_store"] = Field(
         "registers", description="how the output tile reaches global memory")
     epilogue_subtile: Literal[1, 2, 4] = Field(1, description="output tile stored in this many pieces")
+    # --- operand order -------------------------------------------------------------------------------
+    # cuBLAS's natural orientation for a row-major D: the kernel computes D^T = B^T A^T, so the
+    # tensor-core instruction's M (64 rows per warpgroup on Hopper) runs along D's columns and its N
+    # (any multiple of 8) along D's rows. Tall, narrow outputs (12288x128, 12288x256) then take
+    # tiles of 96 or 192 rows, and a 192x128 tile is two warpgroups of 128x192 instead of three of
+    # 64x128. Every other field keeps its meaning in D's terms (block_m is still rows of D,
+    # cluster_n still multicasts A); the backend transposes them for the kernel.
+    swap_ab: bool = Field(False, description="compute D^T = B^T @ A^T (tile fields still name D's rows/columns)")
+
+    _LATER_FIELDS: ClassVar[tuple[str, ...]] = ("swap_ab",)
 
     # ---- derived ------------------------------------------------------------------------------------
     @property
@@ -98,6 +108,8 @@ class KernelSpec(IRModel):
             s += f" splitk{self.split_k}/{self.split_k_reduction}"
         elif self.decomposition == "stream_k":
             s += " streamk"
+        if self.swap_ab:
+            s += " swapAB"
         return s + (" persistent" if self.persistent else "")
 
     def accumulator_registers(self) -> int:
