@@ -369,3 +369,31 @@ def test_rules_model_never_charges_a_deeper_pipeline_more():
         assert times == sorted(times, reverse=True), (block_k, times)
     top = [x.spec for x in p.propose(problem, [], 12)]
     assert not any(s.block_k == 128 and s.block_m * s.block_n <= 64 * 128 and s.stages == 3 for s in top)
+
+
+def test_tall_outputs_get_swapped_cute_dsl_proposals_and_wide_ones_do_not():
+    rules = RulesProposer(backends=("cute_dsl",))
+    tall = rules.propose(GemmProblem(m=12288, n=256, k=16384), n=8)
+    swapped = [p.spec for p in tall if p.spec.swap_ab]
+    assert swapped and any(not p.spec.swap_ab for p in tall)
+    for s in swapped:  # each one valid for the kernel that computes D^T, and no ping-pong
+        assert s.decomposition == "data_parallel" and s.warp_specialization == "cooperative"
+    # the swapped kernel's M is D's N: 64 rows per consumer warpgroup must divide block_n
+    assert all(s.block_n % (64 * (s.num_warps // 4 - 1)) == 0 for s in swapped)
+    wide = rules.propose(GemmProblem(m=256, n=12288, k=12288), n=8)
+    assert not any(p.spec.swap_ab for p in wide)
+    assert not any(p.spec.swap_ab for p in RulesProposer(backends=("triton",)).propose(
+        GemmProblem(m=12288, n=256, k=16384), n=8))
+
+
+@pytest.mark.parametrize("shape, first", [
+    # a 1x2 cluster (A's tile shared) measured ahead of 2x1 on the H100 on tall and large grids...
+    ("12288x256x16384", (1, 2)), ("4096x128x4096", (1, 2)), ("4096x4096x4096", (1, 2)),
+    # ...and a 2x1 (B's tile shared) on short, wide ones: 256x2048x4096 11.5 us against 14.4
+    ("256x2048x4096", (2, 1)), ("256x12288x12288", (2, 1)), ("512x4096x4096", (2, 1)),
+])
+def test_clusters_rank_in_the_direction_that_measured_ahead(shape, first):
+    rules = RulesProposer(backends=("cute_dsl",))
+    picks = [p.spec for p in rules.propose(GemmProblem.parse(shape), n=12)
+             if p.spec.cluster_m * p.spec.cluster_n == 2 and p.spec.decomposition == "data_parallel"]
+    assert picks and (picks[0].cluster_m, picks[0].cluster_n) == first, shape

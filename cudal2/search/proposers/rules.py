@@ -19,6 +19,7 @@ The rules, each visible in a proposal's reasoning:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -75,6 +76,9 @@ class Preferences:
     pingpong_factor: float = 1.0
     pingpong_max_stages: int = 16
     pingpong_raster: tuple[int, str] | None = None  # (raster_group, raster_order); None = the L2 rule
+    # swap_ab (the kernel computes D^T = B^T A^T) is offered on tall outputs (M >= 4N), where it lets
+    # D's long dimension take WGMMA widths; modelled as the unswapped kernel times swap_ab_factor.
+    swap_ab_factor: float = 1.0
     fixed: Mapping[str, Any] = field(default_factory=dict)  # set on every spec of this backend
 
 
@@ -118,15 +122,33 @@ PREFERENCES: dict[str, Preferences] = {
                             # along N on 1024x16384x8192 and 16384x16384x4096, where the L2 rule picks
                             # 16, or along N (cute_dsl_pingpong.md).
                             pingpong_variants=((128, 128, 1, 2),), pingpong_factor=0.75,
-                            pingpong_max_stages=5, pingpong_raster=(8, "along_m")),
+                            pingpong_max_stages=5, pingpong_raster=(8, "along_m"),
+                            # swapped kernels measured 0.98 of the unswapped ones on tall outputs:
+                            # 192x128 in 1x2 on 12288x256x16384 165.9 against 168.8 us (three consumer
+                            # warpgroups unswapped) and on 12288x128x12288 125.7 against 127.9, 96x128
+                            # swapped against 128x128 on 12288x128x12288 105.7 against 107.7
+                            # (benchmarks/results/cute_dsl_swap_ab.md, H100)
+                            swap_ab_factor=0.98),
 }
 DEFAULT_PREFERENCES = Preferences()
 
 # The modelled time of a clustered variant relative to the same spec without a cluster, measured
 # on the H100 with cute_dsl kernels: 1-3% on the large shapes, and as much on grids of one wave or
 # less (0.82-1.00, median about 0.96: 256x4096x2048, 2048x1024x2048, 512x4096x4096, 12288x128x12288),
-# where cuBLAS also runs every kernel in a cluster of two.
+# where cuBLAS also runs every kernel in a cluster of two. Which operand the cluster shares matters,
+# so the gain goes to one direction (_shared_by_cluster):
+# - along the grid's short side where it has at most SHORT_GRID tiles and the other side more: a 2x1
+#   cluster (sharing B) on short, wide outputs took 64x64 tiles on 256x2048x4096 from 15.0 us alone
+#   and 14.4 in 1x2 to 11.5 (and 64x128 on 256x12288x12288 from 193.4 in 1x2 to 163.5); a 1x2 on
+#   tall ones (swapped 192x128 on 12288x256x16384: 165.9 us against 178.7 in 2x1);
+# - along N (1x2, sharing A) elsewhere: ping-pong 128x128 measured 1.01-1.04 of torch in 1x2 and
+#   0.88-0.96 in 2x1 on 4096^3 and 1024x16384x8192 in the NT and TN layouts (and NN in session 7),
+#   and 128x256 measured even in 2x1, 1x2 and alone there
+#   (benchmarks/results/cute_dsl_cluster_direction.md, cute_dsl_swap_ab.md).
+# The 2% cases this leaves out: 64-row tiles on 512x4096x4096 (8 tiles along M) ran 1.7-2% faster
+# in 2x1 than in 1x2.
 CLUSTER_GAIN = 0.96
+SHORT_GRID = 4
 
 # How much a candidate's score grows for each earlier pick that shares its tile (or its
 # whole variant); this is what keeps a ranked list diverse.
@@ -142,15 +164,29 @@ WIDEN = (1, 4, 16, 1 << 20)
 EXHAUSTIVE = WIDEN[-1]
 
 
-def _measured_factor(f: dict, pref: Preferences) -> float:
+def _shared_by_cluster(problem: GemmProblem, f: dict) -> str:
+    """The cluster direction the measurements favour on this grid: "m" (2x1, B's tile shared) along
+    a short side of M, else "n" (1x2, A's tile shared); see CLUSTER_GAIN."""
+    gm, gn = _cdiv(problem.m, f["block_m"]), _cdiv(problem.n, f["block_n"])
+    return "m" if gm <= SHORT_GRID and gm < gn else "n"
+
+
+def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
-    CLUSTER_GAIN for a data-parallel cluster of CTAs (split-K in a cluster measured 0.88-1.09 of the
-    same kernel without, so it is modelled even and both are measured), pref.tall_tile_factor for a 256x128 tile,
+    CLUSTER_GAIN for a data-parallel cluster in the direction _shared_by_cluster picks (the other
+    direction, and split-K in a cluster, measured about even with the same kernel without one, so
+    they are modelled even and measured too), pref.tall_tile_factor for a 256x128 tile,
     pref.stream_k_factor for stream-K, pref.pingpong_factor for ping-pong consumers."""
-    clustered = f.get("cluster_m", 1) * f.get("cluster_n", 1) > 1
-    factor = CLUSTER_GAIN if clustered and f.get("decomposition", "data_parallel") == "data_parallel" else 1.0
-    if (f["block_m"], f["block_n"]) == (256, 128):
+    along = f.get("cluster_m", 1) > 1, f.get("cluster_n", 1) > 1
+    favoured = along[0] if _shared_by_cluster(problem, f) == "m" else along[1]
+    factor = CLUSTER_GAIN if favoured and f.get("decomposition", "data_parallel") == "data_parallel" else 1.0
+    # the tall-tile cost is the kernel's (its M in rows of 64 per warpgroup), so a swapped 128x256
+    # tile pays it and a swapped 256x128 does not
+    kernel_tile = (f["block_n"], f["block_m"]) if f.get("swap_ab") else (f["block_m"], f["block_n"])
+    if kernel_tile == (256, 128):
         factor *= pref.tall_tile_factor
+    if f.get("swap_ab"):
+        factor *= pref.swap_ab_factor
     if f.get("decomposition") == "stream_k":
         factor *= pref.stream_k_factor
     if f.get("warp_specialization") == "pingpong":
@@ -175,7 +211,7 @@ class _Candidate:
     @property
     def tile(self) -> tuple:
         f = self.fields
-        return (f["backend"], f["block_m"], f["block_n"])
+        return (f["backend"], f["block_m"], f["block_n"], f.get("swap_ab", False))
 
     @property
     def variant(self) -> tuple:
@@ -299,21 +335,26 @@ class RulesProposer:
         warps = space.prefer(caps, "num_warps", arch, pref.num_warps) or list(space.domain(caps, "num_warps", arch))
         loads = self._load_paths(problem, caps, pref)
 
+        # Tall outputs (M >= 4N) also get swapped kernels (D^T = B^T A^T), cuBLAS's orientation for
+        # them: the tensor core's M (rows of 64 per warpgroup) then runs along the short N and its N
+        # (any multiple of 8) along M, which admits tiles of 96 or 192 rows. Which tiles the kernel
+        # can split is the backend's to say: validation drops the rest.
+        swaps = [False]
+        if m >= 4 * n and n > 1 and space.allows(caps, "swap_ab", True, arch):
+            swaps.append(True)
         out = []
-        for bm in bms:
-            for bn in bns:
-                for bk in bks:
-                    for w in warps:
-                        tile = {**base, "block_m": bm, "block_n": bn, "block_k": bk, "num_warps": w}
-                        consumer = w - PRODUCER_WARPS if tile["warp_specialization"] != "none" else w
-                        if consumer <= 0:
-                            continue
-                        acc = bm * bn // (consumer * 32)
-                        if acc > hw.regs_per_thread - REGISTER_RESERVE or acc < pref.min_acc_registers:
-                            continue
-                        for load, load_note in loads:
-                            out.extend(self._variants(problem, caps, pref, {**tile, "load_path": load}, load_note,
-                                                      exhaustive=widen == EXHAUSTIVE))
+        for swap, bm, bn, bk, w in itertools.product(swaps, bms, bns, bks, warps):
+            tile = {**base, "block_m": bm, "block_n": bn, "block_k": bk, "num_warps": w,
+                    **({"swap_ab": True} if swap else {})}
+            consumer = w - PRODUCER_WARPS if tile["warp_specialization"] != "none" else w
+            if consumer <= 0:
+                continue
+            acc = bm * bn // (consumer * 32)
+            if acc > hw.regs_per_thread - REGISTER_RESERVE or acc < pref.min_acc_registers:
+                continue
+            for load, load_note in loads:
+                out.extend(self._variants(problem, caps, pref, {**tile, "load_path": load}, load_note,
+                                          exhaustive=widen == EXHAUSTIVE))
         return out
 
     def _load_paths(self, problem: GemmProblem, caps, pref: Preferences) -> list[tuple[str, str]]:
@@ -382,7 +423,7 @@ class RulesProposer:
         # even (_measured_factor). Stream-K CTAs share no tile, so they get none.
         clusters: list[tuple[int, int, str]] = [(1, 1, "")]
         if tiles >= 2:
-            for cm, cn in ((2, 1), (1, 2)):
+            for cm, cn in ((1, 2), (2, 1)):
                 if (space.allows(caps, "cluster_m", cm, arch) and space.allows(caps, "cluster_n", cn, arch)
                         and gm % cm == 0 and gn % cn == 0):
                     clusters.append((cm, cn, f"cluster {cm}x{cn}: TMA multicast of the shared operand tile"))
@@ -399,7 +440,7 @@ class RulesProposer:
                    for cm, cn, c_note in (clusters if dec["decomposition"] != "stream_k" else clusters[:1])]
         # ping-pong: two consumer warpgroups on tiles of their own, only where it measured ahead, and
         # on grids that give every CTA two tiles at least (with one, the second warpgroup idles)
-        if (tile["num_warps"] == PRODUCER_WARPS + 8 and tiles >= 2 * hw.sm_count
+        if (tile["num_warps"] == PRODUCER_WARPS + 8 and tiles >= 2 * hw.sm_count and not tile.get("swap_ab")
                 and space.allows(caps, "warp_specialization", "pingpong", arch)):
             decomps += [({**dec, "warp_specialization": "pingpong"},
                          "; ".join(x for x in (note, "ping-pong: one warpgroup's main loop runs under the "
@@ -436,7 +477,7 @@ class RulesProposer:
                                     if (g, o) != (group, order)]
                     for group, order, raster_note in rasters:
                         f = {**f, "raster_group": group, "raster_order": order}
-                        time_us = self._model_us(problem, f) * _measured_factor(f, pref)
+                        time_us = self._model_us(problem, f) * _measured_factor(problem, f, pref)
                         notes = [grid_note]
                         if dec_note:
                             notes.append(dec_note)
