@@ -128,7 +128,7 @@ def kernel_view(problem: GemmProblem, spec: KernelSpec) -> tuple[GemmProblem, Ke
     product D^T = B^T A^T: M and N trade places, each operand becomes the other one transposed
     (NN -> TT, TT -> NN; NT and TN stay), and the tile, cluster and raster fields trade M for N.
     The kernel's output is then D^T in column-major order, which is D's own row-major memory, and
-    the bias runs along the kernel's M (the template's BIAS_ALONG_M)."""
+    the bias runs along the kernel's M (the template's SWAP_AB branches)."""
     if not spec.swap_ab:
         return problem, spec
     flip = {"N": "T", "T": "N"}

@@ -136,7 +136,7 @@ DEFAULT_PREFERENCES = Preferences()
 # on the H100 with cute_dsl kernels: 1-3% on the large shapes, and as much on grids of one wave or
 # less (0.82-1.00, median about 0.96: 256x4096x2048, 2048x1024x2048, 512x4096x4096, 12288x128x12288),
 # where cuBLAS also runs every kernel in a cluster of two. Which operand the cluster shares matters,
-# so the gain goes to one direction (_shared_by_cluster):
+# so the gain goes to one direction (_cluster_along_m_pays):
 # - along the grid's short side where it has at most SHORT_GRID tiles and the other side more: a 2x1
 #   cluster (sharing B) on short, wide outputs took 64x64 tiles on 256x2048x4096 from 15.0 us alone
 #   and 14.4 in 1x2 to 11.5 (and 64x128 on 256x12288x12288 from 193.4 in 1x2 to 163.5); a 1x2 on
@@ -164,21 +164,21 @@ WIDEN = (1, 4, 16, 1 << 20)
 EXHAUSTIVE = WIDEN[-1]
 
 
-def _shared_by_cluster(problem: GemmProblem, f: dict) -> str:
-    """The cluster direction the measurements favour on this grid: "m" (2x1, B's tile shared) along
-    a short side of M, else "n" (1x2, A's tile shared); see CLUSTER_GAIN."""
+def _cluster_along_m_pays(problem: GemmProblem, f: dict) -> bool:
+    """Whether the measurements favour a 2x1 cluster (B's tile shared) on this grid: on a short side
+    of M; elsewhere a 1x2 (A's tile shared). See CLUSTER_GAIN."""
     gm, gn = _cdiv(problem.m, f["block_m"]), _cdiv(problem.n, f["block_n"])
-    return "m" if gm <= SHORT_GRID and gm < gn else "n"
+    return gm <= SHORT_GRID and gm < gn
 
 
 def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
-    CLUSTER_GAIN for a data-parallel cluster in the direction _shared_by_cluster picks (the other
+    CLUSTER_GAIN for a data-parallel cluster in the direction _cluster_along_m_pays picks (the other
     direction, and split-K in a cluster, measured about even with the same kernel without one, so
     they are modelled even and measured too), pref.tall_tile_factor for a 256x128 tile,
     pref.stream_k_factor for stream-K, pref.pingpong_factor for ping-pong consumers."""
-    along = f.get("cluster_m", 1) > 1, f.get("cluster_n", 1) > 1
-    favoured = along[0] if _shared_by_cluster(problem, f) == "m" else along[1]
+    favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
+                else f.get("cluster_n", 1) > 1)
     factor = CLUSTER_GAIN if favoured and f.get("decomposition", "data_parallel") == "data_parallel" else 1.0
     # the tall-tile cost is the kernel's (its M in rows of 64 per warpgroup), so a swapped 128x256
     # tile pays it and a swapped 256x128 does not
