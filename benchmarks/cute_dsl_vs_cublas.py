@@ -220,7 +220,7 @@ CONFIG_SETS = {
         "128x128x64 s6": dict(stages=6),
     },
     # swap_ab's 192x128 in 1x2 on 12288x256x16384 with 5 stages, which only the registers epilogue
-    # leaves shared memory for (4 stages and the TMA store's buffers measured 0.955 of torch)
+    # left shared memory for before the TMA store staged fewer pieces (see epilogue_pieces)
     "swap_ab_stages": {
         "192x128x64 s4 c1x2 swap": dict(block_m=192, stages=4, cluster_n=2, swap_ab=True),
         "192x128x64 s5 c1x2 swap registers": dict(block_m=192, stages=5, cluster_n=2, swap_ab=True,
@@ -229,6 +229,18 @@ CONFIG_SETS = {
                                                    epilogue_path="registers"),
         "192x128x64 w16 s5 c1x2 registers": dict(block_m=192, num_warps=16, stages=5, cluster_n=2,
                                                   epilogue_path="registers"),
+    },
+    # 192-wide tiles with 5 stages and the TMA store, which two staged output pieces instead of four
+    # make room for (epilogue_stages), against 4 stages and four pieces; cuBLAS runs 128x192 with 5
+    "epilogue_pieces": {
+        "192x128x64 s4 c1x2 swap": dict(block_m=192, stages=4, cluster_n=2, swap_ab=True),
+        "192x128x64 s5 c1x2 swap": dict(block_m=192, stages=5, cluster_n=2, swap_ab=True),
+        "128x192x64 s4 c2x1": dict(block_n=192, stages=4, cluster_m=2),
+        "128x192x64 s5 c2x1": dict(block_n=192, stages=5, cluster_m=2),
+        "192x128x64 w16 s4 c1x2": dict(block_m=192, num_warps=16, stages=4, cluster_n=2),
+        "192x128x64 w16 s5 c1x2": dict(block_m=192, num_warps=16, stages=5, cluster_n=2),
+        "64x128x128 w8 s4 c2x1": dict(block_m=64, block_k=128, num_warps=8, cluster_m=2),
+        "64x128x64 w8 s8 c2x1": dict(block_m=64, num_warps=8, stages=8, cluster_m=2),
     },
     # one operand streams from DRAM through a deep K: orientation, pipeline depth, K step, clusters
     "streaming": {

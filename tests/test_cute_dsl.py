@@ -14,9 +14,9 @@ if not torch.cuda.is_available():
     # The DSL reads its target once, when first imported; without a GPU it needs this.
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from cudal2.codegen.cute_dsl import CuteDslBackend, dsl_available  # noqa: E402
+from cudal2.codegen.cute_dsl import BARRIER_BYTES, CuteDslBackend, dsl_available, epilogue_stages  # noqa: E402
 from cudal2.codegen.registry import get_backend  # noqa: E402
-from cudal2.ir import Epilogue, GemmProblem, KernelSpec, SpecError  # noqa: E402
+from cudal2.ir import Epilogue, GemmProblem, KernelSpec, SpecError, arch_limits  # noqa: E402
 
 DSL_OK, DSL_WHY = dsl_available()
 needs_dsl = pytest.mark.skipif(not DSL_OK, reason=f"compile tests skipped: {DSL_WHY}")
@@ -290,6 +290,27 @@ def test_the_dsl_scheduler_runs_no_padding_tiles_with_the_rendered_group():
     assert sizes == [384, 96]
 
 
+@pytest.mark.parametrize("skw, pieces", [
+    (dict(block_n=192, stages=4), 4),  # 160 KiB of stages: four 8 KiB pieces fit
+    (dict(block_n=192, stages=5), 2),  # 200 KiB: two fit, four would not
+    (dict(block_m=192, stages=5, swap_ab=True), 2),  # the same kernel, D's tile named transposed
+    (dict(block_m=192, num_warps=16, stages=5), 2),  # 12 KiB pieces on three consumer warpgroups
+    (dict(warp_specialization="pingpong", stages=6), 4),  # a set of pieces per warpgroup
+    (dict(stages=6), 4),
+])
+def test_epilogue_stages_shrink_to_make_room_for_main_loop_stages(backend, skw, pieces):
+    p, s = GemmProblem(m=4096, n=4096, k=4096), spec(**skw)
+    assert backend.supports(p, s), backend.supports(p, s).reason
+    assert epilogue_stages(dict(s)) == pieces
+    assert s.smem_bytes() + BARRIER_BYTES <= arch_limits("sm_90a").smem_per_block
+    assert f"EPI_STAGES = {pieces}\n" in backend.render(p, s).text
+
+
+def test_stages_that_do_not_fit_beside_the_smallest_epilogue_are_refused():
+    with pytest.raises(SpecError, match="use at most 5 stages"):
+        spec(block_n=192, stages=6)
+
+
 # ---- compile for sm_90a on the CPU ---------------------------------------------------------------------
 VARIANTS = [
     # (id, problem kwargs, spec kwargs): every layout, both dtypes, tiles, clusters, stages, epilogues
@@ -334,6 +355,9 @@ VARIANTS = [
      dict(block_m=32, block_n=64, num_warps=8, stages=16, cluster_m=2, epilogue_path="registers", swap_ab=True)),
     ("TT-swap-pingpong-128x128-c2x1-tma", dict(layout="TT"),
      dict(warp_specialization="pingpong", cluster_m=2, stages=5, swap_ab=True)),
+    # five 40 KiB stages leave room for two staged output pieces, not four (epilogue_stages)
+    ("NN-swap-192x128-s5-c1x2-tma-2pieces", dict(layout="NN"), dict(block_m=192, stages=5, cluster_n=2, swap_ab=True)),
+    ("TN-192x128-16warps-s5-tma-2pieces", dict(layout="TN"), dict(block_m=192, num_warps=16, stages=5)),
 ]
 SPLIT = dict(decomposition="split_k", epilogue_path="registers")
 SPLIT_VARIANTS = [

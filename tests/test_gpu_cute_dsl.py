@@ -116,6 +116,8 @@ VARIANTS = {
     "128x96-s6": dict(block_n=96, stages=6),
     "64x32-s16-c1x2": dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
     "192x96-3consumers-regs": dict(block_m=192, block_n=96, num_warps=16, epilogue_path="registers"),
+    "192x128-3consumers-s5-2pieces": dict(block_m=192, num_warps=16, stages=5),
+    "128x192-s5-c2x1-2pieces": dict(block_n=192, stages=5, cluster_m=2),
 }
 
 
@@ -133,6 +135,8 @@ SWAP_VARIANTS = {
     "32x64-s16-c2x1": dict(block_m=32, block_n=64, num_warps=8, stages=16, cluster_m=2),
     "96x192-3consumers-regs": dict(block_m=96, block_n=192, num_warps=16, epilogue_path="registers"),
     "pingpong-128x128-c2x1": dict(warp_specialization="pingpong", cluster_m=2, stages=5),
+    # five stages leave room for two staged output pieces (epilogue_stages), not four
+    "192x128-s5-c1x2": dict(block_m=192, stages=5, cluster_n=2),
 }
 
 

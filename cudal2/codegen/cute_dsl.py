@@ -37,26 +37,44 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, options
+from ..ir.spec import OPERAND_BYTES
 from .base import Backend, Source, Support
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
 SPLIT_K_VALUES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64]
 MAX_WORKSPACE_BYTES = 1 << 30  # fp32 (split_k, M, N): also keeps every flat index within int32
 
-EPILOGUE_STAGES = 4  # output pieces in flight through shared memory with the TMA store
+# Output pieces in flight through shared memory with the TMA store: the first count that fits beside
+# the spec's main-loop stages. Two instead of four frees the shared memory that lets 192-wide tiles
+# (40 KiB a stage) run the 5 stages cuBLAS gives its 128x192 kernel on 12288x256x16384.
+EPILOGUE_STAGES = (4, 2)
+BARRIER_BYTES = 1024  # the template's mbarriers and scheduler words
 
 
-def epilogue_smem_bytes(f: Mapping[str, Any]) -> int:
-    """Shared memory of the TMA-store epilogue, from a spec's fields: EPILOGUE_STAGES pieces of
-    (64 rows per warpgroup of the tile) x (32 columns), a set per consumer warpgroup with
-    ping-pong; not the whole tile (the IR's default estimate)."""
-    if f["epilogue_path"] != "tma_store":
-        return 0
+def _epilogue_piece_bytes(f: Mapping[str, Any]) -> int:
+    """One staged output piece: (64 rows per consumer warpgroup of the tile) x (32 columns) fp16,
+    a set per consumer warpgroup with ping-pong."""
     pingpong = f["warp_specialization"] == "pingpong"
     wgs = 1 if pingpong else f["num_warps"] // 4 - 1  # warpgroups sharing a tile, less the producer
     rows, cols = (f["block_n"], f["block_m"]) if f.get("swap_ab") else (f["block_m"], f["block_n"])
-    piece = min(rows, 64 * wgs) * min(32, cols) * 2
-    return piece * EPILOGUE_STAGES * (2 if pingpong else 1)
+    return min(rows, 64 * wgs) * min(32, cols) * 2 * (2 if pingpong else 1)
+
+
+def epilogue_stages(f: Mapping[str, Any]) -> int:
+    """How many output pieces the TMA-store epilogue of a spec (given as its fields) keeps in flight:
+    the most of EPILOGUE_STAGES that fit in shared memory beside its main-loop stages and barriers."""
+    main = f["stages"] * (f["block_m"] + f["block_n"]) * (f["block_k"] + f["smem_padding"]) * OPERAND_BYTES
+    room = arch_limits(f["arch"]).smem_per_block - BARRIER_BYTES - main
+    piece = _epilogue_piece_bytes(f)
+    return next((n for n in EPILOGUE_STAGES if n * piece <= room), EPILOGUE_STAGES[-1])
+
+
+def epilogue_smem_bytes(f: Mapping[str, Any]) -> int:
+    """Shared memory of the TMA-store epilogue, from a spec's fields: epilogue_stages pieces, not
+    the whole tile (the IR's default estimate)."""
+    if f["epilogue_path"] != "tma_store":
+        return 0
+    return _epilogue_piece_bytes(f) * epilogue_stages(f)
 
 
 # What the template implements; the IR validator refuses everything else for this backend.
@@ -106,7 +124,6 @@ DEFAULT_PRODUCER_REGISTERS = 40
 DEFAULT_CONSUMER_REGISTERS = 232
 REGISTERS_PER_SM = 65536
 MAX_REGISTERS_PER_THREAD = 255
-BARRIER_BYTES = 1024
 PINGPONG_MAX_ACC_REGS = 128  # of the 232 a consumer thread gets: 128x128 and 64x256 tiles
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
 
@@ -337,7 +354,7 @@ class CuteDslBackend(Backend):
         e = problem.epilogue
         return {
             "backend_version": self.version,
-            "epi_stages": EPILOGUE_STAGES,
+            "epi_stages": epilogue_stages(dict(spec)),
             "ab_dtype": DSL_NAMES[problem.dtype],
             "d_dtype": DSL_NAMES[problem.c_dtype],
             "consumer_wgs": spec.consumer_warps // 4,

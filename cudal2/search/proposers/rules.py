@@ -493,10 +493,11 @@ class RulesProposer:
         hw = self.hw
         row = fields["block_k"] + fields["smem_padding"]
         per_stage = (fields["block_m"] + fields["block_n"]) * row * OPERAND_BYTES
-        epi = epilogue_smem_bytes(fields)
-        budget = hw.smem_per_block - pref.smem_reserve - epi
-        fit = budget // per_stage
-        allowed = [s for s in space.domain(caps, "stages", self.arch) if s <= fit]
+        # the epilogue's staging may shrink as stages grow (cute_dsl), so each count is checked whole
+        used = {s: s * per_stage + epilogue_smem_bytes({**fields, "stages": s})
+                for s in space.domain(caps, "stages", self.arch)}
+        allowed = [s for s, b in used.items() if b <= hw.smem_per_block - pref.smem_reserve]
+        fit = max(allowed, default=0)
         if not allowed:
             return []
         # more stages than main-loop steps buy nothing
@@ -507,8 +508,7 @@ class RulesProposer:
             picks += [s for s in sorted(allowed, reverse=True) if s not in picks]
         out = []
         for s in picks:
-            used = s * per_stage + epi
-            out.append((s, f"{s} stages use {used / 1024:.0f} KiB of {hw.smem_per_block / 1024:.0f} KiB shared memory"
+            out.append((s, f"{s} stages use {used[s] / 1024:.0f} KiB of {hw.smem_per_block / 1024:.0f} KiB shared memory"
                            + (f" (fits {fit})" if s < fit else "")))
         return out
 
