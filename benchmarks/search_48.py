@@ -63,6 +63,18 @@ def report(rows: list[dict], total: int, budget, run_note: str = "") -> str:
             "cuBLASLt autotune": aggregate(r["speedup"].get("cublaslt_autotune") for r in rows),
             "cuBLASLt heuristic": aggregate(r["speedup"].get("cublaslt_heuristic") for r in rows)}
     lines += ["", "## Aggregates (speedup = baseline kernel ms / best kernel ms)", "", markdown(aggs)]
+    confirmed = [r for r in rows if r.get("confirmed_rounds")]
+    if confirmed:
+        trial = aggregate(r["trial_speedup"].get("torch") for r in confirmed)
+        rounds = sorted({r["confirmed_rounds"] for r in confirmed})
+        lines.append("" if trial is None else f"Figures of {len(confirmed)} of {len(rows)} shapes are each winner's median of "
+                     f"{'/'.join(map(str, rounds))} confirmation rounds (its leaders timed again, baselines "
+                     f"interleaved); their best search trials alone gave a geometric mean of {trial.geomean:.3f} over "
+                     f"torch.matmul (min {trial.min:.3f}): the difference is the luck of the draw that confirmation removes.")
+        rejected = [(r, x) for r in rows for x in r.get("rejected") or ()]
+        for r, x in rejected:
+            lines.append(f"Rejected on confirmation, {r['m']}x{r['n']}x{r['k']}: `{x}`.")
+        lines.append("")
     if rows and rows[0].get("environment"):
         env = rows[0]["environment"]
         lines.append(f"Environment: {env.get('gpu_name')}, driver {env.get('driver')}, CUDA {env.get('cuda')}, "
@@ -135,6 +147,9 @@ def main(argv=None) -> int:
                     help="ask for the next batch and compile it while the current one is measured")
     ap.add_argument("--runner", choices=("gpu", "recorded"), default="gpu",
                     help="recorded: synthetic numbers (to try the script without a GPU)")
+    ap.add_argument("--confirm", type=int, default=3,
+                    help="time each shape's 3 leaders this many more times and report the winner's median "
+                         "round (0: report the best search trial, which favours lucky measurements)")
     ap.add_argument("--replot", action="store_true",
                     help="only draw the plot of an earlier run: `shapes` is then its .json report")
     args = ap.parse_args(argv)
@@ -144,6 +159,7 @@ def main(argv=None) -> int:
         return 0 if png else 1
 
     from cudal2.api import default_arch, default_runner, resolve_proposer
+    from cudal2.search.confirm import Confirm
     from cudal2.search.loop import Budget, run_search
     from cudal2.search.store import Store
 
@@ -172,16 +188,20 @@ def main(argv=None) -> int:
             seen = getattr(getattr(runner, "stats", None), "candidates", 0)
             res = run_search(problem, backends=backends, arch=arch, proposer=proposer, runner=runner, store=store,
                              budget=budget, modes=("offline",), seed=0, batch_size=args.batch, deadline=deadline,
-                             n_proposals=args.proposals, lookahead=args.lookahead)
+                             n_proposals=args.proposals, lookahead=args.lookahead,
+                             confirm=Confirm(rounds=args.confirm))
+            cut_short = deadline is not None and time.monotonic() >= deadline and res.confirmed_rounds < args.confirm
             if hasattr(runner, "stats") and runner.stats.candidates > seen:  # this shape measured something
                 print(f"    evaluator so far: {runner.stats.line()}", flush=True)
-            if budget.spent(res.evaluations, res.gpu_seconds):
+            if budget.spent(res.evaluations, res.gpu_seconds) and not cut_short:
                 rows.append({
                     "m": problem.m, "n": problem.n, "k": problem.k,
                     "best_ms": res.best.time_ms.get("offline") if res.best else None,
                     "baseline_ms": {b: r.kernel_ms() for b, r in res.baselines.items()
                                     if r.available and r.kernel_ms() is not None},
                     "speedup": dict(res.speedup), "evaluations": res.evaluations,
+                    "confirmed_rounds": res.confirmed_rounds, "trial_speedup": dict(res.trial_speedup),
+                    "rejected": [r.spec.summary() for r in res.rejected],
                     "probe_ratio": s["cublas_ms"] / s["triton_ms"] if s.get("triton_ms") else None,
                     "spec": _spec_text(res.best.spec) if res.best else "-",
                     "spec_json": res.best.spec.to_dict() if res.best else None,

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from .ir import GemmProblem
+from .search.confirm import Confirm  # plain data, no heavy imports
 
 DEFAULT_ARCH = "sm_90a"
 
@@ -68,7 +69,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
            proposer: Any = "rules", budget: int | str = 64, modes: Sequence[str] = ("offline",),
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
            n_proposals: int | None = None, seed: int | None = None, progress: bool = True, tag: str = "",
-           batch_size: int = 4, **problem_fields):
+           batch_size: int = 4, confirm: Confirm | None = Confirm(), **problem_fields):
     """Search kernels for one GEMM and return a SearchResult.
 
     shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time
@@ -77,6 +78,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     $CUDAL2_STORE). runner: an evaluator (default: cudal2.bench's GPU evaluator).
     problem_fields: further GemmProblem fields (accumulator, out_dtype, epilogue).
     batch_size: specs evaluated per runner call (compiled in parallel by the evaluator).
+    confirm: a cudal2.search.confirm.Confirm (default: the 3 leaders timed 3 more times, the
+    winner named by the median of those rounds; None: the best search trial's own figures).
     The search resumes a study of the same problem and backends found in the store.
     """
     from .search.loop import run_search
@@ -93,7 +96,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
         return run_search(problem, backends=backends, arch=arch,
                           proposer=resolve_proposer(proposer, backends, arch), runner=runner,
                           store=resolve_store(store), budget=budget, modes=tuple(modes), n_proposals=n_proposals,
-                          sampler=sampler, seed=seed, tag=tag, progress=progress, batch_size=batch_size)
+                          sampler=sampler, seed=seed, tag=tag, progress=progress, batch_size=batch_size,
+                          confirm=confirm)
     finally:
         if own_runner and hasattr(runner, "close"):
             runner.close()  # the GPU worker and compile pool we started

@@ -74,6 +74,20 @@ def _x(v: float | None) -> str:
 
 
 # ---- search --------------------------------------------------------------------------------------
+REFERENCE = "torch"
+ConfirmOpt = Annotated[int, typer.Option(help="time the 3 leaders this many more times and name the winner "
+                                              "by the median (0: report the best search trial alone)")]
+
+
+def _confirm(rounds: int):
+    from .search.confirm import Confirm
+
+    if rounds < 0:
+        _fail(f"--confirm {rounds}: give 0 (off) or a number of rounds")
+    return Confirm(rounds=rounds)
+
+
+
 @app.command()
 def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")],
            budget: Annotated[str, typer.Option(help="GPU measurements (64) or GPU time (120s, 5m)")] = "64",
@@ -88,6 +102,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            batch: Annotated[int, typer.Option(help="specs per evaluator call")] = 4,
            n: Annotated[int, typer.Option(help="proposals to show in a dry run")] = 8,
            arch: Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")] = None,
+           confirm: ConfirmOpt = 3,
            runner: RunnerOpt = "gpu") -> None:
     """Search kernels for one shape (resumes the study of that shape found in the store)."""
     from .api import default_arch, resolve_proposer
@@ -110,7 +125,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
     try:
         res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
                          store=_store(store), budget=budget, modes=tuple(mode), sampler=sampler, seed=seed,
-                         batch_size=batch)
+                         batch_size=batch, confirm=_confirm(confirm))
     finally:
         if hasattr(run, "close"):
             run.close()
@@ -131,6 +146,14 @@ def _print_result(res, url: str = "<store url>") -> None:
     for mode, ms in res.best.time_ms.items():
         t.add_row(mode, _us(ms), *[_x(res.speedups.get(mode, {}).get(b)) for b in sorted(res.baselines)])
     console.print(t)
+    trial = res.trial_speedup.get(REFERENCE)
+    if res.confirmed_rounds:
+        console.print(f"figures: the median of {res.confirmed_rounds} confirmation rounds (the best search trial "
+                      f"alone said {_x(trial)} over {REFERENCE})")
+    else:
+        console.print("figures: one search trial, not confirmed (run with --confirm 3 for the median of 3 rounds)")
+    for r in res.rejected:
+        console.print(f"[yellow]rejected on confirmation ({r.status}): {r.spec.summary()}[/yellow]")
     console.print(f"spec: {res.best.spec.to_json()}")
     console.print(f"study: {res.study.study_name} (view: optuna-dashboard {url})")
 
@@ -323,7 +346,7 @@ def sweep(shapes_file: Annotated[Path, typer.Argument(help="one shape per line: 
           mode: Modes = ["offline"],  # noqa: B006
           out: Annotated[Optional[Path], typer.Option("--out", "-o", help="markdown report to write")] = None,
           seed: Optional[int] = None, batch: int = 4, arch: Optional[str] = None,
-          runner: RunnerOpt = "gpu") -> None:
+          confirm: ConfirmOpt = 3, runner: RunnerOpt = "gpu") -> None:
     """Search every shape of a file (resumable: finished studies are not repeated) and report."""
     from .api import default_arch, resolve_proposer
     from .search.aggregates import aggregate, markdown
@@ -335,7 +358,8 @@ def sweep(shapes_file: Annotated[Path, typer.Argument(help="one shape per line: 
     prop = None if proposer == "none" else resolve_proposer(proposer, tuple(backend), arch)
     s = _store(store)
     results = [run_search(p, backends=tuple(backend), arch=arch, proposer=prop, runner=run, store=s,
-                          budget=budget, modes=tuple(mode), seed=seed, batch_size=batch) for p in problems]
+                          budget=budget, modes=tuple(mode), seed=seed, batch_size=batch, confirm=_confirm(confirm))
+               for p in problems]
     if hasattr(run, "close"):
         run.close()
     names = sorted({b for r in results for b in r.baselines})

@@ -69,6 +69,17 @@ def test_search_show_export_with_recorded_runner(tmp_path):
     assert data["entries"][0]["problem"]["m"] == 1024
 
 
+def test_search_confirms_its_leaders_unless_told_not_to(tmp_path):
+    args = ["search", "1024x512x256", "--budget", "4", "--proposer", "random", "--runner", "recorded", "--seed", "0"]
+    r = runner.invoke(app, [*args, "--confirm", "2"])
+    assert r.exit_code == 0, r.output
+    assert "the median of 2 confirmation rounds" in r.output and "alone said" in r.output
+    r = runner.invoke(app, [*args, "--confirm", "0", "--store", str(tmp_path / "other.db")])
+    assert r.exit_code == 0 and "one search trial, not confirmed" in r.output
+    r = runner.invoke(app, [*args, "--confirm", "-1"])
+    assert r.exit_code == 2 and "--confirm -1" in r.output
+
+
 def test_compare_writes_a_png(tmp_path):
     out = tmp_path / "cmp.png"
     r = runner.invoke(app, ["compare", "256x512x128", "--proposers", "random,none", "--budget", "4", "--runner",

@@ -6,6 +6,7 @@ import torch
 import cudal2
 from cudal2 import GemmProblem
 from cudal2.search.recorded import RecordedRunner
+from cudal2.search.store import Store
 
 
 def test_search_end_to_end_with_rules_proposer_and_recorded_runner(tmp_path):
@@ -23,12 +24,16 @@ def test_search_end_to_end_with_rules_proposer_and_recorded_runner(tmp_path):
     assert set(res.speedups) == {"offline", "server"}
     first = min(res.study.trials, key=lambda t: t.number)
     assert first.user_attrs["proposal"].startswith("rules") or first.user_attrs["proposal"] == "proposer"
-    # resuming the same search with a larger budget continues the study; nothing is measured again
+    assert res.confirmed_rounds == 3  # the leaders were timed again (the recorded runner repeats itself)
+    # resuming the same search with a larger budget continues the study; no search trial is measured
+    # again (the runner sees 4 new specs, then confirmation rounds for whichever leaders lack them)
+    confirmations = len(Store(store).confirmations(res.problem))
     runner2 = RecordedRunner(baselines={"torch": 0.05, "cublaslt_autotune": 0.045})
     res2 = cudal2.search((1024, 768, 512), layout="NT", proposer="rules", budget=12, store=store, runner=runner2,
                          progress=False, seed=0, modes=("offline", "server"))
-    assert res2.evaluations == 12 and len(runner2.calls) == 4
-    assert not {s.key() for s in runner2.calls} & {r.spec.key() for r in res.history}
+    new = {s.key() for s in runner2.calls} - {r.spec.key() for r in res.history}
+    assert res2.evaluations == 12 and len(new) == 4
+    assert len(runner2.calls) == 4 + len(Store(store).confirmations(res.problem)) - confirmations
     assert res2.study.study_name == res.study.study_name
 
 

@@ -2,7 +2,7 @@
 
     proposer.propose(problem, history, n) -> enqueued trials -> sampler -> validate (prune)
       -> kernel table lookup (never measure a spec twice) -> runner.evaluate -> kernel table
-      -> tell Optuna
+      -> tell Optuna; then the leaders are timed again (confirm.py) and ranked by those rounds
 
 Budget: a number of GPU measurements (`64`) or GPU seconds (`"120s"`, `"5m"`), counted over
 the whole study, so a resumed search continues where the killed one stopped. "GPU time" is the
@@ -20,6 +20,7 @@ from typing import Any, Callable, Sequence
 
 from ..bench.results import BaselineResult, CandidateResult, Mode, Runner
 from ..ir import GemmProblem, KernelSpec, SpecError
+from .confirm import Confirm, ranked_trials, run_confirmation, summarize
 from .proposal import Proposer
 from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, reference_of, relative_time, speedups_of, trial_attrs,
                       validate)
@@ -86,6 +87,12 @@ class SearchResult:
     evaluations: int  # GPU measurements in the study
     gpu_seconds: float
     curve: list[Point] = field(default_factory=list)
+    # Confirmation (confirm.py): the rounds behind the figures above (0: the best's search trial
+    # alone), the speedups that trial gave (what a search without confirmation would report), and
+    # the leaders a confirmation round found wrong or broken.
+    confirmed_rounds: int = 0
+    trial_speedup: dict[str, float] = field(default_factory=dict)
+    rejected: list[CandidateResult] = field(default_factory=list)
     _kernel: Any = field(default=None, repr=False)
 
     @property
@@ -105,7 +112,8 @@ class SearchResult:
             return f"{self.problem.label()}: no correct kernel in {self.evaluations} evaluations"
         sp = ", ".join(f"{k} {v:.3f}x" for k, v in sorted(self.speedup.items()))
         ms = ", ".join(f"{m} {v * 1e3:.1f} us" for m, v in self.best.time_ms.items())
-        return f"{self.problem.label()}: best {ms}; speedup {sp or 'n/a'} ({self.evaluations} evaluations)"
+        how = f"median of {self.confirmed_rounds} confirmation rounds" if self.confirmed_rounds else "unconfirmed"
+        return f"{self.problem.label()}: best {ms}; speedup {sp or 'n/a'} ({self.evaluations} evaluations; {how})"
 
 
 def _objective_mode(modes: Sequence[str]) -> str:
@@ -138,7 +146,8 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                modes: Sequence[Mode] = ("offline",), n_proposals: int | None = None, sampler: str = "tpe",
                seed: int | None = None, tag: str = "", progress: bool = True,
                max_trials: int | None = None, batch_size: int = 1,
-               deadline: float | None = None, lookahead: bool = False) -> SearchResult:
+               deadline: float | None = None, lookahead: bool = False,
+               confirm: Confirm | None = None) -> SearchResult:
     """Run (or resume) the study of `problem` until `budget` is spent; see the module docstring.
     batch_size: specs handed to runner.evaluate at once (the evaluator compiles a batch in
     parallel; the TPE sampler's constant liar keeps a batch diverse). deadline: a time.monotonic()
@@ -147,7 +156,9 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     that it compiles in the meantime. Off by default: on the H100 it cut the wait for compiles
     (0.12 -> 0.09 s a candidate) but the one comparison made gave no shorter search (0.86 against
     0.74 s a candidate, run first and on a cold process), and compiles running during the timing
-    job compete with it for the host."""
+    job compete with it for the host. confirm: once the budget is spent, time the leaders again
+    and rank them by those rounds (confirm.py); None (here; cudal2.search, the CLI and the
+    benchmarks pass Confirm()) or rounds=0 reports the best search trial."""
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -306,7 +317,19 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                 give_back([*upcoming, *upcoming_dups])  # asked ahead but not measured
                 break
             batch, dups = (upcoming, upcoming_dups) if upcoming or upcoming_dups else next_batch(room(0))
+    # Confirmation once the search has ended on its own (budget spent or nothing left to try); a
+    # deadline leaves it to the resume, which may measure more first.
+    if confirm is not None and confirm.rounds > 0 and not (deadline is not None and time.monotonic() >= deadline):
+        keys = _study_keys(study)
+        run_confirmation(problem, lambda: ranked_trials(store.kernels(problem), keys, baselines, reference,
+                                                        objective_mode),
+                         runner, store, modes, confirm, reference, deadline,
+                         say=(lambda line: None) if not progress else print)
     return collect(problem, study, store, baselines, objective_mode, reference)
+
+
+def _study_keys(study) -> set:
+    return {t.user_attrs.get("spec_key") for t in study.get_trials(deepcopy=False)}
 
 
 class _Heartbeat:
@@ -413,32 +436,36 @@ def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, Base
     rows = store.kernels(problem)
     history = [r["result"] for r in rows]
     state = _State.from_study(study, reference, mode)
-    # The best correct kernel among the specs this study tried (the store may hold other studies'),
-    # ranked by its speedup over the reference baseline timed in the same evaluator call: the
-    # GPU's clock drifts between calls (torch took 874 us in one batch of an H100 search on
-    # 8192x8192x4096 and 762 us in the next, when it had cooled), so raw times of different
-    # batches do not compare, while each kernel's ratio to its interleaved baseline does.
-    keys = {t.user_attrs.get("spec_key") for t in study.get_trials(deepcopy=False)}
-    best_row, best_score = None, math.inf
-    for r in rows:
-        res = r["result"]
-        ms = res.kernel_ms(mode) if res.ok else None
-        if ms is None or res.spec.key() not in keys or not math.isfinite(ms):
-            continue
-        score = relative_time(ms, r["baselines"] or baselines, reference, mode)
-        if score < best_score:
-            best_row, best_score = r, score
-    best = None
-    speedups: dict[str, dict[str, float]] = {}
-    if best_row is not None:
-        res = best_row["result"]
+    # Candidates are ranked by their speedup over the reference baseline timed in the same
+    # evaluator call: the GPU's clock drifts between calls (torch took 874 us in one batch of an
+    # H100 search on 8192x8192x4096 and 762 us in the next, when it had cooled), so raw times of
+    # different batches do not compare, while each kernel's ratio to its interleaved baseline does.
+    keys = _study_keys(study)
+    ranked = ranked_trials(rows, keys, baselines, reference, mode)
+    confirmed = {k: c for k, c in summarize(store.confirmations(problem), reference, mode).items() if k in keys}
+    rejected = [c.rounds[-1]["result"] for c in confirmed.values() if c.failed]
+    passed = sorted((c for c in confirmed.values() if not c.failed), key=lambda c: c.score)
+    best, speedups, trial_speedups, rounds = None, {}, {}, 0
+    if ranked:
+        top = ranked[0][1]
+        trial_speedups = speedups_of(top["result"], top["baselines"] or baselines)
+    sources = {r["result"].spec.key(): r["source"] for r in rows}
+    if passed:
+        # the figures of the winner's median confirmation round: its kernel time and the baselines
+        # timed with it, one evaluator call
+        winner = passed[0]
+        res, baselines = winner.median_round["result"], winner.median_round["baselines"] or baselines
+        rounds = len(winner.rounds)
+    elif ranked:
+        res, baselines = ranked[0][1]["result"], ranked[0][1]["baselines"] or baselines
+    if passed or ranked:
         best = Best(spec=res.spec, time_ms={m: t.kernel_ms for m, t in res.timing.items()},
-                    source=best_row["source"], result=res)
-        baselines = best_row["baselines"] or baselines  # timed with the best kernel, interleaved
+                    source=sources.get(res.spec.key(), ""), result=res)
         speedups = speedups_of(res, baselines)
     return SearchResult(problem=problem, best=best, speedup=speedups.get(mode, {}), speedups=speedups,
                         baselines=baselines, history=history, study=study, evaluations=state.evaluations,
-                        gpu_seconds=state.gpu_s, curve=state.curve)
+                        gpu_seconds=state.gpu_s, curve=state.curve, confirmed_rounds=rounds,
+                        trial_speedup=trial_speedups.get(mode, {}), rejected=rejected)
 
 
 # ---- dry run: everything but the GPU ----------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""The store: Optuna's storage (the studies) plus two tables of our own in the same database,
-one row per measured kernel and one per measured baseline.
+"""The store: Optuna's storage (the studies) plus tables of our own in the same database: one row
+per measured kernel, one per measured baseline, and one per confirmation (a search leader timed
+again before it is named the winner).
 
 SQLite under the user cache directory by default (one file, nothing to start); any SQLAlchemy
 URL (PostgreSQL) for many workers. The kernel table is the source of truth for measurements:
@@ -217,6 +218,19 @@ class Store:
                 sa.Column("environment", sa.Text, nullable=False, default="null"),
                 sa.Column("created", sa.DateTime, nullable=False),
             )
+            # Re-timings of a search's leaders (cudal2.search.confirm), apart from the kernel table: a
+            # leader was picked for measuring fast once, so its search trial is not its figure.
+            sa.Table(
+                "cudal2_confirmations", md,
+                sa.Column("id", sa.Integer, primary_key=True, autoincrement=True),
+                sa.Column("problem_key", sa.String(32), nullable=False, index=True),
+                sa.Column("spec_key", sa.String(32), nullable=False, index=True),
+                sa.Column("status", sa.String(32), nullable=False),
+                sa.Column("measurements", sa.Text, nullable=False),
+                sa.Column("baselines", sa.Text, nullable=False, default="{}"),  # timed in the same call
+                sa.Column("environment", sa.Text, nullable=False, default="null"),
+                sa.Column("created", sa.DateTime, nullable=False),
+            )
             cls._metadata = md
         return cls._metadata
 
@@ -298,6 +312,27 @@ class Store:
                                                 t.c.kernel_ms.is_not(None))
                                .order_by(t.c.kernel_ms, t.c.id).limit(1)).mappings().first()
         return self._kernel_row(row) if row else None
+
+    # ---- confirmations ------------------------------------------------------------------------------
+    def record_confirmation(self, problem: GemmProblem, result: CandidateResult,
+                            baselines: dict[str, BaselineResult], environment: Environment | None = None) -> None:
+        t = self._table("cudal2_confirmations")
+        with self.engine.begin() as conn:
+            conn.execute(t.insert().values(
+                problem_key=problem.key(), spec_key=result.spec.key(), status=result.status,
+                measurements=result_to_json(result),
+                baselines=json.dumps({k: baseline_to_dict(b) for k, b in baselines.items()}, sort_keys=True),
+                environment=json.dumps(asdict(environment) if environment else None),
+                created=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
+
+    def confirmations(self, problem: GemmProblem) -> list[dict[str, Any]]:
+        """Confirmation rows of problem (result and the baselines timed with it), oldest first."""
+        t = self._table("cudal2_confirmations")
+        with self.engine.connect() as conn:
+            rows = conn.execute(t.select().where(t.c.problem_key == problem.key()).order_by(t.c.id)).mappings().all()
+        return [{"spec_key": r["spec_key"], "result": result_from_dict(json.loads(r["measurements"])),
+                 "baselines": {k: baseline_from_dict(v) for k, v in json.loads(r["baselines"] or "{}").items()}}
+                for r in rows]
 
     # ---- baselines ----------------------------------------------------------------------------------
     def record_baselines(self, problem: GemmProblem, baselines: dict[str, BaselineResult],

@@ -1,0 +1,106 @@
+"""Confirmation (cudal2.search.confirm): the leaders of a search are timed again and the winner is
+named by the median of those rounds, not by the one lucky trial that made it a leader."""
+
+import time
+
+import pytest
+
+from cudal2 import GemmProblem, KernelSpec
+from cudal2.search.confirm import Confirm
+from cudal2.search.loop import run_search
+from cudal2.search.proposal import Proposal
+from cudal2.search.recorded import RecordedRunner
+from cudal2.search.store import Store
+
+PROBLEM = GemmProblem(m=1024, n=1024, k=512)
+LUCKY = KernelSpec(block_m=128, block_n=64, block_k=32, num_warps=4, stages=2)
+STEADY = KernelSpec(block_m=64, block_n=64, block_k=32, num_warps=4, stages=2)
+SLOW = KernelSpec(block_m=64, block_n=128, block_k=32, num_warps=4, stages=2)
+TORCH_MS = 0.100
+
+
+class ListProposer:
+    name = "list"
+
+    def __init__(self, specs):
+        self.specs = specs
+
+    def propose(self, problem, history, n):
+        return [Proposal(s, reasoning="", source="list") for s in self.specs[:n]]
+
+
+class Sequenced(RecordedRunner):
+    """Each spec's successive measurements, in order (the last repeats); a str is a failure status."""
+
+    def __init__(self, times: dict):
+        self.times = {s.key(): list(v) for s, v in times.items()}
+        self.seen: dict[str, int] = {}
+        super().__init__(model=self._next, baselines={"torch": TORCH_MS})
+
+    def _next(self, problem, spec):
+        i = self.seen.get(spec.key(), 0)
+        self.seen[spec.key()] = i + 1
+        seq = self.times[spec.key()]
+        return seq[min(i, len(seq) - 1)]
+
+
+def search(runner, store, confirm=Confirm(top=2, rounds=3), **kw):
+    return run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([LUCKY, STEADY, SLOW]),
+                      runner=runner, store=store, budget=3, n_proposals=3, seed=0, progress=False, confirm=confirm,
+                      **kw)
+
+
+def test_the_winner_is_named_by_its_confirmation_rounds_not_its_lucky_trial(tmp_path):
+    # LUCKY measured 80 us once and 110 us every time after; STEADY 90 us each time
+    runner = Sequenced({LUCKY: [0.080, 0.110], STEADY: [0.090], SLOW: [0.200]})
+    res = search(runner, Store(tmp_path / "s.db"))
+    assert res.best.spec == STEADY and res.confirmed_rounds == 3
+    assert res.speedup["torch"] == pytest.approx(TORCH_MS / 0.090)
+    assert res.trial_speedup["torch"] == pytest.approx(TORCH_MS / 0.080)  # what the search alone would claim
+    assert res.best.time_ms["offline"] == pytest.approx(0.090)
+    # the two leaders were timed three more times each; SLOW (third) never again
+    assert [s.key() for s in runner.calls].count(LUCKY.key()) == 4
+    assert [s.key() for s in runner.calls].count(STEADY.key()) == 4
+    assert [s.key() for s in runner.calls].count(SLOW.key()) == 1
+    assert "median of 3 confirmation rounds" in res.summary()
+
+
+def test_without_confirmation_the_lucky_trial_wins(tmp_path):
+    runner = Sequenced({LUCKY: [0.080, 0.110], STEADY: [0.090], SLOW: [0.200]})
+    res = search(runner, Store(tmp_path / "s.db"), confirm=None)
+    assert res.best.spec == LUCKY and res.confirmed_rounds == 0 and len(runner.calls) == 3
+    assert "unconfirmed" in res.summary()
+
+
+def test_the_median_round_gives_the_figures(tmp_path):
+    runner = Sequenced({LUCKY: [0.080, 0.100, 0.070, 0.130], STEADY: [0.200], SLOW: [0.300]})
+    res = search(runner, Store(tmp_path / "s.db"))
+    assert res.best.spec == LUCKY and res.best.time_ms["offline"] == pytest.approx(0.100)
+
+
+def test_a_leader_that_fails_a_confirmation_round_is_rejected_and_the_next_one_confirmed(tmp_path):
+    # LUCKY passed its search trial, then gave a wrong answer: it must never be the winner
+    runner = Sequenced({LUCKY: [0.080, 0.080, "incorrect"], STEADY: [0.090], SLOW: [0.120]})
+    res = search(runner, Store(tmp_path / "s.db"))
+    assert res.best.spec == STEADY and res.confirmed_rounds == 3
+    assert [r.spec for r in res.rejected] == [LUCKY] and res.rejected[0].status == "incorrect"
+    # SLOW moved up into the top two and was confirmed in LUCKY's place
+    assert [s.key() for s in runner.calls].count(SLOW.key()) == 4
+
+
+def test_a_deadline_leaves_confirmation_to_the_resume(tmp_path):
+    store = Store(tmp_path / "s.db")
+    runner = Sequenced({LUCKY: [0.080, 0.110], STEADY: [0.090], SLOW: [0.200]})
+    res = search(runner, store, deadline=time.monotonic() - 1)  # past: measures nothing at all
+    assert res.evaluations == 0 and res.best is None
+    res = search(runner, store)
+    assert res.best.spec == STEADY and res.confirmed_rounds == 3
+    rounds = len(store.confirmations(PROBLEM))
+    again = search(runner, store)  # everything is stored: nothing measured again
+    assert len(store.confirmations(PROBLEM)) == rounds and again.best.spec == STEADY
+
+
+@pytest.mark.parametrize("kw", [dict(top=0), dict(rounds=-1)])
+def test_bad_confirm_settings_are_refused(kw):
+    with pytest.raises(ValueError, match="top must be >= 1 and rounds >= 0"):
+        Confirm(**kw)
