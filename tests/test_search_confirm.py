@@ -104,3 +104,27 @@ def test_a_deadline_leaves_confirmation_to_the_resume(tmp_path):
 def test_bad_confirm_settings_are_refused(kw):
     with pytest.raises(ValueError, match="top must be >= 1 and rounds >= 0"):
         Confirm(**kw)
+
+
+def test_the_tuned_table_takes_confirmed_figures_and_never_a_rejected_kernel(tmp_path):
+    from cudal2 import TunedTable
+
+    store = Store(tmp_path / "s.db")
+    # LUCKY: a fast trial, then a wrong answer; STEADY 90 us, 1.11x torch, every time
+    search(Sequenced({LUCKY: [0.050, "incorrect"], STEADY: [0.090], SLOW: [0.120]}), store)
+    (entry,) = list(TunedTable.from_store(store))
+    assert entry.spec == STEADY and entry.speedup() == pytest.approx(TORCH_MS / 0.090)
+    # unconfirmed, the table would have routed cudal2.matmul to the kernel that later failed
+    other = Store(tmp_path / "o.db")
+    search(Sequenced({LUCKY: [0.050, "incorrect"], STEADY: [0.090], SLOW: [0.120]}), other, confirm=None)
+    (entry,) = list(TunedTable.from_store(other))
+    assert entry.spec == LUCKY
+
+
+def test_a_lucky_trial_just_above_torch_does_not_route_matmul_away_from_torch(tmp_path):
+    from cudal2 import TunedTable
+
+    store = Store(tmp_path / "s.db")
+    search(Sequenced({LUCKY: [0.095, 0.105], STEADY: [0.110], SLOW: [0.120]}), store)
+    table = TunedTable.from_store(store)
+    assert table.lookup(PROBLEM) is None  # confirmed at 0.95x torch: cudal2.matmul keeps torch.matmul

@@ -331,7 +331,8 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(t.select().where(t.c.problem_key == problem.key()).order_by(t.c.id)).mappings().all()
         return [{"spec_key": r["spec_key"], "result": result_from_dict(json.loads(r["measurements"])),
-                 "baselines": {k: baseline_from_dict(v) for k, v in json.loads(r["baselines"] or "{}").items()}}
+                 "baselines": {k: baseline_from_dict(v) for k, v in json.loads(r["baselines"] or "{}").items()},
+                 "environment": json.loads(r["environment"] or "null"), "created": r["created"]}
                 for r in rows]
 
     # ---- baselines ----------------------------------------------------------------------------------

@@ -117,7 +117,11 @@ class TunedTable:
     @classmethod
     def from_store(cls, store=None, mode: str = "offline") -> "TunedTable":
         """Best correct kernel per (problem, GPU) in the store, with the baselines timed together
-        with it (interleaved in the same evaluator call), else the problem's stored baselines."""
+        with it (interleaved in the same evaluator call), else the problem's stored baselines.
+        Where a search confirmed its leaders on that GPU (confirm.py), only they compete, each with
+        its median round: a single lucky trial must not route cudal2.matmul away from torch, and a
+        kernel that failed a confirmation round is never used."""
+        from .confirm import summarize
         from .store import Store
 
         store = store if isinstance(store, Store) else Store(store)
@@ -127,7 +131,13 @@ class TunedTable:
         for problem in store.problems():
             baselines = {name: b.kernel_ms(mode) for name, b in store.baselines(problem).items()
                          if b.available and b.kernel_ms(mode) is not None}
-            for row in store.kernels(problem):
+            confirmed: dict[str, list] = {}  # GPU -> confirmation rows
+            for row in store.confirmations(problem):
+                confirmed.setdefault((row["environment"] or {}).get("gpu_name", ""), []).append(row)
+            rows = [c.median_round for gpu_rows in confirmed.values()
+                    for c in summarize(gpu_rows, "torch", mode).values() if not c.failed]
+            rows += [r for r in store.kernels(problem) if (r["environment"] or {}).get("gpu_name", "") not in confirmed]
+            for row in rows:
                 res = row["result"]
                 ms = res.kernel_ms(mode) if res.ok else None
                 if ms is None:
