@@ -82,10 +82,10 @@ ConfirmOpt = Annotated[int, typer.Option(help="time the 3 leaders this many more
 def _confirm(rounds: int):
     from .search.confirm import Confirm
 
-    if rounds < 0:
-        _fail(f"--confirm {rounds}: give 0 (off) or a number of rounds")
-    return Confirm(rounds=rounds)
-
+    try:
+        return Confirm(rounds=rounds)
+    except ValueError as e:
+        _fail(f"--confirm {rounds}: {e}; give 0 (off) or a number of rounds")
 
 
 @app.command()

@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, options
-from ..ir.spec import OPERAND_BYTES
+from ..ir.spec import stage_bytes
 from .base import Backend, Source, Support
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
@@ -63,8 +63,7 @@ def _epilogue_piece_bytes(f: Mapping[str, Any]) -> int:
 def epilogue_stages(f: Mapping[str, Any]) -> int:
     """How many output pieces the TMA-store epilogue of a spec (given as its fields) keeps in flight:
     the most of EPILOGUE_STAGES that fit in shared memory beside its main-loop stages and barriers."""
-    main = f["stages"] * (f["block_m"] + f["block_n"]) * (f["block_k"] + f["smem_padding"]) * OPERAND_BYTES
-    room = arch_limits(f["arch"]).smem_per_block - BARRIER_BYTES - main
+    room = arch_limits(f["arch"]).smem_per_block - BARRIER_BYTES - f["stages"] * stage_bytes(f)
     piece = _epilogue_piece_bytes(f)
     return next((n for n in EPILOGUE_STAGES if n * piece <= room), EPILOGUE_STAGES[-1])
 

@@ -92,9 +92,8 @@ class KernelSpec(IRModel):
     def smem_bytes(self) -> int:
         """Shared memory for the main-loop stages plus a staged epilogue tile (or what the backend
         declares its epilogue stages, when it stages less than the whole tile)."""
-        row = self.block_k + self.smem_padding
-        main = self.stages * (self.block_m + self.block_n) * row * OPERAND_BYTES
-        return main + epilogue_smem_bytes(dict(self))
+        fields = dict(self)
+        return self.stages * stage_bytes(fields) + epilogue_smem_bytes(fields)
 
     def summary(self) -> str:
         """One line for tables: tile, warps, stages, load path, then what departs from a plain
@@ -123,6 +122,12 @@ class KernelSpec(IRModel):
         if bad:
             raise SpecError(bad, what="KernelSpec")
         return self
+
+
+def stage_bytes(fields: Mapping[str, Any]) -> int:
+    """Shared memory of one main-loop stage of a spec (given as its fields): an A and a B tile of
+    block_k (+ padding) columns."""
+    return (fields["block_m"] + fields["block_n"]) * (fields["block_k"] + fields["smem_padding"]) * OPERAND_BYTES
 
 
 def epilogue_smem_bytes(fields: Mapping[str, Any]) -> int:
@@ -223,7 +228,7 @@ def _spec_violations(s: KernelSpec) -> list[Violation]:
 
 
 def _max_stages(s: KernelSpec, limit: int) -> int:
-    per_stage = (s.block_m + s.block_n) * (s.block_k + s.smem_padding) * OPERAND_BYTES
+    per_stage = stage_bytes(dict(s))
     epi = s.smem_bytes() - s.stages * per_stage
     return max(0, (limit - epi) // per_stage)
 

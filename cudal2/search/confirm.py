@@ -42,7 +42,6 @@ class Confirmed:
     """One leader's confirmation rounds: how it ranks (median relative time over ok rounds), and
     the round whose figures are reported (its median)."""
 
-    spec: KernelSpec
     rounds: list[dict[str, Any]]  # store rows: result, baselines
     failed: bool  # some round was not ok: never the winner
     score: float  # median of kernel time / reference baseline time, per round (lower is better)
@@ -82,8 +81,7 @@ def summarize(confirmation_rows: Sequence[dict[str, Any]], reference: str | None
         score = statistics.median(s for s, _ in scored) if scored else math.inf
         # the lower middle round: with an even count the reported figures stay one call's own
         median_round = rounds[scored[(len(scored) - 1) // 2][1]] if scored else None
-        out[key] = Confirmed(spec=rounds[0]["result"].spec, rounds=rounds, failed=failed, score=score,
-                             median_round=median_round)
+        out[key] = Confirmed(rounds=rounds, failed=failed, score=score, median_round=median_round)
     return out
 
 
@@ -101,12 +99,12 @@ def leaders(ranked: Sequence[tuple[float, dict[str, Any]]], confirmed: dict[str,
     return out
 
 
-def run_confirmation(problem: GemmProblem, ranked_now, runner, store, modes: Sequence[str], confirm: Confirm,
-                     reference: str | None, deadline: float | None = None, say=print) -> bool:
+def run_confirmation(problem: GemmProblem, ranked_now, runner, store, modes: Sequence[str], mode: str,
+                     confirm: Confirm, reference: str | None, deadline: float | None = None, say=print) -> bool:
     """Time the leaders until each has confirm.rounds rounds (those a round fails are replaced by
-    the next leader). ranked_now() gives ranked_trials afresh. False when the deadline stopped it
-    (the rounds so far are stored; a resume continues)."""
-    mode = "offline" if "offline" in modes else modes[0]
+    the next leader); `mode` is the one of `modes` they are ranked in. ranked_now() gives
+    ranked_trials afresh. False when the deadline stopped it (the rounds so far are stored; a
+    resume continues)."""
     announced = False
     while True:
         confirmed = summarize(store.confirmations(problem), reference, mode)

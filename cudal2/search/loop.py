@@ -323,7 +323,7 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
         keys = _study_keys(study)
         run_confirmation(problem, lambda: ranked_trials(store.kernels(problem), keys, baselines, reference,
                                                         objective_mode),
-                         runner, store, modes, confirm, reference, deadline,
+                         runner, store, modes, objective_mode, confirm, reference, deadline,
                          say=(lambda line: None) if not progress else print)
     return collect(problem, study, store, baselines, objective_mode, reference)
 

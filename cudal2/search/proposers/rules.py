@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 from ...bench.results import CandidateResult
 from ...ir import ARCHS, DTYPE_BYTES, ArchLimits, GemmProblem
-from ...ir.spec import OPERAND_BYTES, PRODUCER_WARPS, REGISTER_RESERVE, epilogue_smem_bytes
+from ...ir.spec import OPERAND_BYTES, PRODUCER_WARPS, REGISTER_RESERVE, epilogue_smem_bytes, stage_bytes
 from ..proposal import Proposal
 from . import space
 
@@ -491,15 +491,14 @@ class RulesProposer:
     def _stage_options(self, caps, pref: Preferences, fields: dict, k_steps: int,
                        exhaustive: bool = False) -> list[tuple[int, str]]:
         hw = self.hw
-        row = fields["block_k"] + fields["smem_padding"]
-        per_stage = (fields["block_m"] + fields["block_n"]) * row * OPERAND_BYTES
+        per_stage = stage_bytes(fields)
         # the epilogue's staging may shrink as stages grow (cute_dsl), so each count is checked whole
         used = {s: s * per_stage + epilogue_smem_bytes({**fields, "stages": s})
                 for s in space.domain(caps, "stages", self.arch)}
         allowed = [s for s, b in used.items() if b <= hw.smem_per_block - pref.smem_reserve]
-        fit = max(allowed, default=0)
         if not allowed:
             return []
+        fit = max(allowed)
         # more stages than main-loop steps buy nothing
         most = pref.pingpong_max_stages if fields["warp_specialization"] == "pingpong" else pref.max_stages
         top = min(most, max(allowed), max(2, k_steps))
@@ -543,7 +542,7 @@ class RulesProposer:
     def _occupancy(self, f: dict, stages: int | None = None) -> int:
         hw = self.hw
         stages = f["stages"] if stages is None else stages
-        smem = stages * (f["block_m"] + f["block_n"]) * (f["block_k"] + f["smem_padding"]) * OPERAND_BYTES
+        smem = stages * stage_bytes(f)
         threads = f["num_warps"] * 32
         regs = min(hw.regs_per_thread, f["block_m"] * f["block_n"] // threads + REGISTER_RESERVE)
         return max(1, min(4, hw.smem_per_sm // (smem + 1024), 2048 // threads, hw.regs_per_sm // (threads * regs)))
