@@ -73,7 +73,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     """Search kernels for one GEMM and return a SearchResult.
 
     shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time
-    ("120s"). modes: timing modes ("offline", "server"); the objective is offline kernel time.
+    ("120s"). modes: timing modes ("offline", "server", "sustained"); the objective is offline kernel time.
     store: a Store, a SQLAlchemy URL or a file path (default: the user cache store, or
     $CUDAL2_STORE). runner: an evaluator (default: cudal2.bench's GPU evaluator).
     problem_fields: further GemmProblem fields (accumulator, out_dtype, epilogue).

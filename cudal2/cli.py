@@ -19,7 +19,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 console = Console()
 
 Backends = Annotated[list[str], typer.Option("--backend", "-b", help="codegen backend(s) to search (repeat)")]
-Modes = Annotated[list[str], typer.Option("--mode", "-m", help="timing mode(s): offline, server (repeat)")]
+Modes = Annotated[list[str], typer.Option("--mode", "-m", help="timing mode(s): offline, server, sustained (repeat)")]
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="SQLAlchemy URL or SQLite file "
                                                  "(default: $CUDAL2_STORE or the user cache store)")]
 RunnerOpt = Annotated[str, typer.Option("--runner", help="gpu: the evaluator; recorded: synthetic replayed "

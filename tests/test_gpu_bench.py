@@ -106,3 +106,27 @@ def test_triton_spec_end_to_end_against_the_baselines():
     env = rep.environment
     assert env.gpu_name != "cpu" and env.sm_count > 0 and env.torch and env.cuda
     print("environment:", env)
+
+
+def test_sustained_mode_times_each_contender_alone_for_its_whole_window():
+    """Sustained timing (cudal2/bench/timing.py): every contender runs alone past settle_ms, then
+    window_ms of timed groups, per round. A contender doing twice the work must time at about twice
+    the time, and the kept samples must cover the window, not a few stray groups."""
+    import torch
+
+    from cudal2.bench.timing import TimingConfig, measure
+
+    a = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    c = torch.empty_like(a)
+    contenders = {"once": lambda i: torch.matmul(a, b, out=c),
+                  "twice": lambda i: (torch.matmul(a, b, out=c), torch.matmul(a, b, out=c))}
+    cfg = TimingConfig(settle_ms=200.0, window_ms=100.0, sustained_rounds=2)
+    res = measure(contenders, 1, "sustained", cfg, device="cuda")
+    once, twice = res["once"].timing, res["twice"].timing
+    assert once.method == "cuda-graph" and twice.method == "cuda-graph"
+    assert 1.8 < twice.kernel_ms / once.kernel_ms < 2.2
+    # groups per round >= window / group length; kept samples x their length cover both windows
+    assert once.groups >= 2 * 3
+    calls = max(1, min(cfg.max_calls_per_group, int(cfg.target_group_ms / once.kernel_ms) + 1))
+    assert once.kernel_ms * calls * once.groups >= 0.8 * cfg.sustained_rounds * cfg.window_ms

@@ -128,3 +128,22 @@ def test_a_lucky_trial_just_above_torch_does_not_route_matmul_away_from_torch(tm
     search(Sequenced({LUCKY: [0.095, 0.105], STEADY: [0.110], SLOW: [0.120]}), store)
     table = TunedTable.from_store(store)
     assert table.lookup(PROBLEM) is None  # confirmed at 0.95x torch: cudal2.matmul keeps torch.matmul
+
+
+def test_rounds_timed_in_another_mode_do_not_count(tmp_path):
+    # a store confirmed offline, then searched sustained: the offline rounds neither rank the
+    # sustained leaders nor count as failures; a failed round fails every mode
+    store = Store(tmp_path / "s.db")
+    runner = Sequenced({LUCKY: [0.080, 0.110], STEADY: [0.090], SLOW: [0.200]})
+    search(runner, store)
+    from cudal2.search.confirm import rounds_in_mode, summarize
+
+    rows = store.confirmations(PROBLEM)
+    assert len(rows) == 6 and len(rounds_in_mode(rows, "offline")) == 6
+    assert rounds_in_mode(rows, "sustained") == [] and summarize(rows, "torch", "sustained") == {}
+    runner = Sequenced({LUCKY: [0.080, 0.080, "incorrect"], STEADY: [0.090], SLOW: [0.120]})
+    res = search(runner, Store(tmp_path / "t.db"), modes=("sustained",))
+    assert res.best.spec == STEADY and res.confirmed_rounds == 3 and set(res.best.time_ms) == {"sustained"}
+    rows = Store(tmp_path / "t.db").confirmations(PROBLEM)
+    failed = [r for r in rows if not r["result"].ok]
+    assert failed and all(r in rounds_in_mode(rows, "offline") for r in failed)

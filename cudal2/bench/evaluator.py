@@ -33,7 +33,7 @@ from .timing import TimingConfig
 from .worker import KernelRef, TimeRequest, Worker, WorkerDied
 
 DEFAULT_BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune")
-MODES = ("offline", "server")
+MODES = ("offline", "server", "sustained")
 
 
 @dataclass(frozen=True)
@@ -400,7 +400,7 @@ def _modes(modes: Iterable[str] | str) -> tuple[str, ...]:
     ms = (modes,) if isinstance(modes, str) else tuple(modes)
     bad = [m for m in ms if m not in MODES]
     if bad or not ms:
-        raise ValueError(f"unknown timing mode(s) {bad or ms!r}; use 'offline' and/or 'server'")
+        raise ValueError(f"unknown timing mode(s) {bad or ms!r}; use any of {MODES}")
     return ms
 
 
@@ -433,7 +433,7 @@ def evaluate(problem, candidates, mode: str | Iterable[str] = "offline",
 
     candidates: KernelSpecs (rendered and compiled through the backend registry), prebuilt
     kernels (picklable callables or "module:attr"), or a {name: spec-or-kernel} mapping.
-    mode: "offline", "server" or both. config: EvalConfig fields (device, timeouts, ...)."""
+    mode: "offline", "server", "sustained" or several. config: EvalConfig fields (device, timeouts, ...)."""
     problem = GemmProblem.parse(problem)
     modes = _modes(mode)
     with Evaluator(**config, baselines=tuple(baselines)) as ev:

@@ -17,7 +17,7 @@ Status = Literal[
     "timeout",  # the kernel hung past the run timeout
 ]
 
-Mode = Literal["offline", "server"]
+Mode = Literal["offline", "server", "sustained"]
 
 
 @dataclass(frozen=True)

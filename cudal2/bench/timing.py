@@ -8,6 +8,11 @@ kernel time: a CUDA graph captures N calls cycling over the input sets; events a
 call time: events around N plain Python calls: what a caller pays, host overhead included.
 
 offline: groups back to back (warm GPU; L2 holds whatever the rotation lets it hold).
+sustained: each contender alone, back to back, long enough for the GPU's power limit to set its
+  clock (settle_ms), then timed groups with no gap (window_ms); a few rounds. Under a power cap
+  (the lent H100 runs large GEMMs at its 700 W limit, 1.1-1.4 GHz instead of 1.98) a kernel's
+  clock depends on its own power draw; offline's 2 ms groups, interleaved, share one clock
+  between contenders, which favours the hungrier kernel. Sustained is what a training job sees.
 server: one call per sample, after an L2 flush (a write larger than L2) and an exponentially
   distributed idle gap, like requests arriving at a server.
 
@@ -37,6 +42,11 @@ class TimingConfig:
     max_calls_per_group: int = 256
     server_samples: int = 60  # server: single calls per contender
     gap_mean_ms: float = 0.5  # server: mean of the exponential idle gap
+    # sustained: the clock follows power within ~0.2 s on the H100 (nvidia-smi at 200 ms steps:
+    # 1980 MHz idle, 1.1-1.4 GHz from the first loaded sample); settle longer than that
+    settle_ms: float = 400.0
+    window_ms: float = 200.0
+    sustained_rounds: int = 3
     seed: int = 0
 
 
@@ -132,7 +142,7 @@ def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConf
         except Exception as e:  # noqa: BLE001
             out[name] = Measured(None, f"warm-up failed: {type(e).__name__}: {e}")
             continue
-        if mode == "offline":
+        if mode in ("offline", "sustained"):
             reps = max(1, min(cfg.max_calls_per_group // n_sets,
                               math.ceil(cfg.target_group_ms / max(est, 1e-4) / n_sets)))
             n_calls = reps * n_sets
@@ -150,20 +160,23 @@ def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConf
             live[name] = {"calls": 1, "graph": graphs, "why": why, "k": [], "c": []}
     if mode == "offline":
         _offline(contenders, live, n_sets, cfg, rng, device)
+    elif mode == "sustained":
+        _sustained(contenders, live, n_sets, cfg, rng, device)
     else:
         _server(contenders, live, n_sets, cfg, rng, device)
     for name, st in live.items():
         graph = st["graph"]
         if graph is None:
             replay = None
-        elif mode == "offline":
+        elif mode in ("offline", "sustained"):
             replay = graph.replay
         else:
             replay = (lambda gs=graph: [g.replay() for g in gs])
         method = "cuda-graph" if graph is not None else "launches"
         ks, cs = st["k"], st["c"]
         kernel = statistics.median(ks) if st["graph"] is not None else statistics.median(cs)
-        out[name] = Measured(Timing(kernel_ms=kernel, call_ms=statistics.median(cs), groups=len(cs),
+        out[name] = Measured(Timing(kernel_ms=kernel, call_ms=statistics.median(cs),
+                                    groups=len(ks) if st["graph"] is not None else len(cs),
                                     spread=_spread(ks if st["graph"] is not None else cs), method=method),
                              "" if graph is not None else f"graph capture failed ({st['why']}); "
                                                           f"kernel time is events around launches", replay)
@@ -195,6 +208,56 @@ def _offline(contenders, live, n_sets, cfg, rng, device):
         torch.cuda.synchronize(device)
         for sink, a, b, n in pending:
             sink.append(a.elapsed_time(b) / n)
+
+
+def _sustained(contenders, live, n_sets, cfg, rng, device):
+    """Each contender alone for settle_ms + window_ms of back-to-back groups, enqueued without a
+    host sync so the GPU never idles; only the window's groups are kept. Then a few groups of plain
+    calls for the call time (the host's cost, measured at the clock the window left)."""
+    import torch
+
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    for _ in range(cfg.sustained_rounds):
+        order = list(live)
+        rng.shuffle(order)
+        for name in order:
+            st, call = live[name], contenders[name]
+
+            def group(st=st, call=call):
+                if st["graph"] is not None:
+                    st["graph"].replay()
+                else:
+                    for j in range(st["calls"]):
+                        call(j % n_sets)
+
+            # one untimed group measures this contender's group length at the current clock
+            a, b = ev(), ev()
+            a.record()
+            group()
+            b.record()
+            b.synchronize()
+            group_ms = max(a.elapsed_time(b), 1e-3)
+            for _s in range(math.ceil(cfg.settle_ms / group_ms)):
+                group()
+            timed = []
+            for _w in range(max(3, math.ceil(cfg.window_ms / group_ms))):
+                k0, k1 = ev(), ev()
+                k0.record()
+                group()
+                k1.record()
+                timed.append((k0, k1))
+            calls = []
+            for _c in range(3):
+                c0, c1 = ev(), ev()
+                c0.record()
+                for j in range(st["calls"]):
+                    call(j % n_sets)
+                c1.record()
+                calls.append((c0, c1))
+            torch.cuda.synchronize(device)
+            sink = st["k"] if st["graph"] is not None else st["c"]
+            sink.extend(k0.elapsed_time(k1) / st["calls"] for k0, k1 in timed)
+            st["c"].extend(c0.elapsed_time(c1) / st["calls"] for c0, c1 in calls)
 
 
 def _server(contenders, live, n_sets, cfg, rng, device):

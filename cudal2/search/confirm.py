@@ -67,10 +67,17 @@ def ranked_trials(rows: Sequence[dict[str, Any]], keys: set, baselines: dict, re
     return out
 
 
+def rounds_in_mode(confirmation_rows: Sequence[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+    """The rounds that count in `mode`: those timed in it, and those that failed (a failure fails
+    every mode). A store searched once offline and once sustained keeps both kinds of round; an
+    offline round says nothing about a kernel's sustained speed, nor the other way round."""
+    return [r for r in confirmation_rows if not r["result"].ok or r["result"].kernel_ms(mode) is not None]
+
+
 def summarize(confirmation_rows: Sequence[dict[str, Any]], reference: str | None, mode: str) -> dict[str, Confirmed]:
-    """spec_key -> Confirmed, from Store.confirmations rows."""
+    """spec_key -> Confirmed, from Store.confirmations rows (the rounds timed in `mode`)."""
     by_key: dict[str, list[dict[str, Any]]] = {}
-    for r in confirmation_rows:
+    for r in rounds_in_mode(confirmation_rows, mode):
         by_key.setdefault(r["spec_key"], []).append(r)
     out = {}
     for key, rounds in by_key.items():

@@ -121,7 +121,7 @@ class TunedTable:
         Where a search confirmed its leaders on that GPU (confirm.py), only they compete, each with
         its median round: a single lucky trial must not route cudal2.matmul away from torch, and a
         kernel that failed a confirmation round is never used."""
-        from .confirm import summarize
+        from .confirm import rounds_in_mode, summarize
         from .store import Store
 
         store = store if isinstance(store, Store) else Store(store)
@@ -132,7 +132,7 @@ class TunedTable:
             baselines = {name: b.kernel_ms(mode) for name, b in store.baselines(problem).items()
                          if b.available and b.kernel_ms(mode) is not None}
             confirmed: dict[str, list] = {}  # GPU -> confirmation rows
-            for row in store.confirmations(problem):
+            for row in rounds_in_mode(store.confirmations(problem), mode):
                 confirmed.setdefault((row["environment"] or {}).get("gpu_name", ""), []).append(row)
             rows = [c.median_round for gpu_rows in confirmed.values()
                     for c in summarize(gpu_rows, "torch", mode).values() if not c.failed]
