@@ -253,30 +253,43 @@ CONFIG_SETS = {
         "256x128x64 s3 c1x2": dict(block_m=256, stages=3, cluster_n=2),
         "128x128x64 s6 c2x1": dict(stages=6, cluster_m=2),
     },
+    # under the H100's 700 W cap a large GEMM's clock follows its own power draw (ncu: cuBLAS's 256x128 1x2
+    # ran 1024x16384x8192 at 1.55 GHz, our 128x128 ping-pong 1x2 at 1.47 GHz, in the same cycle count):
+    # tiles that pull fewer bytes through L2 per FLOP, timed offline and sustained (--mode sustained)
+    "power": {
+        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
+        "256x128x64 s4 c1x2": dict(block_m=256, stages=4, cluster_n=2),
+        "256x128x64 s4 c2x1": dict(block_m=256, stages=4, cluster_m=2),
+        "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
+        "128x256x64 s4 c2x1": dict(block_n=256, stages=4, cluster_m=2),
+        "192x192x64 w16 s4 c2x1": dict(block_m=192, block_n=192, num_warps=16, stages=4, cluster_m=2),
+    },
 }
 CONFIGS = CONFIG_SETS["large"]
 
 
-def _shape_rows(ev: Evaluator, shape: str, names, specs) -> list[str]:
+def _shape_rows(ev: Evaluator, shape: str, names, specs, modes=("offline",)) -> list[str]:
+    """One row per baseline and configuration, for each timing mode (a mode column beside the shape)."""
     dims, _, layout = shape.partition("-")
     problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
-    results = ev.evaluate(problem, specs, ("offline",))
-    report = ev.report(problem, results, ("offline",))
+    results = ev.evaluate(problem, specs, tuple(modes))
+    report = ev.report(problem, results, tuple(modes))
+    fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
     rows = []
-    for name, b in report.baselines.items():
-        t = b.kernel_ms("offline")
-        rows.append(f"| {shape} | baseline {name} | {'ok' if b.available else 'n/a'} | "
-                    f"{t * 1e3 if t else float('nan'):.1f} | "
-                    f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | | | | |")
-    for name, r in zip(names, report.candidates):
-        t = r.kernel_ms("offline")
-        sp = {b: report.speedup(r, b) for b in ("torch", "cublaslt_heuristic", "cublaslt_autotune")}
-        fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
-        err = f"{r.correctness.rel_error:.1e}" if r.correctness else "-"
-        rows.append(f"| {shape} | {name} | {r.status} {r.reason[:60]} | "
-                    f"{t * 1e3 if t else float('nan'):.1f} | "
-                    f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | {err} | "
-                    f"{fmt(sp['torch'])} | {fmt(sp['cublaslt_heuristic'])} | {fmt(sp['cublaslt_autotune'])} |")
+    for mode in modes:
+        for name, b in report.baselines.items():
+            t = b.kernel_ms(mode)
+            rows.append(f"| {shape} | {mode} | baseline {name} | {'ok' if b.available else 'n/a'} | "
+                        f"{t * 1e3 if t else float('nan'):.1f} | "
+                        f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | | | | |")
+        for name, r in zip(names, report.candidates):
+            t = r.kernel_ms(mode)
+            sp = {b: report.speedup(r, b, mode) for b in ("torch", "cublaslt_heuristic", "cublaslt_autotune")}
+            err = f"{r.correctness.rel_error:.1e}" if r.correctness else "-"
+            rows.append(f"| {shape} | {mode} | {name} | {r.status} {r.reason[:60]} | "
+                        f"{t * 1e3 if t else float('nan'):.1f} | "
+                        f"{problem.flops / (t * 1e9) if t else float('nan'):.1f} | {err} | "
+                        f"{fmt(sp['torch'])} | {fmt(sp['cublaslt_heuristic'])} | {fmt(sp['cublaslt_autotune'])} |")
     return rows
 
 
@@ -285,18 +298,22 @@ def main(argv=None) -> int:
     ap.add_argument("out")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK[-LAYOUT], comma-separated")
     ap.add_argument("--configs", choices=sorted(CONFIG_SETS), default="large")
+    ap.add_argument("--mode", action="append", choices=("offline", "server", "sustained"),
+                    help="timing mode (repeat for several; default offline). sustained: each contender alone "
+                         "at the clock its own power draw sets (cudal2/bench/timing.py)")
     args = ap.parse_args(argv)
+    modes = tuple(args.mode or ("offline",))
     configs = CONFIG_SETS[args.configs]
     names = list(configs)
     specs = [KernelSpec(**{**BASE, **configs[n]}) for n in names]
-    lines = ["| shape | config | status | kernel us | TFLOP/s | rel. error | vs torch | vs cuBLASLt heuristic "
-             "| vs cuBLASLt autotune |", "|---|---|---|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| shape | mode | config | status | kernel us | TFLOP/s | rel. error | vs torch | vs cuBLASLt heuristic "
+             "| vs cuBLASLt autotune |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|"]
     with Evaluator(device="cuda:0") as ev:
         env = ev.environment()
         for shape in args.shapes.split(","):
-            lines += _shape_rows(ev, shape, names, specs)
-            print("\n".join(lines[-(len(specs) + 3):]), flush=True)
-    text = "\n".join(["# cute_dsl vs cuBLAS (offline, kernel time by CUDA-graph replay)\n",
+            lines += _shape_rows(ev, shape, names, specs, modes)
+            print("\n".join(lines[-(len(specs) + 3) * len(modes):]), flush=True)
+    text = "\n".join([f"# cute_dsl vs cuBLAS ({', '.join(modes)}; kernel time by CUDA-graph replay)\n",
                       f"Environment: {env}\n", *lines, ""])
     Path(args.out).write_text(text)
     print(text)

@@ -37,6 +37,7 @@ SET_SHAPES = {
     "swap_ab_stages": ("12288x256x16384",),
     "cluster_wide": ("256x2048x4096", "256x4096x2048", "512x4096x4096", "256x12288x12288"),
     "epilogue_pieces": ("12288x256x16384", "256x12288x12288", "8192x8192x8192", "256x4096x2048"),
+    "power": ("4096x4096x4096", "8192x8192x8192", "16384x16384x4096", "1024x16384x8192"),
 }
 
 
@@ -60,3 +61,34 @@ def test_kernel_names_lose_their_signatures_only():
     assert _short(reduce) == "cublasLt::splitKreduce_kernel<…>"
     assert _short("nvjet_sm90_hsh_64x64_64x13_2x1_v_bz_splitK_NNT") == "nvjet_sm90_hsh_64x64_64x13_2x1_v_bz_splitK_NNT"
     assert _short("Memset (Device)") == "Memset (Device)"
+
+
+def test_retime_winners_times_each_winner_in_every_mode_and_resumes(tmp_path):
+    """benchmarks/retime_winners.py on the CPU (Triton interpreter): a search report's winner is
+    checked and timed with the baselines in both modes; a second run keeps what is done."""
+    import json
+
+    import retime_winners
+
+    spec = KernelSpec(block_m=32, block_n=32, block_k=32, arch="sm_80")
+    report = tmp_path / "search.json"
+    report.write_text(json.dumps([
+        {"m": 40, "n": 24, "k": 64, "spec_json": spec.to_dict()},
+        {"m": 48, "n": 32, "k": 64, "spec_json": None},  # a shape with no correct kernel: skipped
+    ]))
+    out = tmp_path / "retimed.md"
+    args = [str(report), str(out), "--device", "cpu", "--mode", "offline", "--mode", "sustained"]
+    assert retime_winners.main(args) == 0
+    (row,) = json.loads(out.with_suffix(".json").read_text())
+    assert row["status"] == "ok" and set(row["kernel_ms"]) == {"offline", "sustained"}
+    for mode in ("offline", "sustained"):
+        assert row["kernel_ms"][mode] > 0 and row["baseline_ms"][mode]["torch"] > 0
+        assert row["speedup"][mode]["torch"] == pytest.approx(row["baseline_ms"][mode]["torch"] / row["kernel_ms"][mode])
+    text = out.read_text()
+    assert "## Aggregates, sustained" in text and "| 40 | 24 | 64 |" in text
+    assert retime_winners.main(args) == 0  # resumed: nothing left, the row kept as it was
+    assert json.loads(out.with_suffix(".json").read_text()) == [row]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([{"M": 1}]))
+    with pytest.raises(SystemExit, match="search_48.py .json report"):
+        retime_winners.main([str(bad), str(out), "--device", "cpu"])
