@@ -78,7 +78,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     $CUDAL2_STORE). runner: an evaluator (default: cudal2.bench's GPU evaluator).
     problem_fields: further GemmProblem fields (accumulator, out_dtype, epilogue).
     batch_size: specs evaluated per runner call (compiled in parallel by the evaluator).
-    confirm: a cudal2.search.confirm.Confirm (default: the 3 leaders timed 3 more times, the
+    confirm: a cudal2.search.confirm.Confirm (Confirm(mode="sustained") ranks the leaders at the
+    clock their own power draw sets; default: the 3 leaders timed 3 more times, the
     winner named by the median of those rounds; None: the best search trial's own figures).
     The search resumes a study of the same problem and backends found in the store.
     """

@@ -77,15 +77,18 @@ def _x(v: float | None) -> str:
 REFERENCE = "torch"
 ConfirmOpt = Annotated[int, typer.Option(help="time the 3 leaders this many more times and name the winner "
                                               "by the median (0: report the best search trial alone)")]
+ConfirmModeOpt = Annotated[Optional[str], typer.Option(
+    "--confirm-mode", help="rank the leaders in this timing mode (sustained: at the clock each kernel's own "
+                           "power draw sets; default: the search's own mode)")]
 
 
-def _confirm(rounds: int):
+def _confirm(rounds: int, mode: str | None = None):
     from .search.confirm import Confirm
 
     try:
-        return Confirm(rounds=rounds)
+        return Confirm(rounds=rounds, mode=mode)
     except ValueError as e:
-        _fail(f"--confirm {rounds}: {e}; give 0 (off) or a number of rounds")
+        _fail(f"--confirm {rounds} --confirm-mode {mode}: {e}")
 
 
 @app.command()
@@ -102,7 +105,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            batch: Annotated[int, typer.Option(help="specs per evaluator call")] = 4,
            n: Annotated[int, typer.Option(help="proposals to show in a dry run")] = 8,
            arch: Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")] = None,
-           confirm: ConfirmOpt = 3,
+           confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None,
            runner: RunnerOpt = "gpu") -> None:
     """Search kernels for one shape (resumes the study of that shape found in the store)."""
     from .api import default_arch, resolve_proposer
@@ -125,7 +128,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
     try:
         res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
                          store=_store(store), budget=budget, modes=tuple(mode), sampler=sampler, seed=seed,
-                         batch_size=batch, confirm=_confirm(confirm))
+                         batch_size=batch, confirm=_confirm(confirm, confirm_mode))
     finally:
         if hasattr(run, "close"):
             run.close()
@@ -148,7 +151,7 @@ def _print_result(res, url: str = "<store url>") -> None:
     console.print(t)
     trial = res.trial_speedup.get(REFERENCE)
     if res.confirmed_rounds:
-        console.print(f"figures: the median of {res.confirmed_rounds} confirmation rounds (the best search trial "
+        console.print(f"figures: the median of {res.confirmed_rounds} {res.mode} confirmation rounds (the best search trial "
                       f"alone said {_x(trial)} over {REFERENCE})")
     else:
         console.print("figures: one search trial, not confirmed (run with --confirm 3 for the median of 3 rounds)")
@@ -346,7 +349,7 @@ def sweep(shapes_file: Annotated[Path, typer.Argument(help="one shape per line: 
           mode: Modes = ["offline"],  # noqa: B006
           out: Annotated[Optional[Path], typer.Option("--out", "-o", help="markdown report to write")] = None,
           seed: Optional[int] = None, batch: int = 4, arch: Optional[str] = None,
-          confirm: ConfirmOpt = 3, runner: RunnerOpt = "gpu") -> None:
+          confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, runner: RunnerOpt = "gpu") -> None:
     """Search every shape of a file (resumable: finished studies are not repeated) and report."""
     from .api import default_arch, resolve_proposer
     from .search.aggregates import aggregate, markdown
@@ -358,7 +361,8 @@ def sweep(shapes_file: Annotated[Path, typer.Argument(help="one shape per line: 
     prop = None if proposer == "none" else resolve_proposer(proposer, tuple(backend), arch)
     s = _store(store)
     results = [run_search(p, backends=tuple(backend), arch=arch, proposer=prop, runner=run, store=s,
-                          budget=budget, modes=tuple(mode), seed=seed, batch_size=batch, confirm=_confirm(confirm))
+                          budget=budget, modes=tuple(mode), seed=seed, batch_size=batch,
+                          confirm=_confirm(confirm, confirm_mode))
                for p in problems]
     if hasattr(run, "close"):
         run.close()

@@ -73,11 +73,16 @@ def test_search_confirms_its_leaders_unless_told_not_to(tmp_path):
     args = ["search", "1024x512x256", "--budget", "4", "--proposer", "random", "--runner", "recorded", "--seed", "0"]
     r = runner.invoke(app, [*args, "--confirm", "2"])
     assert r.exit_code == 0, r.output
-    assert "the median of 2 confirmation rounds" in r.output and "alone said" in r.output
+    assert "the median of 2 offline confirmation rounds" in r.output and "alone said" in r.output
     r = runner.invoke(app, [*args, "--confirm", "0", "--store", str(tmp_path / "other.db")])
     assert r.exit_code == 0 and "one search trial, not confirmed" in r.output
     r = runner.invoke(app, [*args, "--confirm", "-1"])
     assert r.exit_code == 2 and "--confirm -1" in r.output
+    r = runner.invoke(app, [*args, "--confirm", "2", "--confirm-mode", "sustained", "--store", str(tmp_path / "s.db")])
+    assert r.exit_code == 0, r.output
+    assert "the median of 2 sustained confirmation rounds" in r.output and "sustained" in r.output
+    r = runner.invoke(app, [*args, "--confirm-mode", "warm"])
+    assert r.exit_code == 2 and "--confirm-mode warm" in r.output
 
 
 def test_compare_writes_a_png(tmp_path):

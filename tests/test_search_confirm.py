@@ -62,7 +62,7 @@ def test_the_winner_is_named_by_its_confirmation_rounds_not_its_lucky_trial(tmp_
     assert [s.key() for s in runner.calls].count(LUCKY.key()) == 4
     assert [s.key() for s in runner.calls].count(STEADY.key()) == 4
     assert [s.key() for s in runner.calls].count(SLOW.key()) == 1
-    assert "median of 3 confirmation rounds" in res.summary()
+    assert "median of 3 offline confirmation rounds" in res.summary()
 
 
 def test_without_confirmation_the_lucky_trial_wins(tmp_path):
@@ -147,3 +147,33 @@ def test_rounds_timed_in_another_mode_do_not_count(tmp_path):
     rows = Store(tmp_path / "t.db").confirmations(PROBLEM)
     failed = [r for r in rows if not r["result"].ok]
     assert failed and all(r in rounds_in_mode(rows, "offline") for r in failed)
+
+
+class PowerHungry(Sequenced):
+    """LUCKY is the fastest offline but slow sustained (it draws more power); STEADY the other way."""
+
+    def evaluate(self, problem, specs, modes=("offline",)):
+        out = super().evaluate(problem, specs, modes)
+        for res in out:
+            if res.ok and "sustained" in res.timing:
+                t = res.timing["sustained"]
+                factor = 1.3 if res.spec == LUCKY else 1.0
+                res.timing["sustained"] = t.__class__(kernel_ms=t.kernel_ms * factor, call_ms=t.call_ms * factor,
+                                                      groups=t.groups)
+        return out
+
+
+def test_leaders_found_offline_are_ranked_in_the_confirmation_mode(tmp_path):
+    runner = PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]})
+    offline = search(runner, Store(tmp_path / "a.db"))
+    assert offline.best.spec == LUCKY and offline.mode == "offline"
+    runner = PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]})
+    res = search(runner, Store(tmp_path / "b.db"), confirm=Confirm(top=2, rounds=3, mode="sustained"))
+    # the trials ran offline only; the confirmation rounds timed both modes and ranked sustained
+    assert res.best.spec == STEADY and res.mode == "sustained" and res.confirmed_rounds == 3
+    assert set(res.best.time_ms) == {"offline", "sustained"}
+    assert res.speedup["torch"] == pytest.approx(TORCH_MS / 0.090)
+    assert res.trial_speedup["torch"] == pytest.approx(TORCH_MS / 0.080)  # LUCKY's offline trial
+    assert "median of 3 sustained confirmation rounds" in res.summary()
+    with pytest.raises(ValueError, match="sustained"):
+        Confirm(mode="warm")

@@ -25,16 +25,25 @@ from ..ir import GemmProblem, KernelSpec
 from .refiner import relative_time
 
 
+CONFIRM_MODES = ("offline", "server", "sustained")
+
+
 @dataclass(frozen=True)
 class Confirm:
-    """How many leaders to time again, and how many times each (rounds=0 switches it off)."""
+    """How many leaders to time again, how many times each (rounds=0 switches it off), and in
+    which timing mode they are ranked (None: the search's own objective mode). mode="sustained"
+    picks, among leaders found cheaply offline, the one that stays fast at the clock its own power
+    draw sets (docs/evaluation.md, Timing); each round then costs about 2 s a contender."""
 
     top: int = 3
     rounds: int = 3
+    mode: str | None = None
 
     def __post_init__(self):
         if self.top < 1 or self.rounds < 0:
             raise ValueError(f"Confirm(top={self.top}, rounds={self.rounds}): top must be >= 1 and rounds >= 0")
+        if self.mode is not None and self.mode not in CONFIRM_MODES:
+            raise ValueError(f"Confirm(mode={self.mode!r}): use None (the search's own mode) or one of {CONFIRM_MODES}")
 
 
 @dataclass
@@ -109,7 +118,7 @@ def leaders(ranked: Sequence[tuple[float, dict[str, Any]]], confirmed: dict[str,
 def run_confirmation(problem: GemmProblem, ranked_now, runner, store, modes: Sequence[str], mode: str,
                      confirm: Confirm, reference: str | None, deadline: float | None = None, say=print) -> bool:
     """Time the leaders until each has confirm.rounds rounds (those a round fails are replaced by
-    the next leader); `mode` is the one of `modes` they are ranked in. ranked_now() gives
+    the next leader); `mode` is the one they are ranked in, timed beside `modes`. ranked_now() gives
     ranked_trials afresh. False when the deadline stopped it (the rounds so far are stored; a
     resume continues)."""
     announced = False
@@ -125,10 +134,11 @@ def run_confirmation(problem: GemmProblem, ranked_now, runner, store, modes: Seq
             say(f"    confirming {len(lead)} leader(s) of {problem.label()}: {confirm.rounds} more timing(s) each, "
                 "baselines interleaved")
             announced = True
-        results = runner.evaluate(problem, needing, tuple(modes))
+        timed = tuple(dict.fromkeys([*modes, mode]))
+        results = runner.evaluate(problem, needing, timed)
         if len(results) != len(needing):
             raise RuntimeError(f"runner returned {len(results)} results for {len(needing)} specs")
-        baselines = runner.baselines(problem, tuple(modes)) or store.baselines(problem)
+        baselines = runner.baselines(problem, timed) or store.baselines(problem)
         environment = runner.environment()
         for result in results:
             store.record_confirmation(problem, result, baselines, environment)

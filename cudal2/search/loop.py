@@ -79,7 +79,7 @@ class Point:
 class SearchResult:
     problem: GemmProblem
     best: Best | None
-    speedup: dict[str, float]  # baseline -> speedup of the best kernel (objective mode)
+    speedup: dict[str, float]  # baseline -> speedup of the best kernel, in `mode` below
     speedups: dict[str, dict[str, float]]  # mode -> baseline -> speedup
     baselines: dict[str, BaselineResult]
     history: list[CandidateResult]  # every measurement of this problem in the store
@@ -93,6 +93,7 @@ class SearchResult:
     confirmed_rounds: int = 0
     trial_speedup: dict[str, float] = field(default_factory=dict)
     rejected: list[CandidateResult] = field(default_factory=list)
+    mode: str = "offline"  # the timing mode `speedup` is in (the confirmation's, where it ranked)
     _kernel: Any = field(default=None, repr=False)
 
     @property
@@ -112,7 +113,8 @@ class SearchResult:
             return f"{self.problem.label()}: no correct kernel in {self.evaluations} evaluations"
         sp = ", ".join(f"{k} {v:.3f}x" for k, v in sorted(self.speedup.items()))
         ms = ", ".join(f"{m} {v * 1e3:.1f} us" for m, v in self.best.time_ms.items())
-        how = f"median of {self.confirmed_rounds} confirmation rounds" if self.confirmed_rounds else "unconfirmed"
+        how = (f"median of {self.confirmed_rounds} {self.mode} confirmation rounds" if self.confirmed_rounds
+               else "unconfirmed")
         return f"{self.problem.label()}: best {ms}; speedup {sp or 'n/a'} ({self.evaluations} evaluations; {how})"
 
 
@@ -319,13 +321,14 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
             batch, dups = (upcoming, upcoming_dups) if upcoming or upcoming_dups else next_batch(room(0))
     # Confirmation once the search has ended on its own (budget spent or nothing left to try); a
     # deadline leaves it to the resume, which may measure more first.
+    confirm_mode = (confirm.mode if confirm is not None else None) or objective_mode
     if confirm is not None and confirm.rounds > 0 and not (deadline is not None and time.monotonic() >= deadline):
         keys = _study_keys(study)
         run_confirmation(problem, lambda: ranked_trials(store.kernels(problem), keys, baselines, reference,
                                                         objective_mode),
-                         runner, store, modes, objective_mode, confirm, reference, deadline,
+                         runner, store, modes, confirm_mode, confirm, reference, deadline,
                          say=(lambda line: None) if not progress else print)
-    return collect(problem, study, store, baselines, objective_mode, reference)
+    return collect(problem, study, store, baselines, objective_mode, reference, confirm_mode)
 
 
 def _study_keys(study) -> set:
@@ -431,8 +434,10 @@ class _Bar:
 
 
 def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, BaselineResult], mode: str,
-            reference: str | None) -> SearchResult:
-    """A SearchResult from what the study and the store hold."""
+            reference: str | None, confirm_mode: str | None = None) -> SearchResult:
+    """A SearchResult from what the study and the store hold: trials ranked in `mode`, confirmation
+    rounds in `confirm_mode` (default: the same)."""
+    confirm_mode = confirm_mode or mode
     rows = store.kernels(problem)
     history = [r["result"] for r in rows]
     state = _State.from_study(study, reference, mode)
@@ -442,7 +447,8 @@ def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, Base
     # different batches do not compare, while each kernel's ratio to its interleaved baseline does.
     keys = _study_keys(study)
     ranked = ranked_trials(rows, keys, baselines, reference, mode)
-    confirmed = {k: c for k, c in summarize(store.confirmations(problem), reference, mode).items() if k in keys}
+    confirmed = {k: c for k, c in summarize(store.confirmations(problem), reference, confirm_mode).items()
+                 if k in keys}
     rejected = [c.rounds[-1]["result"] for c in confirmed.values() if c.failed]
     passed = sorted((c for c in confirmed.values() if not c.failed), key=lambda c: c.score)
     best, speedups, trial_speedups, rounds = None, {}, {}, 0
@@ -462,10 +468,11 @@ def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, Base
         best = Best(spec=res.spec, time_ms={m: t.kernel_ms for m, t in res.timing.items()},
                     source=sources.get(res.spec.key(), ""), result=res)
         speedups = speedups_of(res, baselines)
-    return SearchResult(problem=problem, best=best, speedup=speedups.get(mode, {}), speedups=speedups,
+    shown = confirm_mode if passed else mode
+    return SearchResult(problem=problem, best=best, speedup=speedups.get(shown, {}), speedups=speedups,
                         baselines=baselines, history=history, study=study, evaluations=state.evaluations,
                         gpu_seconds=state.gpu_s, curve=state.curve, confirmed_rounds=rounds,
-                        trial_speedup=trial_speedups.get(mode, {}), rejected=rejected)
+                        trial_speedup=trial_speedups.get(mode, {}), rejected=rejected, mode=shown)
 
 
 # ---- dry run: everything but the GPU ----------------------------------------------------------------
