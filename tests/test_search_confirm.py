@@ -177,3 +177,24 @@ def test_leaders_found_offline_are_ranked_in_the_confirmation_mode(tmp_path):
     assert "median of 3 sustained confirmation rounds" in res.summary()
     with pytest.raises(ValueError, match="sustained"):
         Confirm(mode="warm")
+
+
+class OnAnotherGpu(Sequenced):
+    def environment(self):
+        env = super().environment()
+        return env.__class__(**{**env.__dict__, "gpu_name": "another GPU"})
+
+
+def test_rounds_from_another_gpu_neither_count_nor_rank(tmp_path):
+    # confirmed on one GPU (STEADY wins there); the same store searched on another GPU, where
+    # LUCKY is steady: its leaders get rounds of their own, and only those decide
+    store = Store(tmp_path / "s.db")
+    first = search(Sequenced({LUCKY: [0.080, 0.110], STEADY: [0.090], SLOW: [0.200]}), store)
+    assert first.best.spec == STEADY and len(store.confirmations(PROBLEM)) == 6
+    runner = OnAnotherGpu({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]})
+    res = search(runner, store)
+    assert len(runner.calls) == 6  # the two leaders, three rounds each, timed on this GPU
+    assert res.best.spec == LUCKY and res.confirmed_rounds == 3
+    assert res.best.time_ms["offline"] == pytest.approx(0.080)
+    gpus = {r["environment"]["gpu_name"] for r in store.confirmations(PROBLEM)}
+    assert gpus == {"recorded", "another GPU"}

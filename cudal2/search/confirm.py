@@ -83,6 +83,14 @@ def rounds_in_mode(confirmation_rows: Sequence[dict[str, Any]], mode: str) -> li
     return [r for r in confirmation_rows if not r["result"].ok or r["result"].kernel_ms(mode) is not None]
 
 
+def rounds_on(confirmation_rows: Sequence[dict[str, Any]], gpu_name: str | None) -> list[dict[str, Any]]:
+    """The rounds timed on this GPU (by name); all of them where the GPU is not known. A store
+    may hold searches from several GPUs, and a leader's rounds on one say nothing of another."""
+    if not gpu_name:
+        return list(confirmation_rows)
+    return [r for r in confirmation_rows if (r["environment"] or {}).get("gpu_name") == gpu_name]
+
+
 def summarize(confirmation_rows: Sequence[dict[str, Any]], reference: str | None, mode: str) -> dict[str, Confirmed]:
     """spec_key -> Confirmed, from Store.confirmations rows (the rounds timed in `mode`)."""
     by_key: dict[str, list[dict[str, Any]]] = {}
@@ -116,14 +124,15 @@ def leaders(ranked: Sequence[tuple[float, dict[str, Any]]], confirmed: dict[str,
 
 
 def run_confirmation(problem: GemmProblem, ranked_now, runner, store, modes: Sequence[str], mode: str,
-                     confirm: Confirm, reference: str | None, deadline: float | None = None, say=print) -> bool:
+                     confirm: Confirm, reference: str | None, deadline: float | None = None, say=print,
+                     gpu_name: str | None = None) -> bool:
     """Time the leaders until each has confirm.rounds rounds (those a round fails are replaced by
     the next leader); `mode` is the one they are ranked in, timed beside `modes`. ranked_now() gives
     ranked_trials afresh. False when the deadline stopped it (the rounds so far are stored; a
-    resume continues)."""
+    resume continues). Only rounds timed on `gpu_name` count (rounds_on)."""
     announced = False
     while True:
-        confirmed = summarize(store.confirmations(problem), reference, mode)
+        confirmed = summarize(rounds_on(store.confirmations(problem), gpu_name), reference, mode)
         lead = leaders(ranked_now(), confirmed, confirm.top)
         needing = [s for s in lead if len(confirmed[s.key()].rounds if s.key() in confirmed else []) < confirm.rounds]
         if not needing:

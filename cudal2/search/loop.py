@@ -20,7 +20,7 @@ from typing import Any, Callable, Sequence
 
 from ..bench.results import BaselineResult, CandidateResult, Mode, Runner
 from ..ir import GemmProblem, KernelSpec, SpecError
-from .confirm import Confirm, ranked_trials, run_confirmation, summarize
+from .confirm import Confirm, ranked_trials, rounds_on, run_confirmation, summarize
 from .proposal import Proposer
 from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, reference_of, relative_time, speedups_of, trial_attrs,
                       validate)
@@ -327,8 +327,12 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
         run_confirmation(problem, lambda: ranked_trials(store.kernels(problem), keys, baselines, reference,
                                                         objective_mode),
                          runner, store, modes, confirm_mode, confirm, reference, deadline,
-                         say=(lambda line: None) if not progress else print)
-    return collect(problem, study, store, baselines, objective_mode, reference, confirm_mode)
+                         say=(lambda line: None) if not progress else print, gpu_name=_gpu_name(environment))
+    return collect(problem, study, store, baselines, objective_mode, reference, confirm_mode, _gpu_name(environment))
+
+
+def _gpu_name(environment) -> str | None:
+    return getattr(environment, "gpu_name", None) or None
 
 
 def _study_keys(study) -> set:
@@ -434,9 +438,9 @@ class _Bar:
 
 
 def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, BaselineResult], mode: str,
-            reference: str | None, confirm_mode: str | None = None) -> SearchResult:
+            reference: str | None, confirm_mode: str | None = None, gpu_name: str | None = None) -> SearchResult:
     """A SearchResult from what the study and the store hold: trials ranked in `mode`, confirmation
-    rounds in `confirm_mode` (default: the same)."""
+    rounds in `confirm_mode` (default: the same), those timed on `gpu_name` (default: any GPU)."""
     confirm_mode = confirm_mode or mode
     rows = store.kernels(problem)
     history = [r["result"] for r in rows]
@@ -447,8 +451,8 @@ def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, Base
     # different batches do not compare, while each kernel's ratio to its interleaved baseline does.
     keys = _study_keys(study)
     ranked = ranked_trials(rows, keys, baselines, reference, mode)
-    confirmed = {k: c for k, c in summarize(store.confirmations(problem), reference, confirm_mode).items()
-                 if k in keys}
+    rounds_here = rounds_on(store.confirmations(problem), gpu_name)
+    confirmed = {k: c for k, c in summarize(rounds_here, reference, confirm_mode).items() if k in keys}
     rejected = [c.rounds[-1]["result"] for c in confirmed.values() if c.failed]
     passed = sorted((c for c in confirmed.values() if not c.failed), key=lambda c: c.score)
     best, speedups, trial_speedups, rounds = None, {}, {}, 0
