@@ -189,13 +189,25 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
 
 
 # ---- show / export ------------------------------------------------------------------------------
-@app.command()
-def show(store: StoreOpt = None) -> None:
-    """Table of tuned shapes in the store: best kernel and its speedups."""
+TableModeOpt = Annotated[str, typer.Option(
+    "--mode", help="the timing mode kernels are ranked in: offline, or sustained for the kernels a search "
+                   "confirmed with --confirm-mode sustained (at the clock their own power draw sets)")]
+
+
+def _table(store, mode: str):
+    from .bench.evaluator import MODES
     from .search.table import TunedTable
 
+    if mode not in MODES:
+        _fail(f"--mode {mode}: use one of {', '.join(MODES)}")
+    return TunedTable.from_store(store, mode=mode)
+
+
+@app.command()
+def show(store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
+    """Table of tuned shapes in the store: best kernel and its speedups."""
     s = _store(store)
-    table = TunedTable.from_store(s)
+    table = _table(s, mode)
     if not len(table):
         console.print(f"nothing tuned yet in {s.url}; run `cudal2 search SHAPE`")
         return
@@ -212,11 +224,9 @@ def show(store: StoreOpt = None) -> None:
 
 @app.command()
 def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON file to write")] = Path("cudal2_table.json"),
-           store: StoreOpt = None) -> None:
+           store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
     """Write the tuned table (best kernel per shape and GPU) to JSON; point CUDAL2_TABLE at it."""
-    from .search.table import TunedTable
-
-    table = TunedTable.from_store(_store(store))
+    table = _table(_store(store), mode)
     path = table.save(out)
     console.print(f"wrote {len(table)} tuned shape(s) to {path}; use it with CUDAL2_TABLE={path}")
 

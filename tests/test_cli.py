@@ -83,6 +83,15 @@ def test_search_confirms_its_leaders_unless_told_not_to(tmp_path):
     assert "the median of 2 sustained confirmation rounds" in r.output and "sustained" in r.output
     r = runner.invoke(app, [*args, "--confirm-mode", "warm"])
     assert r.exit_code == 2 and "--confirm-mode warm" in r.output
+    # the tuned table ranks by the mode asked for: the sustained rounds are there, the offline too
+    for mode in ("sustained", "offline"):
+        out = tmp_path / f"table_{mode}.json"
+        r = runner.invoke(app, ["export", "--out", str(out), "--store", str(tmp_path / "s.db"), "--mode", mode])
+        assert r.exit_code == 0, r.output
+        (entry,) = json.loads(out.read_text())["entries"]
+        assert entry["kernel_ms"] > 0 and entry["baselines_ms"]["torch"] > 0
+    r = runner.invoke(app, ["show", "--store", str(tmp_path / "s.db"), "--mode", "warm"])
+    assert r.exit_code == 2 and "--mode warm" in r.output
 
 
 def test_compare_writes_a_png(tmp_path):

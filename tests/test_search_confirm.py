@@ -198,3 +198,15 @@ def test_rounds_from_another_gpu_neither_count_nor_rank(tmp_path):
     assert res.best.time_ms["offline"] == pytest.approx(0.080)
     gpus = {r["environment"]["gpu_name"] for r in store.confirmations(PROBLEM)}
     assert gpus == {"recorded", "another GPU"}
+
+
+def test_the_tuned_table_ranks_in_the_mode_asked_for(tmp_path):
+    from cudal2.search.table import TunedTable
+
+    store = Store(tmp_path / "s.db")
+    search(PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}), store,
+           confirm=Confirm(top=2, rounds=3, mode="sustained"))
+    (offline,) = list(TunedTable.from_store(store, mode="offline"))
+    (sustained,) = list(TunedTable.from_store(store, mode="sustained"))
+    assert offline.spec == LUCKY and offline.kernel_ms == pytest.approx(0.080)
+    assert sustained.spec == STEADY and sustained.kernel_ms == pytest.approx(0.090)
