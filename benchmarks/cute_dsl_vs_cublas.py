@@ -18,6 +18,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from cudal2.bench.evaluator import Evaluator  # noqa: E402
+from cudal2.bench.results import MODES  # noqa: E402
 from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
 
 SHAPES = ("4096x4096x4096", "8192x8192x8192", "16384x16384x4096", "1024x16384x8192")
@@ -298,7 +299,7 @@ def main(argv=None) -> int:
     ap.add_argument("out")
     ap.add_argument("--shapes", default=",".join(SHAPES), help="MxNxK[-LAYOUT], comma-separated")
     ap.add_argument("--configs", choices=sorted(CONFIG_SETS), default="large")
-    ap.add_argument("--mode", action="append", choices=("offline", "server", "sustained"),
+    ap.add_argument("--mode", action="append", choices=MODES,
                     help="timing mode (repeat for several; default offline). sustained: each contender alone "
                          "at the clock its own power draw sets (cudal2/bench/timing.py)")
     args = ap.parse_args(argv)

@@ -21,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from cudal2 import GemmProblem, KernelSpec  # noqa: E402
+from cudal2.bench.results import MODES  # noqa: E402
 from cudal2.search.aggregates import aggregate, markdown  # noqa: E402
 
 BASELINES = ("torch", "cublaslt_autotune", "cublaslt_heuristic")
@@ -74,7 +75,7 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("report", type=Path, help="a search_48.py .json report")
     ap.add_argument("out", type=Path, help="markdown report (its .json beside it)")
-    ap.add_argument("--mode", action="append", choices=("offline", "server", "sustained"),
+    ap.add_argument("--mode", action="append", choices=MODES,
                     help="timing mode (repeat; default offline and sustained)")
     ap.add_argument("--max-seconds", type=float, default=None, help="stop starting shapes after this long")
     ap.add_argument("--device", default="cuda:0", help="torch device (cpu: the Triton interpreter, for tests)")

@@ -195,7 +195,7 @@ TableModeOpt = Annotated[str, typer.Option(
 
 
 def _table(store, mode: str):
-    from .bench.evaluator import MODES
+    from .bench.results import MODES
     from .search.table import TunedTable
 
     if mode not in MODES:

@@ -28,12 +28,11 @@ from typing import Any, Callable, Iterable, Mapping
 from ..ir import GemmProblem, KernelSpec
 from .compile_pool import CompilePool, Prepared
 from .correctness import AccuracyPolicy
-from .results import BaselineResult, CandidateResult, Correctness, Environment, EvalReport, Mode
+from .results import MODES, BaselineResult, CandidateResult, Correctness, Environment, EvalReport, Mode
 from .timing import TimingConfig
 from .worker import KernelRef, TimeRequest, Worker, WorkerDied
 
 DEFAULT_BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune")
-MODES = ("offline", "server", "sustained")
 
 
 @dataclass(frozen=True)

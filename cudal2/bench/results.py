@@ -4,7 +4,7 @@ JSON for the store. The search layer consumes these and nothing else of bench/."
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, get_args
 
 from ..ir import GemmProblem, KernelSpec
 
@@ -18,6 +18,7 @@ Status = Literal[
 ]
 
 Mode = Literal["offline", "server", "sustained"]
+MODES: tuple[str, ...] = get_args(Mode)  # the one list of timing modes (docs/evaluation.md, Timing)
 
 
 @dataclass(frozen=True)

@@ -228,9 +228,9 @@ def _spec_violations(s: KernelSpec) -> list[Violation]:
 
 
 def _max_stages(s: KernelSpec, limit: int) -> int:
-    per_stage = stage_bytes(dict(s))
-    epi = s.smem_bytes() - s.stages * per_stage
-    return max(0, (limit - epi) // per_stage)
+    fields = dict(s)
+    per_stage = stage_bytes(fields)
+    return max(0, (limit - epilogue_smem_bytes(fields)) // per_stage)
 
 
 def _capability_violations(s: KernelSpec) -> list[Violation]:

@@ -21,11 +21,9 @@ import time
 from dataclasses import dataclass
 from typing import Any, Sequence
 
+from ..bench.results import MODES
 from ..ir import GemmProblem, KernelSpec
 from .refiner import relative_time
-
-
-CONFIRM_MODES = ("offline", "server", "sustained")
 
 
 @dataclass(frozen=True)
@@ -42,8 +40,8 @@ class Confirm:
     def __post_init__(self):
         if self.top < 1 or self.rounds < 0:
             raise ValueError(f"Confirm(top={self.top}, rounds={self.rounds}): top must be >= 1 and rounds >= 0")
-        if self.mode is not None and self.mode not in CONFIRM_MODES:
-            raise ValueError(f"Confirm(mode={self.mode!r}): use None (the search's own mode) or one of {CONFIRM_MODES}")
+        if self.mode is not None and self.mode not in MODES:
+            raise ValueError(f"Confirm(mode={self.mode!r}): use None (the search's own mode) or one of {MODES}")
 
 
 @dataclass

@@ -322,17 +322,14 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     # Confirmation once the search has ended on its own (budget spent or nothing left to try); a
     # deadline leaves it to the resume, which may measure more first.
     confirm_mode = (confirm.mode if confirm is not None else None) or objective_mode
+    gpu = getattr(environment, "gpu_name", None) or None  # confirmation rounds count on this GPU only
     if confirm is not None and confirm.rounds > 0 and not (deadline is not None and time.monotonic() >= deadline):
         keys = _study_keys(study)
         run_confirmation(problem, lambda: ranked_trials(store.kernels(problem), keys, baselines, reference,
                                                         objective_mode),
                          runner, store, modes, confirm_mode, confirm, reference, deadline,
-                         say=(lambda line: None) if not progress else print, gpu_name=_gpu_name(environment))
-    return collect(problem, study, store, baselines, objective_mode, reference, confirm_mode, _gpu_name(environment))
-
-
-def _gpu_name(environment) -> str | None:
-    return getattr(environment, "gpu_name", None) or None
+                         say=(lambda line: None) if not progress else print, gpu_name=gpu)
+    return collect(problem, study, store, baselines, objective_mode, reference, confirm_mode, gpu)
 
 
 def _study_keys(study) -> set:
