@@ -69,6 +69,38 @@ CONFIG_SETS = {
         "128x128x64 s6 stream-K": dict(stages=6, decomposition="stream_k"),
         "256x128x64 s4 stream-K": dict(block_m=256, stages=4, decomposition="stream_k"),
     },
+    # stream-K in clusters, against the data-parallel kernels it would replace, on grids whose last wave
+    # is nearly full (1024x16384x8192 in 256x128 tiles: 3.88 waves; run with --shapes 1024x16384x8192,...)
+    "streamk_cluster": {
+        "256x128x64 s4 c2x1": dict(block_m=256, stages=4, cluster_m=2),
+        "256x128x64 s4 c2x1 stream-K": dict(block_m=256, stages=4, cluster_m=2, decomposition="stream_k"),
+        "256x128x64 s4 c1x2 stream-K": dict(block_m=256, stages=4, cluster_n=2, decomposition="stream_k"),
+        "256x128x64 s4 stream-K": dict(block_m=256, stages=4, decomposition="stream_k"),
+        "128x256x64 s4 c2x1 stream-K": dict(block_n=256, stages=4, cluster_m=2, decomposition="stream_k"),
+        "128x128x64 s6 c1x2 stream-K": dict(stages=6, cluster_n=2, decomposition="stream_k"),
+        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
+    },
+    # the same on grids that leave a cluster wave part empty (--shapes 256x12288x12288,512x16384x1024,...)
+    "streamk_ragged": {
+        "128x128x64 s6 c2x1": dict(stages=6, cluster_m=2),
+        "128x128x64 s6 c2x1 stream-K": dict(stages=6, cluster_m=2, decomposition="stream_k"),
+        "128x128x64 s6 c1x2 stream-K": dict(stages=6, cluster_n=2, decomposition="stream_k"),
+        "128x128x64 s6 stream-K": dict(stages=6, decomposition="stream_k"),
+        "256x128x64 s4 c2x1": dict(block_m=256, stages=4, cluster_m=2),
+        "256x128x64 s4 c2x1 stream-K": dict(block_m=256, stages=4, cluster_m=2, decomposition="stream_k"),
+        "128x192x64 s5 c2x1": dict(block_n=192, stages=5, cluster_m=2),
+        "128x192x64 s5 c2x1 stream-K": dict(block_n=192, stages=5, cluster_m=2, decomposition="stream_k"),
+    },
+    # clusters of four (2x2: each CTA's A tile multicast along N and B tile along M) against the two-CTA
+    # clusters of the large-shape winners: a quarter fewer L2 reads per FLOP, so less power at the cap
+    "cluster4": {
+        "256x128x64 s4 c2x1": dict(block_m=256, stages=4, cluster_m=2),
+        "256x128x64 s4 c2x2": dict(block_m=256, stages=4, cluster_m=2, cluster_n=2),
+        "128x256x64 s4 c2x2": dict(block_n=256, stages=4, cluster_m=2, cluster_n=2),
+        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
+        "128x128x64 s5 pingpong c2x2": pingpong(stages=5, cluster_m=2),
+        "128x128x64 s6 c2x2": dict(stages=6, cluster_m=2, cluster_n=2),
+    },
     # small and shallow grids (fewer tiles than SMs at 128x128): narrower tiles, 8 warps, split-K
     # and stream-K (run with --shapes 256x4096x2048,2048x1024x2048,512x4096x4096,2048x128x4096,...)
     "fill": {

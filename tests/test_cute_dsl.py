@@ -161,11 +161,49 @@ def test_odd_widths_and_deep_pipelines_are_cute_dsl_only():
     assert 96 not in TritonBackend.capabilities.options["block_n"]
 
 
-@pytest.mark.parametrize("kw, word", [(dict(warp_specialization="pingpong"), "cooperative"),
-                                      (dict(cluster_m=2), "cluster")])
-def test_stream_k_refuses_pingpong_and_clusters(kw, word):
-    ok = CuteDslBackend().supports(GemmProblem(m=256, n=4096, k=4096), spec(decomposition="stream_k", **kw))
-    assert not ok and word in ok.reason
+def test_stream_k_refuses_pingpong_but_takes_clusters():
+    p = GemmProblem(m=256, n=4096, k=4096)
+    ok = CuteDslBackend().supports(p, spec(decomposition="stream_k", warp_specialization="pingpong"))
+    assert not ok and "cooperative" in ok.reason
+    for cm, cn in ((2, 1), (1, 2)):
+        assert CuteDslBackend().supports(p, spec(decomposition="stream_k", cluster_m=cm, cluster_n=cn))
+
+
+def test_stream_k_in_clusters_splits_work_by_cluster_and_slots_by_cta():
+    src = CuteDslBackend().render(GemmProblem(m=1024, n=16384, k=8192),
+                                  spec(decomposition="stream_k", block_m=256, cluster_m=2)).text
+    for line in ("CLUSTER_SIZE = CLUSTER_M * CLUSTER_N", "grid = (units * CLUSTER_M, CLUSTER_N, 1)",
+                 "unit = cute.arch.block_idx()[0] // CLUSTER_M", "slot = unit * CLUSTER_SIZE + rank",
+                 "peer_slot = peer * CLUSTER_SIZE + rank", "crd = _sk_tile(tile, cluster_crd)"):
+        assert line in src, line
+
+
+def _sk_plan_of(m, n, k, units, **kw):
+    """The rendered module's _sk_plan (plain Python over the module's constants), run on the CPU."""
+    src = CuteDslBackend().render(GemmProblem(m=m, n=n, k=k), spec(decomposition="stream_k", **kw)).text
+    head = src[src.index("TILES_M = "):src.index("def _sk_tile(")]
+    scope = {"M": m, "N": n, "K": k, "TILE_M": kw.get("block_m", 128), "TILE_N": kw.get("block_n", 128),
+             "CLUSTER_M": kw.get("cluster_m", 1), "CLUSTER_N": kw.get("cluster_n", 1)}
+    exec(head, scope)
+    return scope["_sk_plan"](units), scope["CTILES"]
+
+
+def test_stream_k_plan_keeps_a_nearly_full_last_wave_alone():
+    # 1024x16384 in 256x128 tiles, 2x1 clusters: 256 cluster tiles on 66 clusters, 58 left over (0.88
+    # of a wave) -> three data-parallel waves and the 58 alone; with the old plan (one more wave
+    # joined them) a column's two cluster tiles ran a whole tile of k apart
+    (waves, sk), ctiles = _sk_plan_of(1024, 16384, 8192, 66, block_m=256, cluster_m=2)
+    assert (ctiles, waves, sk) == (256, 3, 58)
+    # a small remainder (10 of 132) takes one full wave with it, so no tile is cut into 14 pieces
+    (waves, sk), ctiles = _sk_plan_of(128 * 142, 128, 8192, 132)
+    assert (ctiles, waves, sk) == (142, 0, 142)
+    (waves, sk), ctiles = _sk_plan_of(128 * 274, 128, 8192, 132)
+    assert (ctiles, waves, sk) == (274, 1, 142)
+    # fewer cluster tiles than clusters: all of them stream-K; an even grid: none
+    assert _sk_plan_of(256, 4096, 4096, 132)[0] == (0, 64)
+    assert _sk_plan_of(128 * 264, 128, 4096, 132)[0] == (2, 0)
+    # a ragged cluster edge: 9 tile rows in 2x1 clusters make 5 cluster rows
+    assert _sk_plan_of(1032, 968, 1048, 66, cluster_m=2)[1] == 5 * 8
 
 
 def test_stream_k_renders_its_work_split_and_workspace():
@@ -344,6 +382,9 @@ VARIANTS = [
     ("NN-128x96-s6-tma", dict(layout="NN"), dict(block_n=96, stages=6)),
     ("TN-bf16-64x32-s16-c1x2-tma", dict(layout="TN", dtype="bfloat16"),
      dict(block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2)),
+    ("NN-streamk-256x128-c2x1-tma", dict(layout="NN"), dict(decomposition="stream_k", block_m=256, cluster_m=2)),
+    ("TN-streamk-128x128-c1x2-regs-epi", dict(layout="TN", epilogue=Epilogue(bias=True, activation="relu")),
+     dict(decomposition="stream_k", cluster_n=2, epilogue_path="registers")),
     ("NT-192x96-16warps-streamk-epi", dict(layout="NT", epilogue=Epilogue(alpha=0.5, bias=True, activation="relu")),
      dict(block_m=192, block_n=96, num_warps=16, decomposition="stream_k")),
     # swap_ab: the kernel computes D^T = B^T A^T and writes it column-major (every layout, both epilogues)

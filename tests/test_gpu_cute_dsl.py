@@ -294,6 +294,15 @@ STREAMK_CASES = {
     "4096x4096x4096-NN-256x128-s3": ((4096, 4096, 4096, "NN"), Epilogue(), dict(block_m=256, stages=3)),
     "256x12288x4096-TT-192x96-3consumers": ((256, 12288, 4096, "TT"), Epilogue(bias=True),
                                             dict(block_m=192, block_n=96, num_warps=16)),
+    # in clusters: a cluster's CTAs walk the same k-range of neighbouring tiles (multicast in step)
+    "1024x16384x8192-NN-256x128-c2x1": ((1024, 16384, 8192, "NN"), Epilogue(), dict(block_m=256, cluster_m=2)),
+    "2048x4096x2048-NT-128x128-c1x2": ((2048, 4096, 2048, "NT"), Epilogue(), dict(cluster_n=2, stages=6)),
+    # 9 tile rows in 2x1 clusters: the fifth cluster row's second CTA has only out-of-bounds tiles
+    "1032x968x1048-TT-c2x1-bias-beta-gelu": ((1032, 968, 1048, "TT"), Epilogue(alpha=0.5, beta=-0.75, bias=True,
+                                                                                activation="gelu"),
+                                             dict(cluster_m=2)),
+    "100x1000x3000-NN-c1x2-regs-relu": ((100, 1000, 3000, "NN"), Epilogue(bias=True, activation="relu"),
+                                        dict(cluster_n=2, epilogue_path="registers")),
 }
 
 
@@ -307,11 +316,13 @@ def test_stream_k(backend, name, dtype):
     run_checked(backend.compile(backend.render(p, s)), p, seed=m + n + k)
 
 
-def test_stream_k_is_deterministic_and_resets_its_flags(backend):
+@pytest.mark.parametrize("cluster", [(1, 1), (2, 1)])
+def test_stream_k_is_deterministic_and_resets_its_flags(backend, cluster):
     # every flag is raised once per call and taken back by the tile's owner: repeated calls (a flag
     # left raised would hand a stale partial to the next call) must give bitwise the same output
     p = GemmProblem(m=256, n=2048, k=8192, layout="NN", epilogue=Epilogue(bias=True))
-    kernel = backend.compile(backend.render(p, spec(decomposition="stream_k", block_n=256)))
+    kernel = backend.compile(backend.render(p, spec(decomposition="stream_k", block_n=256,
+                                                    cluster_m=cluster[0], cluster_n=cluster[1])))
     a, b = make_operands(p, 5)
     bias = torch.randn(p.n, device="cuda", dtype=torch.float16)
     first = kernel(a, b, bias=bias)

@@ -14,6 +14,11 @@ are (output tile, K slice) pairs; each stores its raw fp32 partial tile into an 
 (S, M, N) that the kernel object allocates once per device, and a second kernel, launched right
 after on the same stream, sums the S slices in a fixed order and applies the epilogue.
 
+Stream-K (decomposition="stream_k"): whole data-parallel waves, then the leftover tiles' k-iterations
+shared evenly by every cluster; the CTAs of a cluster walk the same k-range of neighbouring tiles, so
+their multicast loads stay in step. Partial tiles go through a per-CTA fp32 workspace slot and flag
+to the CTA that owns the tile's first k-iteration (the template's stream-K header says more).
+
 Compiled kernels are cached in memory per process and on disk: the DSL can export a
 compiled function as an object file (`export_to_c`) and load it back in another process
 (`cute.runtime.load_module`), which is what precompile() relies on. The DSL compiles for
@@ -613,9 +618,6 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
         why = None
         if pingpong:
             why = ("stream-K runs one tile at a time on both consumer warpgroups", "use warp_specialization='cooperative'")
-        elif spec.cluster_m * spec.cluster_n > 1:
-            why = ("stream-K CTAs work on different k-ranges, so a cluster has no common tile to multicast",
-                   "use cluster_m=cluster_n=1")
         if why:
             bad.append(Violation("decomposition", "stream_k", *why))
         iters = -(-problem.m // spec.block_m) * -(-problem.n // spec.block_n) * -(-problem.k // spec.block_k)

@@ -157,6 +157,11 @@ SAME_VARIANT_PENALTY = 0.05
 # Statuses that say "this configuration is broken here", not "it is slow".
 FAILED = ("compile_error", "crash", "timeout", "incorrect")
 KEEP_PER_TILE = 6
+# Stream-K proposals per call: it won no shape of the 48 in any search so far, and measured 0.6-1.0
+# of the data-parallel kernels beside it (cute_dsl_streamk_cluster.md); the model, which counts the
+# last wave's idle SMs but not the power cap that lets a part-empty wave clock higher, would
+# otherwise rank half the list of a ragged deep-K grid stream-K once clusters multiply its variants.
+MAX_STREAM_K = 2
 # Tile-size caps, as multiples of the next power of two of M, N, K. The last level also
 # varies what the rules would otherwise decide alone (stages, raster group and order), for
 # backends whose declared space is too small to give n specs otherwise.
@@ -173,13 +178,16 @@ def _cluster_along_m_pays(problem: GemmProblem, f: dict) -> bool:
 
 def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
-    CLUSTER_GAIN for a data-parallel cluster in the direction _cluster_along_m_pays picks (the other
-    direction, and split-K in a cluster, measured about even with the same kernel without one, so
+    CLUSTER_GAIN for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks (the
+    other direction, and split-K in a cluster, measured about even with the same kernel without one, so
     they are modelled even and measured too), pref.tall_tile_factor for a 256x128 tile,
     pref.stream_k_factor for stream-K, pref.pingpong_factor for ping-pong consumers."""
     favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
                 else f.get("cluster_n", 1) > 1)
-    factor = CLUSTER_GAIN if favoured and f.get("decomposition", "data_parallel") == "data_parallel" else 1.0
+    # (stream-K in the favoured cluster measured 1.3-1.7x faster than without one: 128x128 on
+    # 12288x256x16384 in 1x2, 256x12288x12288 in 2x1, 2048x16384x8192 in 1x2; the model's gain only
+    # has to rank it above the unclustered kernel)
+    factor = CLUSTER_GAIN if favoured and f.get("decomposition", "data_parallel") != "split_k" else 1.0
     # the tall-tile cost is the kernel's (its M in rows of 64 per warpgroup), so a swapped 128x256
     # tile pays it and a swapped 256x128 does not
     kernel_tile = (f["block_n"], f["block_m"]) if f.get("swap_ab") else (f["block_m"], f["block_n"])
@@ -272,6 +280,7 @@ class RulesProposer:
         tiles: Counter = Counter()
         variants: Counter = Counter()
         picks: Counter = Counter()  # proposals per backend
+        stream_k_picks = 0
         taken: set[str] = set()
         # Tiles are first capped at the next power of two of each dimension (bigger ones only
         # pad); tiny problems have too few such tiles, so the cap is relaxed until n are found.
@@ -294,6 +303,9 @@ class RulesProposer:
                     pool[j].time_us * (1 + SAME_TILE_PENALTY * tiles[pool[j].tile]
                                        + SAME_VARIANT_PENALTY * variants[pool[j].variant]), j))
                 cand = pool.pop(i)
+                stream_k = cand.fields["decomposition"] == "stream_k"
+                if stream_k and stream_k_picks >= MAX_STREAM_K:
+                    continue
                 spec, why = space.validate(problem, cand.fields)
                 if spec is None:
                     self.dropped.append((cand.fields, why))
@@ -303,6 +315,7 @@ class RulesProposer:
                     continue
                 taken.add(key)
                 picks[spec.backend] += 1
+                stream_k_picks += stream_k
                 tiles[cand.tile] += 1
                 variants[cand.variant] += 1
                 out.append(Proposal(spec=spec, source=self.name,
@@ -407,7 +420,11 @@ class RulesProposer:
         # owner. Measured on the H100 it pays on deep-K shapes with few tiles (12288x256x16384:
         # 0.79 -> 0.86 of torch) and loses where the k-loop is short (2048x1024x2048), so it is
         # offered only with enough k-tiles per tile and tiles enough that each is shared by at most
-        # about three CTAs (its owner adds the others' partials one after another).
+        # about three CTAs (its owner adds the others' partials one after another). Not offered
+        # where the last wave is nearly full: on the H100's power cap a part-empty last wave runs at a
+        # higher clock, and in clusters on 1024x16384x8192 (3.88 waves of 256x128) and five other
+        # deep-K shapes of the 48 it measured 0.6-1.0 of the data-parallel kernels
+        # (benchmarks/results/cute_dsl_streamk_cluster.md).
         dp_fill = tiles / (_cdiv(tiles, hw.sm_count) * hw.sm_count)
         if (dp_fill < 0.9 and kb >= 32 and 2 * tiles >= hw.sm_count
                 and space.allows(caps, "decomposition", "stream_k", arch)):
@@ -420,7 +437,8 @@ class RulesProposer:
         # them beside its unclustered variants: cuBLAS runs its deep-K split-K kernels in clusters of
         # two, and on the H100 a 2x1 cluster took 64x64 split 2 from 28.3 to 24.9 us on 512x512x12288
         # but cost 5-9% on 512x128x8192 (benchmarks/results/cute_dsl_deepk.md), so it is modelled
-        # even (_measured_factor). Stream-K CTAs share no tile, so they get none.
+        # even (_measured_factor). Stream-K works in clusters too: a cluster's CTAs walk the same
+        # k-range of neighbouring tiles.
         clusters: list[tuple[int, int, str]] = [(1, 1, "")]
         if tiles >= 2:
             for cm, cn in ((1, 2), (2, 1)):
@@ -437,7 +455,7 @@ class RulesProposer:
         decomps = [({**dec, **epilogue(dec), "cluster_m": cm, "cluster_n": cn},
                     "; ".join(x for x in (note, c_note) if x))
                    for dec, note in decomps
-                   for cm, cn, c_note in (clusters if dec["decomposition"] != "stream_k" else clusters[:1])]
+                   for cm, cn, c_note in clusters]
         # ping-pong: two consumer warpgroups on tiles of their own, only where it measured ahead, and
         # on grids that give every CTA two tiles at least (with one, the second warpgroup idles)
         if (tile["num_warps"] == PRODUCER_WARPS + 8 and tiles >= 2 * hw.sm_count and not tile.get("swap_ab")
