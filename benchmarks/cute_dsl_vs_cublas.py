@@ -297,24 +297,6 @@ CONFIG_SETS = {
         "128x256x64 s4 c2x1": dict(block_n=256, stages=4, cluster_m=2),
         "192x192x64 w16 s4 c2x1": dict(block_m=192, block_n=192, num_warps=16, stages=4, cluster_m=2),
     },
-    # L2 eviction priorities (KernelSpec.l2_evict_a/b) where one operand is small and read by every tile
-    # across the output while the other streams through L2 once: A on short, wide outputs
-    # (1024x16384x8192: A 16 MiB, B 256 MiB), B on tall ones (8192x1024x8192). The hint on the
-    # operand that is not reused is the control.
-    "l2_hints": {
-        "256x128x64 s4 c2x1": dict(block_m=256, stages=4, cluster_m=2),
-        "256x128x64 s4 c2x1 A:last": dict(block_m=256, stages=4, cluster_m=2, l2_evict_a="last"),
-        "256x128x64 s4 c2x1 A:last B:first": dict(block_m=256, stages=4, cluster_m=2, l2_evict_a="last",
-                                                  l2_evict_b="first"),
-        "256x128x64 s4 c2x1 B:last": dict(block_m=256, stages=4, cluster_m=2, l2_evict_b="last"),
-        "128x256x64 s4 c1x2": dict(block_n=256, stages=4, cluster_n=2),
-        "128x256x64 s4 c1x2 B:last": dict(block_n=256, stages=4, cluster_n=2, l2_evict_b="last"),
-        "128x256x64 s4 c1x2 A:first B:last": dict(block_n=256, stages=4, cluster_n=2, l2_evict_a="first",
-                                                  l2_evict_b="last"),
-        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
-        "128x128x64 s5 pingpong c1x2 A:last": pingpong(stages=5, l2_evict_a="last"),
-        "128x128x64 s5 pingpong c1x2 B:last": pingpong(stages=5, l2_evict_b="last"),
-    },
 }
 CONFIGS = CONFIG_SETS["large"]
 

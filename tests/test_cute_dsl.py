@@ -272,29 +272,6 @@ def test_swap_ab_violations_name_the_specs_own_fields():
     assert CuteDslBackend().supports(p, spec(block_m=96, swap_ab=True))
 
 
-# ---- L2 eviction priority of the operand loads ------------------------------------------------------------
-def test_l2_eviction_policies_go_on_the_tma_loads_of_the_kernels_operands():
-    from cudal2.codegen.cute_dsl import L2_CACHE_POLICY, kernel_view
-
-    p = GemmProblem(m=1024, n=16384, k=8192)
-    plain = CuteDslBackend().render(p, spec(block_m=256, cluster_m=2)).text
-    assert "cache_policy" not in plain and "A_CACHE_POLICY" not in plain  # the default renders as before
-    text = CuteDslBackend().render(p, spec(block_m=256, cluster_m=2, l2_evict_a="last", l2_evict_b="first")).text
-    compile(text, "rendered", "exec")
-    assert f"A_CACHE_POLICY = {L2_CACHE_POLICY['last']}" in text
-    assert f"B_CACHE_POLICY = {L2_CACHE_POLICY['first']}" in text
-    assert text.count("mcast_mask=a_mask, cache_policy=cutlass.Int64(A_CACHE_POLICY))") == 1
-    assert text.count("mcast_mask=b_mask, cache_policy=cutlass.Int64(B_CACHE_POLICY))") == 1
-    # one hint alone leaves the other load as it was
-    only_a = CuteDslBackend().render(p, spec(l2_evict_a="last")).text
-    assert "B_CACHE_POLICY = None" in only_a and "mcast_mask=b_mask)" in only_a
-    # swapped, the kernel's A is D's B: the hints follow their operands
-    tall = GemmProblem(m=12288, n=256, k=16384)
-    s = spec(block_m=192, cluster_n=2, swap_ab=True, l2_evict_b="last")
-    assert (kernel_view(tall, s)[1].l2_evict_a, kernel_view(tall, s)[1].l2_evict_b) == ("last", "normal")
-    assert f"A_CACHE_POLICY = {L2_CACHE_POLICY['last']}" in CuteDslBackend().render(tall, s).text
-
-
 @pytest.mark.parametrize("pkw, skw, word", [
     (dict(m=512, n=128, k=8192), dict(decomposition="split_k", split_k=4, epilogue_path="registers"), "split_k"),
     (dict(m=4096, n=256, k=8192), dict(decomposition="stream_k"), "stream_k"),
@@ -422,12 +399,6 @@ VARIANTS = [
     # five 40 KiB stages leave room for two staged output pieces, not four (epilogue_stages)
     ("NN-swap-192x128-s5-c1x2-tma-2pieces", dict(layout="NN"), dict(block_m=192, stages=5, cluster_n=2, swap_ab=True)),
     ("TN-192x128-16warps-s5-tma-2pieces", dict(layout="TN"), dict(block_m=192, num_warps=16, stages=5)),
-    # L2 eviction priorities on the TMA loads, multicast or not
-    ("NN-256x128-c2x1-l2-A-last-B-first", dict(layout="NN"),
-     dict(block_m=256, stages=4, cluster_m=2, l2_evict_a="last", l2_evict_b="first")),
-    ("NT-pingpong-c1x2-l2-B-last", dict(layout="NT"),
-     dict(warp_specialization="pingpong", stages=5, cluster_n=2, l2_evict_b="last")),
-    ("TN-streamk-c2x1-l2-A-first", dict(layout="TN"), dict(decomposition="stream_k", cluster_m=2, l2_evict_a="first")),
 ]
 SPLIT = dict(decomposition="split_k", epilogue_path="registers")
 SPLIT_VARIANTS = [

@@ -162,24 +162,6 @@ def test_swap_ab_tall_shapes(backend, m, n, k, layout):
     run_checked(backend.compile(backend.render(p, spec(block_m=96, swap_ab=True))), p, seed=m + n + k)
 
 
-# ---- L2 eviction priorities on the operand loads: a hint must never change the result -------------------
-L2_VARIANTS = {
-    "256x128-c2x1-A-last-B-first": dict(block_m=256, cluster_m=2, l2_evict_a="last", l2_evict_b="first"),
-    "pingpong-c1x2-A-last": dict(warp_specialization="pingpong", stages=5, cluster_n=2, l2_evict_a="last"),
-    "128x128-B-last": dict(l2_evict_b="last"),
-    "streamk-c2x1-A-last": dict(decomposition="stream_k", cluster_m=2, l2_evict_a="last"),
-    "splitk4-B-first": dict(decomposition="split_k", split_k=4, epilogue_path="registers", l2_evict_b="first"),
-    "swap-192x128-c1x2-B-last": dict(block_m=192, cluster_n=2, swap_ab=True, l2_evict_b="last"),
-}
-
-
-@pytest.mark.parametrize("layout", ["NN", "TT"])
-@pytest.mark.parametrize("name", list(L2_VARIANTS))
-def test_l2_eviction_hints(backend, name, layout):
-    p = GemmProblem(m=ODD[0], n=ODD[1], k=ODD[2], layout=layout, dtype="bfloat16" if layout == "TT" else "float16")
-    run_checked(backend.compile(backend.render(p, spec(**L2_VARIANTS[name]))), p)
-
-
 # ---- fused epilogue ---------------------------------------------------------------------------------------
 EPILOGUES = {  # (also used by the swap_ab tests above)
     "alpha-beta": Epilogue(alpha=0.5, beta=-0.75),

@@ -66,8 +66,7 @@ def test_default_spec_is_valid_and_round_trips():
     s = KernelSpec()
     assert KernelSpec.from_json(s.to_json()) == s
     # the canonical form is the dict, less the fields added later while they hold their default
-    later = ("swap_ab", "l2_evict_a", "l2_evict_b")
-    assert json.loads(s.to_json()) == {k: v for k, v in s.to_dict().items() if k not in later}
+    assert json.loads(s.to_json()) == {k: v for k, v in s.to_dict().items() if k != "swap_ab"}
 
 
 def test_fields_added_later_keep_earlier_keys():
@@ -83,22 +82,6 @@ def test_fields_added_later_keep_earlier_keys():
     assert KernelSpec.from_json(plain.to_json()).swap_ab is False
     with pytest.raises(SpecError, match="swap_ab=True: backend 'triton'"):
         KernelSpec(swap_ab=True)  # the Triton templates compute A @ B as written
-
-
-@pytest.mark.parametrize("field", ["l2_evict_a", "l2_evict_b"])
-def test_l2_eviction_fields_are_later_fields_opted_into(field):
-    plain = KernelSpec(backend="cute_dsl", num_warps=12, load_path="tma", warp_specialization="cooperative",
-                       persistent=True)
-    hinted = plain.replace(**{field: "last"})
-    assert hinted.key() != plain.key() != plain.replace(**{field: "first"}).key()
-    assert json.loads(hinted.to_json())[field] == "last" and field not in json.loads(plain.to_json())
-    assert KernelSpec.from_json(hinted.to_json()) == hinted
-    assert f"{field[-1].upper()}:last" in hinted.summary() and "L2" not in plain.summary()
-    with pytest.raises(SpecError, match=f"{field}=.last.: backend 'triton'"):
-        KernelSpec(**{field: "last"})  # the Triton templates load without a cache policy
-    with pytest.raises(SpecError) as e:
-        plain.replace(**{field: "evict_last"})
-    assert e.value.fields == [field]
 
 
 def test_round_trip_exact_for_every_field_changed():

@@ -108,8 +108,6 @@ CAPABILITIES = Capabilities(
         epilogue_path=["registers", "tma_store"],
         epilogue_subtile=[1],
         swap_ab=[False, True],
-        l2_evict_a=["normal", "first", "last"],
-        l2_evict_b=["normal", "first", "last"],
         # One stage hung on the H100 (split_k=64 checks never finished on 5 of 7 shapes): the
         # producer/consumer pipeline needs two stages to overlap at all, so one is not offered.
         # small tiles on deep K want deep pipelines: cuBLAS runs 64x32 tiles with 16 stages
@@ -132,11 +130,6 @@ REGISTERS_PER_SM = 65536
 MAX_REGISTERS_PER_THREAD = 255
 PINGPONG_MAX_ACC_REGS = 128  # of the 232 a consumer thread gets: 128x128 and 64x256 tiles
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
-# The 64-bit L2 cache-policy operands a TMA load takes for KernelSpec.l2_evict_*: what
-# `createpolicy.fractional.L2::evict_*` yields for a fraction of 1.0, the values CUTLASS names
-# CacheHintSm90::EVICT_FIRST / EVICT_LAST. "normal" passes no policy, so the load is the one
-# rendered before these fields existed.
-L2_CACHE_POLICY = {"normal": None, "first": "0x12F0000000000000", "last": "0x14F0000000000000"}
 
 def effective_raster_group(problem: GemmProblem, spec: KernelSpec) -> int:
     """The largest group size <= spec.raster_group that divides the number of clusters across the
@@ -163,7 +156,6 @@ def kernel_view(problem: GemmProblem, spec: KernelSpec) -> tuple[GemmProblem, Ke
     kproblem = problem.replace(m=problem.n, n=problem.m, layout=flip[problem.layout[1]] + flip[problem.layout[0]])
     kspec = spec.replace(block_m=spec.block_n, block_n=spec.block_m, cluster_m=spec.cluster_n,
                          cluster_n=spec.cluster_m, swap_ab=False,
-                         l2_evict_a=spec.l2_evict_b, l2_evict_b=spec.l2_evict_a,
                          raster_order="along_n" if spec.raster_order == "along_m" else "along_m")
     return kproblem, kspec
 
@@ -381,8 +373,6 @@ class CuteDslBackend(Backend):
             "has_bias": bool(e.bias),
             "activation": e.activation,
             "needs_coords": bool(e.bias) or e.beta != 0,
-            "a_cache_policy": L2_CACHE_POLICY[spec.l2_evict_a],
-            "b_cache_policy": L2_CACHE_POLICY[spec.l2_evict_b],
             # split-K reduction: 4 outputs per thread once that still leaves two waves of blocks
             "red_vec": 4 if problem.m * problem.n >= 2 * arch_limits(spec.arch).sm_count * 256 * 4 else 1,
             # split-K partials leave unpredicated, adjacent columns together, when no tile crosses an edge

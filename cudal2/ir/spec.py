@@ -29,7 +29,6 @@ Arch = Literal["sm_80", "sm_90", "sm_90a"]
 # idle (what cuBLAS picks on H100 for 256x12288x12288, 12288x256x16384 and 12288x128x12288).
 # Backends that need powers of two (Triton) do not declare them.
 Block = Literal[16, 32, 64, 96, 128, 192, 256]
-L2Evict = Literal["normal", "first", "last"]
 
 
 class KernelSpec(IRModel):
@@ -82,16 +81,8 @@ class KernelSpec(IRModel):
     # 64x128. Every other field keeps its meaning in D's terms (block_m is still rows of D,
     # cluster_n still multicasts A); the backend transposes them for the kernel.
     swap_ab: bool = Field(False, description="compute D^T = B^T @ A^T (tile fields still name D's rows/columns)")
-    # --- L2 cache policy -----------------------------------------------------------------------------
-    # Where one operand is small and read by every tile across the output (A of 1024x16384x8192:
-    # 16 MiB, read by all 128 tile columns) while the other streams through once (B: 256 MiB), the
-    # streamed tiles push the reused operand out of the 50 MiB L2 and it comes back from DRAM every
-    # wave. An eviction priority on the loads keeps it: "last" leaves the lines for last, "first" lets
-    # them go first. Named in D's terms like the tile fields (with swap_ab the backend moves them).
-    l2_evict_a: L2Evict = Field("normal", description="L2 eviction priority of A's tile loads (normal, first, last)")
-    l2_evict_b: L2Evict = Field("normal", description="L2 eviction priority of B's tile loads (normal, first, last)")
 
-    _LATER_FIELDS: ClassVar[tuple[str, ...]] = ("swap_ab", "l2_evict_a", "l2_evict_b")
+    _LATER_FIELDS: ClassVar[tuple[str, ...]] = ("swap_ab",)
 
     # ---- derived ------------------------------------------------------------------------------------
     @property
@@ -118,9 +109,6 @@ class KernelSpec(IRModel):
             s += " streamk"
         if self.swap_ab:
             s += " swapAB"
-        hints = [f"{op}:{v}" for op, v in (("A", self.l2_evict_a), ("B", self.l2_evict_b)) if v != "normal"]
-        if hints:
-            s += f" L2[{','.join(hints)}]"
         return s + (" persistent" if self.persistent else "")
 
     def accumulator_registers(self) -> int:
