@@ -91,6 +91,20 @@ CONFIG_SETS = {
         "128x192x64 s5 c2x1": dict(block_n=192, stages=5, cluster_m=2),
         "128x192x64 s5 c2x1 stream-K": dict(block_n=192, stages=5, cluster_m=2, decomposition="stream_k"),
     },
+    # stream-K numbered along N on tall outputs, where the template's lanes then keep a row's tiles (A's
+    # panel, the larger operand) at the same k; along M they keep a column's (B's), so it uses one lane
+    "streamk_lanes": {
+        "128x128x64 s6 c1x2": dict(stages=6, cluster_n=2),
+        "128x128x64 s6 c1x2 stream-K": dict(stages=6, cluster_n=2, decomposition="stream_k"),
+        "128x128x64 s6 c1x2 stream-K along N": dict(stages=6, cluster_n=2, decomposition="stream_k",
+                                                    raster_order="along_n"),
+        "128x128x64 s6 c2x1 stream-K": dict(stages=6, cluster_m=2, decomposition="stream_k"),
+        "128x128x64 s6 c2x1 stream-K along N": dict(stages=6, cluster_m=2, decomposition="stream_k",
+                                                    raster_order="along_n"),
+        "128x128x64 s6 stream-K along N": dict(stages=6, decomposition="stream_k", raster_order="along_n"),
+        "256x128x64 s4 c2x1 stream-K along N": dict(block_m=256, stages=4, cluster_m=2, decomposition="stream_k",
+                                                    raster_order="along_n"),
+    },
     # clusters of four (2x2: each CTA's A tile multicast along N and B tile along M) against the two-CTA
     # clusters of the large-shape winners: a quarter fewer L2 reads per FLOP, so less power at the cap
     "cluster4": {

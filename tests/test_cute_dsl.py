@@ -206,6 +206,77 @@ def test_stream_k_plan_keeps_a_nearly_full_last_wave_alone():
     assert _sk_plan_of(1032, 968, 1048, 66, cluster_m=2)[1] == 5 * 8
 
 
+def _sk_walk(m, n, k, units, **kw):
+    """Every cluster's walk through the rendered module's stream-K split (_sk_plan, _sk_lanes, _sk_start,
+    _sk_segment: plain integer code, run on the CPU with the DSL's decorators stubbed out), and the peers
+    each owner of a shared tile adds, found as the template's owner loop finds them."""
+    import math
+    import types
+
+    src = CuteDslBackend().render(GemmProblem(m=m, n=n, k=k), spec(decomposition="stream_k", **kw)).text
+    head = src[src.index("TILES_M = "):src.index("# Output pieces staged")]
+    scope = {"M": m, "N": n, "K": k, "TILE_M": kw.get("block_m", 128), "TILE_N": kw.get("block_n", 128),
+             "TILE_K": kw.get("block_k", 64), "CLUSTER_M": kw.get("cluster_m", 1), "CLUSTER_N": kw.get("cluster_n", 1),
+             "RASTER_ALONG_M": kw.get("raster_order", "along_m") == "along_m", "math": math,
+             "cute": types.SimpleNamespace(jit=lambda f: f),
+             "cutlass": types.SimpleNamespace(Constexpr=int, min=min)}
+    scope["K_TILES"] = -(-k // scope["TILE_K"])
+    exec(head, scope)
+    waves, sk_tiles = scope["_sk_plan"](units)
+    lanes = scope["_sk_lanes"](units)
+    start = lambda u: scope["_sk_start"](u, units, sk_tiles, lanes)  # noqa: E731
+    walks, owners = {}, {}
+    for u in range(units):
+        first, end = start(u), start(u + lanes)
+        it, steps = 0, []
+        while it < waves * scope["K_TILES"] + end - first:
+            tile, kt0, kts, g = scope["_sk_segment"](it, u, units, waves, sk_tiles, lanes, first, end)
+            steps.append((it, tile, kt0, kts))
+            if kt0 == 0 and kts < scope["K_TILES"]:  # the owner of a shared tile: whose partials it adds
+                peers, peer = [], u + lanes
+                while start(peer) < g + scope["K_TILES"]:
+                    if start(peer + lanes) > start(peer):
+                        peers.append(peer)
+                    peer += lanes
+                owners[tile] = (u, peers)
+            it += kts
+        walks[u] = steps
+    return scope, lanes, walks, owners
+
+
+@pytest.mark.parametrize("shape, units, kw, lanes", [
+    ((1024, 16384, 8192), 66, dict(block_m=256, cluster_m=2), 2),  # 2 cluster rows: a lane per row
+    ((2048, 16384, 2048), 66, dict(block_m=256, cluster_m=2), 2),  # 4 cluster rows, 66 clusters: gcd 2
+    ((1032, 968, 1048), 66, dict(cluster_m=2), 1),  # 5 cluster rows: one lane
+    ((256, 12288, 12288), 132, dict(block_n=256), 2),
+    ((4096, 1024, 4096), 66, dict(cluster_n=2, raster_order="along_n"), 2),  # lanes across N
+    # lanes only where the panel they keep in step is the larger operand's: B (8 MB) here is not
+    ((12288, 256, 16384), 66, dict(cluster_m=2), 1),
+    ((12288, 256, 16384), 66, dict(cluster_m=2, raster_order="along_n"), 2),  # A's rows in step
+])
+def test_stream_k_lanes_cover_every_k_step_once_and_keep_a_column_in_step(shape, units, kw, lanes):
+    scope, got_lanes, walks, owners = _sk_walk(*shape, units, **kw)
+    assert got_lanes == lanes
+    kt = scope["K_TILES"]
+    done = {}
+    for u, steps in walks.items():
+        for it, tile, kt0, kts in steps:
+            for kk in range(kt0, kt0 + kts):
+                assert (tile, kk) not in done, f"tile {tile} k {kk} twice (units {done[(tile, kk)]} and {u})"
+                done[(tile, kk)] = u
+    assert len(done) == scope["CTILES"] * kt  # every k-step of every cluster tile, once
+    # a shared tile's owner adds exactly the clusters that computed its other k-steps
+    for tile, (owner, peers) in owners.items():
+        assert sorted({done[(tile, kk)] for kk in range(kt)} - {owner}) == peers
+    # clusters at the same place in different lanes: one column of tiles (or one row, across N), same k
+    along_m = scope["RASTER_ALONG_M"]
+    across = scope["CTILES_M"] if along_m else scope["CTILES_N"]
+    for u in range(0, len(walks), lanes):
+        group = [walks[u + lane] for lane in range(lanes)]
+        for segments in zip(*group):
+            assert len({s[2] for s in segments}) == 1 and len({s[1] // across for s in segments}) == 1
+
+
 def test_stream_k_renders_its_work_split_and_workspace():
     src = CuteDslBackend().render(GemmProblem(m=256, n=12288, k=12288), spec(decomposition="stream_k", block_n=256))
     for line in ("SK_MAX_CTAS = 132", "def _sk_plan(",

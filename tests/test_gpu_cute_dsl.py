@@ -296,6 +296,11 @@ STREAMK_CASES = {
                                             dict(block_m=192, block_n=96, num_warps=16)),
     # in clusters: a cluster's CTAs walk the same k-range of neighbouring tiles (multicast in step)
     "1024x16384x8192-NN-256x128-c2x1": ((1024, 16384, 8192, "NN"), Epilogue(), dict(block_m=256, cluster_m=2)),
+    # lanes: 4 cluster rows on 66 clusters make 2 lanes of every other row; along N, 2 lanes of the columns
+    "2048x16384x2048-NN-256x128-c2x1-2lanes": ((2048, 16384, 2048, "NN"), Epilogue(bias=True),
+                                               dict(block_m=256, cluster_m=2)),
+    "12288x256x4096-TN-c2x1-along-n-2lanes": ((12288, 256, 4096, "TN"), Epilogue(), dict(cluster_m=2,
+                                                                                      raster_order="along_n")),
     "2048x4096x2048-NT-128x128-c1x2": ((2048, 4096, 2048, "NT"), Epilogue(), dict(cluster_n=2, stages=6)),
     # 9 tile rows in 2x1 clusters: the fifth cluster row's second CTA has only out-of-bounds tiles
     "1032x968x1048-TT-c2x1-bias-beta-gelu": ((1032, 968, 1048, "TT"), Epilogue(alpha=0.5, beta=-0.75, bias=True,

@@ -356,6 +356,21 @@ def test_cute_dsl_rules_offer_stream_k_in_clusters_but_never_more_than_max():
     assert not any(s.block_m == 256 and s.block_n == 128 and s.decomposition == "stream_k" for s in near_full)
 
 
+@pytest.mark.parametrize("shape, order", [((12288, 256, 16384), "along_n"), ((256, 12288, 12288), "along_m")])
+def test_cute_dsl_stream_k_numbers_its_tiles_so_lanes_keep_the_larger_operand_in_step(shape, order):
+    # the template's stream-K lanes keep a column's tiles (raster along M: B's panel) or a row's (along N:
+    # A's) at the same k; on the tall 12288x256x16384 A is the large operand, so its rows must be the lanes
+    from cudal2.api import resolve_proposer
+
+    p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
+    specs = [x for x in p.propose(GemmProblem.parse(shape), [], 12) if x.spec.decomposition == "stream_k"]
+    assert specs and all(x.spec.raster_order == order for x in specs), [x.spec.summary() for x in specs]
+    dp = [x for x in p.propose(GemmProblem.parse(shape), [], 12) if x.spec.decomposition == "data_parallel"]
+    if order == "along_n":  # the data-parallel kernels keep the L2 rule's order
+        assert "stream-K tiles numbered along_n" in specs[0].reasoning
+        assert all(x.spec.raster_order == "along_m" for x in dp if x.spec.backend == "cute_dsl")
+
+
 def test_cute_dsl_rules_offer_split_k_with_and_without_clusters():
     # cuBLAS runs 512x512x12288 as a 2x1 split-K kernel, and a cluster paid there on the H100 (it
     # cost elsewhere, so unclustered split-K stays on offer)

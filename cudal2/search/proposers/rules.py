@@ -487,6 +487,8 @@ class RulesProposer:
                         raster_note = f"ping-pong: raster group {group} {order}, where it measured ahead"
                     else:
                         group, order, raster_note = self._raster(caps, problem, f)
+                        if f["decomposition"] == "stream_k":
+                            order, raster_note = self._stream_k_order(caps, problem, order, raster_note)
                     rasters = [(group, order, raster_note)]
                     if exhaustive:
                         rasters += [(g, o, f"raster group {g} {o} (variant)")
@@ -528,6 +530,19 @@ class RulesProposer:
             out.append((s, f"{s} stages use {used[s] / 1024:.0f} KiB of {hw.smem_per_block / 1024:.0f} KiB shared memory"
                            + (f" (fits {fit})" if s < fit else "")))
         return out
+
+    def _stream_k_order(self, caps, problem: GemmProblem, order: str, note: str) -> tuple[str, str]:
+        """The raster order a stream-K kernel numbers its tiles in: along M where B is the larger
+        operand, along N where A is, so that the template's stream-K lanes keep the tiles that share
+        the larger operand's panel at the same k (cute_dsl: _sk_lanes; on the H100 lanes took 256x128
+        stream-K on 1024x16384x8192 from 0.92-0.99 to 0.99-1.00 of torch, while lanes sharing the
+        small operand took 12288x256x16384 from 0.66 to 0.50; benchmarks/results/cute_dsl_streamk_lanes.md)."""
+        m, n, _ = problem.shape
+        want = "along_m" if n >= m else "along_n"
+        if want == order or not space.allows(caps, "raster_order", want, self.arch):
+            return order, note
+        larger = "B" if want == "along_m" else "A"
+        return want, f"{note}; stream-K tiles numbered {want}, so lanes keep the larger operand {larger} in step"
 
     def _raster(self, caps, problem: GemmProblem, f: dict) -> tuple[int, str, str]:
         """Grouped rasterization: with `group` tile-rows per group, one wave of S blocks reads
