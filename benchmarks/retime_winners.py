@@ -37,7 +37,7 @@ def load_winners(path: Path) -> list[dict]:
 def retime(ev, row: dict, modes: tuple[str, ...]) -> dict:
     """One evaluator call: the row's winner and the baselines, in every mode."""
     problem = GemmProblem(m=row["m"], n=row["n"], k=row["k"])
-    spec = KernelSpec.model_validate(row["spec_json"])
+    spec = KernelSpec.from_dict(row["spec_json"])
     (res,) = ev.evaluate(problem, [spec], modes)
     report = ev.report(problem, [res], modes)
     out = {"m": problem.m, "n": problem.n, "k": problem.k, "spec": spec.summary(), "backend": spec.backend,
@@ -95,7 +95,7 @@ def main(argv=None) -> int:
                 break
             if j + 1 < len(todo):  # the next winner compiles on the CPU while this one is timed
                 nxt = todo[j + 1][1]
-                ev.prefetch(GemmProblem(m=nxt["m"], n=nxt["n"], k=nxt["k"]), [KernelSpec.model_validate(nxt["spec_json"])])
+                ev.prefetch(GemmProblem(m=nxt["m"], n=nxt["n"], k=nxt["k"]), [KernelSpec.from_dict(nxt["spec_json"])])
             done.append(retime(ev, row, modes))
             r = done[-1]
             print(f"[{i + 1}/{len(winners)}] {r['m']}x{r['n']}x{r['k']} "

@@ -81,12 +81,17 @@ def rounds_in_mode(confirmation_rows: Sequence[dict[str, Any]], mode: str) -> li
     return [r for r in confirmation_rows if not r["result"].ok or r["result"].kernel_ms(mode) is not None]
 
 
+def gpu_of(row: dict[str, Any]) -> str:
+    """The GPU (by name) a stored kernel or confirmation row was timed on; "" where not recorded."""
+    return (row["environment"] or {}).get("gpu_name", "")
+
+
 def rounds_on(confirmation_rows: Sequence[dict[str, Any]], gpu_name: str | None) -> list[dict[str, Any]]:
     """The rounds timed on this GPU (by name); all of them where the GPU is not known. A store
     may hold searches from several GPUs, and a leader's rounds on one say nothing of another."""
     if not gpu_name:
         return list(confirmation_rows)
-    return [r for r in confirmation_rows if (r["environment"] or {}).get("gpu_name") == gpu_name]
+    return [r for r in confirmation_rows if gpu_of(r) == gpu_name]
 
 
 def summarize(confirmation_rows: Sequence[dict[str, Any]], reference: str | None, mode: str) -> dict[str, Confirmed]:

@@ -121,7 +121,7 @@ class TunedTable:
         Where a search confirmed its leaders on that GPU (confirm.py), only they compete, each with
         its median round: a single lucky trial must not route cudal2.matmul away from torch, and a
         kernel that failed a confirmation round is never used."""
-        from .confirm import rounds_in_mode, summarize
+        from .confirm import gpu_of, rounds_in_mode, summarize
         from .store import Store
 
         store = store if isinstance(store, Store) else Store(store)
@@ -133,21 +133,20 @@ class TunedTable:
                          if b.available and b.kernel_ms(mode) is not None}
             confirmed: dict[str, list] = {}  # GPU -> confirmation rows
             for row in rounds_in_mode(store.confirmations(problem), mode):
-                confirmed.setdefault((row["environment"] or {}).get("gpu_name", ""), []).append(row)
+                confirmed.setdefault(gpu_of(row), []).append(row)
             rows = [c.median_round for gpu_rows in confirmed.values()
                     for c in summarize(gpu_rows, "torch", mode).values() if not c.failed]
-            rows += [r for r in store.kernels(problem) if (r["environment"] or {}).get("gpu_name", "") not in confirmed]
+            rows += [r for r in store.kernels(problem) if gpu_of(r) not in confirmed]
             for row in rows:
                 res = row["result"]
                 ms = res.kernel_ms(mode) if res.ok else None
                 if ms is None:
                     continue
-                env = row["environment"] or {}
                 own = {name: b.kernel_ms(mode) for name, b in row["baselines"].items()
                        if b.available and b.kernel_ms(mode) is not None}
                 created = row["created"].isoformat() if isinstance(row["created"], _dt.datetime) else str(row["created"])
                 table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=ms, baselines_ms=own or baselines,
-                                     gpu=env.get("gpu_name", ""), created=created))
+                                     gpu=gpu_of(row), created=created))
         return table
 
     @classmethod

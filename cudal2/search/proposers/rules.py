@@ -158,9 +158,10 @@ SAME_VARIANT_PENALTY = 0.05
 FAILED = ("compile_error", "crash", "timeout", "incorrect")
 KEEP_PER_TILE = 6
 # Stream-K proposals per call: it won no shape of the 48 in any search so far, and measured 0.6-1.0
-# of the data-parallel kernels beside it (cute_dsl_streamk_cluster.md); the model, which counts the
-# last wave's idle SMs but not the power cap that lets a part-empty wave clock higher, would
-# otherwise rank half the list of a ragged deep-K grid stream-K once clusters multiply its variants.
+# of the data-parallel kernels beside it (cute_dsl_streamk_cluster.md, cute_dsl_streamk_lanes.md); the
+# model, which counts the last wave's idle SMs but not the cycles stream-K adds to every SM (about 13k
+# of 534k on 1024x16384x8192, ncu), would otherwise rank half the list of a ragged deep-K grid stream-K
+# once clusters multiply its variants.
 MAX_STREAM_K = 2
 # Tile-size caps, as multiples of the next power of two of M, N, K. The last level also
 # varies what the rules would otherwise decide alone (stages, raster group and order), for
@@ -421,10 +422,11 @@ class RulesProposer:
         # 0.79 -> 0.86 of torch) and loses where the k-loop is short (2048x1024x2048), so it is
         # offered only with enough k-tiles per tile and tiles enough that each is shared by at most
         # about three CTAs (its owner adds the others' partials one after another). Not offered
-        # where the last wave is nearly full: on the H100's power cap a part-empty last wave runs at a
-        # higher clock, and in clusters on 1024x16384x8192 (3.88 waves of 256x128) and five other
-        # deep-K shapes of the 48 it measured 0.6-1.0 of the data-parallel kernels
-        # (benchmarks/results/cute_dsl_streamk_cluster.md).
+        # where the last wave is nearly full: what it saves there is less than the cycles it adds to
+        # every SM (on 1024x16384x8192, 3.88 waves of 256x128, it evens out the SMs but adds about 13k
+        # cycles to each, ncu), and in clusters there and on five other deep-K shapes of the 48 it
+        # measured 0.6-1.0 of the data-parallel kernels (benchmarks/results/cute_dsl_streamk_cluster.md,
+        # cute_dsl_streamk_lanes.md).
         dp_fill = tiles / (_cdiv(tiles, hw.sm_count) * hw.sm_count)
         if (dp_fill < 0.9 and kb >= 32 and 2 * tiles >= hw.sm_count
                 and space.allows(caps, "decomposition", "stream_k", arch)):
