@@ -27,10 +27,10 @@ BASE = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", wa
 
 
 def split_k(slices: int, **overrides) -> dict:
-    """A split-K configuration: fp32 partial tiles from registers into the workspace, then by default
-    the reduction kernel (split_k_reduction="in_kernel": the tile's own units reduce them)."""
-    return {**dict(decomposition="split_k", split_k=slices, split_k_reduction="workspace",
-                   epilogue_path="registers"), **overrides}
+    """A split-K configuration: fp32 partial tiles from registers into the workspace, then the
+    reduction kernel (the only split-K variant the cute_dsl template has)."""
+    return dict(decomposition="split_k", split_k=slices, split_k_reduction="workspace",
+                epilogue_path="registers", **overrides)
 
 
 def pingpong(**overrides) -> dict:
@@ -162,32 +162,6 @@ CONFIG_SETS = {
         "64x128x64 w8 s8 c2x1 split4": split_k(4, block_m=64, num_warps=8, stages=8, cluster_m=2),
         "64x32x64 w8 s16 c1x2 split4": split_k(4, block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
         "64x32x64 w8 s16 c1x2 split8": split_k(8, block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
-    },
-    # split-K reduced by the tile's own units in the GEMM kernel (one launch) against the reduction kernel;
-    # every unit must be resident at once, so these grids stay within 132 CTAs (66 clusters of two)
-    "splitk_in_kernel": {
-        "128x128x64 s6 split8": split_k(8, stages=6),
-        "128x128x64 s6 split8 in-kernel": split_k(8, stages=6, split_k_reduction="in_kernel"),
-        "128x128x64 s6 c2x1 split8 in-kernel": split_k(8, stages=6, cluster_m=2, split_k_reduction="in_kernel"),
-        "64x128x64 w8 s8 c2x1 split4": split_k(4, block_m=64, num_warps=8, stages=8, cluster_m=2),
-        "64x128x64 w8 s8 split4 in-kernel": split_k(4, block_m=64, num_warps=8, stages=8,
-                                                    split_k_reduction="in_kernel"),
-        "64x128x64 w8 s8 c2x1 split4 in-kernel": split_k(4, block_m=64, num_warps=8, stages=8, cluster_m=2,
-                                                         split_k_reduction="in_kernel"),
-        "64x64x64 w8 s13 split2 in-kernel": split_k(2, block_m=64, block_n=64, num_warps=8, stages=13,
-                                                    split_k_reduction="in_kernel"),
-    },
-    # the same on a narrower output (512x128x8192: session 14's winner was 64x64 s14 split 8)
-    "splitk_in_kernel_narrow": {
-        "64x64x64 w8 s14 split8": split_k(8, block_m=64, block_n=64, num_warps=8, stages=14),
-        "64x64x64 w8 s14 split8 in-kernel": split_k(8, block_m=64, block_n=64, num_warps=8, stages=14,
-                                                    split_k_reduction="in_kernel"),
-        "64x64x64 w8 s14 c2x1 split8 in-kernel": split_k(8, block_m=64, block_n=64, num_warps=8, stages=14,
-                                                         cluster_m=2, split_k_reduction="in_kernel"),
-        "128x64x64 s8 split16 in-kernel": split_k(16, block_n=64, stages=8, split_k_reduction="in_kernel"),
-        "128x128x64 s6 split32 in-kernel": split_k(32, stages=6, split_k_reduction="in_kernel"),
-        "64x128x64 w8 s8 split16 in-kernel": split_k(16, block_m=64, num_warps=8, stages=8,
-                                                     split_k_reduction="in_kernel"),
     },
     # the same split-K tiles with K steps of 64 and a deep pipeline against steps of 128 and 3-4 stages
     # (the rules model had ranked 3 stages first: it charged every stage to the prologue)

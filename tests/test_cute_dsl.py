@@ -49,10 +49,9 @@ def test_undeclared_options_refused_by_the_ir(field, value):
     assert field in e.value.fields
 
 
-def test_split_k_declared_with_workspace_and_in_kernel_reductions_only():
-    for red in ("workspace", "in_kernel"):
-        s = spec(decomposition="split_k", split_k=4, split_k_reduction=red, epilogue_path="registers")
-        assert CuteDslBackend().supports(GemmProblem(m=512, n=128, k=8192), s)
+def test_split_k_declared_with_workspace_reduction_only():
+    s = spec(decomposition="split_k", split_k=4, epilogue_path="registers")
+    assert CuteDslBackend().supports(GemmProblem(m=512, n=128, k=8192), s)
     with pytest.raises(SpecError) as e:
         spec(decomposition="split_k", split_k=4, split_k_reduction="atomic", epilogue_path="registers")
     assert "split_k_reduction" in e.value.fields
@@ -68,39 +67,6 @@ def test_split_k_refusals():
     ok = b.supports(GemmProblem(m=8192, n=8192, k=8192), spec(decomposition="split_k", split_k=8,
                                                              epilogue_path="registers"))
     assert not ok and "workspace" in ok.reason
-
-
-def test_in_kernel_split_k_refusals():
-    """Every unit waits for its tile's other K slices, so all must fit on the GPU at once; and each
-    slice takes an even share of every thread's accumulators."""
-    b = CuteDslBackend()
-    ik = dict(decomposition="split_k", split_k_reduction="in_kernel", epilogue_path="registers")
-    p = GemmProblem(m=512, n=512, k=12288)  # 16 tiles of 128x128, 64 accumulators per consumer thread
-    assert b.supports(p, spec(**ik, split_k=8))  # 128 units on 132 SMs
-    ok = b.supports(p, spec(**ik, split_k=16))  # 256 units
-    assert not ok and "256" in ok.reason and "at once" in ok.reason and "workspace" in ok.reason
-    ok = b.supports(p, spec(**ik, split_k=6))
-    assert not ok and "divides 64" in ok.reason
-    # in clusters of two the unit is the cluster: 8 cluster tiles x 8 slices = 64 of the 66 that fit
-    assert b.supports(p, spec(**ik, split_k=8, cluster_m=2))
-    # 64x128 tiles in 2x1 clusters: 8 cluster tiles... of 8 x 4 tiles: 4 x 4 = 16 cluster tiles x 8 = 128 > 66
-    ok = b.supports(p, spec(**ik, split_k=8, block_m=64, num_warps=8, cluster_m=2))
-    assert not ok and "66" in ok.reason
-    # how many clusters of four fit is up to the GPU's GPCs (an H100 refused 32 at compile time)
-    ok = b.supports(p, spec(**ik, split_k=2, cluster_m=2, cluster_n=2))
-    assert not ok and "cluster" in ok.reason
-
-
-def test_render_in_kernel_split_k():
-    p = GemmProblem(m=100, n=136, k=1000, epilogue=Epilogue(beta=0.5, bias=True, activation="relu"))
-    s = spec(decomposition="split_k", split_k=4, split_k_reduction="in_kernel", epilogue_path="registers")
-    src = CuteDslBackend().render(p, s)
-    compile(src.text, "rendered", "exec")
-    assert "def reduce(" not in src.text and "self.reduce(" not in src.text  # one launch
-    for line in ("SPLIT_K = 4", "WORKSPACE_SHAPE = (FLAGS_OFFSET + SPLIT_TILES,)",
-                 "FLAGS_OFFSET = SPLIT_TILES * SPLIT_K * TILE_ELEMS", "if cutlass.const_expr(UNITS > max_active_clusters):",
-                 "== 2 * SPLIT_K - 1:"):  # the last slice out resets its tile's counter
-        assert line in src.text, line
 
 
 def test_render_split_k():
@@ -535,29 +501,6 @@ def test_split_k_compiles_for_sm90a(backend, pkw, skw):
     assert backend.supports(p, s), backend.supports(p, s).reason
     kernel = backend.compile(backend.render(p, s))
     assert kernel.workspace_bytes == 4 * s.split_k * p.m * p.n
-
-
-IN_KERNEL_SPLIT_VARIANTS = [
-    # (id, problem kwargs, spec kwargs): one kernel, its units reduce their tile's slices themselves
-    ("NN-fp16-512x512x12288-s8", dict(m=512, n=512, k=12288, layout="NN"), dict(split_k=8, stages=6)),
-    ("TN-bf16-512x128x8192-s8-64x64-c2x1", dict(m=512, n=128, k=8192, layout="TN", dtype="bfloat16"),
-     dict(split_k=8, num_warps=8, block_m=64, block_n=64, cluster_m=2)),
-    ("NT-100x136x1000-s4-all-gelu", dict(m=100, n=136, k=1000, layout="NT",
-                                         epilogue=Epilogue(alpha=0.5, beta=0.25, bias=True, activation="gelu")),
-     dict(split_k=4, num_warps=8, block_m=64, block_n=64, cluster_n=2)),
-]
-
-
-@needs_dsl
-@pytest.mark.parametrize("pkw, skw", [v[1:] for v in IN_KERNEL_SPLIT_VARIANTS],
-                         ids=[v[0] for v in IN_KERNEL_SPLIT_VARIANTS])
-def test_in_kernel_split_k_compiles_for_sm90a(backend, pkw, skw):
-    p = GemmProblem(**pkw)
-    s = spec(**SPLIT, split_k_reduction="in_kernel", **skw)
-    assert backend.supports(p, s), backend.supports(p, s).reason
-    kernel = backend.compile(backend.render(p, s))
-    tiles = -(-p.m // s.block_m) * -(-p.n // s.block_n)
-    assert kernel.workspace_bytes == 4 * tiles * (s.split_k * s.block_m * s.block_n + 1)  # partials + counters
 
 
 @needs_dsl

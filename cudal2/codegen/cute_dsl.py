@@ -9,12 +9,10 @@ the fp32 fragment and stores either straight from registers (predicated) or thro
 shared memory with a TMA store. The rendered module bakes every extent and choice in, so
 one compiled kernel serves exactly one (problem, spec).
 
-Split-K (decomposition="split_k", split_k=S): the scheduler's work units are (output tile, K slice)
-pairs; each stores its raw fp32 partial tile into an fp32 workspace that the kernel object allocates
-once per device. With reduction "workspace" a second kernel, launched right after on the same stream,
-sums the S slices in a fixed order and applies the epilogue. With "in_kernel" the S units of a tile
-wait for one another on a counter and then each sums and stores a 1/S share of the tile, in the same
-fixed order: one launch, for grids whose units all fit on the GPU at once.
+Split-K (decomposition="split_k", split_k=S, reduction "workspace"): the scheduler's work units
+are (output tile, K slice) pairs; each stores its raw fp32 partial tile into an fp32 workspace
+(S, M, N) that the kernel object allocates once per device, and a second kernel, launched right
+after on the same stream, sums the S slices in a fixed order and applies the epilogue.
 
 Stream-K (decomposition="stream_k"): whole data-parallel waves, then the leftover tiles' k-iterations
 shared evenly by every cluster; the CTAs of a cluster walk the same k-range of neighbouring tiles, so
@@ -67,35 +65,6 @@ def _epilogue_piece_bytes(f: Mapping[str, Any]) -> int:
     return min(rows, 64 * wgs) * min(32, cols) * 2 * (2 if pingpong else 1)
 
 
-def _in_kernel_split_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
-    """What in-kernel split-K cannot run: a K-slice count that does not share every thread's
-    accumulators evenly, or more units than the GPU holds at once (a unit waits for its tile's other
-    slices, so one that never started would hang the kernel)."""
-    bad = []
-    acc = spec.accumulator_registers()
-    if acc % spec.split_k:
-        bad.append(Violation("split_k", spec.split_k,
-                             f"in-kernel split-K shares each thread's {acc} accumulators evenly among the K slices",
-                             f"use a split_k that divides {acc}, or split_k_reduction='workspace'"))
-    cluster = spec.cluster_m * spec.cluster_n
-    if cluster > 2:
-        # how many clusters of four fit at once depends on the GPU's GPC layout (the template's compile
-        # refused 32 units of 2x2 on an H100), so only clusters of one or two SMs, 132 // size, are taken
-        bad.append(Violation("cluster_m*cluster_n", cluster,
-                             "in-kernel split-K needs every unit resident at once, and the number of clusters "
-                             "of four that fit is not known before launch", "use a cluster of one or two CTAs"))
-        return bad
-    tiles_m, tiles_n = -(-problem.m // spec.block_m), -(-problem.n // spec.block_n)
-    units = -(-tiles_m // spec.cluster_m) * -(-tiles_n // spec.cluster_n) * spec.split_k
-    fit = arch_limits(spec.arch).sm_count // cluster
-    if units > fit:
-        bad.append(Violation("split_k", spec.split_k,
-                             f"in-kernel split-K runs all its {units} cluster units at once, and at most {fit} "
-                             f"clusters of {cluster} fit on {arch_limits(spec.arch).sm_count} SMs",
-                             "use fewer K slices, a larger tile, or split_k_reduction='workspace'"))
-    return bad
-
-
 def epilogue_stages(f: Mapping[str, Any]) -> int:
     """How many output pieces the TMA-store epilogue of a spec (given as its fields) keeps in flight:
     the most of EPILOGUE_STAGES that fit in shared memory beside its main-loop stages and barriers."""
@@ -134,8 +103,7 @@ CAPABILITIES = Capabilities(
         smem_padding=[0],
         decomposition=["data_parallel", "split_k", "stream_k"],
         split_k=SPLIT_K_VALUES,
-        # deterministic; no atomics (lost updates seen on H100 elsewhere)
-        split_k_reduction=["workspace", "in_kernel"],
+        split_k_reduction=["workspace"],  # deterministic; no atomics (lost updates seen on H100 elsewhere)
         persistent=[True],
         epilogue_path=["registers", "tma_store"],
         epilogue_subtile=[1],
@@ -640,8 +608,6 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
                                  "reduction kernel writes the output; there is no TMA-store variant of it",
                                  "use epilogue_path='registers' with decomposition='split_k'"))
         # split_k > k-tiles (an empty K slice) is refused by check_compatible() before this
-        if spec.split_k_reduction == "in_kernel":
-            bad.extend(_in_kernel_split_violations(problem, spec))
         ws = 4 * spec.split_k * problem.m * problem.n
         if ws > MAX_WORKSPACE_BYTES:
             bad.append(Violation("split_k", spec.split_k,

@@ -66,12 +66,8 @@ class KernelSpec(IRModel):
     decomposition: Literal["data_parallel", "split_k", "stream_k"] = Field(
         "data_parallel", description="how output tiles and K are shared out among blocks")
     split_k: int = Field(1, ge=1, le=64, description="K slices when decomposition is split_k")
-    # workspace: fp32 partials, summed by a second kernel; in_kernel: the same partials, summed by
-    # the tile's own K-slice blocks once all have stored theirs (one launch; every block of the
-    # grid must be resident at once); atomic: fp32 atomic adds (not deterministic)
-    split_k_reduction: Literal["atomic", "workspace", "in_kernel"] = Field(
-        "workspace", description="how split-K partial sums are combined: atomic adds, a second kernel over "
-                                 "an fp32 workspace, or the tile's own blocks over that workspace (in_kernel)")
+    split_k_reduction: Literal["atomic", "workspace"] = Field(
+        "workspace", description="how split-K partial sums are combined")
     persistent: bool = Field(False, description="one block per SM looping over tiles")
     # --- epilogue ------------------------------------------------------------------------------------
     epilogue_path: Literal["registers", "smem", "tma_store"] = Field(

@@ -59,7 +59,7 @@ class Preferences:
     max_stages: int = 5
     smem_reserve: int = 8 * 1024  # bytes the compiler uses beyond the pipeline buffers
     split_k: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-    split_k_reduction: tuple[str, ...] = ("in_kernel", "workspace", "atomic")
+    split_k_reduction: tuple[str, ...] = ("workspace", "atomic")
     load_path: tuple[str, ...] = ("tma", "cp_async", "pointer")
     raster_group: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     min_acc_registers: int = 2  # fewer fp32 accumulators per thread than this wastes warps
@@ -641,10 +641,6 @@ class RulesProposer:
             partial = split * m * n * 4
             if f["split_k_reduction"] == "workspace":
                 total += 2 * partial / dram_per_us + 2.0  # write + read partials, a second kernel
-            elif f["split_k_reduction"] == "in_kernel":
-                # each unit reads one tile's worth back through L2 (its share of every slice's partial)
-                # after its tile's slowest slice has stored; no second kernel
-                total += bm * bn * 4 / l2_per_us + 0.3
             else:
                 # read-modify-write atomics on the output, zeroing it first, and contention on
                 # the same lines; ranked after the fp32 workspace, which also rounds only once
