@@ -105,17 +105,6 @@ CONFIG_SETS = {
         "256x128x64 s4 c2x1 stream-K along N": dict(block_m=256, stages=4, cluster_m=2, decomposition="stream_k",
                                                     raster_order="along_n"),
     },
-    # stream-K with ping-pong consumers (alternate segments per warpgroup, so a segment's partial store or
-    # fixup runs under the other's main loop) against the data-parallel ping-pong winners, on grids whose
-    # last wave is ragged: 1024 tiles of 128x128 on 4096^3 and 1024x16384x8192 (7.76 waves), 4096 on 8192^3
-    "streamk_pingpong": {
-        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
-        "128x128x64 s5 pingpong c1x2 stream-K": pingpong(stages=5, decomposition="stream_k"),
-        "128x128x64 s5 pingpong c2x1 stream-K": pingpong(stages=5, cluster_m=2, cluster_n=1,
-                                                         decomposition="stream_k"),
-        "128x128x64 s5 pingpong stream-K": pingpong(stages=5, cluster_n=1, decomposition="stream_k"),
-        "256x128x64 s4 c2x1": dict(block_m=256, stages=4, cluster_m=2),
-    },
     # clusters of four (2x2: each CTA's A tile multicast along N and B tile along M) against the two-CTA
     # clusters of the large-shape winners: a quarter fewer L2 reads per FLOP, so less power at the cap
     "cluster4": {

@@ -615,6 +615,11 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
                                  f"{MAX_WORKSPACE_BYTES >> 20} MiB",
                                  "use a smaller split_k (split-K pays off for small M*N and deep K)"))
     if spec.decomposition == "stream_k":
+        why = None
+        if pingpong:
+            why = ("stream-K runs one tile at a time on both consumer warpgroups", "use warp_specialization='cooperative'")
+        if why:
+            bad.append(Violation("decomposition", "stream_k", *why))
         iters = -(-problem.m // spec.block_m) * -(-problem.n // spec.block_n) * -(-problem.k // spec.block_k)
         if iters * arch_limits(spec.arch).sm_count >= 2**31:
             bad.append(Violation("decomposition", "stream_k",
