@@ -105,6 +105,16 @@ CONFIG_SETS = {
         "256x128x64 s4 c2x1 stream-K along N": dict(block_m=256, stages=4, cluster_m=2, decomposition="stream_k",
                                                     raster_order="along_n"),
     },
+    # shallow K over a large output (16384x16384x128, 12288x8192x64, 16384x1024x64): the time goes to
+    # writing D, so the epilogue path, the tile and the consumer scheme are what can differ
+    "output_bound": {
+        "128x128x128 s2 pingpong c1x2": pingpong(block_k=128, stages=2),
+        "128x128x64 s2 pingpong c1x2": pingpong(stages=2),
+        "128x128x64 s2 c1x2": dict(stages=2, cluster_n=2),
+        "128x256x64 s2 c1x2": dict(block_n=256, stages=2, cluster_n=2),
+        "256x128x64 s2 c2x1": dict(block_m=256, stages=2, cluster_m=2),
+        "128x256x64 s2 c1x2 registers": dict(block_n=256, stages=2, cluster_n=2, epilogue_path="registers"),
+    },
     # clusters of four (2x2: each CTA's A tile multicast along N and B tile along M) against the two-CTA
     # clusters of the large-shape winners: a quarter fewer L2 reads per FLOP, so less power at the cap
     "cluster4": {
