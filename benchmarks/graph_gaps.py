@@ -21,21 +21,24 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # retime_winners (--winners)
 
 from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
 
 
 def _contenders(problem: GemmProblem, specs: list[KernelSpec]):
-    """(label, call(i)) for torch.matmul and each spec the backend supports, over rotated input sets."""
+    """(label, call(i), input sets) for the evaluator's torch baseline and each spec the backend
+    supports, over rotated input sets."""
     import torch
 
+    from cudal2.bench.baselines import prepare
     from cudal2.bench.inputs import make_operands, rotation_count
     from cudal2.codegen.registry import get_backend
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     sets = [make_operands(problem, seed=s, device="cuda") for s in range(rotation_count(problem, l2))]
     outs = [torch.empty(problem.m, problem.n, device="cuda", dtype=sets[0].a.dtype) for _ in sets]
-    yield "torch.matmul", (lambda i: torch.matmul(sets[i].a, sets[i].b, out=outs[i])), len(sets)
+    yield "torch.matmul", prepare("torch", problem, sets, outs).call, len(sets)
     for spec in specs:
         backend = get_backend(spec.backend)
         why = backend.supports(problem, spec)
@@ -52,13 +55,11 @@ def graph_profile(call, n_sets: int, calls: int = 60) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    for i in range(2 * n_sets):
-        call(i % n_sets)
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for j in range(calls):
-            call(j % n_sets)
+    from cudal2.bench.timing import _capture  # the evaluator's own capture (warm-up on a side stream)
+
+    g, why = _capture(call, [j % n_sets for j in range(calls)], torch.device("cuda"))
+    if g is None:
+        raise SystemExit(f"graph capture failed: {why}")
     for _ in range(5):
         g.replay()
     torch.cuda.synchronize()
@@ -80,7 +81,7 @@ def graph_profile(call, n_sets: int, calls: int = 60) -> dict:
     span = (kernels[-1].time_range.end - kernels[0].time_range.start) / calls if kernels else 0.0
     names = sorted({e.name for e in kernels})
     return {"graph_us": statistics.median(per_call), "ops_per_call": per, "kernel_us": busy,
-            "profiled_us": span, "gap_us": span - busy, "names": names}
+            "gap_us": span - busy, "names": names}
 
 
 def main(argv=None) -> int:
@@ -94,10 +95,10 @@ def main(argv=None) -> int:
 
     if not torch.cuda.is_available():
         raise SystemExit("graph_gaps.py profiles kernels on a CUDA GPU, and torch sees none here")
-    winners = {}
-    if args.winners:
-        for row in json.loads(Path(args.winners).read_text()):
-            winners[(row["m"], row["n"], row["k"])] = KernelSpec.from_dict(row["spec_json"])
+    from retime_winners import load_winners
+
+    winners = {(row["m"], row["n"], row["k"]): KernelSpec.from_dict(row["spec_json"])
+               for row in (load_winners(Path(args.winners)) if args.winners else [])}
     extra = [KernelSpec.from_dict(json.loads(s)) for s in args.spec]
     lines = [f"# One graph of short GEMMs, taken apart ({torch.cuda.get_device_name()}, torch {torch.__version__})",
              "", "| shape | contender | us per call (graph) | GPU ops per call | kernel us | gap us | kernels |",
