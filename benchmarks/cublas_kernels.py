@@ -1,10 +1,11 @@
 """Which library kernel torch.matmul launches for each shape, and for how long: the names of cuBLAS's
 Hopper kernels spell out their tile, cluster, stages and K decomposition (split-K, stream-K), so this
-tells where our search should look when cuBLAS wins. With --ours SET it lists, beside them, the
-kernels each cute_dsl configuration of that set in cute_dsl_vs_cublas.py launches (split-K: the GEMM
-and its reduction kernel, each timed).
+tells where our search should look when cuBLAS wins. With --lt-autotune it also lists what the
+evaluator's cuBLASLt-autotune baseline runs (nvmath's autotune picks other kernels than torch's
+heuristic), and with --ours SET the kernels each cute_dsl configuration of that set in
+cute_dsl_vs_cublas.py launches (split-K: the GEMM and its reduction kernel, each timed).
 
-    python benchmarks/cublas_kernels.py out.md --shapes 256x12288x12288,12288x256x16384[-TN] [--ours deepk]
+    python benchmarks/cublas_kernels.py out.md --shapes 256x12288x12288,12288x256x16384[-TN] [--lt-autotune] [--ours deepk]
 
 Needs a CUDA GPU. Times here come from the profiler (one replay); speed claims come from the evaluator.
 """
@@ -21,20 +22,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # cute_dsl_vs_cublas (
 from cudal2.ir import GemmProblem  # noqa: E402
 
 
-def launched_kernels(problem: GemmProblem, kernel=None, repeats: int = 5) -> list[tuple[str, float]]:
+def launched_kernels(problem: GemmProblem, kernel=None, repeats: int = 5,
+                     baseline: str | None = None) -> list[tuple[str, float]]:
     """(kernel name, mean microseconds) of every kernel one call launches: torch.matmul of this
-    problem, or `kernel` (a compiled cudal2 kernel) when given."""
+    problem, `kernel` (a compiled cudal2 kernel) when given, or the evaluator's baseline of that
+    name (cudal2.bench.baselines: "cublaslt_autotune" autotunes first, as the evaluator does)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    from cudal2.bench.baselines import prepare
     from cudal2.bench.inputs import make_operands  # the evaluator's own operand layout
 
     ops = make_operands(problem, seed=0, device="cuda")
     a, b = ops.a, ops.b
-    if kernel is None:
+    c = torch.empty(problem.m, problem.n, device="cuda", dtype=a.dtype)
+    if baseline is not None:
+        prepared = prepare(baseline, problem, [ops], [c])
+        if not prepared.available:
+            raise SystemExit(f"baseline {baseline}: {prepared.detail}")
+        call = lambda: prepared.call(0)  # noqa: E731
+    elif kernel is None:
         call = lambda: torch.matmul(a, b)  # noqa: E731
     else:
-        c = torch.empty(problem.m, problem.n, device="cuda", dtype=a.dtype)
         call = lambda: kernel(a, b, c, ops.bias)  # noqa: E731
     for _ in range(3):
         call()
@@ -82,6 +91,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out")
     ap.add_argument("--shapes", required=True, help="MxNxK[-LAYOUT], comma-separated")
+    ap.add_argument("--lt-autotune", action="store_true", help="also profile the evaluator's cuBLASLt-autotune "
+                    "baseline (nvmath-python)")
     ap.add_argument("--ours", metavar="SET", help="also profile the cute_dsl configurations of this set "
                     "(a --configs name of cute_dsl_vs_cublas.py)")
     args = ap.parse_args(argv)
@@ -97,6 +108,9 @@ def main(argv=None) -> int:
         problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
         for name, us in launched_kernels(problem):
             lines.append(f"| {shape} | `{_short(name)}` | {us:.1f} |")
+        if args.lt_autotune:
+            for name, us in launched_kernels(problem, baseline="cublaslt_autotune"):
+                lines.append(f"| {shape} | cuBLASLt autotune: `{_short(name)}` | {us:.1f} |")
         for label, kernel in our_kernels(problem, args.ours):
             for name, us in launched_kernels(problem, kernel):
                 lines.append(f"| {shape} | cudal2 {label}: `{_short(name)}` | {us:.1f} |")
