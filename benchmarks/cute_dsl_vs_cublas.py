@@ -115,16 +115,6 @@ CONFIG_SETS = {
         "256x128x64 s2 c2x1": dict(block_m=256, stages=2, cluster_m=2),
         "128x256x64 s2 c1x2 registers": dict(block_n=256, stages=2, cluster_n=2, epilogue_path="registers"),
     },
-    # 160 columns: cuBLASLt autotune's faster pick on 8192x8192x512 and 12288x4096x1024 is a 128x160
-    # tile in a 2x1 cluster with 5 stages (cute_dsl_output_bound.md); 16384/160 also leaves
-    # 16384x16384x4096 a last wave 0.9 full
-    "width160": {
-        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
-        "128x160x64 s5 pingpong c2x1": pingpong(block_n=160, stages=5, cluster_m=2, cluster_n=1),
-        "128x160x64 s5 pingpong c1x2": pingpong(block_n=160, stages=5),
-        "128x160x64 s5 c2x1": dict(block_n=160, stages=5, cluster_m=2),
-        "128x160x64 s5 c1x2": dict(block_n=160, stages=5, cluster_n=2),
-    },
     # clusters of four (2x2: each CTA's A tile multicast along N and B tile along M) against the two-CTA
     # clusters of the large-shape winners: a quarter fewer L2 reads per FLOP, so less power at the cap
     "cluster4": {

@@ -118,11 +118,6 @@ VARIANTS = {
     "192x96-3consumers-regs": dict(block_m=192, block_n=96, num_warps=16, epilogue_path="registers"),
     "192x128-3consumers-s5-2pieces": dict(block_m=192, num_warps=16, stages=5),
     "128x192-s5-c2x1-2pieces": dict(block_n=192, stages=5, cluster_m=2),
-    # 160 columns (cuBLASLt autotune's 128x160 2x1 pick on 8192x8192x512): B N-major takes a 64-byte swizzle
-    "128x160-s5-c2x1": dict(block_n=160, stages=5, cluster_m=2),
-    "pingpong-128x160-s5-c2x1": dict(warp_specialization="pingpong", block_n=160, stages=5, cluster_m=2),
-    "pingpong-128x160-c1x2-regs": dict(warp_specialization="pingpong", block_n=160, cluster_n=2,
-                                       epilogue_path="registers"),
 }
 
 
@@ -142,7 +137,6 @@ SWAP_VARIANTS = {
     "pingpong-128x128-c2x1": dict(warp_specialization="pingpong", cluster_m=2, stages=5),
     # five stages leave room for two staged output pieces (epilogue_stages), not four
     "192x128-s5-c1x2": dict(block_m=192, stages=5, cluster_n=2),
-    "160x128-pingpong-c1x2": dict(warp_specialization="pingpong", block_m=160, stages=5, cluster_n=2),
 }
 
 

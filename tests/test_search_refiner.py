@@ -33,7 +33,7 @@ def test_space_derives_from_capabilities_and_round_trips_specs():
     assert space["block_m"].choices == (16, 32, 64, 128, 256)  # the IR's Literal, less 96 and 192
     assert (space["stages"].low, space["stages"].high) == (1, 8)  # the IR allows 16
     both = {o.name: o for o in search_space(("triton", "cute_dsl"), "sm_90a")}
-    assert both["block_n"].choices == (16, 32, 64, 96, 128, 160, 192, 256)
+    assert both["block_n"].choices == (16, 32, 64, 96, 128, 192, 256)
     assert (both["stages"].low, both["stages"].high) == (1, 16)
     assert space["split_k"].when == ("decomposition", ("split_k",))
     sm80 = {o.name: o for o in search_space(("triton",), "sm_80")}

@@ -90,8 +90,8 @@ CAPABILITIES = Capabilities(
         # that fill the SMs where 64/128/256 leave them idle. Which of D's dimensions is the
         # kernel's M depends on swap_ab, so both list every width and _template_violations
         # refuses what the kernel cannot split.
-        block_m=[32, 64, 96, 128, 160, 192, 256],
-        block_n=[32, 64, 96, 128, 160, 192, 256],
+        block_m=[32, 64, 96, 128, 192, 256],
+        block_n=[32, 64, 96, 128, 192, 256],
         block_k=[32, 64, 128],
         num_warps=[8, 12, 16],  # 1 producer warpgroup + 1, 2 or 3 consumer warpgroups
         mma=["auto", "wgmma"],
@@ -128,9 +128,7 @@ DEFAULT_PRODUCER_REGISTERS = 40
 DEFAULT_CONSUMER_REGISTERS = 232
 REGISTERS_PER_SM = 65536
 MAX_REGISTERS_PER_THREAD = 255
-# of the 232 a consumer thread gets: 128x128, 64x256 and 128x160 tiles (ptxas: no spills at 128x160
-# without an epilogue; bias + silu spill there, as they do at 128x128 with the registers path)
-PINGPONG_MAX_ACC_REGS = 160
+PINGPONG_MAX_ACC_REGS = 128  # of the 232 a consumer thread gets: 128x128 and 64x256 tiles
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
 
 def effective_raster_group(problem: GemmProblem, spec: KernelSpec) -> int:
@@ -585,7 +583,7 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
                              f"ping-pong gives each consumer warpgroup a whole tile: "
                              f"{spec.block_m * spec.block_n // 128} fp32 accumulator registers per thread "
                              f"exceed {PINGPONG_MAX_ACC_REGS}",
-                             "use a 128x128, 128x160 or 64x256 tile, or warp_specialization='cooperative'"))
+                             "use a 128x128 or 64x256 tile, or warp_specialization='cooperative'"))
     if problem.dtype != problem.c_dtype and problem.c_dtype not in DSL_NAMES:
         bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
                              "use out_dtype float16 or bfloat16"))

@@ -26,10 +26,9 @@ PRODUCER_WARPS = 4  # one warpgroup loads for warp-specialized kernels
 Arch = Literal["sm_80", "sm_90", "sm_90a"]
 # 96 and 192 are not powers of two: a WGMMA's N is any multiple of 8 up to 256, and a tile of 192
 # (or 96) cuts a 256-wide (or 128-wide) dimension into tiles that fill the SMs where 128 leaves them
-# idle (what cuBLAS picks on H100 for 256x12288x12288, 12288x256x16384 and 12288x128x12288); 160
-# is cuBLASLt autotune's width on 8192x8192x512.
+# idle (what cuBLAS picks on H100 for 256x12288x12288, 12288x256x16384 and 12288x128x12288).
 # Backends that need powers of two (Triton) do not declare them.
-Block = Literal[16, 32, 64, 96, 128, 160, 192, 256]
+Block = Literal[16, 32, 64, 96, 128, 192, 256]
 
 
 class KernelSpec(IRModel):
