@@ -100,12 +100,12 @@ def main(argv=None) -> int:
 
     if not torch.cuda.is_available():
         raise SystemExit("cublas_kernels.py profiles torch.matmul on a CUDA GPU, and torch sees none here")
+    from cute_dsl_vs_cublas import parse_shape
 
     lines = [f"# Kernels torch.matmul launches ({torch.cuda.get_device_name()}, torch {torch.__version__})", "",
              "| shape | kernel | us (profiler) |", "|---|---|---:|"]
     for shape in args.shapes.split(","):
-        dims, _, layout = shape.partition("-")
-        problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
+        problem = parse_shape(shape)
         for name, us in launched_kernels(problem):
             lines.append(f"| {shape} | `{_short(name)}` | {us:.1f} |")
         if args.lt_autotune:

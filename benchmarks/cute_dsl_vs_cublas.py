@@ -340,10 +340,15 @@ CONFIG_SETS = {
 CONFIGS = CONFIG_SETS["large"]
 
 
+def parse_shape(shape: str) -> GemmProblem:
+    """A shape as the benchmark tables write it, MxNxK or MxNxK-LAYOUT (e.g. 4096x4096x4096-NT)."""
+    dims, _, layout = shape.partition("-")
+    return GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
+
+
 def _shape_rows(ev: Evaluator, shape: str, names, specs, modes=("offline",)) -> list[str]:
     """One row per baseline and configuration, for each timing mode (a mode column beside the shape)."""
-    dims, _, layout = shape.partition("-")
-    problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
+    problem = parse_shape(shape)
     results = ev.evaluate(problem, specs, tuple(modes))
     report = ev.report(problem, results, tuple(modes))
     fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731

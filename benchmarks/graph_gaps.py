@@ -95,6 +95,7 @@ def main(argv=None) -> int:
 
     if not torch.cuda.is_available():
         raise SystemExit("graph_gaps.py profiles kernels on a CUDA GPU, and torch sees none here")
+    from cute_dsl_vs_cublas import parse_shape
     from retime_winners import load_winners
 
     winners = {(row["m"], row["n"], row["k"]): KernelSpec.from_dict(row["spec_json"])
@@ -104,8 +105,7 @@ def main(argv=None) -> int:
              "", "| shape | contender | us per call (graph) | GPU ops per call | kernel us | gap us | kernels |",
              "|---|---|---:|---:|---:|---:|---|"]
     for shape in args.shapes.split(","):
-        dims, _, layout = shape.partition("-")
-        problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
+        problem = parse_shape(shape)
         specs = ([winners[problem.shape]] if problem.shape in winners else []) + extra
         for label, call, n_sets in _contenders(problem, specs):
             r = graph_profile(call, n_sets)

@@ -36,6 +36,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from cute_dsl_vs_cublas import BASE, CONFIG_SETS, parse_shape  # noqa: E402
+
 from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -55,8 +57,6 @@ class Measured:
 def known_specs() -> tuple[dict[str, dict], set[str]]:
     """Every configuration label of cute_dsl_vs_cublas.py's CONFIG_SETS -> its spec fields, and the labels
     that name different specs in different sets (ambiguous, so never used)."""
-    from cute_dsl_vs_cublas import BASE, CONFIG_SETS
-
     specs: dict[str, dict] = {}
     ambiguous: set[str] = set()
     for configs in CONFIG_SETS.values():
@@ -106,11 +106,6 @@ def read_tables(folder: Path, specs: dict[str, dict], ambiguous: set[str]) -> tu
     return rows, skipped
 
 
-def problem_of(shape: str) -> GemmProblem:
-    dims, layout = SHAPE.match(shape).groups()
-    return GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
-
-
 @dataclass
 class Agreement:
     pairs: int
@@ -134,7 +129,7 @@ def agreement(rows: list[Measured], model=None, tolerance: float = 0.03) -> Agre
     groups: dict[tuple[str, int, str], list[tuple[float, float, str]]] = defaultdict(list)
     for r in rows:
         fields = KernelSpec(**r.spec).to_dict()
-        groups[(r.source, r.table, r.shape)].append((r.us, model(problem_of(r.shape), fields), r.label))
+        groups[(r.source, r.table, r.shape)].append((r.us, model(parse_shape(r.shape), fields), r.label))
     pairs = agreeing = 0
     logs: list[float] = []
     worst = []
@@ -154,10 +149,9 @@ def agreement(rows: list[Measured], model=None, tolerance: float = 0.03) -> Agre
     return Agreement(pairs, agreeing, len(groups), geomean, worst)
 
 
-def _variant(fields: dict) -> tuple:
-    f = KernelSpec(**fields).to_dict()
-    return (f["backend"], f["block_m"], f["block_n"], f["swap_ab"], f["decomposition"], f["cluster_m"],
-            f["cluster_n"], f["warp_specialization"])
+def _variant(s: KernelSpec) -> tuple:
+    return (s.backend, s.block_m, s.block_n, s.swap_ab, s.decomposition, s.cluster_m, s.cluster_n,
+            s.warp_specialization)
 
 
 def winners_proposed(report: Path, proposals: int = 12) -> tuple[int, int, list[str]]:
@@ -172,8 +166,8 @@ def winners_proposed(report: Path, proposals: int = 12) -> tuple[int, int, list[
     missed = []
     for r in rows:
         problem = GemmProblem(m=r["m"], n=r["n"], k=r["k"])
-        offered = {_variant(p.spec.to_dict()) for p in rules.propose(problem, n=proposals)}
-        if _variant(r["spec_json"]) not in offered:
+        offered = {_variant(p.spec) for p in rules.propose(problem, n=proposals)}
+        if _variant(KernelSpec.from_dict(r["spec_json"])) not in offered:
             missed.append(f"{r['m']}x{r['n']}x{r['k']}")
     return len(rows) - len(missed), len(rows), missed
 

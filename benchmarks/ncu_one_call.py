@@ -19,8 +19,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from cudal2.ir import GemmProblem  # noqa: E402
-
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -34,7 +32,7 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("ncu_one_call.py runs kernels on a CUDA GPU, and torch sees none here")
     from cublas_kernels import our_kernels
-    from cute_dsl_vs_cublas import CONFIG_SETS
+    from cute_dsl_vs_cublas import CONFIG_SETS, parse_shape
 
     from cudal2.bench.correctness import expected_for, rel_error
     from cudal2.bench.inputs import make_operands
@@ -44,8 +42,7 @@ def main(argv=None) -> int:
     unknown = set(args.config or ()) - set(CONFIG_SETS[args.set])
     if unknown:
         raise SystemExit(f"{sorted(unknown)} not in set {args.set!r}: {', '.join(CONFIG_SETS[args.set])}")
-    dims, _, layout = args.shape.partition("-")
-    problem = GemmProblem.parse(dims, **({"layout": layout} if layout else {}))
+    problem = parse_shape(args.shape)
     ops = make_operands(problem, seed=0, device="cuda")
     expected = expected_for(problem, ops)  # the evaluator's fp32 reference and error bound
     out = torch.empty(problem.m, problem.n, device="cuda", dtype=ops.a.dtype)

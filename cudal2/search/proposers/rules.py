@@ -582,12 +582,12 @@ class RulesProposer:
         regs = min(hw.regs_per_thread, f["block_m"] * f["block_n"] // threads + REGISTER_RESERVE)
         return max(1, min(4, hw.smem_per_sm // (smem + 1024), 2048 // threads, hw.regs_per_sm // (threads * regs)))
 
-    def model_time_us(self, problem: GemmProblem, f: Mapping[str, Any]) -> float:
+    def model_time_us(self, problem: GemmProblem, f: dict) -> float:
         """The time the rules rank a spec (given as its fields) by: the analytical model times what
         the H100 measured beyond it (_measured_factor). benchmarks/model_agreement.py checks this
         ranking against the recorded benchmark tables."""
         pref = self.preferences.get(f["backend"], DEFAULT_PREFERENCES)
-        return self._model_us(problem, dict(f)) * _measured_factor(problem, f, pref)
+        return self._model_us(problem, f) * _measured_factor(problem, f, pref)
 
     def _model_us(self, problem: GemmProblem, f: dict) -> float:
         hw, tp = self.hw, self.throughput
