@@ -173,12 +173,12 @@ CONFIG_SETS = {
         "64x32x64 w8 s16 c1x2 split4": split_k(4, block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
         "64x32x64 w8 s16 c1x2 split8": split_k(8, block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
     },
-    # wide tiles cut into many K slices, for 512x512x12288 (session 19's plan; not yet run on a GPU when
-    # written). Every one of these grids has 128 CTAs except 128x256 split 8 (64). Each CTA pulls its
-    # operand tiles through L2, and a cluster's CTAs share one by multicast. 64x128 2x1 split 4 pulls
-    # 100 MB (about 5.5 TB/s in its 18 us, cute_dsl_deepk.md). 128x128 2x1 split 8 pulls 75 MB, and
-    # 128x256 2x1 split 16 pulls 50 MB (38 MB in 2x2) for a fp32 workspace 4x larger: 16 MB written,
-    # then read by the reduction kernel.
+    # wide tiles cut into many K slices, for 512x512x12288 (session 19's plan, run in session 21: the wide
+    # tiles measured 24.3-30.9 us against 19.0 for 64x128 2x1 split 4, cute_dsl_deepk_wide.md). Every one
+    # of these grids has 128 CTAs except 128x256 split 8 (64). Each CTA pulls its operand tiles through
+    # L2, and a cluster's CTAs share one by multicast. 64x128 2x1 split 4 pulls 100 MB (about 5.5 TB/s in
+    # its 18 us, cute_dsl_deepk.md). 128x128 2x1 split 8 pulls 75 MB, and 128x256 2x1 split 16 pulls
+    # 50 MB (38 MB in 2x2) for a fp32 workspace 4x larger: 16 MB written, then read by the reduction kernel.
     "deepk_wide": {
         "64x128x64 w8 s8 c2x1 split4": split_k(4, block_m=64, num_warps=8, stages=8, cluster_m=2),
         "128x128x64 s6 c2x1 split8": split_k(8, stages=6, cluster_m=2),
