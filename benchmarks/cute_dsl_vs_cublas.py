@@ -115,6 +115,22 @@ CONFIG_SETS = {
         "256x128x64 s2 c2x1": dict(block_m=256, stages=2, cluster_m=2),
         "128x256x64 s2 c1x2 registers": dict(block_n=256, stages=2, cluster_n=2, epilogue_path="registers"),
     },
+    # pipeline depth beyond one tile's k-steps on short-K shapes: the producer walks all of its CTA's tiles
+    # with one pipeline, so extra stages load the next tile during this one's epilogue. The rules cap the
+    # depth at one tile's k-steps; session 14's Optuna trials found deeper kernels that the rules-only
+    # search of session 21 did not propose (16384x512x128: 128x128x128 ping-pong s3 1.062 of torch, s2
+    # 0.992; search_48_s14c.md against search_48_s21.md). Each tile here in its rules depth and deeper.
+    "walk_stages": {
+        "128x128x128 s2 pingpong c1x2": pingpong(block_k=128, stages=2),
+        "128x128x128 s3 pingpong c1x2": pingpong(block_k=128, stages=3),
+        "128x128x64 s2 pingpong c1x2": pingpong(stages=2),
+        "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
+        "192x64x64 w8 s2 swap": dict(block_m=192, block_n=64, num_warps=8, stages=2, swap_ab=True),
+        "192x64x64 w8 s5 swap": dict(block_m=192, block_n=64, num_warps=8, stages=5, swap_ab=True),
+        "256x64x32 w8 s2 c1x2": dict(block_m=256, block_n=64, block_k=32, num_warps=8, stages=2, cluster_n=2),
+        "256x64x32 w8 s3 c1x2": dict(block_m=256, block_n=64, block_k=32, num_warps=8, stages=3, cluster_n=2),
+        "256x64x32 w8 s6 c1x2": dict(block_m=256, block_n=64, block_k=32, num_warps=8, stages=6, cluster_n=2),
+    },
     # clusters of four (2x2: each CTA's A tile multicast along N and B tile along M) against the two-CTA
     # clusters of the large-shape winners: a quarter fewer L2 reads per FLOP, so less power at the cap
     "cluster4": {
