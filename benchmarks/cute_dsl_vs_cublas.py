@@ -39,6 +39,9 @@ def pingpong(**overrides) -> dict:
     return dict(warp_specialization="pingpong", **{"cluster_n": 2, **overrides})
 
 
+# alone, a 2x1 cluster (cluster_m=2) and a 1x2 one (cluster_n=2), as config-name prefixes and fields
+CLUSTER_PAIRS = (("", {}), ("c2x1 ", {"cluster_m": 2}), ("c1x2 ", {"cluster_n": 2}))
+
 CONFIG_SETS = {
     # the large square-ish shapes of issue 5
     "large": {
@@ -131,6 +134,17 @@ CONFIG_SETS = {
         "256x64x32 w8 s3 c1x2": dict(block_m=256, block_n=64, block_k=32, num_warps=8, stages=3, cluster_n=2),
         "256x64x32 w8 s6 c1x2": dict(block_m=256, block_n=64, block_k=32, num_warps=8, stages=6, cluster_n=2),
     },
+    # the kernels the walk-depth rule displaced, against what the rules propose since (session 22's search:
+    # 12288x8192x64 went from 256x64x64 s2 1x2, 1.076-1.077 of torch in sessions 14 and 21, to 192x128 s5 at
+    # 1.059; 16384x256x64's session-14 winner, 192x64x64 s5 swapped alone, 1.132, against s3 in 1x2, 1.062)
+    "walk_displaced": {
+        **{f"256x64x64 s{s} c1x2": dict(block_m=256, block_n=64, stages=s, cluster_n=2) for s in (2, 3, 5)},
+        **{f"192x128x64 w8 s{s} c1x2": dict(block_m=192, num_warps=8, stages=s, cluster_n=2) for s in (2, 5)},
+        **{f"192x64x64 w8 s{s} swap{c}": dict(block_m=192, block_n=64, num_warps=8, stages=s, swap_ab=True, **kw)
+           for s in (3, 5) for c, kw in (("", {}), (" c1x2", {"cluster_n": 2}))},
+        **{f"256x64x64 w8 s{s} swap c1x2": dict(block_m=256, block_n=64, num_warps=8, stages=s, swap_ab=True,
+                                                 cluster_n=2) for s in (2, 5)},
+    },
     # clusters of four (2x2: each CTA's A tile multicast along N and B tile along M) against the two-CTA
     # clusters of the large-shape winners: a quarter fewer L2 reads per FLOP, so less power at the cap
     "cluster4": {
@@ -203,6 +217,18 @@ CONFIG_SETS = {
         "128x256x64 s4 c1x2 split16": split_k(16, block_n=256, stages=4, cluster_n=2),
         "256x128x64 s4 c1x2 split16": split_k(16, block_m=256, stages=4, cluster_n=2),
         "128x256x64 s4 c2x2 split16": split_k(16, block_n=256, stages=4, cluster_m=2, cluster_n=2),
+    },
+    # which way a cluster of two pays in split-K: each of four split-K kernels alone, in 2x1 (B's tile
+    # shared) and in 1x2 (A's tile shared). The rules model split-K clusters as even with the kernel alone,
+    # and their tile diversity keeps one split-K kernel per tile, so the 2x1 64x128 split 4 that measured
+    # fastest on 512x512x12288 (cute_dsl_deepk*.md) is not proposed; a 2x1 cost 5-9% on 512x128x8192.
+    "splitk_clusters": {
+        **{f"64x128x64 w8 s8 {c}split4": split_k(4, block_m=64, num_warps=8, stages=8, **kw) for c, kw in CLUSTER_PAIRS},
+        **{f"128x128x64 s6 {c}split8": split_k(8, stages=6, **kw) for c, kw in CLUSTER_PAIRS},
+        **{f"64x64x64 w8 s13 {c}split4": split_k(4, block_m=64, block_n=64, num_warps=8, stages=13, **kw)
+           for c, kw in CLUSTER_PAIRS},
+        **{f"64x64x64 w8 s14 {c}split8": split_k(8, block_m=64, block_n=64, num_warps=8, stages=14, **kw)
+           for c, kw in CLUSTER_PAIRS},
     },
     # the same split-K tiles with K steps of 64 and a deep pipeline against steps of 128 and 3-4 stages
     # (the rules model had ranked 3 stages first: it charged every stage to the prologue)
