@@ -371,19 +371,24 @@ def test_cute_dsl_stream_k_numbers_its_tiles_so_lanes_keep_the_larger_operand_in
         assert all(x.spec.raster_order == "along_m" for x in dp if x.spec.backend == "cute_dsl")
 
 
-def test_cute_dsl_rules_offer_split_k_with_and_without_clusters():
-    # cuBLAS runs 512x512x12288 as a 2x1 split-K kernel, and a cluster paid there on the H100 (it
-    # cost elsewhere, so unclustered split-K stays on offer)
+def test_cute_dsl_rules_put_split_k_in_the_cluster_that_measured_ahead():
+    # On 512x512x12288 every split-K kernel measured 2-17% faster in a cluster, most where it multicasts
+    # the wider of the CTA's tiles (64x128: 2x1); on 512x128x8192, whose B is 2 MiB, clusters moved the same
+    # kernels by -5% to +3%, so its split-K stays unclustered first (cute_dsl_splitk_clusters.md)
     from cudal2.api import resolve_proposer
 
     p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
     deep = [x.spec for x in p.propose(GemmProblem(m=512, n=512, k=12288), [], 12)]
-    clustered = [s for s in deep if s.decomposition == "split_k" and s.cluster_m * s.cluster_n == 2]
-    alone = [s for s in deep if s.decomposition == "split_k" and s.cluster_m * s.cluster_n == 1]
-    assert clustered and alone, [s.label() for s in deep]
-    assert len(alone) > len(clustered)  # modelled even, so the diversity penalty spreads the tiles first
-    for s in clustered:  # the cluster divides the tile grid
+    split = [s for s in deep if s.decomposition == "split_k"]
+    assert split and all(s.cluster_m * s.cluster_n == 2 for s in split), [s.summary() for s in deep]
+    for s in split:
+        # the cluster divides the tile grid and shares the wider tile (a square one: along N here)
         assert -(-512 // s.block_m) % s.cluster_m == 0 and -(-512 // s.block_n) % s.cluster_n == 0
+        assert (s.cluster_m == 2) == (s.block_n > s.block_m), s.summary()
+    assert any((s.block_m, s.block_n, s.cluster_m) == (64, 128, 2) for s in split)
+    small_b = [x.spec for x in p.propose(GemmProblem(m=512, n=128, k=8192), [], 12)]
+    first = next(s for s in small_b if s.decomposition == "split_k")
+    assert first.cluster_m * first.cluster_n == 1, first.summary()
 
 
 def test_rules_model_never_charges_a_deeper_pipeline_more():
@@ -427,3 +432,20 @@ def test_clusters_rank_in_the_direction_that_measured_ahead(shape, first):
     picks = [p.spec for p in rules.propose(GemmProblem.parse(shape), n=12)
              if p.spec.cluster_m * p.spec.cluster_n == 2 and p.spec.decomposition == "data_parallel"]
     assert picks and (picks[0].cluster_m, picks[0].cluster_n) == first, shape
+
+
+def test_warp_specialized_depth_counts_the_ctas_whole_walk():
+    # A persistent warp-specialized CTA loads its next tile through the same pipeline: on 16384x512x128
+    # ping-pong 128x128x64 measured 12.1 us with 2 stages (one tile's k-steps) and 9.2 with 5
+    # (cute_dsl_walk_stages.md). A CTA with one tile of one k-step has nothing to load ahead.
+    p = RulesProposer(backends=("cute_dsl",))
+    short_k = [x.spec for x in p.propose(GemmProblem(m=16384, n=512, k=128), [], 12)]
+    pingpong = [s for s in short_k if s.warp_specialization == "pingpong" and s.block_k == 64]
+    assert pingpong and max(s.stages for s in pingpong) == 5, [s.summary() for s in short_k]
+    one_tile = [x.spec for x in p.propose(GemmProblem(m=128, n=1024, k=64), [], 12)]
+    assert all(s.stages == 2 for s in one_tile if s.block_m >= 128 and s.block_n >= 128 and s.block_k == 64), \
+        [s.summary() for s in one_tile]
+    # kernels without warp specialization walk one tile's k-steps, as before
+    triton = RulesProposer(backends=("triton",))
+    assert all(x.spec.stages <= 2 for x in triton.propose(GemmProblem(m=16384, n=512, k=128), [], 12)
+               if x.spec.block_k == 64)

@@ -149,6 +149,9 @@ DEFAULT_PREFERENCES = Preferences()
 # in 2x1 than in 1x2.
 CLUSTER_GAIN = 0.96
 SHORT_GRID = 4
+# A split-K cluster's multicast saves L2 reads of an operand; where the smaller operand is under this size
+# (512x128x8192: B is 2 MiB) the measured effect was within -5%..+3% (_split_k_cluster_pays)
+SPLIT_K_CLUSTER_MIN_BYTES = 4 << 20
 
 # How much a candidate's score grows for each earlier pick that shares its tile (or its
 # whole variant); this is what keeps a ranked list diverse.
@@ -177,6 +180,21 @@ def _cluster_along_m_pays(problem: GemmProblem, f: dict) -> bool:
     return gm <= SHORT_GRID and gm < gn
 
 
+def _split_k_cluster_pays(problem: GemmProblem, f: dict) -> bool:
+    """Whether a split-K kernel's cluster is one that measured ahead of the same kernel alone: the one
+    that multicasts the wider of the CTA's two operand tiles (the 64x128 tile's B tile in 2x1), or for a
+    square tile the direction _cluster_along_m_pays picks, and only where each operand is a few MiB
+    at least. On 512x512x12288 that took 64x128 split 4 from 22.3 to 18.9 us (20.8 in 1x2) and 128x128
+    split 8 from 21.1 to 20.0 (1x2); on 512x128x8192, whose B is 2 MiB, clusters moved the same kernels by
+    -5% to +3% (benchmarks/results/cute_dsl_splitk_clusters.md)."""
+    m, n, k = problem.shape
+    if min(m, n) * k * DTYPE_BYTES[problem.dtype] < SPLIT_K_CLUSTER_MIN_BYTES:
+        return False
+    bm, bn = f["block_m"], f["block_n"]
+    along_m = bn > bm if bm != bn else _cluster_along_m_pays(problem, f)
+    return f.get("cluster_m", 1) > 1 if along_m else f.get("cluster_n", 1) > 1
+
+
 def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
     CLUSTER_GAIN for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks (the
@@ -188,7 +206,9 @@ def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     # (stream-K in the favoured cluster measured 1.3-1.7x faster than without one: 128x128 on
     # 12288x256x16384 in 1x2, 256x12288x12288 in 2x1, 2048x16384x8192 in 1x2; the model's gain only
     # has to rank it above the unclustered kernel)
-    factor = CLUSTER_GAIN if favoured and f.get("decomposition", "data_parallel") != "split_k" else 1.0
+    if f.get("decomposition", "data_parallel") == "split_k":
+        favoured = _split_k_cluster_pays(problem, f)
+    factor = CLUSTER_GAIN if favoured else 1.0
     # the tall-tile cost is the kernel's (its M in rows of 64 per warpgroup), so a swapped 128x256
     # tile pays it and a swapped 256x128 does not
     kernel_tile = (f["block_n"], f["block_m"]) if f.get("swap_ab") else (f["block_m"], f["block_n"])
@@ -478,8 +498,16 @@ class RulesProposer:
             # a backend that only has a persistent kernel (cute_dsl) is persistent whatever the grid
             persist_opts = ([p for p in persist_opts if space.allows(caps, "persistent", p, arch)]
                             or [p for p in (True, False) if space.allows(caps, "persistent", p, arch)])
-            kb_split = _cdiv(kb, dec["split_k"])
-            for stages, stage_note in self._stage_options(caps, pref, fields, kb_split, exhaustive):
+            # A warp-specialized kernel is persistent: its producer walks all of the CTA's tiles through
+            # one pipeline, so stages beyond one tile's k-steps load the next tile during this one's
+            # epilogue. On short-K shapes that measured up to 31% faster (16384x512x128, ping-pong 128x128x64
+            # s2 -> s5: 12.1 -> 9.2 us; benchmarks/results/cute_dsl_walk_stages.md), so the depth is capped
+            # at the CTA's whole walk, not at one tile's k-steps. (Not everywhere: on the output-bound
+            # 12288x8192x64, 256x64x64 ran 4% slower with 5 stages than with 2, cute_dsl_walk_displaced.md.)
+            walk = _cdiv(kb, dec["split_k"])
+            if fields["warp_specialization"] != "none":
+                walk *= _cdiv(tiles * dec["split_k"], hw.sm_count)
+            for stages, stage_note in self._stage_options(caps, pref, fields, walk, exhaustive):
                 for persistent in persist_opts:
                     f = {**fields, "stages": stages, "persistent": persistent}
                     if not space.allows(caps, "persistent", persistent, arch):
@@ -521,7 +549,7 @@ class RulesProposer:
         if not allowed:
             return []
         fit = max(allowed)
-        # more stages than main-loop steps buy nothing
+        # more stages than main-loop steps (the CTA's k-walk, see _variants) buy nothing
         most = pref.pingpong_max_stages if fields["warp_specialization"] == "pingpong" else pref.max_stages
         top = min(most, max(allowed), max(2, k_steps))
         picks = sorted({s for s in (top, min(top, 3)) if s in allowed} or {min(allowed)}, reverse=True)
