@@ -197,9 +197,10 @@ def _split_k_cluster_pays(problem: GemmProblem, f: dict) -> bool:
 
 def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
-    CLUSTER_GAIN for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks (the
-    other direction, and split-K in a cluster, measured about even with the same kernel without one, so
-    they are modelled even and measured too), pref.tall_tile_factor for a 256x128 tile,
+    CLUSTER_GAIN for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks, and
+    for a split-K cluster in the direction _split_k_cluster_pays picks (the other direction measured about
+    even with the same kernel without one, so it is modelled even and measured too), pref.tall_tile_factor
+    for a 256x128 tile,
     pref.stream_k_factor for stream-K, pref.pingpong_factor for ping-pong consumers."""
     favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
                 else f.get("cluster_n", 1) > 1)
@@ -498,12 +499,13 @@ class RulesProposer:
             # a backend that only has a persistent kernel (cute_dsl) is persistent whatever the grid
             persist_opts = ([p for p in persist_opts if space.allows(caps, "persistent", p, arch)]
                             or [p for p in (True, False) if space.allows(caps, "persistent", p, arch)])
-            # A warp-specialized kernel is persistent: its producer walks all of the CTA's tiles through
-            # one pipeline, so stages beyond one tile's k-steps load the next tile during this one's
-            # epilogue. On short-K shapes that measured up to 31% faster (16384x512x128, ping-pong 128x128x64
-            # s2 -> s5: 12.1 -> 9.2 us; benchmarks/results/cute_dsl_walk_stages.md), so the depth is capped
-            # at the CTA's whole walk, not at one tile's k-steps. (Not everywhere: on the output-bound
-            # 12288x8192x64, 256x64x64 ran 4% slower with 5 stages than with 2, cute_dsl_walk_displaced.md.)
+            # A warp-specialized kernel is persistent (cute_dsl's always are): its producer walks all of
+            # the CTA's tiles through one pipeline, so stages beyond one tile's k-steps load the next tile
+            # during this one's epilogue. On short-K shapes that measured up to 31% faster (16384x512x128,
+            # ping-pong 128x128x64 s2 -> s5: 12.1 -> 9.2 us; benchmarks/results/cute_dsl_walk_stages.md), so
+            # the depth is capped at the CTA's whole walk, not at one tile's k-steps. (Not everywhere: on the
+            # output-bound 12288x8192x64, 256x64x64 ran 4% slower with 5 stages than with 2,
+            # cute_dsl_walk_displaced.md.)
             walk = _cdiv(kb, dec["split_k"])
             if fields["warp_specialization"] != "none":
                 walk *= _cdiv(tiles * dec["split_k"], hw.sm_count)
