@@ -501,7 +501,7 @@ class RulesProposer:
                             or [p for p in (True, False) if space.allows(caps, "persistent", p, arch)])
             # A warp-specialized kernel is persistent (cute_dsl's always are): its producer walks all of
             # the CTA's tiles through one pipeline, so stages beyond one tile's k-steps load the next tile
-            # during this one's epilogue. On short-K shapes that measured up to 31% faster (16384x512x128,
+            # during this one's epilogue. On short-K shapes that measured up to 41% faster (16384x512x128,
             # ping-pong 128x128x64 s2 -> s5: 12.1 -> 9.2 us; benchmarks/results/cute_dsl_walk_stages.md), so
             # the depth is capped at the CTA's whole walk, not at one tile's k-steps. (Not everywhere: on the
             # output-bound 12288x8192x64, 256x64x64 ran 4% slower with 5 stages than with 2,
