@@ -119,10 +119,11 @@ CONFIG_SETS = {
         "128x256x64 s2 c1x2 registers": dict(block_n=256, stages=2, cluster_n=2, epilogue_path="registers"),
     },
     # pipeline depth beyond one tile's k-steps on short-K shapes: the producer walks all of its CTA's tiles
-    # with one pipeline, so extra stages load the next tile during this one's epilogue. The rules cap the
-    # depth at one tile's k-steps; session 14's Optuna trials found deeper kernels that the rules-only
-    # search of session 21 did not propose (16384x512x128: 128x128x128 ping-pong s3 1.062 of torch, s2
-    # 0.992; search_48_s14c.md against search_48_s21.md). Each tile here in its rules depth and deeper.
+    # with one pipeline, so extra stages load the next tile during this one's epilogue. The rules capped the
+    # depth at one tile's k-steps until session 22; session 14's Optuna trials found deeper kernels that the
+    # rules-only search of session 21 did not propose (16384x512x128: 128x128x128 ping-pong s3 1.062 of
+    # torch, s2 0.992; search_48_s14c.md against search_48_s21.md). Each tile here at one tile's depth and
+    # deeper (run in session 22: cute_dsl_walk_stages.md).
     "walk_stages": {
         "128x128x128 s2 pingpong c1x2": pingpong(block_k=128, stages=2),
         "128x128x128 s3 pingpong c1x2": pingpong(block_k=128, stages=3),
@@ -219,9 +220,10 @@ CONFIG_SETS = {
         "128x256x64 s4 c2x2 split16": split_k(16, block_n=256, stages=4, cluster_m=2, cluster_n=2),
     },
     # which way a cluster of two pays in split-K: each of four split-K kernels alone, in 2x1 (B's tile
-    # shared) and in 1x2 (A's tile shared). The rules model split-K clusters as even with the kernel alone,
-    # and their tile diversity keeps one split-K kernel per tile, so the 2x1 64x128 split 4 that measured
-    # fastest on 512x512x12288 (cute_dsl_deepk*.md) is not proposed; a 2x1 cost 5-9% on 512x128x8192.
+    # shared) and in 1x2 (A's tile shared). Until session 22 the rules modelled split-K clusters as even with
+    # the kernel alone, and their tile diversity kept one split-K kernel per tile, so the 2x1 64x128 split 4
+    # that measured fastest on 512x512x12288 (cute_dsl_deepk*.md) was not proposed; a 2x1 had cost 5-9% on
+    # 512x128x8192 (cute_dsl_splitk_clusters.md).
     "splitk_clusters": {
         **{f"64x128x64 w8 s8 {c}split4": split_k(4, block_m=64, num_warps=8, stages=8, **kw) for c, kw in CLUSTER_PAIRS},
         **{f"128x128x64 s6 {c}split8": split_k(8, stages=6, **kw) for c, kw in CLUSTER_PAIRS},

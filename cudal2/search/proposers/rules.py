@@ -199,16 +199,17 @@ def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
     CLUSTER_GAIN for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks, and
     for a split-K cluster in the direction _split_k_cluster_pays picks (the other direction measured about
-    even with the same kernel without one, so it is modelled even and measured too), pref.tall_tile_factor
-    for a 256x128 tile,
-    pref.stream_k_factor for stream-K, pref.pingpong_factor for ping-pong consumers."""
-    favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
-                else f.get("cluster_n", 1) > 1)
+    even with the same kernel without one, so it is modelled even and measured too),
+    pref.tall_tile_factor for a 256x128 tile, pref.stream_k_factor for stream-K, pref.pingpong_factor for
+    ping-pong consumers."""
     # (stream-K in the favoured cluster measured 1.3-1.7x faster than without one: 128x128 on
     # 12288x256x16384 in 1x2, 256x12288x12288 in 2x1, 2048x16384x8192 in 1x2; the model's gain only
     # has to rank it above the unclustered kernel)
     if f.get("decomposition", "data_parallel") == "split_k":
         favoured = _split_k_cluster_pays(problem, f)
+    else:
+        favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
+                    else f.get("cluster_n", 1) > 1)
     factor = CLUSTER_GAIN if favoured else 1.0
     # the tall-tile cost is the kernel's (its M in rows of 64 per warpgroup), so a swapped 128x256
     # tile pays it and a swapped 256x128 does not
