@@ -146,6 +146,20 @@ CONFIG_SETS = {
         **{f"256x64x64 w8 s{s} swap c1x2": dict(block_m=256, block_n=64, num_warps=8, stages=s, swap_ab=True,
                                                  cluster_n=2) for s in (2, 5)},
     },
+    # short-K tall outputs, where every kernel the rules propose is in a 1x2 cluster: each tile's k-walk is a
+    # step or two, so the multicast saves little, and on 16384x256x64 the swapped 192x64 ran 4-5% faster alone
+    # (walk_displaced). The winners of session 22's search on these shapes, alone and in 1x2.
+    "short_k_clusters": {
+        f"{name} {c}".strip(): {**fields, **kw}
+        for name, fields in (
+            ("128x128x64 s5 pingpong", dict(warp_specialization="pingpong", stages=5)),
+            ("128x128x64 s4", dict(stages=4)),
+            ("128x128x64 s4 swap", dict(stages=4, swap_ab=True)),
+            ("128x64x64 w8 s4 swap", dict(block_n=64, num_warps=8, stages=4, swap_ab=True)),
+            ("192x64x64 w8 s3 swap", dict(block_m=192, block_n=64, num_warps=8, stages=3, swap_ab=True)),
+            ("256x128x64 s4 swap", dict(block_m=256, stages=4, swap_ab=True)))
+        for c, kw in (("", {}), ("c1x2", {"cluster_n": 2}))
+    },
     # clusters of four (2x2: each CTA's A tile multicast along N and B tile along M) against the two-CTA
     # clusters of the large-shape winners: a quarter fewer L2 reads per FLOP, so less power at the cap
     "cluster4": {

@@ -62,7 +62,8 @@ def known_specs() -> tuple[dict[str, dict], set[str]]:
     for configs in CONFIG_SETS.values():
         for label, overrides in configs.items():
             fields = {**BASE, **overrides}
-            if specs.setdefault(label, fields) != fields:
+            # compared as specs, so that a field left at its default and the same field given match
+            if KernelSpec(**specs.setdefault(label, fields)) != KernelSpec(**fields):
                 ambiguous.add(label)
     return specs, ambiguous
 
