@@ -391,6 +391,33 @@ def test_cute_dsl_rules_put_split_k_in_the_cluster_that_measured_ahead():
     assert first.cluster_m * first.cluster_n == 1, first.summary()
 
 
+def test_cute_dsl_rules_put_one_k_step_kernels_alone_first():
+    # With one k-step per tile the multicast saves one L2 read per output tile: on 16384x256x64 all six
+    # kernels tried ran 1-5% faster alone than in 1x2 (cute_dsl_short_k_clusters.md). Two k-steps keep
+    # the cluster's gain (16384x512x128: ping-pong 128x128 9.3 us in 1x2, 9.6 alone).
+    p = RulesProposer(backends=("cute_dsl",))
+    one_step = [x.spec for x in p.propose(GemmProblem(m=16384, n=256, k=64), [], 12)]
+    dp = [s for s in one_step if s.warp_specialization == "cooperative"]
+    assert dp and all(s.cluster_m * s.cluster_n == 1 for s in dp), [s.summary() for s in one_step]
+    two_steps = [x.spec for x in p.propose(GemmProblem(m=16384, n=256, k=128), [], 12)]
+    assert two_steps[0].cluster_m * two_steps[0].cluster_n == 2, [s.summary() for s in two_steps]
+
+
+def test_rules_model_counts_the_cluster_slot_a_ragged_grid_leaves_empty():
+    # a 1x2 cluster on a grid one tile wide leaves each cluster's second CTA without a tile (128x128 in
+    # 1x2 on 16384x128x128 ran 12-17% slower than alone); the model counts those slots (a grid three tiles
+    # wide takes two clusters of two), and a grid that divides by the cluster as it is
+    p = RulesProposer(backends=("cute_dsl",))
+    f = dict(backend="cute_dsl", block_m=128, block_n=128, block_k=64, num_warps=12, stages=4, smem_padding=0,
+             load_path="tma", warp_specialization="cooperative", decomposition="data_parallel", split_k=1,
+             persistent=True, epilogue_path="tma_store", cluster_m=1, cluster_n=1)
+    three = GemmProblem(m=16384, n=384, k=8192)  # compute-bound, so the DRAM floor does not hide the grid
+    alone, ragged = p._model_us(three, f), p._model_us(three, {**f, "cluster_n": 2})
+    assert ragged > 1.25 * alone, (alone, ragged)
+    even = GemmProblem(m=16384, n=512, k=8192)
+    assert p._model_us(even, {**f, "cluster_n": 2}) == p._model_us(even, f)
+
+
 def test_rules_model_never_charges_a_deeper_pipeline_more():
     # every stage but the first fills while the first is computed: 64x128x128 split-K with 4 stages
     # measured 22.5 us on 512x512x12288 against 24.4 us with 3, and the model ranked 3 first

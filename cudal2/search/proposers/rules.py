@@ -207,6 +207,12 @@ def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     # has to rank it above the unclustered kernel)
     if f.get("decomposition", "data_parallel") == "split_k":
         favoured = _split_k_cluster_pays(problem, f)
+    elif _cdiv(problem.k, f["block_k"]) < 2:
+        # one k-step per tile: each operand tile is loaded once, so the multicast saves one L2 read per
+        # output tile. On 16384x256x64 every kernel tried ran 1-5% faster alone than in 1x2 (128x128x64 s4:
+        # 5.8 us, 5.9 in 1x2; the swapped 192x64x64 s3: 6.0 and 6.2), and on 16384x1024x64 the pairs
+        # split three and three within 4% (benchmarks/results/cute_dsl_short_k_clusters.md)
+        favoured = False
     else:
         favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
                     else f.get("cluster_n", 1) > 1)
@@ -625,7 +631,11 @@ class RulesProposer:
         m, n, k = problem.shape
         bm, bn, bk, w = f["block_m"], f["block_n"], f["block_k"], f["num_warps"]
         split = f["split_k"]
-        tiles = _cdiv(m, bm) * _cdiv(n, bn)
+        # a cluster takes whole clusters of CTA slots: where the grid's side does not divide by the
+        # cluster's, the last cluster's other CTA has no tile (128-wide tiles in 1x2 on N=128 ran 12-17%
+        # slower than alone, cute_dsl_short_k_clusters.md; the rules propose no such cluster)
+        cm, cn = f.get("cluster_m", 1), f.get("cluster_n", 1)
+        tiles = _cdiv(_cdiv(m, bm), cm) * cm * _cdiv(_cdiv(n, bn), cn) * cn
         kb_split = _cdiv(_cdiv(k, bk), split)
         occ = self._occupancy(f)
         slots = hw.sm_count * occ
