@@ -197,9 +197,10 @@ def _split_k_cluster_pays(problem: GemmProblem, f: dict) -> bool:
 
 def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     """What the analytical model does not see but the H100 measured, as a factor on its time:
-    CLUSTER_GAIN for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks, and
-    for a split-K cluster in the direction _split_k_cluster_pays picks (the other direction measured about
-    even with the same kernel without one, so it is modelled even and measured too),
+    CLUSTER_GAIN for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks (none
+    with one k-step per tile), and for a split-K cluster in the direction _split_k_cluster_pays picks (the
+    other direction measured about even with the same kernel without one, so it is modelled even and
+    measured too),
     pref.tall_tile_factor for a 256x128 tile, pref.stream_k_factor for stream-K, pref.pingpong_factor for
     ping-pong consumers."""
     # (stream-K in the favoured cluster measured 1.3-1.7x faster than without one: 128x128 on
@@ -209,9 +210,12 @@ def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
         favoured = _split_k_cluster_pays(problem, f)
     elif _cdiv(problem.k, f["block_k"]) < 2:
         # one k-step per tile: each operand tile is loaded once, so the multicast saves one L2 read per
-        # output tile. On 16384x256x64 every kernel tried ran 1-5% faster alone than in 1x2 (128x128x64 s4:
-        # 5.8 us, 5.9 in 1x2; the swapped 192x64x64 s3: 6.0 and 6.2), and on 16384x1024x64 the pairs
-        # split three and three within 4% (benchmarks/results/cute_dsl_short_k_clusters.md)
+        # output tile. In two runs on 16384x256x64 all six kernels tried ran 1-6% faster alone than in 1x2
+        # (128x128x64 s4: 5.6-5.8 us, 5.7-5.9 in 1x2), and on 1024x512x64 five of six; on 16384x1024x64 the
+        # pairs split three and three both times. The exception is the output-bound 12288x8192x64, where
+        # five of six ran 0.5-3.5% faster in 1x2 (benchmarks/results/cute_dsl_short_k_clusters.md); a gain
+        # there by tiles per CTA also ranked small clustered tiles first wherever every candidate sits at
+        # the DRAM floor (16384x256x64: 96x64, 64x64, 32x128), none of them measured, so it is modelled even
         favoured = False
     else:
         favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
