@@ -146,9 +146,9 @@ CONFIG_SETS = {
         **{f"256x64x64 w8 s{s} swap c1x2": dict(block_m=256, block_n=64, num_warps=8, stages=s, swap_ab=True,
                                                  cluster_n=2) for s in (2, 5)},
     },
-    # short-K tall outputs, where every kernel the rules propose is in a 1x2 cluster: each tile's k-walk is a
-    # step or two, so the multicast saves little, and on 16384x256x64 the swapped 192x64 ran 4-5% faster alone
-    # (walk_displaced). The winners of session 22's search on these shapes, alone and in 1x2.
+    # short-K tall outputs, where every kernel the rules proposed until session 23 was in a 1x2 cluster: each
+    # tile's k-walk is a step or two, so the multicast saves little, and on 16384x256x64 the swapped 192x64 ran
+    # 4-5% faster alone (walk_displaced). The winners of session 22's search on these shapes, alone and in 1x2.
     "short_k_clusters": {
         f"{name} {c}".strip(): {**fields, **kw}
         for name, fields in (

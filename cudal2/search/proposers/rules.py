@@ -213,9 +213,10 @@ def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
         # output tile. In two runs on 16384x256x64 all six kernels tried ran 1-6% faster alone than in 1x2
         # (128x128x64 s4: 5.6-5.8 us, 5.7-5.9 in 1x2), and on 1024x512x64 five of six; on 16384x1024x64 the
         # pairs split three and three both times. The exception is the output-bound 12288x8192x64, where
-        # five of six ran 0.5-3.5% faster in 1x2 (benchmarks/results/cute_dsl_short_k_clusters.md); a gain
-        # there by tiles per CTA also ranked small clustered tiles first wherever every candidate sits at
-        # the DRAM floor (16384x256x64: 96x64, 64x64, 32x128), none of them measured, so it is modelled even
+        # five of six ran 0.5-3.5% faster in 1x2 (benchmarks/results/cute_dsl_short_k_clusters.md). Keeping
+        # the gain where each CTA has many tiles, for that shape, was tried: where every candidate ties at
+        # the DRAM floor it ranked small clustered tiles first on 16384x256x64 (96x64, 64x64, 32x128, none
+        # measured), so one k-step is modelled even everywhere
         favoured = False
     else:
         favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
