@@ -41,6 +41,7 @@ def pingpong(**overrides) -> dict:
 
 # alone, a 2x1 cluster (cluster_m=2) and a 1x2 one (cluster_n=2), as config-name prefixes and fields
 CLUSTER_PAIRS = (("", {}), ("c2x1 ", {"cluster_m": 2}), ("c1x2 ", {"cluster_n": 2}))
+ALONE_AND_1X2 = CLUSTER_PAIRS[::2]
 
 CONFIG_SETS = {
     # the large square-ish shapes of issue 5
@@ -141,8 +142,9 @@ CONFIG_SETS = {
     "walk_displaced": {
         **{f"256x64x64 s{s} c1x2": dict(block_m=256, block_n=64, stages=s, cluster_n=2) for s in (2, 3, 5)},
         **{f"192x128x64 w8 s{s} c1x2": dict(block_m=192, num_warps=8, stages=s, cluster_n=2) for s in (2, 5)},
-        **{f"192x64x64 w8 s{s} swap{c}": dict(block_m=192, block_n=64, num_warps=8, stages=s, swap_ab=True, **kw)
-           for s in (3, 5) for c, kw in (("", {}), (" c1x2", {"cluster_n": 2}))},
+        **{f"192x64x64 w8 s{s} swap {c}".strip(): dict(block_m=192, block_n=64, num_warps=8, stages=s,
+                                                        swap_ab=True, **kw)
+           for s in (3, 5) for c, kw in ALONE_AND_1X2},
         **{f"256x64x64 w8 s{s} swap c1x2": dict(block_m=256, block_n=64, num_warps=8, stages=s, swap_ab=True,
                                                  cluster_n=2) for s in (2, 5)},
     },
@@ -158,7 +160,7 @@ CONFIG_SETS = {
             ("128x64x64 w8 s4 swap", dict(block_n=64, num_warps=8, stages=4, swap_ab=True)),
             ("192x64x64 w8 s3 swap", dict(block_m=192, block_n=64, num_warps=8, stages=3, swap_ab=True)),
             ("256x128x64 s4 swap", dict(block_m=256, stages=4, swap_ab=True)))
-        for c, kw in (("", {}), ("c1x2", {"cluster_n": 2}))
+        for c, kw in ALONE_AND_1X2
     },
     # clusters of four (2x2: each CTA's A tile multicast along N and B tile along M) against the two-CTA
     # clusters of the large-shape winners: a quarter fewer L2 reads per FLOP, so less power at the cap
@@ -239,7 +241,8 @@ CONFIG_SETS = {
     # that measured fastest on 512x512x12288 (cute_dsl_deepk*.md) was not proposed; a 2x1 had cost 5-9% on
     # 512x128x8192 (cute_dsl_splitk_clusters.md).
     "splitk_clusters": {
-        **{f"64x128x64 w8 s8 {c}split4": split_k(4, block_m=64, num_warps=8, stages=8, **kw) for c, kw in CLUSTER_PAIRS},
+        **{f"64x128x64 w8 s8 {c}split4": split_k(4, block_m=64, num_warps=8, stages=8, **kw)
+           for c, kw in CLUSTER_PAIRS},
         **{f"128x128x64 s6 {c}split8": split_k(8, stages=6, **kw) for c, kw in CLUSTER_PAIRS},
         **{f"64x64x64 w8 s13 {c}split4": split_k(4, block_m=64, block_n=64, num_warps=8, stages=13, **kw)
            for c, kw in CLUSTER_PAIRS},

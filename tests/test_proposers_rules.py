@@ -408,9 +408,9 @@ def test_rules_model_counts_the_cluster_slot_a_ragged_grid_leaves_empty():
     # 1x2 on 16384x128x128 ran 12-17% slower than alone); the model counts those slots (a grid three tiles
     # wide takes two clusters of two), and a grid that divides by the cluster as it is
     p = RulesProposer(backends=("cute_dsl",))
-    f = dict(backend="cute_dsl", block_m=128, block_n=128, block_k=64, num_warps=12, stages=4, smem_padding=0,
-             load_path="tma", warp_specialization="cooperative", decomposition="data_parallel", split_k=1,
-             persistent=True, epilogue_path="tma_store", cluster_m=1, cluster_n=1)
+    f = KernelSpec(backend="cute_dsl", arch="sm_90a", block_m=128, block_n=128, block_k=64, num_warps=12, stages=4,
+                   load_path="tma", warp_specialization="cooperative", persistent=True,
+                   epilogue_path="tma_store").to_dict()
     three = GemmProblem(m=16384, n=384, k=8192)  # compute-bound, so the DRAM floor does not hide the grid
     alone, ragged = p._model_us(three, f), p._model_us(three, {**f, "cluster_n": 2})
     assert ragged > 1.25 * alone, (alone, ragged)

@@ -200,9 +200,8 @@ def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     CLUSTER_GAIN for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks (none
     with one k-step per tile), and for a split-K cluster in the direction _split_k_cluster_pays picks (the
     other direction measured about even with the same kernel without one, so it is modelled even and
-    measured too),
-    pref.tall_tile_factor for a 256x128 tile, pref.stream_k_factor for stream-K, pref.pingpong_factor for
-    ping-pong consumers."""
+    measured too), pref.tall_tile_factor for a 256x128 tile, pref.stream_k_factor for stream-K,
+    pref.pingpong_factor for ping-pong consumers."""
     # (stream-K in the favoured cluster measured 1.3-1.7x faster than without one: 128x128 on
     # 12288x256x16384 in 1x2, 256x12288x12288 in 2x1, 2048x16384x8192 in 1x2; the model's gain only
     # has to rank it above the unclustered kernel)
