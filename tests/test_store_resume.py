@@ -1,8 +1,10 @@
-"""The store round trip, and a search killed with SIGKILL that resumes without losing or
-repeating a measured trial."""
+"""The store round trip, one record per measured spec, and a search killed with SIGKILL that
+resumes without losing or repeating a measured trial (tests/test_store_kill.py kills it at each
+stage of a batch)."""
 
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -13,9 +15,11 @@ import pytest
 
 from cudal2 import GemmProblem, KernelSpec
 from cudal2.bench.results import BaselineResult, CandidateResult, Correctness, Environment, Timing
-from cudal2.search.recorded import specs_measured
+from cudal2.search.loop import run_search
+from cudal2.search.recorded import RecordedRunner, specs_measured
 from cudal2.search.refiner import WORKER, Refiner
-from cudal2.search.store import Store, as_url
+from cudal2.search.space import params_of
+from cudal2.search.store import Store, as_url, result_to_json
 
 PROBLEM = GemmProblem(m=2048, n=512, k=1024, layout="NT")
 
@@ -52,6 +56,57 @@ def test_store_round_trip(tmp_path):
     assert Store(str(tmp_path / "store.db")).measurement(PROBLEM, b) == _result(b, 0.20)
 
 
+def test_a_repeat_measurement_is_aggregated_on_the_specs_one_record(tmp_path):
+    store = Store(tmp_path / "store.db")
+    a, b = KernelSpec(stages=2), KernelSpec(stages=4)
+    torch_then = {"torch": BaselineResult("torch", {"offline": Timing(0.25, 0.26, 25)})}
+    store.record_kernel(PROBLEM, _result(a, 0.30), "src a", baselines=torch_then)
+    store.record_kernel(PROBLEM, _result(b, 0.20), "src b")
+    store.record_kernel(PROBLEM, _result(a, 0.28), "src a")  # measured again
+    records = store.kernels(PROBLEM)
+    assert [r["result"].spec for r in records] == [a, b]  # one record each, in the order first measured
+    assert records[0]["result"] == _result(a, 0.28) and store.measurement(PROBLEM, a) == _result(a, 0.28)
+    (repeat,) = records[0]["repeats"]
+    assert repeat["result"] == _result(a, 0.30) and repeat["baselines"] == torch_then
+    assert records[1]["repeats"] == [] and store.measured_spec_keys(PROBLEM) == {a.key(), b.key()}
+    with sqlite3.connect(tmp_path / "store.db") as conn:
+        assert conn.execute("SELECT COUNT(*) FROM cudal2_kernels").fetchone() == (2,)
+
+
+def test_a_store_with_repeated_rows_of_a_spec_reads_as_one_record(tmp_path):
+    """Stores written before records were unique hold one row per measurement."""
+    db = tmp_path / "old.db"
+    store = Store(db)
+    a = KernelSpec(stages=2)
+    store.record_kernel(PROBLEM, _result(a, 0.30))
+    with sqlite3.connect(db) as conn:  # as such a store has it: no unique index, a second row of a
+        conn.execute("DROP INDEX ux_cudal2_kernels_problem_spec")
+        columns = "problem_key, problem, spec_key, spec, backend, status, kernel_ms, source, measurements, " \
+                  "baselines, environment, created"
+        conn.execute(f"INSERT INTO cudal2_kernels ({columns}) SELECT {columns} FROM cudal2_kernels")
+        conn.execute("UPDATE cudal2_kernels SET measurements = ?, kernel_ms = 0.1 WHERE id = 2",
+                     (result_to_json(_result(a, 0.10)),))
+    old = Store(db)
+    (record,) = old.kernels(PROBLEM)
+    assert record["result"] == _result(a, 0.10) and [r["result"] for r in record["repeats"]] == [_result(a, 0.30)]
+    assert old.best(PROBLEM)["result"] == _result(a, 0.10)
+    old.record_kernel(PROBLEM, _result(a, 0.20))  # a new measurement joins the same record
+    (record,) = old.kernels(PROBLEM)
+    assert record["result"] == _result(a, 0.20)
+    assert [r["result"] for r in record["repeats"]] == [_result(a, 0.30), _result(a, 0.10)]
+
+
+def test_a_spec_measured_twice_counts_once_towards_the_budget(tmp_path):
+    store = Store(tmp_path / "s.db")
+    kw = dict(backends=("triton",), arch="sm_90a", proposer=None, store=store, budget=4, seed=0, progress=False)
+    first = run_search(PROBLEM, runner=RecordedRunner(), **kw)
+    store.record_kernel(PROBLEM, first.history[0])  # measured again (another worker, say)
+    runner = RecordedRunner()
+    again = run_search(PROBLEM, runner=runner, **kw)
+    assert again.evaluations == first.evaluations == 4 and not runner.calls  # the budget was already spent
+    assert len(store.kernels(PROBLEM)) == 4 and len(store.kernels(PROBLEM)[0]["repeats"]) == 1
+
+
 def _dead_pid() -> int:
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
@@ -59,31 +114,62 @@ def _dead_pid() -> int:
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")
-def test_recover_completes_a_measured_running_trial_and_requeues_the_rest(tmp_path):
+def test_recover_requeues_a_dead_workers_trials_through_optunas_retry_callback(tmp_path):
     store = Store(tmp_path / "s.db")
     ref = Refiner(PROBLEM, ("triton",), store, "sm_90a")
     measured, lost = KernelSpec(stages=2), KernelSpec(stages=5)
-    from cudal2.search.space import params_of
-
     ref.study.enqueue_trial(params_of(measured, ref.space))
     ref.study.enqueue_trial(params_of(lost, ref.space))
     dead = f"{WORKER.rpartition(':')[0]}:{_dead_pid()}"
-    for spec in (measured, lost):
+    for spec in (measured, lost):  # as the search loop leaves them when killed during their batch
         t = ref.study.ask()
         assert ref.suggest(t) == spec
         t.set_user_attr("worker", dead)
         t.set_user_attr("spec", spec.to_json())
+        t.set_user_attr("spec_key", spec.key())
     torch_ms = {"torch": BaselineResult(name="torch", timing={"offline": Timing(kernel_ms=0.246, call_ms=0.25,
                                                                                 groups=25)})}
     store.record_kernel(PROBLEM, _result(measured, 0.123), "", None, baselines=torch_ms)  # killed after this write
-    assert ref.recover() == {"completed": 1, "requeued": 1, "failed": 0}
-    states = {KernelSpec.from_json(t.user_attrs["spec"]): t for t in ref.study.trials if "spec" in t.user_attrs}
+    assert ref.recover() == 2
+    trials = sorted(ref.study.trials, key=lambda t: t.number)
+    assert [t.state.name for t in trials] == ["FAIL", "FAIL", "WAITING", "WAITING"]
+    assert [t.system_attrs["failed_trial"] for t in trials[2:]] == [0, 1]  # Optuna's retry callback
+    assert "worker died" in trials[0].user_attrs["error"]
+
+    runner = RecordedRunner(model=lambda p, s: 0.2, baselines={"torch": 0.246})
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=None, runner=runner, store=store,
+                     budget=2, seed=0, progress=False)
+    assert runner.calls == [lost]  # the spec stored before the kill is not measured again...
+    assert res.evaluations == 2  # ...and counts once
+    retried = {KernelSpec.from_json(t.user_attrs["spec"]): t for t in res.study.trials
+               if t.state.name == "COMPLETE"}
     # the objective, as the search loop tells it: kernel time over the torch.matmul timed with it
-    assert states[measured].state.name == "COMPLETE" and states[measured].value == pytest.approx(0.5)
-    assert states[measured].user_attrs["measured"] is True
-    assert states[lost].state.name == "FAIL"
-    waiting = [t for t in ref.study.trials if t.state.name == "WAITING"]
-    assert len(waiting) == 1 and waiting[0].system_attrs["fixed_params"] == params_of(lost, ref.space)
+    assert retried[measured].value == pytest.approx(0.5) and retried[measured].user_attrs["reused"]
+    assert not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]
+
+
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_recover_retries_trials_whose_heartbeat_or_start_went_stale(tmp_path):
+    """Trials of other hosts: Optuna's heartbeat fails them once stale and its callback queues them
+    again; a trial that died before its first write (no worker, no heartbeat) is stale by its start."""
+    db = tmp_path / "s.db"
+    store = Store(db)
+    ref = Refiner(PROBLEM, ("triton",), store, "sm_90a")
+    beating, silent, fresh = ref.study.ask(), ref.study.ask(), ref.study.ask()
+    for t, worker in ((beating, "elsewhere:1"), (fresh, "elsewhere:2")):
+        t.set_user_attr("worker", worker)
+        store.optuna_storage.record_heartbeat(t._trial_id)
+    assert ref.recover() == 0 and {t.state.name for t in ref.study.trials} == {"RUNNING"}  # all within grace
+    with sqlite3.connect(db) as conn:
+        conn.execute("UPDATE trial_heartbeats SET heartbeat = '2000-01-01 00:00:00' WHERE trial_id = ?",
+                     (beating._trial_id,))
+        conn.execute("UPDATE trials SET datetime_start = '2000-01-01 00:00:00' WHERE trial_id = ?",
+                     (silent._trial_id,))
+    ref.recover()
+    states = {t.number: t.state.name for t in ref.study.trials}
+    assert [states[t.number] for t in (beating, silent, fresh)] == ["FAIL", "FAIL", "RUNNING"]
+    retries = [t for t in ref.study.trials if t.state.name == "WAITING"]
+    assert sorted(t.system_attrs["failed_trial"] for t in retries) == sorted([beating.number, silent.number])
 
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")
@@ -91,7 +177,8 @@ def test_trial_of_a_live_process_is_left_alone(tmp_path):
     ref = Refiner(PROBLEM, ("triton",), Store(tmp_path / "s.db"), "sm_90a")
     t = ref.study.ask()
     t.set_user_attr("worker", f"{WORKER.rpartition(':')[0]}:{os.getppid()}")
-    assert ref.recover() == {"completed": 0, "requeued": 0, "failed": 0}
+    assert ref.recover() == 0
+    assert [t.state.name for t in ref.study.trials] == ["RUNNING"]
 
 
 SCRIPT = textwrap.dedent("""
@@ -153,8 +240,7 @@ def test_sigkill_mid_search_then_resume(tmp_path):
     counts = Counter(specs_measured(log))
     assert sum(c - 1 for c in counts.values()) <= 1
     trials = store.optuna_storage.get_all_trials(store.optuna_storage.get_study_id_from_name(_study(store)))
-    assert not [t for t in trials if t.state.name == "RUNNING"]
-    assert sum(1 for t in trials if t.user_attrs.get("measured")) == 12
+    assert not [t for t in trials if t.state.name in ("RUNNING", "WAITING")]
 
 
 def _study(store):

@@ -195,15 +195,10 @@ def _ensure_arch_for_cpu() -> None:
 
 
 def _cache_root() -> Path:
-    env = os.environ.get("CUDAL2_CACHE_DIR")
-    if env:
-        return Path(env) / "cute_dsl"
-    try:
-        import platformdirs
+    """Where rendered modules and exported kernels are kept: cute_dsl/ in cudal2's cache folder."""
+    from .. import paths
 
-        return Path(platformdirs.user_cache_dir("cudal2")) / "cute_dsl"
-    except ImportError:
-        return Path.home() / ".cache" / "cudal2" / "cute_dsl"
+    return paths.cache_dir() / "cute_dsl"
 
 
 @dataclass

@@ -73,16 +73,10 @@ def _fix_interpreter() -> None:
 
 
 def cache_dir() -> Path:
-    """Where rendered modules are written: $CUDAL2_CACHE_DIR, else the platform user cache."""
-    root = os.environ.get("CUDAL2_CACHE_DIR")
-    if not root:
-        try:
-            import platformdirs
+    """Where rendered modules are written: triton/ in cudal2's cache folder (cudal2.paths.cache_dir)."""
+    from .. import paths
 
-            root = platformdirs.user_cache_dir("cudal2")
-        except ImportError:  # the GPU machine has no platformdirs
-            root = os.path.join(os.path.expanduser("~"), ".cache", "cudal2")
-    return Path(root) / "triton"
+    return paths.cache_dir() / "triton"
 
 
 class TritonBackend(Backend):

@@ -22,8 +22,8 @@ from ..bench.results import BaselineResult, CandidateResult, Mode, Runner
 from ..ir import GemmProblem, KernelSpec, SpecError
 from .confirm import Confirm, ranked_trials, rounds_on, run_confirmation, summarize
 from .proposal import Proposer
-from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, reference_of, relative_time, speedups_of, trial_attrs,
-                      validate)
+from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, fail_trials, measured_spec_keys, reference_of,
+                      relative_time, requeue, retry_callback, speedups_of, trial_attrs, validate)
 from .store import Store
 
 
@@ -94,6 +94,9 @@ class SearchResult:
     trial_speedup: dict[str, float] = field(default_factory=dict)
     rejected: list[CandidateResult] = field(default_factory=list)
     mode: str = "offline"  # the timing mode `speedup` is in (the confirmation's, where it ranked)
+    # GPU measurements of the study by where their spec came from: a proposer's source ("rules",
+    # "llm:<model>", "rules (fallback: llm failed)"), "optuna" (sampled) or "requeued"
+    proposals: dict[str, int] = field(default_factory=dict)
     _kernel: Any = field(default=None, repr=False)
 
     @property
@@ -173,7 +176,7 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     environment = runner.environment()
     reference = reference_of(baselines)
 
-    state = _State.from_study(refiner.study, reference, objective_mode)
+    state = _State.from_study(refiner.study, store, problem, reference, objective_mode)
     # Proposals first: the proposer sees everything measured for this problem so far.
     if proposer is not None and not budget.spent(state.evaluations, state.gpu_s):
         history = [r["result"] for r in store.kernels(problem)]
@@ -184,6 +187,10 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
         max_trials = 20 * (budget.evaluations or 64) + 50  # pruned trials are cheap but not free
     study = refiner.study
     storage = store.optuna_storage
+
+    # Trials asked and not yet told: if the search is cut short (Ctrl-C, a broken runner) or stops
+    # with a batch asked ahead, they go back to the queue rather than stay RUNNING.
+    in_hand: dict[int, Any] = {}
 
     def tell(trial, result: CandidateResult, measured_now: bool, gpu_s: float,
              against: dict[str, BaselineResult]) -> None:
@@ -202,19 +209,23 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                 study.tell(trial, relative_time(ms, against, reference, objective_mode), skip_if_finished=True)
         except optuna.exceptions.UpdateFinishedTrialError:
             pass  # another worker on a SQLite store popped the same queued trial; its result stands
+        in_hand.pop(trial._trial_id, None)
 
     def next_batch(room: int, in_flight: Sequence[tuple[Any, KernelSpec]] = ()) -> tuple[list, list]:
         """Ask for trials until `room` of them need a GPU measurement (or trials run out): the
-        batch, and the trials whose spec is already measured, or in this batch, or `in_flight`
-        (settled from the store once the batch is measured). Invalid specs are pruned on the way."""
+        batch, and the trials whose spec is in this batch or `in_flight` (told from the store once
+        their twin is measured). On the way, invalid specs are pruned and specs already measured
+        (by this study or another) are told from the kernel table at once: a trial left RUNNING
+        across a measurement is one the study pays for (see refiner.measured_spec_keys)."""
         nonlocal trials_left
         batch: list[tuple[Any, KernelSpec]] = []
-        dups: list[tuple[Any, KernelSpec]] = []
+        twins: list[tuple[Any, KernelSpec]] = []
         while len(batch) < room and trials_left > 0:
             trials_left -= 1
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")  # heartbeats are recorded by hand below
                 trial = study.ask()
+            in_hand[trial._trial_id] = trial
             try:
                 trial.set_user_attr("worker", WORKER)
                 storage.record_heartbeat(trial._trial_id)
@@ -224,28 +235,35 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                     trial.set_user_attr("status", "invalid")
                     trial.set_user_attr("error", str(e)[:2000])
                     study.tell(trial, state=optuna.trial.TrialState.PRUNED, skip_if_finished=True)
+                    in_hand.pop(trial._trial_id)
+                    continue
+                known = store.measurement(problem, spec)
+                if known is not None:  # a spec is measured once per problem
+                    tell(trial, known, False, 0.0, store.kernel_baselines(problem, spec) or baselines)
                     continue
                 trial.set_user_attr("spec", spec.to_json())
                 trial.set_user_attr("spec_key", spec.key())
             except optuna.exceptions.UpdateFinishedTrialError:
+                in_hand.pop(trial._trial_id, None)
                 continue  # popped by another worker too (SQLite has no row locks) and already settled
-            if (store.measurement(problem, spec) is not None
-                    or any(s == spec for _, s in (*in_flight, *batch))):
-                dups.append((trial, spec))
+            if any(s == spec for _, s in (*in_flight, *batch)):
+                twins.append((trial, spec))
                 continue
             batch.append((trial, spec))
-        return batch, dups
+        return batch, twins
 
     def room(in_flight: int) -> int:
         if budget.evaluations is None:
             return batch_size
         return max(0, min(batch_size, budget.evaluations - state.evaluations - in_flight))
 
-    def give_back(trials: Sequence[tuple[Any, KernelSpec]]) -> None:
-        """Unmeasured trials back to the queue, so that a resume measures them."""
-        for trial, _ in trials:
-            study.tell(trial, state=optuna.trial.TrialState.FAIL, skip_if_finished=True)
-            study.enqueue_trial(trial.params, user_attrs={"proposal": "requeued"})
+    def give_back(reason: str) -> None:
+        """Every trial in hand back to the queue, so that a resume measures it: failed and queued
+        again by Optuna's retry callback, as a dead worker's trial is, but without its retry limit
+        (an interrupt is no fault of the spec)."""
+        trials = list(in_hand.values())
+        in_hand.clear()
+        requeue(study, storage, trials, reason, callback=retry_callback(max_retry=None))
 
     def ahead_room(in_flight: int) -> int:
         """Room for a batch asked ahead. A sampler still in its startup phase (fewer completed
@@ -257,8 +275,11 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
         r = room(in_flight)
         return r if complete >= SAMPLER_WARMUP or len(trials) - complete >= r else 0
 
+    def cut_short() -> bool:
+        return deadline is not None and time.monotonic() >= deadline
+
     def stopped() -> bool:
-        return budget.spent(state.evaluations, state.gpu_s) or (deadline is not None and time.monotonic() >= deadline)
+        return budget.spent(state.evaluations, state.gpu_s) or cut_short()
 
     # Look-ahead (opt-in): while one batch is checked and timed on the GPU, the next one is already
     # asked for (the TPE sampler's constant liar keeps it apart from the batch in flight) and
@@ -268,57 +289,62 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     bar = _Bar(problem, budget, enabled=progress)
     with bar:
         bar.update(state)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "experimental" notice
-            optuna.storages.fail_stale_trials(study)  # trials of dead workers on other hosts (heartbeat)
-        batch, dups = ([], []) if stopped() else next_batch(room(0))  # (next_batch stops when trials run out)
-        while batch or dups:
-            upcoming, upcoming_dups = [], []
-            if batch:
-                specs = [s for _, s in batch]
-                if prefetch is not None:
-                    prefetch(problem, specs)  # the batch in hand compiles first (a no-op if asked ahead)
-                    if not stopped() and (ahead := ahead_room(len(batch))) > 0:
-                        upcoming, upcoming_dups = next_batch(ahead, batch)
-                        if upcoming:
-                            prefetch(problem, [s for _, s in upcoming])
-                t0 = time.perf_counter()
-                beating = _Heartbeat(storage, [t._trial_id for t, _ in (*batch, *upcoming)])
-                try:
-                    results = runner.evaluate(problem, specs, modes)
+        try:
+            batch, twins = ([], []) if stopped() else next_batch(room(0))  # (next_batch stops when trials run out)
+            while batch or twins:
+                upcoming, upcoming_twins = [], []
+                if batch:
+                    specs = [s for _, s in batch]
+                    if prefetch is not None:
+                        prefetch(problem, specs)  # the batch in hand compiles first (a no-op if asked ahead)
+                        if not stopped() and (ahead := ahead_room(len(batch))) > 0:
+                            upcoming, upcoming_twins = next_batch(ahead, batch)
+                            if upcoming:
+                                prefetch(problem, [s for _, s in upcoming])
+                    t0 = time.perf_counter()
+                    beating = _Heartbeat(storage, [t._trial_id for t, _ in (*batch, *upcoming)])
+                    try:
+                        results = runner.evaluate(problem, specs, modes)
+                    finally:
+                        beating.stop()
                     if len(results) != len(specs):
                         raise RuntimeError(f"runner returned {len(results)} results for {len(specs)} specs")
-                except BaseException:
-                    # Interrupted or broken runner: give the batches back so that a resume measures them.
-                    give_back([*batch, *upcoming, *dups, *upcoming_dups])
-                    raise
-                finally:
-                    beating.stop()
-                share = (time.perf_counter() - t0) / len(batch)
-                # Speedups are taken against the baselines timed in the same call (the evaluator
-                # interleaves them with the candidates); a runner without them keeps the first ones.
-                now = runner.baselines(problem, modes) or baselines
-                if now is not baselines:
-                    store.record_baselines(problem, now, environment)
-                for (trial, spec), result in zip(batch, results):
-                    # The kernel table first: a kill after this write loses nothing (recover() completes the trial).
-                    store.record_kernel(problem, result, render_source(problem, spec), environment, objective_mode,
-                                        baselines=now)
-                for (trial, spec), result in zip(batch, results):
-                    tell(trial, result, True, share, now)
-                bar.update(state)
-            for trial, spec in dups:  # measured before, or just now in this batch
-                known = store.measurement(problem, spec)
-                if known is None:  # its twin was never measured (given back): leave it to a resume
-                    give_back([(trial, spec)])
-                    continue
-                tell(trial, known, False, 0.0, store.kernel_baselines(problem, spec) or baselines)
-            # Other workers may share the study (a PostgreSQL store): count what they measured too.
-            state = _State.from_study(study, reference, objective_mode)
-            if stopped():
-                give_back([*upcoming, *upcoming_dups])  # asked ahead but not measured
-                break
-            batch, dups = (upcoming, upcoming_dups) if upcoming or upcoming_dups else next_batch(room(0))
+                    share = (time.perf_counter() - t0) / len(batch)
+                    # Speedups are taken against the baselines timed in the same call (the evaluator
+                    # interleaves them with the candidates); a runner without them keeps the first ones.
+                    now = runner.baselines(problem, modes) or baselines
+                    if now is not baselines:
+                        store.record_baselines(problem, now, environment)
+                    for (trial, spec), result in zip(batch, results):
+                        # The kernel table first: a kill after this write loses nothing (the trial's
+                        # retry is told from it).
+                        store.record_kernel(problem, result, render_source(problem, spec), environment,
+                                            objective_mode, baselines=now)
+                    for (trial, spec), result in zip(batch, results):
+                        tell(trial, result, True, share, now)
+                    bar.update(state)
+                for trial, spec in twins:  # their twin was measured in this batch or the one before
+                    known = store.measurement(problem, spec)
+                    if known is not None:
+                        tell(trial, known, False, 0.0, store.kernel_baselines(problem, spec) or baselines)
+                # Other workers may share the study (a PostgreSQL store): count what they measured too.
+                state = _State.from_study(study, store, problem, reference, objective_mode)
+                if stopped():
+                    break
+                batch, twins = (upcoming, upcoming_twins) if upcoming or upcoming_twins else next_batch(room(0))
+        except BaseException:
+            # Interrupted (Ctrl-C) or a broken runner: the trials in hand go back to the queue.
+            give_back("interrupted before it was measured; queued again")
+            raise
+        if cut_short():
+            give_back("asked ahead, not measured before the deadline; queued again")
+        else:
+            # The search ended on its own (budget spent, or no trial left to ask): it leaves nothing
+            # queued or running. A later, larger search proposes these specs again (Refiner.enqueue).
+            reason = "not measured: the search's budget was spent first"
+            fail_trials(storage, list(in_hand.values()), reason)
+            in_hand.clear()
+            refiner.close_queue(reason)
     # Confirmation once the search has ended on its own (budget spent or nothing left to try); a
     # deadline leaves it to the resume, which may measure more first.
     confirm_mode = (confirm.mode if confirm is not None else None) or objective_mode
@@ -334,6 +360,17 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
 
 def _study_keys(study) -> set:
     return {t.user_attrs.get("spec_key") for t in study.get_trials(deepcopy=False)}
+
+
+def proposal_sources(study) -> dict[str, int]:
+    """GPU measurements of the study by the source of their spec (the trial's "proposal" attribute,
+    set when a proposal is enqueued; a trial the sampler drew has none: "optuna")."""
+    counts: dict[str, int] = {}
+    for t in study.get_trials(deepcopy=False):
+        if t.user_attrs.get("measured"):
+            source = t.user_attrs.get("proposal") or "optuna"
+            counts[source] = counts.get(source, 0) + 1
+    return counts
 
 
 class _Heartbeat:
@@ -372,13 +409,27 @@ class _State:
         self.curve: list[Point] = []
 
     @classmethod
-    def from_study(cls, study, reference: str | None, mode: str) -> "_State":
+    def from_study(cls, study, store: Store, problem: GemmProblem, reference: str | None, mode: str) -> "_State":
+        """Totals over the specs the study paid to measure, each counted once however many of its
+        trials carry it (a killed trial and the retry told from its stored measurement, say): one
+        point each, at the first trial told its result, and at the end for one never told again."""
+        counted = measured_spec_keys(study, store.measured_spec_keys(problem))
         s = cls(reference)
+        seen: set[str] = set()
+        gpu_s = 0.0
         for t in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-            if t.user_attrs.get("measured"):
-                ms = t.user_attrs.get("kernel_ms", {}).get(mode) if t.user_attrs.get("status") == "ok" else None
-                s.add(float(t.user_attrs.get("gpu_s", 0.0)), ms,
-                      t.user_attrs.get("speedups", {}).get(mode, {}).get(reference))
+            key = t.user_attrs.get("spec_key")
+            if key not in counted:
+                continue
+            gpu_s += float(t.user_attrs.get("gpu_s", 0.0))
+            if key in seen or "status" not in t.user_attrs:
+                continue
+            seen.add(key)
+            ms = t.user_attrs.get("kernel_ms", {}).get(mode) if t.user_attrs.get("status") == "ok" else None
+            s.add(gpu_s - s.gpu_s, ms, t.user_attrs.get("speedups", {}).get(mode, {}).get(reference))
+        for _ in counted - seen:
+            s.add(0.0, None, None)
+        s.gpu_s = gpu_s
         return s
 
     def add(self, gpu_s: float, kernel_ms: float | None, speedup: float | None) -> None:
@@ -441,7 +492,7 @@ def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, Base
     confirm_mode = confirm_mode or mode
     rows = store.kernels(problem)
     history = [r["result"] for r in rows]
-    state = _State.from_study(study, reference, mode)
+    state = _State.from_study(study, store, problem, reference, mode)
     # Candidates are ranked by their speedup over the reference baseline timed in the same
     # evaluator call: the GPU's clock drifts between calls (torch took 874 us in one batch of an
     # H100 search on 8192x8192x4096 and 762 us in the next, when it had cooled), so raw times of
@@ -473,7 +524,8 @@ def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, Base
     return SearchResult(problem=problem, best=best, speedup=speedups.get(shown, {}), speedups=speedups,
                         baselines=baselines, history=history, study=study, evaluations=state.evaluations,
                         gpu_seconds=state.gpu_s, curve=state.curve, confirmed_rounds=rounds,
-                        trial_speedup=trial_speedups.get(mode, {}), rejected=rejected, mode=shown)
+                        trial_speedup=trial_speedups.get(mode, {}), rejected=rejected, mode=shown,
+                        proposals=proposal_sources(study))
 
 
 # ---- dry run: everything but the GPU ----------------------------------------------------------------

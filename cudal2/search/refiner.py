@@ -10,12 +10,22 @@ process), spec (canonical JSON), spec_key, status ("ok", "invalid", or the evalu
 status), error, measured (True when this trial paid for a GPU measurement), reused (True when
 the measurement came from the kernel table), kernel_ms (mode -> ms), speedups (mode -> baseline
 -> ratio).
+
+A killed or interrupted worker leaves trials RUNNING. They are failed and queued again by
+Optuna's own machinery: its heartbeat finds them (fail_stale_trials) and the store's
+RetryFailedTrialCallback queues a copy with the same params; on this host a trial whose process
+is gone is handed to the same callback at once (Refiner.recover). A spec measured before the kill
+is in the kernel table, so its retry is told from there, not measured again, and
+`measured_spec_keys` still counts it for the study that paid for it.
 """
 
 from __future__ import annotations
 
+import copy
+import datetime as _dt
 import os
 import socket
+import warnings
 from typing import Any, Sequence
 
 from ..ir import GemmProblem, KernelSpec, SpecError, Violation, check_compatible
@@ -107,14 +117,24 @@ class Refiner:
     def enqueue(self, proposals: Sequence[Proposal]) -> int:
         """Enqueue proposals as the next trials; skips specs already in the study. Returns how many
         were enqueued. A proposal for another arch or backend is re-targeted by validation (pruned)."""
+        from optuna.trial import TrialState
+
         n = 0
-        seen = self.trial_spec_keys()
+        # The specs and params of the trials that stand (what Optuna's skip_if_exists compares, less
+        # the failed trials: one killed, interrupted, or closed unmeasured when a search ended does
+        # not hold its spec, so a later proposal of it is queued again).
+        standing = [t for t in self.study.get_trials(deepcopy=False) if t.state != TrialState.FAIL]
+        seen = {t.user_attrs["spec_key"] for t in standing if "spec_key" in t.user_attrs}
+        taken = [t.system_attrs.get("fixed_params", t.params) for t in standing]
         for p in proposals:
             spec = p.spec
             if spec.key() in seen:
                 continue
             seen.add(spec.key())
             params = params_of(spec, self.space)
+            if params in taken:
+                continue
+            taken.append(params)
             outside = {k: v for k, v in params.items() if not _option(self.space, k).contains(v)}
             if outside or spec.arch != self.arch or spec.backend not in self.backends:
                 # Not expressible in this study's space: record it as a pruned trial with the reason.
@@ -122,8 +142,7 @@ class Refiner:
                                  f"{outside or {'arch': spec.arch, 'backend': spec.backend}}", p)
                 continue
             self.study.enqueue_trial(params, user_attrs={"proposal": p.source or "proposer",
-                                                         "reasoning": p.reasoning[:2000]},
-                                     skip_if_exists=True)
+                                                         "reasoning": p.reasoning[:2000]})
             n += 1
         return n
 
@@ -134,9 +153,6 @@ class Refiner:
             state=optuna.trial.TrialState.PRUNED, params={}, distributions={},
             user_attrs={"spec": spec.to_json(), "spec_key": spec.key(), "status": "invalid", "error": reason,
                         "proposal": (p.source if p else "") or "proposer"}))
-
-    def trial_spec_keys(self) -> set[str]:
-        return {t.user_attrs["spec_key"] for t in self.study.get_trials(deepcopy=False) if "spec_key" in t.user_attrs}
 
     # ---- one trial -----------------------------------------------------------------------------
     def suggest(self, trial) -> KernelSpec:
@@ -157,59 +173,109 @@ class Refiner:
         return spec
 
     # ---- recovery ------------------------------------------------------------------------------
-    def recover(self) -> dict[str, int]:
-        """Settle trials left RUNNING by a process that died (SIGKILL, power loss) on this host:
-        a trial whose spec was measured (it is in the kernel table) is completed with that
-        measurement; any other is marked failed and its params are enqueued again.
-        Trials of live processes and of other hosts are left alone (Optuna's heartbeat,
-        enabled on the store, fails those once stale and re-queues them)."""
+    def recover(self) -> int:
+        """Fail the trials that dead workers left RUNNING and queue them again; returns how many.
+        Optuna's heartbeat finds those of any host once stale (fail_stale_trials); a trial of a
+        process on this host that is gone is failed at once, through the same retry callback.
+        Trials of live processes are left alone."""
+        from optuna.trial import TrialState
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "experimental feature" notices
+            import optuna
+
+            optuna.storages.fail_stale_trials(self.study)
+        grace = _dt.timedelta(seconds=getattr(self.store.optuna_storage, "grace_period", None) or 600)
+        now = _dt.datetime.now()
+        dead = []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+            host, _, pid = str(t.user_attrs.get("worker", "")).rpartition(":")
+            if host == socket.gethostname() and pid.isdigit() and int(pid) != os.getpid() and not _pid_alive(int(pid)):
+                dead.append(t)
+            elif not host and t.datetime_start is not None and now - t.datetime_start > grace:
+                dead.append(t)  # killed before its first write (no worker, no heartbeat): stale by its start
+        return requeue(self.study, self.store.optuna_storage, dead, "its worker died; queued again")
+
+    def close_queue(self, reason: str) -> int:
+        """Fail the trials still WAITING (a search that ends on its own leaves none behind); returns
+        how many. A later proposal of their spec is queued again (enqueue)."""
+        from optuna.exceptions import UpdateFinishedTrialError
         from optuna.trial import TrialState
 
         storage = self.store.optuna_storage
-        done = {"completed": 0, "requeued": 0, "failed": 0}
-        for t in self.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-            host, _, pid = str(t.user_attrs.get("worker", "")).rpartition(":")
-            if host != socket.gethostname() or not pid.isdigit() or int(pid) == os.getpid() or _pid_alive(int(pid)):
-                continue
-            spec_json = t.user_attrs.get("spec")
-            measured = None
-            if spec_json:
-                measured = self.store.measurement(self.problem, KernelSpec.from_json(spec_json))
-            if measured is not None:
-                against = self.store.kernel_baselines(self.problem, measured.spec) or self.store.baselines(self.problem)
-                for k, v in trial_attrs(measured, against, measured_now=True).items():
-                    storage.set_trial_user_attr(t._trial_id, k, v)
-                mode = _objective_mode(measured)
-                ms = measured.kernel_ms(mode)
-                if measured.ok and ms is not None:
-                    value = relative_time(ms, against, reference_of(against), mode)
-                    storage.set_trial_state_values(t._trial_id, TrialState.COMPLETE, [value])
-                else:
-                    storage.set_trial_state_values(t._trial_id, TrialState.PRUNED)
-                done["completed"] += 1
-                continue
-            storage.set_trial_user_attr(t._trial_id, "error", "worker died during the trial; re-queued")
-            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
-            pending = [w.system_attrs.get("fixed_params") for w in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,))]
-            if t.params and t.params not in pending:
-                # (not skip_if_exists: Optuna counts the FAIL trial just written as existing)
-                self.study.enqueue_trial(t.params, user_attrs={"proposal": t.user_attrs.get("proposal", "requeued")})
-                done["requeued"] += 1
-            else:
-                done["failed"] += 1
-        return done
+        claimed = []
+        for t in self.study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
+            try:  # taken from the queue first, as Study.ask does: another worker may be taking it too
+                if storage.set_trial_state_values(t._trial_id, TrialState.RUNNING):
+                    claimed.append(t)
+            except UpdateFinishedTrialError:
+                pass
+        return len(fail_trials(storage, claimed, reason))
 
     # ---- reading the study ---------------------------------------------------------------------
     def measured_count(self) -> int:
-        return sum(1 for t in self.study.get_trials(deepcopy=False) if t.user_attrs.get("measured"))
+        return len(measured_spec_keys(self.study, self.store.measured_spec_keys(self.problem)))
+
+
+def measured_spec_keys(study, stored: set[str]) -> set[str]:
+    """The specs this study paid to measure, each once: the spec keys of its trials that were not
+    told from an earlier measurement (reused), among those the kernel table holds. A trial killed
+    after its measurement was stored counts through that record, whichever trial is told it later;
+    one killed before counts only once its spec is measured."""
+    return {t.user_attrs["spec_key"] for t in study.get_trials(deepcopy=False)
+            if "spec_key" in t.user_attrs and not t.user_attrs.get("reused")} & stored
+
+
+def stale_trial_callback(storage):
+    """The storage's retry callback for a dead worker's trial (Optuna renamed its getter in 4.9)."""
+    getter = getattr(storage, "get_heartbeat_stale_trial_callback", None) or storage.get_failed_trial_callback
+    return getter()
+
+
+def retry_callback(max_retry: int | None):
+    """Optuna's callback that queues a copy of a failed trial (renamed in Optuna 4.9)."""
+    import optuna
+
+    cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "experimental feature" / deprecation notices
+        return cls(max_retry=max_retry)
+
+
+def fail_trials(storage, trials: Sequence[Any], reason: str) -> list[int]:
+    """Fail each trial that is not finished yet, with `reason` as its error; returns their ids
+    (a trial told or failed by another worker meanwhile is left as it is)."""
+    from optuna.exceptions import UpdateFinishedTrialError
+    from optuna.trial import TrialState
+
+    failed = []
+    for t in trials:
+        try:
+            storage.set_trial_user_attr(t._trial_id, "error", reason)
+            if storage.set_trial_state_values(t._trial_id, TrialState.FAIL):
+                failed.append(t._trial_id)
+        except UpdateFinishedTrialError:
+            pass
+    return failed
+
+
+def requeue(study, storage, trials: Sequence[Any], reason: str, callback=None) -> int:
+    """Fail the trials (fail_trials) and hand each to `callback` (default: the storage's
+    RetryFailedTrialCallback, which queues a copy with the same params and user attributes and
+    records the retry history): what Optuna's fail_stale_trials does to a trial whose heartbeat
+    stopped. Returns how many were failed."""
+    callback = callback or stale_trial_callback(storage)
+    failed = fail_trials(storage, trials, reason)
+    for trial_id in failed:
+        if callback is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # "experimental feature" notices
+                callback(study, copy.deepcopy(storage.get_trial(trial_id)))
+    return len(failed)
 
 
 def _option(space: Sequence[Option], name: str) -> Option:
     return next(o for o in space if o.name == name)
-
-
-def _objective_mode(result) -> str:
-    return "offline" if "offline" in result.timing else next(iter(result.timing), "offline")
 
 
 def speedups_of(result, baselines: dict) -> dict[str, dict[str, float]]:
@@ -239,9 +305,12 @@ def relative_time(kernel_ms: float, baselines: dict, reference: str | None, mode
 
 
 def trial_attrs(result, baselines: dict, measured_now: bool, reused: bool = False) -> dict[str, Any]:
+    # (reused before spec_key: a trial killed while its attributes are written never counts a
+    # reused spec as measured, see measured_spec_keys)
     return {
+        "reused": reused, "measured": measured_now,
         "spec": result.spec.to_json(), "spec_key": result.spec.key(), "status": result.status,
-        "error": result.reason[:2000], "measured": measured_now, "reused": reused,
+        "error": result.reason[:2000],
         "kernel_ms": {m: t.kernel_ms for m, t in result.timing.items()},
         "speedups": speedups_of(result, baselines),
     }

@@ -1,6 +1,7 @@
-"""The store: Optuna's storage (the studies) plus tables of our own in the same database: one row
-per measured kernel, one per measured baseline, and one per confirmation (a search leader timed
-again before it is named the winner).
+"""The store: Optuna's storage (the studies) plus tables of our own in the same database: one record
+per measured kernel (problem and spec; a repeat measurement of the spec is aggregated on it), one
+row per measured baseline, and one per confirmation (a search leader timed again before it is
+named the winner).
 
 SQLite under the user cache directory by default (one file, nothing to start); any SQLAlchemy
 URL (PostgreSQL) for many workers. The kernel table is the source of truth for measurements:
@@ -15,6 +16,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import re
 from dataclasses import asdict, fields
 from functools import cached_property
 from pathlib import Path
@@ -27,16 +29,14 @@ ENV_STORE = "CUDAL2_STORE"
 
 
 def default_dir() -> Path:
-    try:
-        import platformdirs
+    """The folder of the default store: cudal2's cache folder ($CUDAL2_CACHE_DIR or the user cache)."""
+    from ..paths import cache_dir
 
-        return Path(platformdirs.user_cache_dir("cudal2"))
-    except ImportError:  # platformdirs is a dependency, but keep `cudal2 show` working without it
-        return Path.home() / ".cache" / "cudal2"
+    return cache_dir()
 
 
 def default_url() -> str:
-    """$CUDAL2_STORE if set, else sqlite:///<user cache dir>/cudal2/store.db."""
+    """$CUDAL2_STORE if set, else sqlite:///<cache dir>/store.db (cache dir: $CUDAL2_CACHE_DIR or the user cache)."""
     env = os.environ.get(ENV_STORE)
     if env:
         return as_url(env)
@@ -53,6 +53,20 @@ def as_url(target: str | os.PathLike) -> str:
 
 def sqlite_path(url: str) -> Path | None:
     return Path(url[len("sqlite:///"):]) if url.startswith("sqlite:///") else None
+
+
+def display_url(url: str) -> str:
+    """url with any password masked, for messages: postgresql://user:***@host/db."""
+    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
+
+
+class StoreError(Exception):
+    """A store that cannot be used as given (Store.check): the message names it and the fix."""
+
+
+# The package to install for a database driver that SQLAlchemy could not import.
+_DRIVER_PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient"}
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 # ---- (de)serialization of evaluator results ---------------------------------------------------
@@ -127,6 +141,25 @@ def _tune_sqlite(engine) -> None:
     event.listen(engine, "connect", on_connect)
 
 
+def _measurement_of(row) -> dict[str, Any]:
+    """One stored measurement of a kernel row as JSON data: result, baselines, environment, created."""
+    doc = json.loads(row["measurements"])
+    doc.pop("repeats", None)
+    created = row["created"]
+    return {"result": doc, "baselines": json.loads(row["baselines"] or "{}"),
+            "environment": json.loads(row["environment"] or "null"),
+            "created": created.isoformat() if isinstance(created, _dt.datetime) else created}
+
+
+def _datetime(text: str | None) -> _dt.datetime | None:
+    return _dt.datetime.fromisoformat(text) if text else None
+
+
+def _measurements_of(row) -> list[dict[str, Any]]:
+    """The earlier measurements a kernel row keeps (its repeats, oldest first; not its own figures)."""
+    return list(json.loads(row["measurements"]).get("repeats") or [])
+
+
 class Store:
     """Studies and measurements in one database. Cheap to construct; connects on first use."""
 
@@ -185,6 +218,57 @@ class Store:
         path = sqlite_path(self.url)
         return path is None or path.exists()
 
+    def check(self) -> Store:
+        """Raise StoreError, one sentence with the fix, unless the store can be opened: a SQLite
+        path that is a directory or a file of another kind, a missing database driver, a URL
+        SQLAlchemy cannot parse, a server that refuses the connection. Checked before any work,
+        because the engine itself retries such failures for seconds and then raises a page of
+        SQLAlchemy internals. A SQLite file that does not exist yet passes (it is created on first
+        write). Returns self."""
+        import sqlalchemy as sa
+        from sqlalchemy.exc import ArgumentError, NoSuchModuleError, SQLAlchemyError
+
+        shown = display_url(self.url)
+        path = sqlite_path(self.url)
+        if path is not None:
+            if path.is_dir():
+                raise StoreError(f"store {path} is a directory; give a database file, e.g. {path / 'store.db'}")
+            parent = next((p for p in path.parents if p.exists()), None)
+            if parent is not None and not parent.is_dir():
+                raise StoreError(f"store {path}: {parent} is a file, not a directory; give a path in a directory")
+            if not path.exists():
+                return self
+            try:
+                with path.open("rb") as f:
+                    head = f.read(len(_SQLITE_HEADER))
+            except OSError as e:
+                raise StoreError(f"store {path} cannot be read ({e.strerror}); check its permissions") from None
+            if head and head != _SQLITE_HEADER:
+                raise StoreError(f"store {path} is not an SQLite database; give a new file name or an existing "
+                                 "cudal2 store")
+        try:
+            engine = sa.create_engine(self.url)
+        except ModuleNotFoundError as e:
+            package = _DRIVER_PACKAGES.get(e.name or "", e.name)
+            raise StoreError(f"store {shown}: its database driver {e.name!r} is not installed; pip install "
+                             f"{package!r}, or give a SQLite file path") from None
+        except NoSuchModuleError:
+            raise StoreError(f"store {shown}: SQLAlchemy knows no database {self.url.split('://')[0]!r}; give a "
+                             "SQLite file path or a URL such as postgresql://user@host/db") from None
+        except ArgumentError:
+            raise StoreError(f"store {shown} is not a database URL; give a SQLite file path or a URL such as "
+                             "postgresql://user@host/db") from None
+        try:
+            with engine.connect() as conn:
+                sa.inspect(conn).get_table_names()
+        except SQLAlchemyError as e:
+            reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+            raise StoreError(f"store {shown} cannot be opened ({reason}); check the path or URL, the "
+                             "server and your permissions") from None
+        finally:
+            engine.dispose()
+        return self
+
     _metadata = None
 
     @classmethod
@@ -200,13 +284,16 @@ class Store:
                 sa.Column("spec", sa.Text, nullable=False),
                 sa.Column("backend", sa.String(64), nullable=False),
                 sa.Column("status", sa.String(32), nullable=False),
-                sa.Column("kernel_ms", sa.Float, nullable=True),  # objective mode, for sorting in SQL
+                sa.Column("kernel_ms", sa.Float, nullable=True),  # objective mode
                 sa.Column("source", sa.Text, nullable=False, default=""),
                 sa.Column("measurements", sa.Text, nullable=False),
                 # the baselines timed in the same evaluator call (interleaved with this kernel)
                 sa.Column("baselines", sa.Text, nullable=False, default="{}"),
                 sa.Column("environment", sa.Text, nullable=False, default="null"),
                 sa.Column("created", sa.DateTime, nullable=False),
+                # One record per spec and problem. Stores written before it may hold several rows of
+                # one spec: Store.kernels reads them as one record.
+                sa.Index("ux_cudal2_kernels_problem_spec", "problem_key", "spec_key", unique=True),
             )
             sa.Table(
                 "cudal2_baselines", md,
@@ -243,16 +330,33 @@ class Store:
     def record_kernel(self, problem: GemmProblem, result: CandidateResult, source: str = "",
                       environment: Environment | None = None, mode: str = "offline",
                       baselines: dict[str, BaselineResult] | None = None) -> None:
+        """Store a measurement of result.spec on problem. A spec has one record per problem: measured
+        again, its record takes the new figures and keeps the earlier ones in its repeats (one
+        transaction, so a kill leaves either the old record or the new one)."""
         t = self._table("cudal2_kernels")
-        with self.engine.begin() as conn:
-            conn.execute(t.insert().values(
-                problem_key=problem.key(), problem=problem.to_json(), spec_key=result.spec.key(),
-                spec=result.spec.to_json(), backend=result.spec.backend, status=result.status,
-                kernel_ms=result.kernel_ms(mode) if result.ok else None, source=source or "",
-                measurements=result_to_json(result),
-                baselines=json.dumps({k: baseline_to_dict(b) for k, b in (baselines or {}).items()}, sort_keys=True),
-                environment=json.dumps(asdict(environment) if environment else None),
-                created=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
+        values = dict(
+            problem_key=problem.key(), problem=problem.to_json(), spec_key=result.spec.key(),
+            spec=result.spec.to_json(), backend=result.spec.backend, status=result.status,
+            kernel_ms=result.kernel_ms(mode) if result.ok else None, source=source or "",
+            measurements=result_to_json(result),
+            baselines=json.dumps({k: baseline_to_dict(b) for k, b in (baselines or {}).items()}, sort_keys=True),
+            environment=json.dumps(asdict(environment) if environment else None),
+            created=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None))
+
+        def write() -> None:
+            with self.engine.begin() as conn:
+                old = conn.execute(t.select().where(t.c.problem_key == values["problem_key"],
+                                                    t.c.spec_key == values["spec_key"])
+                                   .order_by(t.c.id.desc()).limit(1)).mappings().first()
+                if old is None:
+                    conn.execute(t.insert().values(**values))
+                    return
+                doc = {**result.to_dict(), "repeats": [*_measurements_of(old), _measurement_of(old)]}
+                conn.execute(t.update().where(t.c.id == old["id"])
+                             .values(**{**values, "measurements": json.dumps(doc, sort_keys=True)}))
+
+        # retried: a concurrent writer of the same spec (the unique index) or a locked SQLite file
+        _retry(write)
 
     def measurement(self, problem: GemmProblem, spec: KernelSpec) -> CandidateResult | None:
         """The latest stored measurement of spec on problem, or None."""
@@ -271,18 +375,36 @@ class Store:
                                 .order_by(t.c.id.desc()).limit(1)).scalar()
         return {k: baseline_from_dict(v) for k, v in json.loads(text or "{}").items()}
 
+    def measured_spec_keys(self, problem: GemmProblem) -> set[str]:
+        """The keys of the specs measured on problem (each once, however often it was measured)."""
+        t = self._table("cudal2_kernels")
+        with self.engine.connect() as conn:
+            return set(conn.execute(t.select().with_only_columns(t.c.spec_key).distinct()
+                                    .where(t.c.problem_key == problem.key())).scalars())
+
     def kernels(self, problem: GemmProblem | None = None) -> list[dict[str, Any]]:
-        """Kernel rows (dicts with parsed problem, result, environment), oldest first."""
+        """One record per measured (problem, spec), in the order they were first measured: dicts of
+        the parsed problem, the latest result, its baselines and environment, and "repeats", the
+        earlier measurements of the spec, oldest first (each a dict of result, baselines,
+        environment, created). Rows of one spec in a store written before records were unique are
+        read as one record."""
         t = self._table("cudal2_kernels")
         q = t.select().order_by(t.c.id)
         if problem is not None:
             q = q.where(t.c.problem_key == problem.key())
         with self.engine.connect() as conn:
             rows = conn.execute(q).mappings().all()
-        return [self._kernel_row(r) for r in rows]
+        by_spec: dict[tuple[str, str], list] = {}
+        for r in rows:
+            by_spec.setdefault((r["problem_key"], r["spec_key"]), []).append(r)
+        return [self._kernel_record(same) for same in by_spec.values()]
 
     @staticmethod
-    def _kernel_row(r) -> dict[str, Any]:
+    def _kernel_record(rows) -> dict[str, Any]:
+        """The record of one spec from its rows (one, or several in an older store), oldest first."""
+        r = rows[-1]
+        repeats = [m for old in rows[:-1] for m in (*_measurements_of(old), _measurement_of(old))]
+        repeats += _measurements_of(r)
         return {
             "problem": GemmProblem.from_json(r["problem"]),
             "result": result_from_dict(json.loads(r["measurements"])),
@@ -290,6 +412,10 @@ class Store:
             "source": r["source"], "environment": json.loads(r["environment"] or "null"),
             "baselines": {k: baseline_from_dict(v) for k, v in json.loads(r["baselines"] or "{}").items()},
             "created": r["created"],
+            "repeats": [{"result": result_from_dict(m["result"]),
+                         "baselines": {k: baseline_from_dict(v) for k, v in (m.get("baselines") or {}).items()},
+                         "environment": m.get("environment"), "created": _datetime(m.get("created"))}
+                        for m in repeats],
         }
 
     def problems(self) -> list[GemmProblem]:
@@ -305,13 +431,9 @@ class Store:
         return out
 
     def best(self, problem: GemmProblem) -> dict[str, Any] | None:
-        """The fastest correct kernel stored for problem (objective-mode kernel time)."""
-        t = self._table("cudal2_kernels")
-        with self.engine.connect() as conn:
-            row = conn.execute(t.select().where(t.c.problem_key == problem.key(), t.c.status == "ok",
-                                                t.c.kernel_ms.is_not(None))
-                               .order_by(t.c.kernel_ms, t.c.id).limit(1)).mappings().first()
-        return self._kernel_row(row) if row else None
+        """The fastest correct kernel record stored for problem (by its latest objective-mode time)."""
+        ok = [r for r in self.kernels(problem) if r["status"] == "ok" and r["kernel_ms"] is not None]
+        return min(ok, key=lambda r: r["kernel_ms"]) if ok else None  # (min keeps the first of equals)
 
     # ---- confirmations ------------------------------------------------------------------------------
     def record_confirmation(self, problem: GemmProblem, result: CandidateResult,
