@@ -50,6 +50,36 @@ def default_runner():
     return Evaluator()
 
 
+def target_memory(arch: str, runner: Any = None) -> tuple[int, str]:
+    """(bytes, where the figure comes from) that one problem's tensors may take on the target:
+    the free memory the runner's GPU reports (the evaluator asks its worker), else GPU 0's free
+    memory, else, where no GPU is visible (a dry run, the recorded runner), the memory of the
+    largest part of the target arch: a problem is refused there only if no part of it could hold it."""
+    report = getattr(runner, "device_memory", None)
+    mem = report() if callable(report) else None
+    if mem is not None:
+        return mem.free, f"free on {mem.name}"
+    if gpu_available():
+        import torch
+
+        free, _total = torch.cuda.mem_get_info(0)
+        return free, f"free on {torch.cuda.get_device_name(0)}"
+    from .ir.footprint import largest_memory
+
+    memory, part = largest_memory(arch)
+    return memory, f"of the largest {arch} part ({part}; no GPU is visible here)"
+
+
+def check_problem_fits(problem: GemmProblem, arch: str, runner: Any = None) -> None:
+    """Refuse, before anything compiles, a problem whose operands and output do not fit in the
+    target's memory (target_memory): raises MemoryFitError, a SpecError naming the bytes needed
+    and the bytes available. The evaluator refuses a spec whose workspace does not fit, per spec."""
+    from .ir.footprint import check_fits
+
+    available, where = target_memory(arch, runner)
+    check_fits(problem, available, where)
+
+
 def resolve_proposer(proposer: Any, backends: Sequence[str], arch: str):
     """A Proposer from a name ("rules", "llm", "random"), an object, or None (Optuna only)."""
     if proposer is None or not isinstance(proposer, str):
@@ -82,6 +112,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     clock their own power draw sets; default: the 3 leaders timed 3 more times, the
     winner named by the median of those rounds; None: the best search trial's own figures).
     The search resumes a study of the same problem and backends found in the store.
+    A problem whose operands and output do not fit the target GPU's free memory (with no GPU,
+    the target arch's largest part) is refused first: MemoryFitError, a SpecError.
     """
     from .search.loop import run_search
 
@@ -94,6 +126,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     own_runner = runner is None
     runner = default_runner() if own_runner else runner
     try:
+        check_problem_fits(problem, arch, runner)
         return run_search(problem, backends=backends, arch=arch,
                           proposer=resolve_proposer(proposer, backends, arch), runner=runner,
                           store=resolve_store(store), budget=budget, modes=tuple(modes), n_proposals=n_proposals,

@@ -4,8 +4,10 @@ implementations, so torch.compile traces through them as single opaque nodes.
 
 Never slower: a tuned kernel is used only where the table records a measured speedup over
 torch.matmul above 1 on this GPU. Everything else (CPU tensors, dtypes other than fp16/bf16,
-non-2D operands, strides that are neither row- nor column-major, shapes never tuned) runs
-torch.matmul / torch.nn.functional.linear.
+non-2D operands, strides that are neither row- nor column-major, shapes never tuned, shapes the
+IR refuses, such as one no GPU cudal2 targets could hold) runs torch.matmul /
+torch.nn.functional.linear. So does a call whose tuned kernel runs out of device memory (its
+split-K workspace, say): torch, which needs no workspace of ours, gets the call.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import Optional
 
 import torch
 
-from .ir import Epilogue, GemmProblem
+from .ir import Epilogue, GemmProblem, SpecError
 from .search.table import TunedTable
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
@@ -65,7 +67,12 @@ def _kernel_for(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None):
     key = (m, n, k, a.dtype, la + lb, bias is not None, a.device.index)
     if key in _kernels:
         return _kernels[key]
-    problem = GemmProblem(m=m, n=n, k=k, dtype=_DTYPES[a.dtype], layout=la + lb, epilogue=Epilogue(bias=bias is not None))
+    try:
+        problem = GemmProblem(m=m, n=n, k=k, dtype=_DTYPES[a.dtype], layout=la + lb,
+                              epilogue=Epilogue(bias=bias is not None))
+    except SpecError:  # a shape the IR refuses (cudal2 never tuned it): torch serves it
+        _kernels[key] = None
+        return None
     kernel = tuned_kernel(problem, torch.cuda.get_device_name(a.device))
     _kernels[key] = kernel
     return kernel
@@ -90,10 +97,22 @@ def tuned_kernel(problem: GemmProblem, gpu: str | None):
         return None
 
 
+def _out_of_memory(what: str, e: Exception) -> None:
+    import warnings
+
+    warnings.warn(f"cudal2: the tuned kernel for {what} ran out of device memory ({str(e).splitlines()[0][:200]}); "
+                  f"using torch for this call", RuntimeWarning, stacklevel=3)
+
+
 @torch.library.custom_op("cudal2::matmul", mutates_args=())
 def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     kernel = _kernel_for(a, b, None)
-    return torch.matmul(a, b) if kernel is None else kernel(a, b)
+    if kernel is not None:
+        try:
+            return kernel(a, b)
+        except torch.OutOfMemoryError as e:
+            _out_of_memory(f"{a.shape[0]}x{b.shape[1]}x{a.shape[1]}", e)
+    return torch.matmul(a, b)
 
 
 @_matmul.register_fake
@@ -118,9 +137,12 @@ _matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
 @torch.library.custom_op("cudal2::linear", mutates_args=())
 def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
     kernel = _kernel_for(x, weight.t(), bias)
-    if kernel is None:
-        return torch.nn.functional.linear(x, weight, bias)
-    return kernel(x, weight.t(), bias=bias)
+    if kernel is not None:
+        try:
+            return kernel(x, weight.t(), bias=bias)
+        except torch.OutOfMemoryError as e:
+            _out_of_memory(f"{x.shape[0]}x{weight.shape[0]}x{x.shape[1]}", e)
+    return torch.nn.functional.linear(x, weight, bias)
 
 
 @_linear.register_fake

@@ -14,13 +14,23 @@ accumulation for that shape, and the check then (correctly) has nothing to rejec
 
 from __future__ import annotations
 
+import contextlib
+import math
 import secrets
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from ..ir import GemmProblem
+from . import memory
 from .inputs import GuardedOutput, Operands, make_operands, torch_dtype
 from .results import Correctness
+
+# Error sums and finite counts take their temporaries this many elements at a time (a float64
+# block of 256 MiB), so that checking an output costs a bounded amount beside it, whatever its size.
+CHECK_BLOCK_ELEMENTS = 1 << 25
+# The fp32 reference stays on the device only if this much is left beside it for the blocks that
+# compute it and the error sums; otherwise it is kept on the host, and compared block by block.
+SCRATCH_MIN = 256 << 20
 
 
 @dataclass(frozen=True)
@@ -42,60 +52,132 @@ def _activation(x, name: str):
     return {"none": lambda t: t, "relu": F.relu, "gelu": F.gelu, "silu": F.silu}[name](x)
 
 
-def _epilogue(problem: GemmProblem, acc, ops: Operands):
-    """alpha * acc + beta * C + bias, then the activation, in fp32."""
+def _epilogue(problem: GemmProblem, acc, ops: Operands, rows: slice = slice(None), cols: slice = slice(None)):
+    """alpha * acc + beta * C + bias, then the activation, in fp32 (acc: the block rows x cols)."""
     e = problem.epilogue
     out = acc * e.alpha if e.alpha != 1.0 else acc
     if e.beta != 0:
-        out = out + e.beta * ops.c_in.float()
+        out = out + e.beta * ops.c_in[rows, cols].float()
     if e.bias:
-        out = out + ops.bias.float()
+        out = out + ops.bias[cols].float()
     return _activation(out, e.activation)
 
 
-def reference(problem: GemmProblem, ops: Operands):
-    """The fp32 reference (inputs are exact in fp32; TF32 disabled)."""
+def _blocks(m: int, n: int, rows: int, cols: int) -> Iterator[tuple[slice, slice]]:
+    for r0 in range(0, m, rows):
+        for c0 in range(0, n, cols):
+            yield slice(r0, min(r0 + rows, m)), slice(c0, min(c0 + cols, n))
+
+
+def _check_blocks(m: int, n: int) -> Iterator[tuple[slice, slice]]:
+    """Blocks of at most CHECK_BLOCK_ELEMENTS: whole rows where a row fits, else pieces of rows."""
+    max_elements = CHECK_BLOCK_ELEMENTS
+    cols = min(n, max_elements)
+    return _blocks(m, n, memory.row_block(m, cols, max_elements), cols)
+
+
+@contextlib.contextmanager
+def _exact_fp32(on_cuda: bool):
+    """fp32 products in fp32 (TF32 off) on the GPU."""
     import torch
 
-    if ops.a.is_cuda:
-        prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = False
-        try:
-            acc = ops.a.float() @ ops.b.float()
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = prev
-    else:
-        acc = ops.a.float() @ ops.b.float()
-    return _epilogue(problem, acc, ops)
+    if not on_cuda:
+        yield
+        return
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
+
+
+@contextlib.contextmanager
+def _no_reduced_precision():
+    """cuBLAS keeps fp32 partial sums for fp16/bf16 products (as a trusted library should)."""
+    import torch
+
+    m = torch.backends.cuda.matmul
+    prev = (m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction)
+    m.allow_fp16_reduced_precision_reduction = m.allow_bf16_reduced_precision_reduction = False
+    try:
+        yield
+    finally:
+        m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction = prev
+
+
+def reference(problem: GemmProblem, ops: Operands, budget: int | None = None, device=None):
+    """The fp32 reference (inputs are exact in fp32; TF32 disabled).
+
+    budget: bytes its temporaries may take on the operands' device (None: no limit). Within it,
+    one product, as ever; beyond it, the product is taken in blocks of rows and columns (and of
+    K where a single column of full depth does not fit), each from fp32 copies of its slices of
+    A and B alone. device: where the result is kept (default: the operands' device; "cpu" keeps
+    an fp32 copy of an output the GPU cannot hold beside it)."""
+    import torch
+
+    m, n, k = problem.shape
+    rows, cols, depth = memory.block_plan(m, n, k, None if budget is None else budget // 4)
+    home = ops.a.device if device is None else torch.device(device)
+    with _exact_fp32(ops.a.is_cuda):
+        if (rows, cols, depth) == (m, n, k) and home == ops.a.device:
+            return _epilogue(problem, ops.a.float() @ ops.b.float(), ops)
+        out = torch.empty((m, n), dtype=torch.float32, device=home)
+        for r, c in _blocks(m, n, rows, cols):
+            acc = None
+            for d0 in range(0, k, depth):
+                d = slice(d0, min(d0 + depth, k))
+                part = ops.a[r, d].float() @ ops.b[d, c].float()
+                acc = part if acc is None else acc.add_(part)
+            out[r, c].copy_(_epilogue(problem, acc, ops, r, c))
+        return out
 
 
 def trusted_output(problem: GemmProblem, ops: Operands, ref=None):
     """What a trusted library produces in the problem's dtypes: torch.matmul (cuBLAS, fp32
     accumulation with reduced-precision reductions disabled) with the epilogue in fp32, rounded
-    to the output dtype. On the CPU the fp32 reference rounded to the output dtype stands in."""
+    to the output dtype. On the CPU the fp32 reference rounded to the output dtype stands in.
+    The whole output at once; expected_for() takes the same in blocks where memory is short."""
     import torch
 
     out_dt = torch_dtype(problem.c_dtype)
     if ops.a.is_cuda:
-        m = torch.backends.cuda.matmul
-        prev = (m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction)
-        m.allow_fp16_reduced_precision_reduction = m.allow_bf16_reduced_precision_reduction = False
-        try:
+        with _no_reduced_precision():
             acc = torch.matmul(ops.a, ops.b)
-        finally:
-            m.allow_fp16_reduced_precision_reduction, m.allow_bf16_reduced_precision_reduction = prev
         return _epilogue(problem, acc.float(), ops).to(out_dt)
     ref = reference(problem, ops) if ref is None else ref
     return ref.to(out_dt)
 
 
-def rel_error(x, ref) -> float:
-    """Relative Frobenius error ||x - ref|| / ||ref||, in float64."""
+def _squares(x, ref) -> tuple[float, float]:
+    """(sum of (x - ref)^2, sum of ref^2) in float64, CHECK_BLOCK_ELEMENTS at a time (ref, which
+    may live on the host, is moved to x's device a block at a time)."""
     import torch
 
-    d = x.double() - ref.double()
-    den = torch.linalg.vector_norm(ref.double()).item()
-    return torch.linalg.vector_norm(d).item() / max(den, 1e-300)
+    diff_sq = ref_sq = 0.0
+    pieces = ((x[r, c], ref[r, c]) for r, c in _check_blocks(*x.shape)) if x.dim() == 2 else [(x, ref)]
+    for xb, refb in pieces:
+        rb = refb.to(device=x.device, dtype=torch.float64)
+        diff_sq += torch.linalg.vector_norm(xb.double() - rb).item() ** 2
+        ref_sq += torch.linalg.vector_norm(rb).item() ** 2
+    return diff_sq, ref_sq
+
+
+def _ratio(diff_sq: float, ref_sq: float) -> float:
+    return math.sqrt(diff_sq) / max(math.sqrt(ref_sq), 1e-300)
+
+
+def rel_error(x, ref) -> float:
+    """Relative Frobenius error ||x - ref|| / ||ref||, in float64, block by block (ref may live on
+    another device: the host, for an output the GPU cannot hold twice)."""
+    return _ratio(*_squares(x, ref))
+
+
+def count_nonfinite(t) -> int:
+    """Elements of a 2-D tensor that are NaN or +-Inf, counted block by block."""
+    import torch
+
+    return sum(int((~torch.isfinite(t[r, c])).sum().item()) for r, c in _check_blocks(*t.shape))
 
 
 def bound_for(problem: GemmProblem, trusted_error: float, policy: AccuracyPolicy = AccuracyPolicy()) -> float:
@@ -109,22 +191,52 @@ def bound_for(problem: GemmProblem, trusted_error: float, policy: AccuracyPolicy
 class Expected:
     """The reference of one input set, computed once and reused by every check of it."""
 
-    ref: Any
+    ref: Any  # fp32 (M, N); on the host where the device could not hold it
     trusted_error: float
     bound: float
 
 
-def expected_for(problem: GemmProblem, ops: Operands, policy: AccuracyPolicy = AccuracyPolicy()) -> Expected:
-    ref = reference(problem, ops)
-    trusted = trusted_output(problem, ops, ref)
-    t_err = max(rel_error(trusted, ref), rel_error(ref.to(trusted.dtype), ref))
+def expected_for(problem: GemmProblem, ops: Operands, policy: AccuracyPolicy = AccuracyPolicy(),
+                 budget: int | None = None) -> Expected:
+    """The reference and the error bound of one input set. budget: bytes this may take on the
+    operands' device (None: no limit). The fp32 reference stays there if it leaves SCRATCH_MIN of
+    the budget for the blocks; otherwise it is kept on the host. The trusted library's output is
+    taken in blocks of the same rows and columns and never held whole."""
+    import torch
+
+    m, n, _ = problem.shape
+    ref_bytes = memory.reference_bytes(problem)
+    on_device = budget is None or not ops.a.is_cuda or ref_bytes + SCRATCH_MIN <= budget
+    scratch = None if budget is None else max(SCRATCH_MIN, budget - (ref_bytes if on_device else 0))
+    ref = reference(problem, ops, scratch, device=None if on_device else "cpu")
+    out_dt = torch_dtype(problem.c_dtype)
+    if scratch is None:
+        rows, cols = m, n
+    else:  # a trusted block: 16-bit product, fp32 epilogue, rounded copies: ~32 bytes an element
+        block = max(CHECK_BLOCK_ELEMENTS, (scratch - 3 * 8 * CHECK_BLOCK_ELEMENTS) // 32)
+        cols = min(n, block)
+        rows = memory.row_block(m, cols, block)
+    trusted_sq = rounded_sq = ref_sq = 0.0
+    for r, c in _blocks(m, n, rows, cols):
+        ref_block = ref[r, c].to(ops.a.device)
+        rounded = ref_block.to(out_dt)
+        d, q = _squares(rounded, ref_block)
+        rounded_sq, ref_sq = rounded_sq + d, ref_sq + q
+        if ops.a.is_cuda:
+            with _no_reduced_precision():
+                acc = torch.matmul(ops.a[r], ops.b[:, c])
+            trusted = _epilogue(problem, acc.float(), ops, r, c).to(out_dt)
+            trusted_sq += _squares(trusted, ref_block)[0]
+            del acc, trusted
+        else:
+            trusted_sq += d
+        del ref_block, rounded
+    t_err = max(_ratio(trusted_sq, ref_sq), _ratio(rounded_sq, ref_sq))
     return Expected(ref, t_err, bound_for(problem, t_err, policy))
 
 
 def verify_output(problem: GemmProblem, out: GuardedOutput, expected: Expected, returned=None) -> float:
     """Check an output buffer after a call; return the relative error or raise CheckFailure."""
-    import torch
-
     if returned is not None and (not hasattr(returned, "data_ptr") or returned.data_ptr() != out.c.data_ptr()
                                  or tuple(returned.shape) != tuple(out.c.shape)):
         raise CheckFailure("returned a tensor other than the output it was given (results must be written "
@@ -132,7 +244,7 @@ def verify_output(problem: GemmProblem, out: GuardedOutput, expected: Expected, 
     intact, changed = out.intact_guards()
     if not intact:
         raise CheckFailure(f"wrote outside the output: {changed} guard elements around it changed")
-    bad = int((~torch.isfinite(out.c)).sum().item())
+    bad = count_nonfinite(out.c)
     if bad:
         what = "never written (they still hold the NaN poison) or NaN/Inf"
         raise CheckFailure(f"{bad} of {out.c.numel()} output elements {what}")
@@ -156,16 +268,17 @@ def call_and_verify(kernel: Callable, problem: GemmProblem, ops: Operands, out: 
 
 
 def stream_order_check(kernel: Callable, problem: GemmProblem, ops: Operands, out: GuardedOutput,
-                       policy: AccuracyPolicy, seed: int, spin_cycles: int = 100_000_000) -> float:
+                       policy: AccuracyPolicy, seed: int, spin_cycles: int = 100_000_000,
+                       reserved: int = 0) -> float:
     """CUDA only: new input values are written on the caller's stream behind a device-side
     delay (about 50 ms), and the kernel is called at once. A kernel that honours stream order
     reads the new values; work launched on another stream that does not wait for the caller's
     stream reads the old ones and fails. Then the whole device is synchronized and the output
-    checked."""
+    checked. reserved: device bytes to leave free for the kernel (its workspace)."""
     import torch
 
     fresh = make_operands(problem, seed, ops.a.device)  # staged on the device before the delay
-    exp = expected_for(problem, fresh, policy)
+    exp = expected_for(problem, fresh, policy, memory.spare_bytes(ops.a.device, reserved))
     out.poison(fresh.c_in)
     torch.cuda.synchronize()
     torch.cuda._sleep(spin_cycles)  # the caller's stream is busy; other streams are not
@@ -186,25 +299,40 @@ CHECKS = ("fresh-normal-inputs", "refilled-same-pointers", "nan-poison", "guard-
 
 
 def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: AccuracyPolicy = AccuracyPolicy(),
-                 sync: Callable[[], None] = lambda: None, base_seed: int | None = None) -> Correctness:
+                 sync: Callable[[], None] = lambda: None, base_seed: int | None = None,
+                 reserved: int = 0) -> Correctness:
     """The checks before any timing: `policy.seeds` input sets, each written into the same
     operand storage (same pointers, new values), each call into a freshly poisoned, guarded
-    output. Raises CheckFailure on the first failing check."""
+    output. Raises CheckFailure on the first failing check.
+
+    On a GPU the references are sized to the memory left (see expected_for), less `reserved`
+    bytes kept free for the kernel itself (its workspace, allocated on its first call); the
+    stream-order check, which needs a second input set, is skipped (and said so in the checks)
+    where that set does not fit."""
     base = secrets.randbits(31) if base_seed is None else base_seed
     ops = make_operands(problem, base, device)
     out = GuardedOutput(problem, device)
     worst, bound = 0.0, 0.0
+    exp = None
     for i in range(policy.seeds):
         if i:
             ops.refill(base + i)
-        exp = expected_for(problem, ops, policy)
+        exp = None  # the last set's reference goes before the next one is made
+        exp = expected_for(problem, ops, policy, memory.spare_bytes(device, reserved))
         try:
             err = call_and_verify(kernel, problem, ops, out, exp, sync)
         except CheckFailure as e:
             raise CheckFailure(f"seed {base + i}: {e}") from None
         worst, bound = max(worst, err), max(bound, exp.bound)
+    exp = None
     checks = CHECKS if problem.epilogue.beta == 0 else tuple(c for c in CHECKS if c != "nan-poison")
     if policy.stream_order and getattr(ops.a, "is_cuda", False):
-        err = stream_order_check(kernel, problem, ops, out, policy, base + policy.seeds)
-        worst, checks = max(worst, err), checks + ("stream-order",)
+        spare = memory.spare_bytes(device, reserved)
+        second_set = memory.input_set_bytes(problem)
+        if spare is not None and second_set + SCRATCH_MIN > spare:
+            checks += ((f"stream-order skipped: a second input set ({second_set} bytes) does not fit in the "
+                        f"{spare} bytes left"),)
+        else:
+            err = stream_order_check(kernel, problem, ops, out, policy, base + policy.seeds, reserved=reserved)
+            worst, checks = max(worst, err), checks + ("stream-order",)
     return Correctness(rel_error=worst, bound=bound, seeds=policy.seeds, checks=checks)

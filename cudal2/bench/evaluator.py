@@ -25,14 +25,21 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
 
-from ..ir import GemmProblem, KernelSpec
+from ..ir import GemmProblem, KernelSpec, SpecError
+from ..ir.footprint import check_fits, fit_violation, problem_bytes
 from .compile_pool import CompilePool, Prepared
 from .correctness import AccuracyPolicy
+from .memory import DeviceMemory
 from .results import MODES, BaselineResult, CandidateResult, Correctness, Environment, EvalReport, Mode
 from .timing import TimingConfig
 from .worker import KernelRef, TimeRequest, Worker, WorkerDied
 
 DEFAULT_BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune")
+# Where the fp32 reference may not fit on the GPU (more than this share of the free memory last
+# reported, which the compile pool's and the worker's CUDA contexts then reduce), the checks get
+# time for its trips to the host at this rate (pageable copies, counted low).
+HOST_CHECK_SHARE = 0.8
+HOST_BYTES_PER_S = 2e9
 
 
 @dataclass(frozen=True)
@@ -97,6 +104,7 @@ class Evaluator:
         # (problem key, spec key) -> (pool, its generation, compile future, probe future) of specs
         # whose compilation prefetch() started for a later evaluate()
         self._prefetched: dict[tuple[str, str], tuple] = {}
+        self._memory: DeviceMemory | None = None  # the worker's last report of its GPU's memory
         self.stats = EvalStats()
 
     # ---- lifetime ----------------------------------------------------------------------------
@@ -130,21 +138,66 @@ class Evaluator:
     def restarts(self) -> int:
         return self._worker.restarts if self._worker else 0
 
+    # ---- memory -----------------------------------------------------------------------------------
+    def device_memory(self, problem: GemmProblem | None = None) -> DeviceMemory | None:
+        """Free and total bytes of the evaluator's GPU as its worker can use them (after it lets go
+        of what it keeps for problems other than `problem`), or None without a GPU."""
+        try:
+            msg = self.worker.request("memory", problem, 120, "reading the GPU's free memory")
+        except WorkerDied:
+            return None
+        self._memory = msg[1] if msg[0] == "ok" else None
+        return self._memory
+
+    def check_fits(self, problem: GemmProblem) -> DeviceMemory | None:
+        """Raise MemoryFitError (a SpecError naming the bytes needed and free) before anything is
+        compiled or allocated, when the problem's operands and output do not fit in the GPU's free
+        memory. Returns the memory report (None without a GPU: nothing to check against)."""
+        mem = self.device_memory(problem)
+        if mem is not None:
+            check_fits(problem, mem.free, f"free on {mem.name} ({self.config.device})")
+        return mem
+
+    def _workspace_refusal(self, problem: GemmProblem, spec: KernelSpec, mem: DeviceMemory | None) -> str:
+        """Why a spec's workspace does not fit beside the problem ("" where it does, or where the
+        free memory is not known)."""
+        if mem is None:
+            return ""
+        found = fit_violation(problem, mem.free, f"free on {mem.name}", spec)
+        return "" if found is None else str(found[0])
+
     # ---- Runner protocol -----------------------------------------------------------------------
     def evaluate(self, problem: GemmProblem, specs: list[KernelSpec],
                  modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]:
+        """Evaluate specs on problem. Raises MemoryFitError (a SpecError) when the problem does not
+        fit the GPU's free memory; a spec whose split-K or stream-K workspace does not fit beside it
+        comes back "unsupported", uncompiled."""
         problem = GemmProblem.parse(problem)
-        items = [(_label(s, i), s, None) for i, s in enumerate(specs)]
-        return self._run(problem, items, _modes(modes), self.config.baselines)
+        modes = _modes(modes)
+        mem = self.check_fits(problem)
+        results: list[CandidateResult | None] = [None] * len(specs)
+        kept: list[int] = []
+        for i, spec in enumerate(specs):
+            why = self._workspace_refusal(problem, spec, mem)
+            if why:
+                results[i] = CandidateResult(spec, "unsupported", f"does not fit: {why}", name=_label(spec, i))
+            else:
+                kept.append(i)
+        items = [(_label(specs[i], i), specs[i], None) for i in kept]
+        for i, result in zip(kept, self._run(problem, items, modes, self.config.baselines)):
+            results[i] = result
+        return results  # type: ignore[return-value]
 
     def prefetch(self, problem: GemmProblem, specs: list[KernelSpec]) -> None:
         """Start rendering and compiling specs (and their long-K probe variants) in the CPU pool for
         a later evaluate() of the same problem, which picks the work up; the search calls this with
-        the next batch while the current one is checked and timed."""
+        the next batch while the current one is checked and timed. Specs whose workspace did not fit
+        the free memory last reported are left out (evaluate() refuses them uncompiled)."""
         problem = GemmProblem.parse(problem)
         pk = problem.key()
         self._prefetched = {k: v for k, v in self._prefetched.items() if k[0] == pk}  # other problems: stale
-        specs = [s for s in specs if (pk, s.key()) not in self._prefetched]
+        specs = [s for s in specs if (pk, s.key()) not in self._prefetched
+                 and not self._workspace_refusal(problem, s, self._memory)]
         if not specs:
             return
         futures, probes = self._compile_futures(problem, self._probe_problem(problem), specs)
@@ -180,13 +233,18 @@ class Evaluator:
         """Prebuilt kernels: picklable callables kernel(a, b, c=None, bias=None) -> c (module-level
         functions or instances of module-level classes) or "module:attr" strings."""
         problem = GemmProblem.parse(problem)
+        modes = _modes(modes)
+        self.check_fits(problem)
         items = [(name, None, k) for name, k in kernels.items()]
-        return self._run(problem, items, _modes(modes), self.config.baselines)
+        return self._run(problem, items, modes, self.config.baselines)
 
     def baselines(self, problem: GemmProblem, modes: tuple[Mode, ...] = ("offline",)) -> dict[str, BaselineResult]:
+        """The baselines' figures on problem (measured once per problem and modes). Raises
+        MemoryFitError when the problem does not fit the GPU's free memory."""
         problem, modes = GemmProblem.parse(problem), _modes(modes)
         key = (problem.key(), modes, self.config.baselines)
         if key not in self._baselines:
+            self.check_fits(problem)
             self._time(problem, [], modes, self.config.baselines)
         return self._baselines.get(key, {})
 
@@ -295,28 +353,72 @@ class Evaluator:
             return msg[1], msg[2], None, compile_s
         return "ok", "", msg[1]["correctness"], compile_s
 
-    def check_timeout(self, problem: GemmProblem, work_scale: float = 1.0) -> float:
+    def check_timeout(self, problem: GemmProblem, work_scale: float = 1.0, passes: int | None = None) -> float:
         """Seconds a candidate's checks may take (see EvalConfig.check_floor_s); work_scale
-        scales the torch time (the long-K probe does K_probe / K times the work)."""
+        scales the torch time (the long-K probe does K_probe / K times the work). passes: input
+        sets checked (default: the policy's seeds and the stream-order check), for the time the
+        reference's trips to the host take where the GPU cannot hold it (host_reference_s)."""
+        policy = self.config.policy
+        passes = policy.seeds + (1 if policy.stream_order else 0) if passes is None else passes
+        extra = self.host_reference_s(problem, passes)
         cap = self.config.run_timeout_s
         for (key, _modes, _names), found in self._baselines.items():
             torch_ms = found["torch"].kernel_ms() if key == problem.key() and "torch" in found else None
             if torch_ms:
                 scaled = self.config.check_per_torch_ms * torch_ms * work_scale
-                return min(cap, self.config.check_floor_s + scaled)
-        return cap
+                return min(cap, self.config.check_floor_s + scaled) + extra
+        return cap + extra
+
+    def host_reference_s(self, problem: GemmProblem, passes: int) -> float:
+        """Seconds the checks of `passes` input sets spend moving the fp32 reference between host
+        and device, where the free memory last reported cannot hold it beside the problem (see
+        correctness.expected_for): three trips a set (computed, compared with the trusted result,
+        compared with the output) at HOST_BYTES_PER_S. 0 where it stays on the device."""
+        from . import memory
+        from .correctness import SCRATCH_MIN
+
+        mem = self._memory
+        if mem is None:
+            return 0.0
+        ref = memory.reference_bytes(problem)
+        beside = (memory.input_set_bytes(problem) + memory.output_bytes(problem) + memory.reserve_bytes(mem.total)
+                  + SCRATCH_MIN)
+        if ref + beside <= HOST_CHECK_SHARE * mem.free:
+            return 0.0
+        return passes * 3 * ref / HOST_BYTES_PER_S
 
     def _probe_problem(self, problem: GemmProblem) -> GemmProblem | None:
+        """The long-K variant of problem, or None where there is none or it does not fit (see
+        _probe_skipped)."""
         k = self.config.accumulator_probe_k
-        return problem.replace(k=k) if k and problem.k < k else None
+        if not k or problem.k >= k or self._probe_skipped(problem):
+            return None
+        return problem.replace(k=k)
+
+    def _probe_skipped(self, problem: GemmProblem) -> str:
+        """Why the long-K probe of problem cannot run ("" where it can): its longer A and B do not
+        fit the free memory last reported (or no GPU could hold them)."""
+        k = self.config.accumulator_probe_k
+        try:
+            probe = problem.replace(k=k)
+        except SpecError as e:
+            return f"K={k} variant: {e.violations[0].limit}"
+        mem = self._memory
+        if mem is not None and problem_bytes(probe) > mem.free:
+            return (f"the K={k} variant needs {problem_bytes(probe)} bytes, {mem.free} are free on {mem.name}")
+        return ""
 
     def _probe(self, problem: GemmProblem, name: str, spec: KernelSpec | None, kernel: Any,
                corr: Correctness, source: Any = None) -> tuple[str, str, Correctness]:
         """The long-K accumulator probe (see EvalConfig.accumulator_probe_k). source: the probe
         variant already rendered and precompiled by the pool, if it was."""
         probe = self._probe_problem(problem)
-        if probe is None or (spec is None and not self.config.probe_prebuilt):
+        if spec is None and not self.config.probe_prebuilt:
             return "ok", "", corr
+        if probe is None:
+            k = self.config.accumulator_probe_k
+            why = self._probe_skipped(problem) if k and problem.k < k else ""
+            return "ok", "", corr if not why else replace(corr, checks=corr.checks + (f"long-k-probe skipped: {why}",))
         k = probe.k
         if spec is not None:
             from ..codegen import get_backend
@@ -335,7 +437,7 @@ class Evaluator:
         # One input set and no stream-order check: the candidate itself passed all of them; the
         # probe only asks whether the same code accumulates in fp32 over a long K.
         status, reason, _, _ = self._check(probe, ref, replace(self.config.policy, seeds=1, stream_order=False),
-                                           self.check_timeout(problem, probe.k / problem.k))
+                                           self.check_timeout(problem, probe.k / problem.k, passes=1))
         if status == "incorrect":
             return "incorrect", f"long-K accumulator probe (same spec, K={k}): {reason}", corr
         if status != "ok":
@@ -436,6 +538,7 @@ def evaluate(problem, candidates, mode: str | Iterable[str] = "offline",
     problem = GemmProblem.parse(problem)
     modes = _modes(mode)
     with Evaluator(**config, baselines=tuple(baselines)) as ev:
+        ev.check_fits(problem)
         results = ev._run(problem, _split(candidates), modes, ev.config.baselines)
         return ev.report(problem, results, modes)
 

@@ -38,11 +38,32 @@ def _generator(seed: int, device):
     return torch.Generator(device=device).manual_seed(seed)
 
 
+# Operands are drawn DRAW_ELEMENTS at a time (in fp32, then rounded): an operand past 2**31
+# elements costs its own storage and 256 MiB more, not a float32 copy of itself. Fixed, so that a
+# seed gives the same values whatever memory is free; an operand no larger is drawn in one piece,
+# as it always was.
+DRAW_ELEMENTS = 1 << 26
+
+
+def _fill_randn(t, generator) -> None:
+    """Standard-normal values into t (contiguous, or the transposed view of a contiguous tensor),
+    drawn in storage order."""
+    import torch
+
+    base = t if t.is_contiguous() else t.t()
+    flat = base.view(-1)
+    total = flat.numel()
+    for i in range(0, total, DRAW_ELEMENTS):
+        j = min(i + DRAW_ELEMENTS, total)
+        flat[i:j].copy_(torch.randn(j - i, generator=generator, dtype=torch.float32, device=t.device))
+
+
 def _randn(shape, dtype, device, generator):
     import torch
 
-    # Drawn in fp32, then rounded: the same distribution for every dtype.
-    return torch.randn(shape, generator=generator, dtype=torch.float32, device=device).to(dtype=dtype)
+    t = torch.empty(shape, dtype=dtype, device=device)
+    _fill_randn(t, generator)
+    return t
 
 
 @dataclass
@@ -60,7 +81,7 @@ class Operands:
         g = _generator(seed, self.a.device)
         for t in (self.a, self.b, self.bias, self.c_in):
             if t is not None:
-                t.copy_(_randn(t.shape, t.dtype, t.device, g))
+                _fill_randn(t, g)
 
     @property
     def nbytes(self) -> int:
@@ -81,14 +102,25 @@ def make_operands(problem: GemmProblem, seed: int, device="cpu") -> Operands:
 
 
 def rotation_count(problem: GemmProblem, l2_bytes: int, memory_budget: int = 2 << 30,
-                   minimum: int = 2, maximum: int = 64) -> int:
+                   minimum: int = 2, maximum: int = 64, set_cost: int | None = None,
+                   free_bytes: int | None = None) -> int:
     """How many input sets to rotate through so that all of them together exceed twice the
-    L2 size (then each call finds its operands in DRAM), within a memory budget."""
+    L2 size (then each call finds its operands in DRAM), within a memory budget.
+
+    set_cost: device bytes one more set costs (default: its operands and one output, the bytes a
+    call touches). The budget never takes the count below `minimum`; free_bytes (what the device
+    can still hold) does: where even `minimum` sets do not fit, as many as fit (at least one).
+    One set larger than L2 is in DRAM anyway when it is called again, so little is lost; and the
+    checks after timing refill the same storage, so a result cached by pointer still fails."""
     m, n, k = problem.shape
-    per_set = (m * k + k * n) * DTYPE_BYTES[problem.dtype] + m * n * DTYPE_BYTES[problem.c_dtype]
-    want = -(-2 * l2_bytes // max(per_set, 1))
-    fit = max(memory_budget // max(per_set, 1), 1)
-    return int(max(minimum, min(want, fit, maximum)))
+    touched = (m * k + k * n) * DTYPE_BYTES[problem.dtype] + m * n * DTYPE_BYTES[problem.c_dtype]
+    cost = max(set_cost if set_cost is not None else touched, 1)
+    want = -(-2 * l2_bytes // max(touched, 1))
+    fit = max(memory_budget // cost, 1)
+    count = int(max(minimum, min(want, fit, maximum)))
+    if free_bytes is not None and count * cost > free_bytes:
+        count = max(1, min(count, free_bytes // cost))
+    return count
 
 
 def guard_elements(problem: GemmProblem) -> int:

@@ -19,6 +19,7 @@ tests exercise crashes and hangs without a GPU.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import multiprocessing as mp
 import os
 import secrets
@@ -274,7 +275,7 @@ def serve(conn, device: str) -> None:
         if kind == "stop":
             return
         try:
-            handler = {"check": _check, "time": _time, "env": _env, "env_end": _env_end}[kind]
+            handler = {"check": _check, "time": _time, "env": _env, "env_end": _env_end, "memory": _memory}[kind]
             handler(state, conn, payload)
             state.release()
         except Exception as e:  # noqa: BLE001 - report it; the parent decides
@@ -299,13 +300,35 @@ def _env_end(state: _State, conn, env) -> None:
     conn.send(("ok", environment.finish(env, str(state.device))))
 
 
+def _memory(state: _State, conn, problem: GemmProblem | None) -> None:
+    """The device's free and total bytes as this worker can use them (None on the CPU), once
+    what it keeps between requests for other problems (cuBLASLt plans holding their operands)
+    and compiled kernels (holding workspaces) are let go."""
+    from . import memory
+
+    state.kernels.clear()
+    keep = problem.key() if problem is not None else None
+    for key in [k for k in state.baseline_plans if k[0] != keep]:
+        del state.baseline_plans[key]
+    state.release()
+    mem = memory.device_memory(state.device)
+    if mem is None:
+        conn.send(("ok", None))
+        return
+    import torch
+
+    conn.send(("ok", memory.DeviceMemory(free=mem[0], total=mem[1], name=torch.cuda.get_device_name(state.device))))
+
+
 def _check(state: _State, conn, payload) -> None:
     """Compile one candidate, then run the correctness checks before any timing."""
     import time
 
+    from ..ir.footprint import workspace_bytes
     from .correctness import CheckFailure, check_kernel
 
     ref, problem, policy = payload["ref"], payload["problem"], payload["policy"]
+    workspace = workspace_bytes(problem, ref.spec) if ref.spec is not None else 0
     t0 = time.perf_counter()
     try:
         kernel = state.kernel(ref, problem)
@@ -315,7 +338,7 @@ def _check(state: _State, conn, payload) -> None:
     compile_s = time.perf_counter() - t0
     conn.send(("compiled", compile_s))
     try:
-        corr = check_kernel(kernel, problem, state.device, policy, state.sync)
+        corr = check_kernel(kernel, problem, state.device, policy, state.sync, reserved=workspace)
     except CheckFailure as e:
         if not state.healthy():
             conn.send(("fail", "crash", f"CUDA context lost after a check: {e}"))
@@ -327,12 +350,16 @@ def _check(state: _State, conn, payload) -> None:
 
 def _time(state: _State, conn, req: TimeRequest) -> None:
     """Time candidates and baselines interleaved, then check the outputs of the timed path
-    again on new inputs, and reject physically impossible times."""
+    again on new inputs, and reject physically impossible times. Buffers are laid out to the
+    free memory (memory.plan_timing): one output per contender and input set where it fits,
+    shared outputs and fewer sets where it does not."""
     import torch
 
+    from ..ir.footprint import workspace_bytes
     from . import baselines as bl
-    from .correctness import CheckFailure, expected_for, rel_error, verify_output
-    from .inputs import GuardedOutput, make_operands, rotation_count, torch_dtype
+    from . import memory
+    from .correctness import CheckFailure, count_nonfinite, expected_for, rel_error, verify_output
+    from .inputs import GuardedOutput, make_operands, torch_dtype
     from .plausibility import implausibility, min_bytes
     from .results import Correctness
     from .timing import measure
@@ -343,30 +370,45 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
         l2, gpu = getattr(props, "L2_cache_size", 50 << 20), props.name
     else:
         l2, gpu = 1 << 20, "cpu"
-    n_sets = rotation_count(problem, l2) if state.is_cuda else 2
+    # the candidates' workspaces: each kernel allocates its own on its first call and keeps it
+    workspaces = sum(workspace_bytes(problem, r.spec) for r in req.candidates if r.spec is not None)
+    spare = memory.spare_bytes(dev, workspaces)
+    # cuBLASLt's results take room only where nvmath is there to run it
+    has_nvmath = importlib.util.find_spec("nvmath") is not None
+    sized = tuple(b for b in req.baselines if has_nvmath or not b.startswith("cublaslt"))
+    plan = memory.plan_timing(problem, l2, spare, len(req.candidates), sized)
+    n_sets = plan.n_sets
     sets = [make_operands(problem, req.seed + 7919 * i, dev) for i in range(n_sets)]
     per_set = min_bytes(problem)
+    shared = ([GuardedOutput(problem, dev, seed=req.seed + i) for i in range(n_sets)]
+              if plan.shared_outputs else None)
 
     failures: dict[str, tuple[str, str]] = {}
     outs: dict[str, list[GuardedOutput]] = {}
     contenders: dict[str, Any] = {}
     for ref in req.candidates:
         k = state.kernel(ref, problem)
-        o = [GuardedOutput(problem, dev, seed=req.seed + i) for i in range(n_sets)]
+        o = shared or [GuardedOutput(problem, dev, seed=req.seed + i) for i in range(n_sets)]
         for i, g in enumerate(o):
             g.poison(sets[i].c_in)
         outs[ref.name] = o
         contenders[ref.name] = (lambda i, k=k, o=o: k(sets[i].a, sets[i].b, o[i].c, sets[i].bias))
     prepared: dict[str, bl.PreparedBaseline] = {}
     for name in req.baselines:
-        b_outs = [torch.empty(problem.m, problem.n, dtype=torch_dtype(problem.c_dtype), device=dev)
-                  for _ in range(n_sets)]
+        if name in plan.dropped:
+            prepared[name] = bl.PreparedBaseline(name, None, detail=f"not run: {plan.note}")
+            continue
+        b_outs = []  # cuBLASLt (nvmath) allocates its own results
+        if name == "torch":
+            b_outs = [g.c for g in shared] if shared else [
+                torch.empty(problem.m, problem.n, dtype=torch_dtype(problem.c_dtype), device=dev)
+                for _ in range(n_sets)]
         prepared[name] = p = bl.prepare(name, problem, sets, b_outs, state.baseline_plans)
         if p.available:
             contenders[f"baseline:{name}"] = p.call
 
     timings: dict[str, dict[str, Any]] = {n: {} for n in contenders}
-    notes: dict[str, str] = {}
+    notes: dict[str, str] = {n: plan.note for n in outs if plan.note}
     post_err: dict[str, float] = {}
     reseed = req.seed + 104729
     for mode in req.modes:
@@ -374,10 +416,16 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
         measured = measure(live, n_sets, mode, req.timing, dev if state.is_cuda else None)
         state.sync()
         # Check the timed path again on new inputs in the same storage: a cached or stale
-        # result, or work the timed path never did, shows up here.
+        # result, or work the timed path never did, shows up here. The references are taken
+        # first, one per set (on the host where the device cannot hold them); then each
+        # contender in turn reruns its timed path into its freshly poisoned outputs and is
+        # checked at once (so contenders may share outputs).
         for s in sets:
             reseed += 1
             s.refill(reseed)
+        expected = []
+        for s in sets:
+            expected.append(expected_for(problem, s, req.policy, memory.spare_bytes(dev, workspaces)))
         for name, m in measured.items():
             if m.timing is None:
                 failures.setdefault(name, ("crash", m.error))
@@ -390,7 +438,7 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
                 continue
             timings[name][mode] = m.timing
             if m.error:
-                notes[name] = m.error
+                notes[name] = f"{notes[name]}; {m.error}" if name in notes else m.error
             if name in outs:
                 for i, g in enumerate(outs[name]):
                     g.poison(sets[i].c_in)
@@ -409,11 +457,7 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
                         o.fill_(float("nan"))
                     p.call(i)
                 state.sync()
-        for i, s in enumerate(sets):
-            exp = expected_for(problem, s, req.policy)
-            for name in measured:
-                if name in failures:
-                    continue
+            for i, exp in enumerate(expected):
                 try:
                     if name in outs:
                         err = verify_output(problem, outs[name][i], exp)
@@ -421,12 +465,14 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
                         out = prepared[name.split(":", 1)[1]].output(i)
                         if out is None:
                             raise CheckFailure("no output")
-                        if not torch.isfinite(out).all():
+                        if count_nonfinite(out):
                             raise CheckFailure("non-finite output (unwritten elements keep the NaN fill)")
                         err = rel_error(out, exp.ref)
                     post_err[name] = max(post_err.get(name, 0.0), err)
                 except CheckFailure as e:
                     failures[name] = ("incorrect", f"timed run ({mode}), input set {i}: {e}")
+                    break
+        expected = []
         data_from_dram = mode == "server" or n_sets * per_set >= l2
         if state.is_cuda:
             for name in measured:

@@ -2,7 +2,27 @@
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
+
+# Values in messages come from untrusted input too (an LLM reply, a spec file): a 10 MB string or a
+# list nested a thousand deep is shown cut short, so a message stays a few lines (and an LLM's
+# repair prompt stays small).
+class _ShortRepr(reprlib.Repr):
+    def repr_int(self, x: int, level: int) -> str:
+        if x.bit_length() > 600:  # past ~180 digits; past 4300, repr() itself raises ValueError
+            return f"<an integer of about {int(x.bit_length() * 0.30103) + 1} digits>"
+        return super().repr_int(x, level)
+
+
+_SHORT = _ShortRepr()
+_SHORT.maxstring = _SHORT.maxother = _SHORT.maxlong = 200
+_SHORT.maxlevel, _SHORT.maxlist, _SHORT.maxtuple, _SHORT.maxdict = 3, 8, 8, 8
+
+
+def short_repr(value: object) -> str:
+    """repr(value), shortened where it is long or deep (reprlib's '...' marks the cut)."""
+    return _SHORT.repr(value)
 
 
 @dataclass(frozen=True)
@@ -13,7 +33,8 @@ class Violation:
     fix: str
 
     def __str__(self) -> str:
-        return f"{self.field}={self.value!r}: {self.limit}; fix: {self.fix}"
+        field = self.field if len(self.field) <= 200 else short_repr(self.field)
+        return f"{field}={short_repr(self.value)}: {self.limit}; fix: {self.fix}"
 
 
 class SpecError(ValueError):

@@ -4,6 +4,11 @@ Values are the documented per-device limits of the reference part of each archit
 (A100-SXM for sm_80, H100-SXM for sm_90/sm_90a). Where a live GPU is present, callers that
 need the exact SM count or L2 size read it off the device; this table is what validation
 and CPU-only planning use.
+
+Device memory is the exception: it is that of the *largest* part of each architecture (the
+A100 80GB for sm_80; the GH200 with 144 GB of HBM3e for sm_90/sm_90a, larger than the H200's
+141 GB and the H100's 80 GB). The size checks use it only where no GPU is visible, as an upper
+bound: a problem is refused there only if no part of the target arch could hold it.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ class ArchLimits:
     max_cluster_size: int  # portable cluster size; 1 means no clusters
     has_tma: bool
     has_wgmma: bool
+    largest_part: str = ""  # the part of this arch with the most device memory
+    largest_part_memory: int = 0  # its device memory, bytes
 
     @property
     def smem_per_block_kib(self) -> float:
@@ -43,6 +50,8 @@ ARCHS: dict[str, ArchLimits] = {
         max_cluster_size=1,
         has_tma=False,
         has_wgmma=False,
+        largest_part="A100 80GB",
+        largest_part_memory=80 * 2**30,
     ),
     "sm_90": ArchLimits(
         name="sm_90",
@@ -56,6 +65,8 @@ ARCHS: dict[str, ArchLimits] = {
         max_cluster_size=8,
         has_tma=True,
         has_wgmma=False,  # wgmma and setmaxnreg need the arch-specific sm_90a target
+        largest_part="GH200 144GB HBM3e",
+        largest_part_memory=144 * 2**30,
     ),
     "sm_90a": ArchLimits(
         name="sm_90a",
@@ -69,6 +80,8 @@ ARCHS: dict[str, ArchLimits] = {
         max_cluster_size=8,
         has_tma=True,
         has_wgmma=True,
+        largest_part="GH200 144GB HBM3e",
+        largest_part_memory=144 * 2**30,
     ),
 }
 

@@ -22,7 +22,8 @@ def _violations_from_pydantic(err: ValidationError) -> list[Violation]:
         if isinstance(original, SpecError):
             out.extend(original.violations)
             continue
-        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
+        loc = ".".join(str(p) for p in e["loc"]) if e["loc"] else "<root>"
+        loc = loc or "''"  # an unknown key that is the empty string
         kind = e["type"]
         if kind == "extra_forbidden":
             out.append(Violation(loc, e.get("input"), "unknown key",
@@ -43,7 +44,7 @@ class IRModel(BaseModel):
     # object that sets one gets a key of its own.
     _LATER_FIELDS: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, **data: Any) -> None:
+    def __init__(self, /, **data: Any) -> None:  # positional-only: a key named "self" is just an unknown key
         try:
             super().__init__(**data)
         except ValidationError as e:
@@ -54,6 +55,10 @@ class IRModel(BaseModel):
         if not isinstance(data, dict):
             raise SpecError(Violation("<root>", data, "expected a JSON object",
                                       "pass an object of field: value"), what=cls.__name__)
+        odd = [k for k in data if not isinstance(k, str)]
+        if odd:
+            raise SpecError([Violation(repr(k), k, "a key must be a field name (a string)", "remove it")
+                             for k in odd], what=cls.__name__)
         return cls(**data)
 
     @classmethod
@@ -61,10 +66,17 @@ class IRModel(BaseModel):
         try:
             data = json.loads(text)
         except json.JSONDecodeError as e:
-            raise SpecError(Violation("<json>", str(text)[:80], f"not valid JSON ({e.msg} at "
-                                      f"line {e.lineno} column {e.colno})",
-                                      "send one JSON object"), what=cls.__name__) from None
-        return cls.from_dict(data)
+            why = f"{e.msg} at line {e.lineno} column {e.colno}"
+        except UnicodeDecodeError as e:  # bytes that are not UTF-8 (nor UTF-16/32)
+            why = f"not UTF-8 text: {e.reason} at byte {e.start}"
+        except ValueError as e:  # an integer of more digits than Python converts (4300 by default)
+            why = str(e).split(";")[0]
+        except RecursionError:
+            why = "arrays or objects nested too deeply"
+        else:
+            return cls.from_dict(data)
+        raise SpecError(Violation("<json>", str(text)[:80], f"not valid JSON ({why})", "send one JSON object"),
+                        what=cls.__name__) from None
 
     def to_dict(self) -> dict:
         return self.model_dump(mode="json")

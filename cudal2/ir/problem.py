@@ -17,6 +17,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from . import footprint
 from .errors import SpecError, Violation
 from .model import IRModel
 
@@ -57,9 +58,20 @@ class GemmProblem(IRModel):
             elif v > MAX_EXTENT:
                 bad.append(Violation(name, v, f"exceeds {MAX_EXTENT} (int32 indexing)",
                                      "split the problem into several GEMMs"))
+        if not bad:
+            # A GEMM whose tensors no GPU cudal2 targets can hold is refused here, with no GPU and
+            # no arch in sight; the search checks the target GPU's free memory (cudal2.api).
+            too_big = footprint.unholdable(self)
+            if too_big is not None:
+                bad.append(too_big)
         if bad:
             raise SpecError(bad, what="GemmProblem")
         return self
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of A, B, D (and C and the bias where the epilogue reads them); see ir.footprint."""
+        return footprint.problem_bytes(self)
 
     # ---- derived views -------------------------------------------------------------------
     @property
