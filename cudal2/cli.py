@@ -1,46 +1,193 @@
 """The `cudal2` command: search, show, export, bench, compare, sweep.
 
 Everything heavy is imported inside the commands, so `cudal2 --help` is quick.
+
+What the user sees when something goes wrong is decided in one place, CudalGroup, around every
+command: a user error is one line `error: what was wrong, and how to fix it` on stderr and exit 2
+(click's own usage errors too); an unexpected exception is a bug, one line and exit 1; Ctrl-C
+exits 130. A traceback is shown only with --debug or CUDAL2_DEBUG=1.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import sys
+import traceback
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="Search GEMM kernels faster than cuBLAS, shape by shape.")
+try:  # newer typer carries its own copy of click
+    from typer._click import exceptions as click_exceptions
+except ImportError:
+    from click import exceptions as click_exceptions
+
+from .bench.results import MODES
+from .codegen.registry import available_backends
+from .ir import SpecError
+from .search.proposers import available_proposers
+from .search.refiner import SAMPLERS
+
+DEBUG_ENV = "CUDAL2_DEBUG"
+INTERRUPTED = "interrupted; run the same command to resume"
 console = Console()
+err_console = Console(stderr=True, soft_wrap=True, highlight=False)  # soft_wrap: an error stays one line
 
-Backends = Annotated[list[str], typer.Option("--backend", "-b", help="codegen backend(s) to search (repeat)")]
-Modes = Annotated[list[str], typer.Option("--mode", "-m", help="timing mode(s): offline, server, sustained (repeat)")]
+
+def _error_line(message: str) -> None:
+    err_console.print(f"[red]error:[/red] {escape(' '.join(str(message).split()))}")
+
+
+def _usage_error(e: click_exceptions.ClickException) -> None:
+    """click's own errors (an unknown option, a value out of range or not among the choices) as
+    one error line that points at --help, instead of its usage block or typer's box."""
+    if type(e).__name__ == "NoArgsIsHelpError":  # plain `cudal2`: the help is the answer
+        e.show()
+        return
+    message = e.format_message().replace("Value error, ", "").rstrip(". ")  # typer words some checks in pydantic's
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    ctx = getattr(e, "ctx", None)
+    if isinstance(e, click_exceptions.UsageError) and ctx is not None:
+        message += f"; see '{ctx.command_path} --help'"
+    _error_line(message)
+
+
+# Signals that already say what to do (exit with a code, or a usage error): passed through untouched.
+_ABORT = tuple({typer.Abort, getattr(click_exceptions, "Abort", typer.Abort)})
+_CONTROL_FLOW = (typer.Exit, getattr(click_exceptions, "Exit", typer.Exit), *_ABORT, click_exceptions.ClickException)
+
+
+class CudalGroup(TyperGroup):
+    """The app's click group: every command runs inside invoke(), every parse error passes
+    through main(), so the error discipline holds for the console script and for CliRunner alike."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                              **extra)
+            code = rv if isinstance(rv, int) else 0  # the code of an Exit, in click's non-standalone mode
+        except click_exceptions.ClickException as e:
+            _usage_error(e)
+            code = e.exit_code
+        except _ABORT:  # end of input at a prompt
+            code = 1
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _CONTROL_FLOW:
+            raise
+        except KeyboardInterrupt:
+            # The search loop has already handed the unmeasured trials of the batch back to the queue.
+            if ctx.params.get("debug"):
+                traceback.print_exc(file=sys.stderr)  # where it was: a hang is seen this way
+            err_console.print(INTERRUPTED)
+            raise typer.Exit(130) from None
+        except SpecError as e:  # the IR refusing a problem or spec (a size check, say), wherever it is checked
+            _error_line(_one_line(e))
+            raise typer.Exit(2) from None
+        except Exception as e:  # noqa: BLE001 - anything else is a bug in cudal2
+            if ctx.params.get("debug"):
+                traceback.print_exc(file=sys.stderr)
+            else:
+                from .search.store import display_url
+
+                reason = display_url((str(e).strip().splitlines() or [""])[0][:300])
+                _error_line(f"unexpected {type(e).__name__}{': ' + reason if reason else ''}. This is a bug in "
+                            f"cudal2: for the traceback, run it again as '{ctx.command_path} --debug "
+                            f"{ctx.invoked_subcommand or ''} ...' (or with {DEBUG_ENV}=1), and report it")
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(cls=CudalGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  help="Search GEMM kernels faster than cuBLAS, shape by shape.")
+
+
+@app.callback()
+def _global_options(debug: Annotated[bool, typer.Option(
+        "--debug", envvar=DEBUG_ENV, help="show the traceback of an unexpected error")] = False) -> None:
+    """Search GEMM kernels faster than cuBLAS, shape by shape."""
+
+
+def _choices(name: str, values) -> type[Enum]:
+    """A str Enum of an option's allowed values: click checks them and --help lists them."""
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+ModeName = _choices("ModeName", MODES)
+SamplerName = _choices("SamplerName", SAMPLERS)
+ProposerName = _choices("ProposerName", (*available_proposers(), "none"))
+RunnerName = _choices("RunnerName", ("gpu", "recorded"))
+BackendName = _choices("BackendName", available_backends())
+PROPOSER_NAMES = ", ".join(ProposerName.__members__)
+
+
+def _value(choice) -> str:
+    return getattr(choice, "value", choice)  # a default reaches the command as the plain string
+
+
+def _values(choices) -> tuple[str, ...]:
+    return tuple(_value(c) for c in choices)
+
+
+def _budget(value: str) -> str:
+    from .search.loop import Budget
+
+    try:
+        parsed = Budget.parse(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    if parsed.seconds is not None and parsed.seconds <= 0:
+        raise typer.BadParameter(f"budget={value!r}: give more than 0 s of GPU time, or a number of evaluations")
+    return value
+
+
+Backends = Annotated[list[BackendName], typer.Option("--backend", "-b", help="codegen backend(s) to search (repeat)")]
+Modes = Annotated[list[ModeName], typer.Option("--mode", "-m", help="timing mode(s) (repeat)")]
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="SQLAlchemy URL or SQLite file "
                                                  "(default: $CUDAL2_STORE or the user cache store)")]
-RunnerOpt = Annotated[str, typer.Option("--runner", help="gpu: the evaluator; recorded: synthetic replayed "
-                                        "numbers for trying the tools without a GPU (not measurements)")]
+RunnerOpt = Annotated[RunnerName, typer.Option("--runner", help="gpu: the evaluator; recorded: synthetic replayed "
+                                               "numbers for trying the tools without a GPU (not measurements)")]
+BudgetOpt = Annotated[str, typer.Option(help="GPU measurements (64) or GPU time (120s, 5m)", callback=_budget)]
+BatchOpt = Annotated[int, typer.Option(min=1, help="specs per evaluator call")]
 
 
 def _fail(message: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {message}")
+    _error_line(message)
     raise typer.Exit(code)
 
 
+def _one_line(e: Exception) -> str:
+    """An exception's message on one line; a SpecError's violations (each names the field, the limit
+    and the fix) joined by ' | '."""
+    if isinstance(e, SpecError):
+        return f"invalid {e.what}: " + " | ".join(str(v) for v in e.violations)
+    return " ".join(str(e).split())
+
+
 def _problem(shape: str, dtype: str, layout: str):
-    from .ir import GemmProblem, SpecError
+    from .ir import GemmProblem
 
     try:
         return GemmProblem.parse(shape, dtype=dtype, layout=layout)
-    except SpecError as e:
-        _fail(str(e))
+    except ValueError as e:  # SpecError, or a size check that refuses the problem
+        _fail(_one_line(e))
 
 
 def _runner(kind: str):
+    kind = _value(kind)
     if kind == "recorded":
         from .search.recorded import RecordedRunner
 
@@ -60,9 +207,20 @@ def _runner(kind: str):
 
 
 def _store(url: str | None):
-    from .search.store import Store
+    """The store, checked: one error line if it is a directory, not a database, or lacks its driver."""
+    from .search.store import ENV_STORE, Store, StoreError
 
-    return Store(url)
+    try:
+        return Store(url).check()
+    except StoreError as e:
+        where = "" if url else f" (named by ${ENV_STORE})" if os.environ.get(ENV_STORE) else " (the default store)"
+        _fail(f"{e}{where}")
+
+
+def _shown_url(store) -> str:
+    from .search.store import display_url
+
+    return display_url(store.url)  # a password in the URL is not printed
 
 
 def _us(ms: float | None) -> str:
@@ -75,9 +233,9 @@ def _x(v: float | None) -> str:
 
 # ---- search --------------------------------------------------------------------------------------
 REFERENCE = "torch"
-ConfirmOpt = Annotated[int, typer.Option(help="time the 3 leaders this many more times and name the winner "
-                                              "by the median (0: report the best search trial alone)")]
-ConfirmModeOpt = Annotated[Optional[str], typer.Option(
+ConfirmOpt = Annotated[int, typer.Option(min=0, help="time the 3 leaders this many more times and name the "
+                                              "winner by the median (0: report the best search trial alone)")]
+ConfirmModeOpt = Annotated[Optional[ModeName], typer.Option(
     "--confirm-mode", help="rank the leaders in this timing mode (sustained: at the clock each kernel's own "
                            "power draw sets; default: the search's own mode)")]
 
@@ -85,54 +243,87 @@ ConfirmModeOpt = Annotated[Optional[str], typer.Option(
 def _confirm(rounds: int, mode: str | None = None):
     from .search.confirm import Confirm
 
+    mode = _value(mode)
     try:
         return Confirm(rounds=rounds, mode=mode)
     except ValueError as e:
         _fail(f"--confirm {rounds} --confirm-mode {mode}: {e}")
 
 
+LlmFatalOpt = Annotated[bool, typer.Option(
+    "--llm-fatal", help="an LLM endpoint failure ends the run (one error line, exit 1) instead of falling back "
+                        "to the rules proposals, then Optuna: for benchmarking the LLM itself")]
+
+
+def _warning(line: str) -> None:
+    err_console.print(f"[yellow]warning:[/yellow] {escape(line)}")
+
+
+def _proposer(name: str, backends, arch: str, *, llm_fatal: bool = False, fallback: str | None = "default"):
+    """The proposer of a run (None for 'none'). An LLM endpoint that fails after its retries is
+    one warning line, then `fallback` (default: rules proposals, then Optuna; None: Optuna alone)."""
+    from .search.proposers import get_proposer
+
+    if name == "none":
+        return None
+    try:
+        return get_proposer(name, backends=tuple(backends), arch=arch, fatal=llm_fatal, fallback=fallback,
+                            warn=_warning)
+    except Exception as e:  # noqa: BLE001 - missing package, no model, a bad CUDAL2_LLM_* value
+        _fail(f"proposer {name!r}: {_one_line(e)}")
+
+
+@contextlib.contextmanager
+def _llm_fatal(prop):
+    """With --llm-fatal the LLM proposer raises on an endpoint failure: one error line, exit 1."""
+    from .search.proposers import ProposerUnavailable
+    from .search.proposers.fallback import failure_line
+
+    try:
+        yield
+    except ProposerUnavailable as e:
+        _fail(failure_line(getattr(prop, "name", "llm"), e, "stopping, as --llm-fatal asks (without it: rules "
+                           "proposals, then Optuna)"), code=1)
+
+
 @app.command()
 def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")],
-           budget: Annotated[str, typer.Option(help="GPU measurements (64) or GPU time (120s, 5m)")] = "64",
-           proposer: Annotated[str, typer.Option(help="rules | llm | random | none (Optuna only)")] = "rules",
+           budget: BudgetOpt = "64",
+           proposer: Annotated[ProposerName, typer.Option(help="none: Optuna only")] = "rules",
            backend: Backends = ["triton"],  # noqa: B006 - typer reads the default
            dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="propose, validate, render and compile; "
                                                  "no GPU timing")] = False,
            mode: Modes = ["offline"],  # noqa: B006
-           sampler: Annotated[str, typer.Option(help="tpe | gp | random")] = "tpe",
+           sampler: Annotated[SamplerName, typer.Option(help="Optuna's sampler after the proposals")] = "tpe",
            seed: Optional[int] = None,
-           batch: Annotated[int, typer.Option(help="specs per evaluator call")] = 4,
-           n: Annotated[int, typer.Option(help="proposals to show in a dry run")] = 8,
+           batch: BatchOpt = 4,
+           n: Annotated[int, typer.Option(min=1, help="proposals to show in a dry run")] = 8,
            arch: Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")] = None,
            confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None,
-           runner: RunnerOpt = "gpu") -> None:
+           runner: RunnerOpt = "gpu", llm_fatal: LlmFatalOpt = False) -> None:
     """Search kernels for one shape (resumes the study of that shape found in the store)."""
-    from .api import default_arch, resolve_proposer
-    from .search.loop import Budget, run_search
+    from .api import default_arch
+    from .search.loop import run_search
 
+    backend, mode, proposer, sampler = _values(backend), _values(mode), _value(proposer), _value(sampler)
     problem = _problem(shape, dtype, layout)
     arch = arch or default_arch()
     if dry_run:
         _dry_run(problem, backend, arch, proposer, n)
         return
-    try:
-        Budget.parse(budget)
-    except ValueError as e:
-        _fail(str(e))
-    try:
-        prop = None if proposer == "none" else resolve_proposer(proposer, tuple(backend), arch)
-    except Exception as e:  # noqa: BLE001 - unknown name, missing package, no API key
-        _fail(f"proposer {proposer!r}: {e}")
+    s = _store(store)
+    prop = _proposer(proposer, backend, arch, llm_fatal=llm_fatal)
     run = _runner(runner)
     try:
-        res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
-                         store=_store(store), budget=budget, modes=tuple(mode), sampler=sampler, seed=seed,
-                         batch_size=batch, confirm=_confirm(confirm, confirm_mode))
+        with _llm_fatal(prop):
+            res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
+                             store=s, budget=budget, modes=tuple(mode), sampler=sampler, seed=seed,
+                             batch_size=batch, confirm=_confirm(confirm, confirm_mode))
     finally:
         if hasattr(run, "close"):
             run.close()
-    _print_result(res, _store(store).url)
+    _print_result(res, _shown_url(s))
 
 
 def _print_result(res, url: str = "<store url>") -> None:
@@ -157,6 +348,10 @@ def _print_result(res, url: str = "<store url>") -> None:
         console.print("figures: one search trial, not confirmed (run with --confirm 3 for the median of 3 rounds)")
     for r in res.rejected:
         console.print(f"[yellow]rejected on confirmation ({r.status}): {r.spec.summary()}[/yellow]")
+    if res.proposals:
+        by_source = sorted(res.proposals.items(), key=lambda kv: -kv[1])
+        console.print("specs measured, by source: " + ", ".join(f"{n} {src}" for src, n in by_source),
+                      markup=False, soft_wrap=True)
     console.print(f"spec: {res.best.spec.to_json()}")
     console.print(f"study: {res.study.study_name} (view: optuna-dashboard {url})")
 
@@ -189,18 +384,15 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
 
 
 # ---- show / export ------------------------------------------------------------------------------
-TableModeOpt = Annotated[str, typer.Option(
+TableModeOpt = Annotated[ModeName, typer.Option(
     "--mode", help="the timing mode kernels are ranked in: offline, or sustained for the kernels a search "
                    "confirmed with --confirm-mode sustained (at the clock their own power draw sets)")]
 
 
 def _table(store, mode: str):
-    from .bench.results import MODES
     from .search.table import TunedTable
 
-    if mode not in MODES:
-        _fail(f"--mode {mode}: use one of {', '.join(MODES)}")
-    return TunedTable.from_store(store, mode=mode)
+    return TunedTable.from_store(store, mode=_value(mode))
 
 
 @app.command()
@@ -209,21 +401,22 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
     s = _store(store)
     table = _table(s, mode)
     if not len(table):
-        console.print(f"nothing tuned yet in {s.url}; run `cudal2 search SHAPE`")
+        console.print(f"nothing tuned yet in {_shown_url(s)}; run `cudal2 search SHAPE`")
         return
     names = sorted({b for e in table for b in e.baselines_ms})
-    t = Table(title=f"tuned shapes in {s.url}")
+    t = Table(title=f"tuned shapes in {_shown_url(s)}")
     for col in ("problem", "gpu", "backend", "spec", "kernel us", *[f"vs {b}" for b in names]):
         t.add_column(col, overflow="fold")
     for e in table:
         t.add_row(e.problem.label(), e.gpu or "?", e.spec.backend, e.spec.summary(), _us(e.kernel_ms),
                   *[_x(e.speedup(b)) for b in names])
     console.print(t)
-    console.print("used by cudal2.matmul only where faster than torch; studies: optuna-dashboard " + s.url)
+    console.print("used by cudal2.matmul only where faster than torch; studies: optuna-dashboard " + _shown_url(s))
 
 
 @app.command()
-def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON file to write")] = Path("cudal2_table.json"),
+def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help="JSON file to write")] = Path(
+               "cudal2_table.json"),
            store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
     """Write the tuned table (best kernel per shape and GPU) to JSON; point CUDAL2_TABLE at it."""
     table = _table(_store(store), mode)
@@ -233,11 +426,15 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", help="JSON file to w
 
 # ---- bench --------------------------------------------------------------------------------------
 @app.command()
-def bench(shape: str, backend: Annotated[str, typer.Option("--backend", "-b")] = "triton",
-          spec: Annotated[Optional[Path], typer.Option("--spec", help="JSON file: a KernelSpec or a list")] = None,
+def bench(shape: str, backend: Annotated[BackendName, typer.Option("--backend", "-b")] = "triton",
+          spec: Annotated[Optional[Path], typer.Option("--spec", exists=True, dir_okay=False,
+                                                       help="JSON file: a KernelSpec or a list")] = None,
           mode: Modes = ["offline"],  # noqa: B006
           dtype: str = "float16", layout: str = "NN") -> None:
     """Evaluate given specs (or the rules proposer's first picks) against the baselines."""
+    backend, mode = _value(backend), _values(mode)
+    _problem(shape, dtype, layout)
+    specs = _spec_file(spec) if spec is not None else None
     try:
         from .bench.report import run_bench
     except ImportError:
@@ -246,13 +443,41 @@ def bench(shape: str, backend: Annotated[str, typer.Option("--backend", "-b")] =
 
     if not gpu_available():
         _fail("no CUDA GPU found: `cudal2 bench` times kernels and needs one")
-    run_bench(shape, backend=backend, spec_file=spec, modes=tuple(mode), dtype=dtype, layout=layout, console=console)
+    run_bench(shape, backend=backend, specs=specs, modes=tuple(mode), dtype=dtype, layout=layout, console=console)
+
+
+def _spec_file(path: Path) -> list:
+    """The KernelSpecs of a JSON file (one object or a list), or one error line in SpecError's
+    words: the field, the value, the limit and the fix."""
+    from .ir import KernelSpec, SpecError
+
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"--spec {path} cannot be read as text ({e}); give a JSON file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        _fail(f"--spec {path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); write one "
+              "KernelSpec object or a list of them")
+    except (ValueError, RecursionError) as e:  # an integer of too many digits, nesting too deep
+        _fail(f"--spec {path}: not valid JSON ({str(e).split(';')[0] or type(e).__name__}); write one "
+              "KernelSpec object or a list of them")
+    items = data if isinstance(data, list) else [data]
+    try:
+        return [KernelSpec.from_dict(d) for d in items]
+    except SpecError as e:
+        _fail(f"--spec {path}: {_one_line(e)}")
 
 
 # ---- compare / sweep ----------------------------------------------------------------------------
 def _parse_shapes_file(path: Path) -> list[str]:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"{path} cannot be read as text ({e}); give a file with one shape per line")
     shapes = []
-    for line in path.read_text().splitlines():
+    for line in text.splitlines():
         line = line.split("#", 1)[0].strip()
         if line:
             shapes.append(line)
@@ -261,24 +486,36 @@ def _parse_shapes_file(path: Path) -> list[str]:
     return shapes
 
 
+def _proposer_list(value: str) -> str:
+    unknown = [n for n in (p.strip() for p in value.split(",")) if n and n not in ProposerName.__members__]
+    if unknown or not value.strip(","):
+        raise typer.BadParameter(f"{value!r}: give a comma-separated list of {PROPOSER_NAMES}")
+    return value
+
+
 @app.command()
 def compare(shapes: Annotated[list[str], typer.Argument(help="shapes, e.g. 4096x4096x4096 512x16384x1024")],
-            proposers: Annotated[str, typer.Option(help="comma-separated proposers")] = "rules,random",
-            budget: str = "32", backend: Backends = ["triton"],  # noqa: B006
+            proposers: Annotated[str, typer.Option(help=f"comma-separated proposers: {PROPOSER_NAMES}",
+                                                   callback=_proposer_list)] = "rules,random",
+            budget: BudgetOpt = "32", backend: Backends = ["triton"],  # noqa: B006
             dtype: str = "float16", layout: str = "NN",
             out: Annotated[Path, typer.Option("--out", "-o", help="PNG plot to write")] = Path("compare.png"),
-            store_dir: Annotated[Optional[Path], typer.Option(help="one store per proposer here (default: "
-                                                              "a fresh temporary directory)")] = None,
-            seed: int = 0, batch: int = 4, arch: Optional[str] = None, runner: RunnerOpt = "gpu") -> None:
+            store_dir: Annotated[Optional[Path], typer.Option(file_okay=False, help="one store per proposer here "
+                                                              "(default: a fresh temporary directory)")] = None,
+            seed: int = 0, batch: BatchOpt = 4, arch: Optional[str] = None, runner: RunnerOpt = "gpu",
+            llm_fatal: LlmFatalOpt = False) -> None:
     """Run proposers side by side at equal budget; plot best speedup against evaluations and GPU time.
-    Each proposer gets its own store, so none profits from another's measurements."""
+    Each proposer gets its own store, so none profits from another's measurements. The llm arm
+    never falls back to another proposer: a round whose endpoint failed leaves Optuna alone to
+    fill that search, and the failures are counted in the table and the plot."""
     import tempfile
 
-    from .api import default_arch, resolve_proposer
+    from .api import default_arch
     from .search.loop import run_search
     from .search.store import Store
 
     names = [p.strip() for p in proposers.split(",") if p.strip()]
+    backend = _values(backend)
     problems = [_problem(s, dtype, layout) for s in shapes]
     arch = arch or default_arch()
     run = _runner(runner)
@@ -286,28 +523,37 @@ def compare(shapes: Annotated[list[str], typer.Argument(help="shapes, e.g. 4096x
     root.mkdir(parents=True, exist_ok=True)
     curves: dict[str, dict[str, list]] = {}
     finals: dict[str, dict[str, float | None]] = {}
+    labels: dict[str, str] = {}  # arm -> its name in the table and the legend, with its endpoint failures
     for name in names:
-        try:
-            prop = None if name == "none" else resolve_proposer(name, tuple(backend), arch)
-        except Exception as e:  # noqa: BLE001 - unknown name, missing package, no API key
-            _fail(f"proposer {name!r}: {e}")
+        # no fallback: the arm's specs are its proposer's or Optuna's, never another proposer's
+        prop = _proposer(name, backend, arch, llm_fatal=llm_fatal, fallback=None)
         store = Store(root / f"{name}.db")
         for problem in problems:
             console.print(f"[bold]{name}[/bold] on {problem.label()}")
-            res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run, store=store,
-                             budget=budget, seed=seed, tag=f"compare-{name}", batch_size=batch)
+            with _llm_fatal(prop):
+                res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
+                                 store=store, budget=budget, seed=seed, tag=f"compare-{name}", batch_size=batch)
             curves.setdefault(name, {})[problem.label()] = res.curve
             finals.setdefault(name, {})[problem.label()] = res.speedup.get("torch")
+        labels[name] = _arm_label(name, prop)
     if hasattr(run, "close"):
         run.close()
-    _plot_compare(curves, out)
+    _plot_compare(curves, out, labels)
     (out.with_suffix(".json")).write_text(json.dumps(
         {n: {s: [p.__dict__ for p in c] for s, c in per.items()} for n, per in curves.items()}, indent=1))
-    _print_compare(finals, problems)
+    _print_compare(finals, problems, labels)
     console.print(f"wrote {out} and {out.with_suffix('.json')}; stores in {root}")
 
 
-def _plot_compare(curves: dict[str, dict[str, list]], out: Path) -> None:
+def _arm_label(name: str, prop) -> str:
+    """'llm (3 failures)' for a proposer with an outside service (counted even at 0), else the name."""
+    failures = getattr(prop, "failures", None)
+    if failures is None:
+        return name
+    return f"{name} ({len(failures)} failure{'' if len(failures) == 1 else 's'})"
+
+
+def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[str, str] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -322,8 +568,9 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path) -> None:
             pts = [p for p in per.get(shape, []) if p.best_speedup is not None]
             if not pts:
                 continue
-            ax_n.step([p.evaluation for p in pts], [p.best_speedup for p in pts], where="post", label=name)
-            ax_t.step([p.gpu_s for p in pts], [p.best_speedup for p in pts], where="post", label=name)
+            label = (labels or {}).get(name, name)
+            ax_n.step([p.evaluation for p in pts], [p.best_speedup for p in pts], where="post", label=label)
+            ax_t.step([p.gpu_s for p in pts], [p.best_speedup for p in pts], where="post", label=label)
         for ax, xlabel in ((ax_n, "evaluations"), (ax_t, "GPU time (s)")):
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
             ax.set_xlabel(xlabel)
@@ -338,13 +585,14 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path) -> None:
     plt.close(fig)
 
 
-def _print_compare(finals: dict[str, dict[str, float | None]], problems) -> None:
+def _print_compare(finals: dict[str, dict[str, float | None]], problems,
+                   labels: dict[str, str] | None = None) -> None:
     from .search.aggregates import aggregate
 
     t = Table(title="best speedup over torch at equal budget")
     t.add_column("shape")
     for name in finals:
-        t.add_column(name, justify="right")
+        t.add_column((labels or {}).get(name, name), justify="right")
     for p in problems:
         t.add_row(p.label(), *[_x(finals[n].get(p.label())) for n in finals])
     aggs = {n: aggregate(finals[n].values()) for n in finals}
@@ -353,27 +601,33 @@ def _print_compare(finals: dict[str, dict[str, float | None]], problems) -> None
 
 
 @app.command()
-def sweep(shapes_file: Annotated[Path, typer.Argument(help="one shape per line: 'M N K' or 'MxNxK'")],
-          budget: str = "32", proposer: str = "rules", backend: Backends = ["triton"],  # noqa: B006
+def sweep(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
+                                                      help="one shape per line: 'M N K' or 'MxNxK'")],
+          budget: BudgetOpt = "32",
+          proposer: Annotated[ProposerName, typer.Option(help="none: Optuna only")] = "rules",
+          backend: Backends = ["triton"],  # noqa: B006
           dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
           mode: Modes = ["offline"],  # noqa: B006
           out: Annotated[Optional[Path], typer.Option("--out", "-o", help="markdown report to write")] = None,
-          seed: Optional[int] = None, batch: int = 4, arch: Optional[str] = None,
-          confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, runner: RunnerOpt = "gpu") -> None:
+          seed: Optional[int] = None, batch: BatchOpt = 4, arch: Optional[str] = None,
+          confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, runner: RunnerOpt = "gpu",
+          llm_fatal: LlmFatalOpt = False) -> None:
     """Search every shape of a file (resumable: finished studies are not repeated) and report."""
-    from .api import default_arch, resolve_proposer
+    from .api import default_arch
     from .search.aggregates import aggregate, markdown
     from .search.loop import run_search
 
+    backend, mode, proposer = _values(backend), _values(mode), _value(proposer)
     problems = [_problem(s, dtype, layout) for s in _parse_shapes_file(shapes_file)]
+    s = _store(store)
     arch = arch or default_arch()
     run = _runner(runner)
-    prop = None if proposer == "none" else resolve_proposer(proposer, tuple(backend), arch)
-    s = _store(store)
-    results = [run_search(p, backends=tuple(backend), arch=arch, proposer=prop, runner=run, store=s,
-                          budget=budget, modes=tuple(mode), seed=seed, batch_size=batch,
-                          confirm=_confirm(confirm, confirm_mode))
-               for p in problems]
+    prop = _proposer(proposer, backend, arch, llm_fatal=llm_fatal)
+    with _llm_fatal(prop):
+        results = [run_search(p, backends=tuple(backend), arch=arch, proposer=prop, runner=run, store=s,
+                              budget=budget, modes=tuple(mode), seed=seed, batch_size=batch,
+                              confirm=_confirm(confirm, confirm_mode))
+                   for p in problems]
     if hasattr(run, "close"):
         run.close()
     names = sorted({b for r in results for b in r.baselines})

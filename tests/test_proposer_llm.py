@@ -1,11 +1,13 @@
 """The LLM proposer against a real HTTP server on loopback that replays recorded replies:
 structured output, repair round-trips, fallback to plain JSON, retries, timeouts, Anthropic's
-format, and the API key kept out of everything but the request header."""
+format, the fallback proposer when the endpoint fails, and the API key (and credentials in the
+base URL) kept out of everything but the request header."""
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +17,7 @@ import pytest
 
 from cudal2.bench.results import CandidateResult, Correctness, Timing
 from cudal2.ir import GemmProblem, KernelSpec, check_compatible
-from cudal2.search.proposers import get_proposer
+from cudal2.search.proposers import FallbackProposer, ProposerUnavailable, get_proposer
 from cudal2.search.proposers.llm_client import LLMConfig, LLMError
 
 REPLIES = Path(__file__).parent / "llm_replies"
@@ -112,8 +114,10 @@ def history() -> list[CandidateResult]:
 
 
 def proposer(url: str, provider: str = "openai", **kw):
+    """The LLM proposer itself (fatal: endpoint failures raise, no fallback)."""
     kw.setdefault("timeout_s", 5.0)
     kw.setdefault("backoff_s", 0.01)
+    kw.setdefault("fatal", True)
     return get_proposer("llm", provider=provider, model="test-model", base_url=url, api_key=KEY,
                         gpu_name="NVIDIA H100 80GB HBM3", **kw)
 
@@ -328,17 +332,110 @@ def test_config_from_environment(monkeypatch):
     monkeypatch.setenv("CUDAL2_LLM_MODEL", "m1")
     monkeypatch.setenv("OPENAI_API_KEY", "k-openai")
     c = LLMConfig.from_env()
-    assert (c.provider, c.base_url, c.model, c.api_key) == ("openai", "https://api.openai.com/v1", "m1", "k-openai")
+    assert (c.provider, c.base_url, c.model, c.api_key.get_secret_value()) == (
+        "openai", "https://api.openai.com/v1", "m1", "k-openai")
     monkeypatch.setenv("CUDAL2_LLM_PROVIDER", "anthropic")
     monkeypatch.setenv("ANTHROPIC_API_KEY", "k-anthropic")
     monkeypatch.setenv("CUDAL2_LLM_BASE_URL", "http://localhost:9/")
     monkeypatch.setenv("CUDAL2_LLM_TIMEOUT", "12.5")
     c = LLMConfig.from_env()
-    assert (c.provider, c.base_url, c.api_key, c.timeout_s) == ("anthropic", "http://localhost:9", "k-anthropic", 12.5)
+    assert (c.provider, c.base_url, c.api_key.get_secret_value(), c.timeout_s) == (
+        "anthropic", "http://localhost:9", "k-anthropic", 12.5)
     monkeypatch.setenv("CUDAL2_LLM_API_KEY", "k-cudal2")
-    assert LLMConfig.from_env().api_key == "k-cudal2"
+    assert LLMConfig.from_env().api_key.get_secret_value() == "k-cudal2"
+    monkeypatch.setenv("CUDAL2_LLM_RETRIES", "0")
+    monkeypatch.setenv("CUDAL2_LLM_BACKOFF", "0.25")
+    c = LLMConfig.from_env()
+    assert (c.max_retries, c.backoff_s) == (0, 0.25)
+    monkeypatch.setenv("CUDAL2_LLM_RETRIES", "two")
+    with pytest.raises(ValueError, match="CUDAL2_LLM_RETRIES='two': give a whole number of attempts"):
+        LLMConfig.from_env()
     with pytest.raises(ValueError, match="unknown LLM provider"):
         LLMConfig.from_env("gemini")
+
+
+def test_credentials_in_the_base_url_go_as_basic_auth_and_nowhere_else(caplog):
+    import base64
+
+    caplog.set_level(logging.DEBUG)
+    user, password = "sentinel-user-4e1d", "sentinel-pass-9b2c"
+    echo = {"error": {"message": f"bad credentials {user}:{password} and key {KEY}"}}
+    with Replay([(503, echo, {}, 0), (401, echo, {}, 0)]) as srv:
+        url = srv.url.replace("http://", f"http://{user}:{password}@") + "/v1"
+        llm = proposer(url, max_retries=1)
+        with pytest.raises(LLMError) as e:
+            llm.propose(PROBLEM, [], n=3)
+    # sent as basic auth, which takes the place of the bearer key (as httpx does for a URL's credentials)
+    sent = srv.received[0]["headers"]["authorization"]
+    assert sent == "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+    assert srv.received[0]["path"] == "/v1/chat/completions"
+    assert llm.config.base_url == srv.url + "/v1" and e.value.endpoint == srv.url + "/v1/chat/completions"
+    texts = [str(e.value), repr(e.value), repr(llm), repr(llm.client), repr(llm.config), str(llm.config),
+             caplog.text]
+    assert "HTTP 401" in str(e.value) and "bad credentials ***" in str(e.value)
+    assert not any(secret in t for t in texts for secret in (user, password, KEY))
+
+
+def test_the_key_is_a_secret_str_whatever_it_was_given_as():
+    from pydantic import SecretStr
+
+    c = LLMConfig(provider="openai", base_url="http://h", model="m", api_key=KEY)
+    assert isinstance(c.api_key, SecretStr) and c.api_key.get_secret_value() == KEY
+    assert KEY not in repr(c.api_key) and KEY not in str(c.api_key) and KEY not in repr(c)
+
+
+@pytest.mark.parametrize("body, why", [
+    ({"id": "x", "object": "chat.completion"}, "no choices[0].message"),
+    ({"choices": []}, "no choices[0].message"),
+    ({"choices": [{"message": "text"}]}, "no choices[0].message"),
+    ({"choices": [{"message": {"role": "assistant", "content": None}}]}, "no text in choices[0].message.content"),
+    ("<html>bad gateway</html>", "a body that is not JSON"),
+])
+def test_replies_of_the_wrong_shape_are_endpoint_failures(body, why):
+    with Replay([(200, body, {}, 0)]) as srv:
+        with pytest.raises(LLMError, match=re.escape(why)) as e:
+            proposer(srv.url).propose(PROBLEM, [], n=3)
+    assert isinstance(e.value, ProposerUnavailable) and e.value.endpoint == srv.url + "/chat/completions"
+    assert "\n" not in str(e.value)
+
+
+def test_a_failed_endpoint_falls_back_to_the_rules_proposals_with_their_source_marked():
+    warnings = []
+    with Replay([(500, {"error": "boom\non two lines"}, {}, 0)] * 2) as srv:
+        llm = proposer(srv.url, fatal=False, max_retries=1, warn=warnings.append)
+        props = llm.propose(PROBLEM, [], n=4)
+    assert isinstance(llm, FallbackProposer) and len(srv.received) == 2
+    assert len(props) == 4 and all(p.source == "rules (fallback: llm failed)" for p in props)
+    assert llm.turns == 1 and llm.rejected == [] and llm.config.model == "test-model"  # the LLM's own interface
+    (line,) = warnings
+    assert line.startswith(f"llm endpoint {srv.url}/chat/completions failed (gave up after 2 attempt(s); "
+                           "last: HTTP 500: {")
+    assert line.endswith("); falling back to rules proposals, then Optuna") and "\n" not in line
+    assert len(llm.failures) == 1
+
+
+def test_without_a_fallback_a_failed_round_gives_no_proposals_and_is_counted():
+    warnings = []
+    with Replay([(500, {"error": "boom"}, {}, 0)] * 2 + [ok("openai_valid.json")]) as srv:
+        llm = proposer(srv.url, fatal=False, fallback=None, max_retries=0, warn=warnings.append)
+        assert llm.propose(PROBLEM, [], n=3) == [] and llm.propose(PROBLEM, [], n=3) == []
+        again = llm.propose(PROBLEM, [], n=3)  # every round asks the endpoint again
+    assert len(again) == 3 and all(p.source == "llm:test-model" for p in again)
+    assert len(llm.failures) == 2 and len(warnings) == 2
+    assert warnings[0].endswith("failed (gave up after 1 attempt(s); last: HTTP 500: {\"error\": \"boom\"}); "
+                                "no proposals this round; Optuna alone fills the budget")
+
+
+def test_a_failure_that_is_not_the_endpoint_is_not_hidden_by_the_fallback():
+    class Broken:
+        name = "broken"
+
+        def propose(self, problem, history, n):
+            raise ZeroDivisionError("a bug")
+
+    fallback = FallbackProposer(Broken(), get_proposer("rules"))
+    with pytest.raises(ZeroDivisionError):
+        fallback.propose(PROBLEM, [], 3)
 
 
 def test_importing_cudal2_does_not_import_httpx():

@@ -14,7 +14,18 @@ from ..ir import GemmProblem, KernelSpec
 class Proposal:
     spec: KernelSpec
     reasoning: str = ""
-    source: str = ""  # which proposer made it: "rules", "llm:<model>", "optuna", "random"
+    source: str = ""  # which proposer made it: "rules", "llm:<model>", "random", "rules (fallback: llm failed)"
+
+
+class ProposerUnavailable(RuntimeError):
+    """A proposer's outside service (an LLM endpoint) could not be used, after its own retries.
+    The search can go on without it (see FallbackProposer). `endpoint` is safe to show: it holds
+    no credentials; `reason` is one line."""
+
+    def __init__(self, reason: str, endpoint: str = ""):
+        self.reason = " ".join(reason.split())  # one line, whatever the server sent
+        self.endpoint = endpoint
+        super().__init__(f"{endpoint}: {self.reason}" if endpoint else self.reason)
 
 
 class Proposer(Protocol):

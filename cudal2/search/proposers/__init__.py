@@ -1,7 +1,9 @@
 """Proposers: turn a problem and what was measured so far into new KernelSpecs.
 
     get_proposer("rules", backends=("triton",), arch="sm_90a")   # expert heuristics, offline
-    get_proposer("llm", model="...", backends=("triton",))        # an LLM, structured output
+    get_proposer("llm", model="...", backends=("triton",))        # an LLM, structured output; when
+                                                                  # its endpoint fails: rules, then Optuna
+    get_proposer("llm", model="...", fatal=True)                  # endpoint failures raise (LLMError)
     get_proposer("random", seed=0)                                # the baseline to beat
 
 Modules are imported on first use, so that `import cudal2` never pulls in httpx.
@@ -11,7 +13,8 @@ from __future__ import annotations
 
 import importlib
 
-from ..proposal import Proposal, Proposer
+from ..proposal import Proposal, Proposer, ProposerUnavailable
+from .fallback import FallbackProposer
 
 PROPOSERS: dict[str, str] = {
     "rules": "cudal2.search.proposers.rules:RulesProposer",
@@ -24,8 +27,30 @@ def available_proposers() -> list[str]:
     return sorted(PROPOSERS)
 
 
-def get_proposer(name: str, **kw) -> Proposer:
-    """A new proposer by name; keyword arguments go to its constructor."""
+# Proposers that depend on an outside service, and the proposer asked when it fails.
+DEFAULT_FALLBACK = {"llm": "rules"}
+
+
+def get_proposer(name: str, *, fatal: bool = False, fallback: str | Proposer | None = "default",
+                 warn=None, **kw) -> Proposer:
+    """A new proposer by name; other keyword arguments go to its constructor.
+
+    For a proposer with an outside service ("llm"), a failure of that service (after its own
+    retries) gives one warning line (to `warn`, a callable taking the line; default: logging)
+    and the proposals of `fallback` instead: by default the "rules" proposer; a name or a
+    Proposer; None for no proposals, Optuna alone then. fatal=True: the failure raises (an
+    LLMError, a ProposerUnavailable), for benchmarking the LLM itself."""
+    proposer = _construct(name, **kw)
+    if name not in DEFAULT_FALLBACK or fatal:
+        return proposer
+    if fallback == "default":
+        fallback = DEFAULT_FALLBACK[name]
+    if isinstance(fallback, str):
+        fallback = _construct(fallback, **{k: kw[k] for k in ("backends", "arch") if k in kw})
+    return FallbackProposer(proposer, fallback, warn=warn)
+
+
+def _construct(name: str, **kw) -> Proposer:
     try:
         target = PROPOSERS[name]
     except KeyError:
@@ -34,4 +59,5 @@ def get_proposer(name: str, **kw) -> Proposer:
     return getattr(importlib.import_module(module), cls)(**kw)
 
 
-__all__ = ["PROPOSERS", "Proposal", "Proposer", "available_proposers", "get_proposer"]
+__all__ = ["PROPOSERS", "FallbackProposer", "Proposal", "Proposer", "ProposerUnavailable", "available_proposers",
+           "get_proposer"]

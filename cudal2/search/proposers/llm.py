@@ -7,6 +7,11 @@ turn that quotes the validation errors (SpecError names the field, value, limit 
 What is still invalid after that is dropped and kept in `rejected` with its reason. When the
 endpoint refuses structured output (HTTP 400 naming response_format), the proposer falls
 back, for good, to the schema spelled out in the prompt and bare JSON in the reply.
+
+An endpoint that still fails after the client's retries (transport, HTTP status, a body that is
+not JSON, a reply of the wrong shape) raises LLMError, a ProposerUnavailable: get_proposer("llm")
+wraps this proposer in a FallbackProposer that warns and asks the rules proposer instead, unless
+fatal=True.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from typing import Any, Callable, Sequence
 
 from ...bench.results import CandidateResult
 from ...ir import ARCHS, GemmProblem, KernelSpec, SpecError, check_compatible
+from ...ir.errors import short_repr
 from ..proposal import Proposal
 from . import prompt, space
 from .llm_client import ChatClient, LLMConfig, LLMError, Reply, StructuredOutputUnsupported
@@ -165,9 +171,9 @@ class LLMProposer:
 
     def _invalid(self, problem: GemmProblem, item: dict) -> str:
         if item.get("backend") not in self.backends:
-            return f"backend={item.get('backend')!r}: use one of {self.backends}"
+            return f"backend={short_repr(item.get('backend'))}: use one of {self.backends}"
         if item.get("arch") != self.arch:
-            return f"arch={item.get('arch')!r}: the target is {self.arch!r}"
+            return f"arch={short_repr(item.get('arch'))}: the target is {self.arch!r}"
         try:
             spec = KernelSpec.from_dict(item)
             check_compatible(problem, spec)

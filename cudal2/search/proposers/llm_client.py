@@ -6,12 +6,15 @@ messages API. Structured output is requested the way each one defines it:
 - Anthropic: one tool whose `input_schema` is the schema, forced with `tool_choice`.
 
 Retries 429/5xx (honouring Retry-After / retry-after-ms, bounded) and timeouts with
-exponential backoff. The API key travels only in the request header: it is not part of any
-repr, log line or exception message (every message passes through `_redact`).
+exponential backoff; what still fails is an LLMError (a ProposerUnavailable: the search can go
+on without the LLM). Secrets - the API key and a `user:pass@` in the base URL - are held as
+pydantic SecretStr, taken out of the URL, and put on a request only as it is sent (`_authorize`).
+They are in no repr, log line or exception message (every message passes through `_redact`).
 """
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import json
 import logging
@@ -19,6 +22,11 @@ import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
+from urllib.parse import quote, unquote, urlsplit, urlunsplit
+
+from pydantic import SecretStr
+
+from ..proposal import ProposerUnavailable
 
 log = logging.getLogger("cudal2.llm")
 
@@ -30,7 +38,7 @@ RETRY_STATUSES = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
 STRUCTURED_OUTPUT_WORDS = ("response_format", "json_schema", "tool_choice", "tools")
 
 
-class LLMError(RuntimeError):
+class LLMError(ProposerUnavailable):
     """The endpoint could not be used (after retries, where retrying made sense)."""
 
 
@@ -38,12 +46,32 @@ class StructuredOutputUnsupported(LLMError):
     """HTTP 400 that names the structured-output parameter: retry with plain JSON."""
 
 
+def split_credentials(url: str) -> tuple[str, str, str]:
+    """(the URL without its `user:pass@`, user, password); user and password are "" if absent."""
+    parts = urlsplit(url)
+    if "@" not in parts.netloc:
+        return url, "", ""
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    return urlunsplit(parts._replace(netloc=host)), unquote(user), unquote(password)
+
+
+def basic_credentials(user: str, password: str) -> str:
+    """The token of an HTTP basic `Authorization` header."""
+    return base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
 @dataclass(frozen=True)
 class LLMConfig:
+    """Where and how to ask. A base URL given with `user:pass@` is kept without them; they go
+    in `url_user` / `url_password` and are sent as HTTP basic auth (as httpx would have)."""
+
     provider: Provider
     base_url: str
     model: str
-    api_key: str = field(default="", repr=False)
+    api_key: SecretStr = field(default=SecretStr(""), repr=False)  # a plain str is converted
+    url_user: str = field(default="", repr=False)
+    url_password: SecretStr = field(default=SecretStr(""), repr=False)
     timeout_s: float = 120.0
     max_retries: int = 4  # extra attempts after the first
     backoff_s: float = 1.0  # first backoff; doubles per attempt
@@ -51,13 +79,37 @@ class LLMConfig:
     max_tokens: int = 8192
     temperature: float | None = None
 
+    def __post_init__(self):
+        if not isinstance(self.api_key, SecretStr):
+            object.__setattr__(self, "api_key", SecretStr(self.api_key or ""))
+        if not isinstance(self.url_password, SecretStr):
+            object.__setattr__(self, "url_password", SecretStr(self.url_password or ""))
+        url, user, password = split_credentials(self.base_url)
+        if user or password:
+            object.__setattr__(self, "base_url", url)
+            object.__setattr__(self, "url_user", user)
+            object.__setattr__(self, "url_password", SecretStr(password))
+
+    def secrets(self) -> list[str]:
+        """Every form in which a secret of this config could appear in a text, longest first. A
+        user name shorter than 4 characters is left out: replacing it would mangle ordinary words,
+        and a user name alone grants nothing."""
+        key, password, user = self.api_key.get_secret_value(), self.url_password.get_secret_value(), self.url_user
+        out = {key}
+        if password:  # as written, as in a URL, and as in the basic auth header (a server may echo it)
+            out |= {password, quote(password, safe=""), f"{user}:{password}", basic_credentials(user, password)}
+        if len(user) >= 4:
+            out |= {user, quote(user, safe="")}
+        return sorted((s for s in out if s), key=len, reverse=True)
+
     @classmethod
     def from_env(cls, provider: str | None = None, *, model: str | None = None, base_url: str | None = None,
                  api_key: str | None = None, **overrides: Any) -> "LLMConfig":
         """Fill what was not given from the environment:
         CUDAL2_LLM_PROVIDER (openai | anthropic; default openai), CUDAL2_LLM_BASE_URL,
         CUDAL2_LLM_MODEL, CUDAL2_LLM_API_KEY, else OPENAI_API_KEY / ANTHROPIC_API_KEY,
-        CUDAL2_LLM_TIMEOUT (seconds)."""
+        CUDAL2_LLM_TIMEOUT (seconds), CUDAL2_LLM_RETRIES (extra attempts after the first),
+        CUDAL2_LLM_BACKOFF (seconds before the first retry; doubles per retry)."""
         env = os.environ
         provider = (provider or env.get("CUDAL2_LLM_PROVIDER") or "openai").lower()
         if provider not in DEFAULT_BASE_URL:
@@ -71,8 +123,10 @@ class LLMConfig:
         if api_key is None:
             fallback = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
             api_key = env.get("CUDAL2_LLM_API_KEY") or env.get(fallback) or ""
-        if "timeout_s" not in overrides and env.get("CUDAL2_LLM_TIMEOUT"):
-            overrides["timeout_s"] = float(env["CUDAL2_LLM_TIMEOUT"])
+        for var, name, kind in (("CUDAL2_LLM_TIMEOUT", "timeout_s", float), ("CUDAL2_LLM_RETRIES", "max_retries", int),
+                                ("CUDAL2_LLM_BACKOFF", "backoff_s", float)):
+            if name not in overrides and env.get(var):
+                overrides[name] = _env_number(var, kind)
         return cls(provider=provider, base_url=base_url, model=model, api_key=api_key, **overrides)
 
 
@@ -91,7 +145,7 @@ class ChatClient:
 
         self.config = config
         self._sleep = sleep
-        self._http = httpx.Client(timeout=httpx.Timeout(config.timeout_s))
+        self._http = httpx.Client(timeout=httpx.Timeout(config.timeout_s), auth=self._authorize)
         self.waits: list[float] = []  # seconds slept before each retry (for inspection)
 
     def __repr__(self) -> str:
@@ -100,6 +154,21 @@ class ChatClient:
 
     def close(self) -> None:
         self._http.close()
+
+    def _authorize(self, request):
+        """httpx auth hook: the secrets go on the request only as it is sent. Credentials of the
+        base URL become basic auth and then take the place of a bearer key, as they did when
+        httpx read them from the URL itself."""
+        c = self.config
+        key = c.api_key.get_secret_value()
+        if key and c.provider == "anthropic":
+            request.headers["x-api-key"] = key
+        elif key:
+            request.headers["Authorization"] = f"Bearer {key}"
+        password = c.url_password.get_secret_value()
+        if c.url_user or password:
+            request.headers["Authorization"] = "Basic " + basic_credentials(c.url_user, password)
+        return request
 
     # ---- one turn ---------------------------------------------------------------------------
     def complete(self, system: str, messages: list[dict], schema: dict | None, schema_name: str = "reply") -> Reply:
@@ -125,15 +194,19 @@ class ChatClient:
                                        "json_schema": {"name": schema_name, "schema": schema, "strict": False}}
         if c.temperature is not None:
             body["temperature"] = c.temperature
-        headers = {"Authorization": f"Bearer {c.api_key}"} if c.api_key else {}
-        out = self._post(f"{c.base_url}/chat/completions", body, headers)
+        url = f"{c.base_url}/chat/completions"
+        out = self._post(url, body, {})
         try:
             msg = out["choices"][0]["message"]
-        except (KeyError, IndexError, TypeError):
-            raise LLMError(f"unexpected chat completion: {self._redact(json.dumps(out)[:300])}") from None
-        if msg.get("refusal"):
-            raise LLMError(f"the model refused: {self._redact(str(msg['refusal'])[:300])}")
-        text = msg.get("content") or ""
+            refusal, text = msg.get("refusal"), msg.get("content")
+        except (KeyError, IndexError, TypeError, AttributeError):
+            raise LLMError(f"unexpected chat completion (no choices[0].message): "
+                           f"{self._redact(json.dumps(out))[:300]}", url) from None
+        if refusal:
+            raise LLMError(f"the model refused: {self._redact(str(refusal))[:300]}", url)
+        if not isinstance(text, str):
+            raise LLMError(f"unexpected chat completion (no text in choices[0].message.content): "
+                           f"{self._redact(json.dumps(out))[:300]}", url)
         data, err = parse_json(text)
         return Reply(text=text, data=data, message={"role": "assistant", "content": text}, parse_error=err)
 
@@ -146,13 +219,12 @@ class ChatClient:
             body["tool_choice"] = {"type": "tool", "name": schema_name}
         if c.temperature is not None:
             body["temperature"] = c.temperature
-        headers = {"anthropic-version": ANTHROPIC_VERSION}
-        if c.api_key:
-            headers["x-api-key"] = c.api_key
-        out = self._post(f"{c.base_url}/v1/messages", body, headers)
+        url = f"{c.base_url}/v1/messages"
+        out = self._post(url, body, {"anthropic-version": ANTHROPIC_VERSION})
         blocks = out.get("content") if isinstance(out, dict) else None
-        if not isinstance(blocks, list):
-            raise LLMError(f"unexpected messages reply: {self._redact(json.dumps(out)[:300])}")
+        if not isinstance(blocks, list) or not all(isinstance(b, dict) for b in blocks):
+            raise LLMError(f"unexpected messages reply (no content blocks): "
+                           f"{self._redact(json.dumps(out))[:300]}", url)
         message = {"role": "assistant", "content": blocks}
         for b in blocks:
             if b.get("type") == "tool_use":
@@ -182,30 +254,44 @@ class ChatClient:
                     try:
                         return resp.json()
                     except ValueError:
-                        raise LLMError(f"{url} answered 200 with a body that is not JSON: "
-                                       f"{self._redact(resp.text[:300])}") from None
-                detail = self._redact(resp.text[:500])
+                        raise LLMError(f"answered 200 with a body that is not JSON: "
+                                       f"{self._redact(resp.text)[:300]}", url) from None
+                detail = self._redact(resp.text)[:500]
                 if resp.status_code in RETRY_STATUSES:
                     last = f"HTTP {resp.status_code}: {detail}"
                     asked = _retry_after(resp.headers)
                     wait = asked if asked is not None else wait
                 elif resp.status_code == 400 and any(w in resp.text for w in STRUCTURED_OUTPUT_WORDS) \
                         and ("response_format" in body or "tools" in body):
-                    raise StructuredOutputUnsupported(f"{url} rejected structured output (HTTP 400): {detail}")
+                    raise StructuredOutputUnsupported(f"rejected structured output (HTTP 400): {detail}", url)
                 else:
                     hint = " (check the API key)" if resp.status_code in (401, 403) else ""
-                    raise LLMError(f"{url} answered HTTP {resp.status_code}{hint}: {detail}")
+                    raise LLMError(f"answered HTTP {resp.status_code}{hint}: {detail}", url)
             if attempt == c.max_retries:
                 break
             wait = min(max(wait, 0.0), c.max_wait_s)
             log.info("LLM request failed (%s); retrying in %.1f s", last, wait)
             self.waits.append(wait)
             self._sleep(wait)
-        raise LLMError(f"{url}: gave up after {c.max_retries + 1} attempt(s); last: {last}")
+        raise LLMError(f"gave up after {c.max_retries + 1} attempt(s); last: {last}", url)
 
     def _redact(self, text: str) -> str:
-        key = self.config.api_key
-        return text.replace(key, "***") if key else text
+        for secret in self.config.secrets():
+            text = text.replace(secret, "***")
+        return text
+
+
+def _env_number(var: str, kind: type) -> float:
+    """The number, 0 or more, that environment variable `var` holds (an int or a float)."""
+    text = os.environ[var]
+    try:
+        value = kind(text)
+    except ValueError:
+        value = None
+    if value is None or not value >= 0:  # (not >= also refuses nan)
+        whole, unit = ("whole ", "attempts") if kind is int else ("", "seconds")
+        raise ValueError(f"{var}={text!r}: give a {whole}number of {unit}, 0 or more")
+    return value
 
 
 def _retry_after(headers) -> float | None:
@@ -240,10 +326,12 @@ def parse_json(text: str) -> tuple[Any, str]:
         return json.loads(s), ""
     except json.JSONDecodeError as e:
         first = f"{e.msg} at line {e.lineno} column {e.colno}"
+    except (ValueError, RecursionError) as e:  # an integer of too many digits, nesting too deep
+        return None, f"the reply is not usable JSON ({str(e).split(';')[0][:200] or type(e).__name__})"
     start, end = s.find("{"), s.rfind("}")
     if 0 <= start < end:
         try:
             return json.loads(s[start:end + 1]), ""
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError
             pass
     return None, f"the reply is not valid JSON ({first})"
