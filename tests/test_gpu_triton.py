@@ -156,3 +156,34 @@ def test_zz_print_table():
     print(f"\n{'family':<22} {'problem':<34} {'rel.err':>9} {'torch.mm':>9}")
     for row in ROWS:
         print(f"{row[0]:<22} {row[1]:<34} {row[2]:>9} {row[3]:>9}")
+
+
+# ---- one dynamic kernel per family, every shape of its class ---------------------------------------
+DYNAMIC_SHAPES = [(1, 6144, 4096), (7, 4096, 14336), (255, 28672, 4096), (1000, 1000, 1000), (4096, 512, 64),
+                  (3001, 128256, 4096)]
+
+
+@pytest.mark.parametrize("family", list(FAMILIES))
+def test_one_dynamic_kernel_serves_serving_shapes_on_gpu(family):
+    """Rendered once, called on decode (M=1), odd and aligned shapes of class NT fp16 with a bias:
+    every result as accurate as its bound against an fp32 torch reference."""
+    import torch
+
+    backend = get_backend("triton")
+    kw = dict(FAMILIES[family], shape_specialization="dynamic")
+    if kw.get("decomposition") == "split_k":
+        kw["split_k"] = 2
+    epilogue = Epilogue(bias=True)
+    first = GemmProblem(m=64, n=64, k=256, layout="NT", epilogue=epilogue)
+    kernel = backend.compile(backend.render(first, KernelSpec(arch=_arch(), **kw)))
+    for i, (m, n, k) in enumerate(DYNAMIC_SHAPES):
+        problem = GemmProblem(m=m, n=n, k=k, layout="NT", epilogue=epilogue)
+        a, b = _operands(problem, 100 + i)
+        bias = torch.randn(n, device="cuda").half()
+        out = kernel(a, b, bias=bias)
+        ref = a.float() @ b.float() + bias.float()
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        torch_err = ((torch.addmm(bias, a, b).float() - ref).norm() / ref.norm()).item()
+        ROWS.append((f"{family} dynamic", problem.label(), f"{err:.2e}", f"{torch_err:.2e}"))
+        print(f"{family:20s} dynamic {problem.label():30s} error {err:.2e} (torch {torch_err:.2e})")
+        assert err < BOUND["float16"], f"{family} dynamic on {problem.label()}: relative error {err:.2e}"

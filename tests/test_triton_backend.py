@@ -102,16 +102,77 @@ def test_family_layout_dtype(backend, family, layout, dtype):
     check(backend, problem, spec(**kw), seed=zlib.crc32(f"{family}{layout}{dtype}".encode()) % 1000)
 
 
+@pytest.mark.parametrize("shapes", ["auto", "dynamic"])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (5, 300, 7), (33, 17, 64), (128, 64, 96)])
 @pytest.mark.parametrize("family", ["pointer", "splitk-workspace"])
-def test_shapes(backend, shape, family):
-    kw = dict(FAMILIES[family])
+def test_shapes(backend, shape, family, shapes):
+    kw = dict(FAMILIES[family], shape_specialization=shapes)
     m, n, k = shape
     if kw.get("decomposition") == "split_k":
         kw["split_k"] = min(kw["split_k"], -(-k // 32))
         if kw["split_k"] < 2:
-            kw = {}
+            kw = dict(shape_specialization=shapes)
     check(backend, GemmProblem(m=m, n=n, k=k), spec(**kw))
+
+
+# ---- one dynamic kernel serves every shape of its class ----------------------------------------------
+
+SHAPES_OF_ONE_CLASS = [(67, 45, 129), (1, 300, 64), (128, 64, 96), (5, 7, 1), (96, 1, 33), (200, 130, 260)]
+# what TMA can describe (leading dimensions of 16 bytes' multiples) in both layouts below
+TMA_SHAPES_OF_ONE_CLASS = [(72, 40, 136), (8, 8, 8), (200, 136, 264), (16, 320, 64)]
+
+
+@pytest.mark.parametrize("family", ["pointer", "pointer-persistent-along_n", "splitk-workspace",
+                                    "splitk-atomic-persistent", "tma", "tma-persistent-splitk"])
+@pytest.mark.parametrize("layout", ["NT", "TN"])
+def test_one_dynamic_kernel_serves_every_shape_of_its_class(backend, family, layout):
+    """Rendered once (for the first shape), the kernel is called on shapes of every alignment, M=1
+    and K=1 among them, and the split-K workspace grows as needed; the text and the cache key are
+    those of every other shape of the class the spec supports."""
+    kw = dict(FAMILIES[family], shape_specialization="dynamic")
+    shapes = TMA_SHAPES_OF_ONE_CLASS if kw.get("load_path") == "tma" else SHAPES_OF_ONE_CLASS
+    epilogue = Epilogue(beta=0.5, bias=True, activation="relu")
+    problems = [GemmProblem(m=m, n=n, k=k, layout=layout, epilogue=epilogue) for m, n, k in shapes]
+    first = backend.render(problems[0], spec(**kw))
+    kernel = backend.compile(first)
+    kernel.num_sms = 3
+    for i, problem in enumerate(problems):
+        if backend.supports(problem, spec(**kw)):  # (split-K deeper than K's steps is refused at render,
+            source = backend.render(problem, spec(**kw))  # but the kernel computes it: empty slices add 0)
+            assert source.text == first.text and backend.cache_key(source) == backend.cache_key(first)
+        a, b, C, bias = operands(problem, i)
+        out = kernel(a, b, C.clone(), bias)
+        ref = reference(problem, a, b, C, bias)
+        err = ((out.float() - ref).norm() / ref.norm()).item()
+        assert err < BOUND["float16"], f"{problem.label()}: relative error {err:.2e}"
+    if kw.get("decomposition") == "split_k":
+        split = kw["split_k"] if kw.get("split_k_reduction", "workspace") == "workspace" else 1
+        assert kernel._workspace.numel() == max(m * n for m, n, _ in shapes) * split
+        if kw.get("split_k_reduction") == "atomic":
+            assert torch.count_nonzero(kernel._workspace) == 0  # still ready for the next call
+
+
+def test_dynamic_tma_kernel_refuses_a_shape_tma_cannot_describe(backend):
+    kernel = backend.compile(backend.render(GemmProblem(m=72, n=40, k=136),
+                                            spec(load_path="tma", shape_specialization="dynamic")))
+    a, b = torch.randn(16, 36).half(), torch.randn(36, 24).half()  # K=36: rows of 72 bytes
+    with pytest.raises(ValueError, match="a: TMA needs rows of a multiple of 16 bytes .*load_path='pointer'"):
+        kernel(a, b)
+    out = kernel(torch.randn(16, 40).half(), torch.randn(40, 24).half())  # K=40 is fine
+    assert out.shape == (16, 24)
+
+
+def test_static_and_dynamic_kernels_differ_in_text_and_key(backend):
+    p, q = GemmProblem(m=64, n=64, k=64), GemmProblem(m=128, n=64, k=64)
+    static = [backend.render(x, spec()) for x in (p, q)]  # auto: static
+    dynamic = [backend.render(x, spec(shape_specialization="dynamic")) for x in (p, q)]
+    assert static[0].text != static[1].text and backend.cache_key(static[0]) != backend.cache_key(static[1])
+    assert dynamic[0].text == dynamic[1].text and backend.cache_key(dynamic[0]) == backend.cache_key(dynamic[1])
+    assert ", M: tl.constexpr" in static[0].text and ", M: tl.constexpr" not in dynamic[0].text
+    assert spec().key() == spec(shape_specialization="auto").key()  # the default keeps the old keys
+    assert spec(shape_specialization="dynamic").key() != spec().key()
+    assert backend.render(p, spec(shape_specialization="static")).text.split("spec     ")[1].split(" ", 1)[1] == \
+        static[0].text.split("spec     ")[1].split(" ", 1)[1]  # "static" renders what "auto" does
 
 
 EPILOGUES = {
@@ -173,6 +234,30 @@ def test_c_allocated_when_none(backend):
 def nt_kernel(backend):
     problem = GemmProblem(m=24, n=16, k=32, layout="NT", epilogue=Epilogue(beta=1.0, bias=True))
     return problem, backend.compile(backend.render(problem, spec()))
+
+
+@pytest.mark.parametrize("case,message", [
+    ("a_not_k", "a (24, 31) and b (32, 20) are not (M, K) and (K, N) matrices"),
+    ("c_shape", "c has shape (24, 16), expected (24, 20)"),
+    ("bias_shape", "bias has shape (16,), expected (20,)"),
+    ("b_layout", "b has strides (20, 1), expected (1, 32) (layout NT wants B column-major)"),
+])
+def test_dynamic_kernel_checks_the_tensors_against_each_other(backend, case, message):
+    problem = GemmProblem(m=24, n=16, k=32, layout="NT", epilogue=Epilogue(beta=1.0, bias=True))
+    kernel = backend.compile(backend.render(problem, spec(shape_specialization="dynamic")))
+    a, b, C, bias = operands(problem.replace(n=20), 0)  # another N: fine for this kernel
+    args = dict(a=a, b=b, c=torch.zeros(24, 20).half(), bias=torch.zeros(20).half())
+    if case == "a_not_k":
+        args["a"] = torch.randn(24, 31).half()
+    elif case == "c_shape":
+        args["c"] = C.new_zeros(24, 16)
+    elif case == "bias_shape":
+        args["bias"] = torch.zeros(16).half()
+    elif case == "b_layout":
+        args["b"] = b.contiguous()
+    with pytest.raises(ValueError, match="MxNxK-float16-NT") as err:
+        kernel(**args)
+    assert message in str(err.value)
 
 
 @pytest.mark.parametrize("case,message", [
@@ -270,6 +355,10 @@ def test_compile_ahead_for_hopper_and_ampere(tmp_path):
         ptx = be.compile_ahead(src)["matmul_kernel"].asm["ptx"]
         assert "cp.async" in ptx and "mma.sync" in ptx, "pipelined cp.async and mma.sync expected on sm_80"
         be.precompile(src)  # no GPU here: takes the compile_ahead path
+        odd = GemmProblem(m=67, n=45, k=129)  # the masked variant of the dynamic kernel, and a static one
+        for shapes in ("dynamic", "static"):
+            ks = be.compile_ahead(be.render(odd, ptr.replace(shape_specialization=shapes, arch="sm_90a")))
+            assert "mma" in ks["matmul_kernel"].asm["ptx"]
         print("ok")
     """)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}

@@ -14,9 +14,18 @@ from cudal2.ir import Epilogue
 GOLDEN = Path(__file__).resolve().parent / "golden" / "triton"
 
 CASES = {
-    # the plain data-parallel pointer kernel on an odd shape (every mask present)
+    # the plain data-parallel pointer kernel compiled for one odd shape (every mask present)
     "pointer_nn_odd": (GemmProblem(m=67, n=45, k=129),
                        KernelSpec(block_m=32, block_n=32, block_k=32, num_warps=4, stages=2)),
+    # the same spec for any shape: M, N, K at run time, masks chosen per shape, 64-bit strides
+    "pointer_nn_dynamic": (GemmProblem(m=67, n=45, k=129),
+                           KernelSpec(block_m=32, block_n=32, block_k=32, num_warps=4, stages=2,
+                                      shape_specialization="dynamic")),
+    # a dynamic TMA kernel: persistent, split-K, its workspace sized per call
+    "tma_nt_dynamic_persistent_splitk": (
+        GemmProblem(m=512, n=128, k=8192, layout="NT", epilogue=Epilogue(bias=True)),
+        KernelSpec(block_m=64, block_n=128, block_k=64, num_warps=4, stages=4, load_path="tma", persistent=True,
+                   decomposition="split_k", split_k=4, shape_specialization="dynamic")),
     # column-major operands, persistent grid, grouping along N, split-K through a workspace, full epilogue
     "pointer_tt_persistent_splitk_workspace_epilogue": (
         GemmProblem(m=512, n=128, k=8192, dtype="bfloat16", layout="TT",

@@ -76,6 +76,11 @@ class Backend:
         """Version of the compiler stack; part of the compiled-kernel cache key."""
         return "none"
 
+    def shape_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
+        """What of the problem a compiled kernel depends on: the problem itself (its shape baked
+        in), or, for a backend whose kernel takes the shape at run time, the problem's class."""
+        return problem.key()
+
     # --- shared behaviour -----------------------------------------------------------------
     def supports(self, problem: GemmProblem, spec: KernelSpec) -> Support:
         if spec.backend != self.name:
@@ -99,5 +104,5 @@ class Backend:
 
     def cache_key(self, source: Source) -> str:
         parts = [source.backend, self.version, self.toolchain_version(), source.spec.key(),
-                 source.problem.key(), source.digest]
+                 self.shape_key(source.problem, source.spec), source.digest]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:20]

@@ -108,6 +108,7 @@ CAPABILITIES = Capabilities(
         epilogue_path=["registers", "tma_store"],
         epilogue_subtile=[1],
         swap_ab=[False, True],
+        shape_specialization=["auto", "static"],  # every extent is baked into the module (auto: static)
         # One stage hung on the H100 (split_k=64 checks never finished on 5 of 7 shapes): the
         # producer/consumer pipeline needs two stages to overlap at all, so one is not offered.
         # small tiles on deep K want deep pipelines: cuBLAS runs 64x32 tiles with 16 stages

@@ -5,11 +5,15 @@ Two kernel families, one template each under templates/triton/:
   matmul_tma  device-side TMA tensor descriptors (sm_90/sm_90a; 16-byte aligned leading dims)
 Both cover data-parallel and persistent grids, grouped rasterization, and split-K with either
 reduction (fp32 workspace [split_k, M, N] + reduce kernel, or fp32 atomics into [M, N] +
-epilogue kernel). Every problem and spec value is baked into the rendered text as a
-compile-time constant, so the text is the kernel: readable, golden-tested, and hashed.
+epilogue kernel). Every spec value is baked into the rendered text as a compile-time constant,
+so the text is the kernel: readable, golden-tested, and hashed. The shape is baked in too
+(M, N, K constexprs), unless the spec asks for shape_specialization="dynamic": then M, N and K
+are arguments, one module serves every shape of its dtype, layout and epilogue, and Triton
+compiles it once per alignment class (and, for pointer loads, per tile evenness).
 
 Workspace (split-K only) belongs to the Kernel object: allocated on the first call, reused by
-every later call, like cuBLAS's workspace; `Kernel.workspace_bytes` says how much. The atomic
+every later call (a dynamic kernel's grows to the largest M x N it has served), like cuBLAS's
+workspace; `Kernel.workspace_bytes` says how much. The atomic
 buffer is zeroed once at allocation, and the epilogue kernel zeroes each tile after reading it,
 so no memset runs per call. One Kernel object must therefore not run concurrently on two
 streams (neither may cuBLAS with one workspace).
@@ -81,7 +85,7 @@ def cache_dir() -> Path:
 
 class TritonBackend(Backend):
     name = "triton"
-    version = "1"
+    version = "2"  # 2: M, N and K are kernel arguments (dynamic unless the spec asks for static)
     capabilities = Capabilities(
         options=options(
             block_m=_ALL_BLOCKS, block_n=_ALL_BLOCKS, block_k=_ALL_BLOCKS,
@@ -99,6 +103,7 @@ class TritonBackend(Backend):
             persistent=[False, True],
             epilogue_path=["registers"], epilogue_subtile=[1],
             swap_ab=[False],  # the templates compute D = A @ B as written
+            shape_specialization=["auto", "dynamic", "static"],  # auto: static (see dynamic())
             **{"problem.accumulator": ["float32"],
                "problem.dtype": ["float16", "bfloat16"],
                "problem.layout": ["NN", "NT", "TN", "TT"]},
@@ -120,50 +125,77 @@ class TritonBackend(Backend):
     def family(self, problem: GemmProblem, spec: KernelSpec) -> str:
         return "matmul_tma" if spec.load_path == "tma" else "matmul"
 
+    def dynamic(self, spec: KernelSpec) -> bool:
+        """Whether the spec's kernel takes M, N and K at run time (one module for every shape of
+        a problem class). "auto" is static here: on the H100 the dynamic kernels measured 0.967 of
+        the static ones' speed (96 pairs on the 48 probe shapes, benchmarks/results/tune_speed_h100_2026-11-25.md),
+        while compiling was a small part of a Triton search's time (cold 50.6 s, warm 44.4 s)."""
+        return spec.shape_specialization == "dynamic"
+
+    def shape_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
+        return problem.class_key() if self.dynamic(spec) else problem.key()
+
     def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
         m, n, k = problem.shape
         e = problem.epilogue
+        dynamic = self.dynamic(spec)
         split = spec.split_k if spec.decomposition == "split_k" else 1
-        tiles_m, tiles_n = -(-m // spec.block_m), -(-n // spec.block_n)
-        even_m, even_n, even_k = m % spec.block_m == 0, n % spec.block_n == 0, k % spec.block_k == 0
-        # offsets are int32 unless some extent product reaches 2**31 (then rows go int64)
-        wide = max(m * k, k * n, m * n * split) >= 2**31
+        # A static kernel leaves out the masks its shape does not need, and widens offsets to int64
+        # only where some extent product reaches 2**31. A dynamic one masks every edge and widens
+        # every term that multiplies an extent: it must serve any shape.
+        even_m, even_n, even_k = (False, False, False) if dynamic else (
+            m % spec.block_m == 0, n % spec.block_n == 0, k % spec.block_k == 0)
+        wide = dynamic or max(m * k, k * n, m * n * split) >= 2**31
+        w64 = ".to(tl.int64)"
+
+        def x64(extent: str) -> str:
+            # A runtime extent is an int32 (or the constexpr 1, Triton's own specialization); a static
+            # one is a Python int, whose products never overflow.
+            return f"tl.cast({extent}, tl.int64)" if dynamic else extent
+
         a_mask = [c for c, need in (("offs_m[:, None] < M", not even_m), ("offs_k[None, :] < K", not even_k)) if need]
         b_mask = [c for c, need in (("offs_k[:, None] < K", not even_k), ("offs_n[None, :] < N", not even_n)) if need]
+        # Offsets of a tile's first K step: the unit-stride term stays int32 (widening it hides its
+        # contiguity from Triton's vectorizer); the other is widened where offsets may pass 2**31.
+        widen = w64 if wide and not dynamic else ""  # dynamic: the extent itself is already int64
+        a_offsets = (f"offs_m[:, None]{widen} * {x64('K')} + offs_k[None, :]" if problem.a_row_major
+                     else f"offs_m[:, None] + offs_k[None, :]{widen} * {x64('M')}")
+        b_offsets = (f"offs_k[:, None]{widen} * {x64('N')} + offs_n[None, :]" if problem.b_row_major
+                     else f"offs_k[:, None] + offs_n[None, :]{widen} * {x64('K')}")
         formula = "alpha * A @ B" if e.alpha != 1.0 else "A @ B"
         if e.beta != 0.0:
             formula += " + beta * C"
         if e.bias:
             formula += " + bias"
         formula = _ACTIVATION_TEXT[e.activation].format(formula)
+        extent = "M, N" if dynamic else f"{m}, {n}"
         if split == 1:
             workspace_doc = "unused (None)"
         elif spec.split_k_reduction == "workspace":
-            workspace_doc = f"fp32 [{split}, {m}, {n}]: one partial sum per K slice"
+            workspace_doc = f"fp32 [{split}, {extent}]: one partial sum per K slice"
         else:
-            workspace_doc = f"fp32 [{m}, {n}], all zeros on entry (and left all zeros)"
+            workspace_doc = f"fp32 [{extent}], all zeros on entry (and left all zeros)"
         summary = (f"{spec.block_m}x{spec.block_n}x{spec.block_k} warps={spec.num_warps} stages={spec.stages} "
                    f"load={spec.load_path} group={spec.raster_group}/{spec.raster_order} "
                    + (f"split_k={split}/{spec.split_k_reduction} " if split > 1 else "")
-                   + ("persistent" if spec.persistent else "data-parallel") + f" arch={spec.arch}")
+                   + ("persistent" if spec.persistent else "data-parallel") + f" arch={spec.arch}"
+                   + (" shapes=dynamic" if dynamic else " shapes=static"))
         return dict(
             backend_version=self.version, family=self.family(problem, spec), spec_summary=summary,
+            dynamic=dynamic, problem_class=problem.class_label(), extent="" if dynamic else ": tl.constexpr",
+            # a dynamic pointer kernel is also compiled per tile evenness of the shape (masks cost
+            # the pointer loads about 8% on the H100; TMA loads need none)
+            **_even_flags(dynamic and self.family(problem, spec) == "matmul", spec),
             formula=formula, M=m, N=n, K=k,
             a_row_major=problem.a_row_major, b_row_major=problem.b_row_major,
-            stride_am=k if problem.a_row_major else 1, stride_ak=1 if problem.a_row_major else m,
-            stride_bk=n if problem.b_row_major else 1, stride_bn=1 if problem.b_row_major else k,
+            a_offsets=a_offsets, b_offsets=b_offsets,
+            a_step="BLOCK_K" if problem.a_row_major else f"BLOCK_K * {x64('M')}",
+            b_step=f"BLOCK_K * {x64('N')}" if problem.b_row_major else "BLOCK_K",
             alpha=repr(float(e.alpha)), beta=repr(float(e.beta)),
             has_alpha=e.alpha != 1.0, has_beta=e.beta != 0.0, bias=e.bias, activation=e.activation,
             split_k=split, reduction=spec.split_k_reduction,
-            tiles_m=tiles_m, tiles_n=tiles_n, num_tiles=tiles_m * tiles_n, num_work=tiles_m * tiles_n * split,
-            k_tiles=-(-k // spec.block_k), even_k=even_k,
-            along_m=spec.raster_order == "along_m",
-            wide=".to(tl.int64)" if wide else "",
-            # only terms with a non-unit stride can overflow int32 (and widening a unit-stride term
-            # hides its contiguity from Triton's vectorizer)
-            **{f"wide_{t}": ".to(tl.int64)" if wide and stride != 1 else "" for t, stride in (
-                ("am", k if problem.a_row_major else 1), ("ak", 1 if problem.a_row_major else m),
-                ("bk", n if problem.b_row_major else 1), ("bn", 1 if problem.b_row_major else k))},
+            even_k=even_k, along_m=spec.raster_order == "along_m",
+            wide=w64 if wide else "", slice_elements=f"{x64('M')} * N",
             a_mask=f", mask={' & '.join(f'({c})' for c in a_mask)}, other=0.0" if a_mask else "",
             b_mask=f", mask={' & '.join(f'({c})' for c in b_mask)}, other=0.0" if b_mask else "",
             workspace_doc=workspace_doc,
@@ -220,7 +252,7 @@ class TritonBackend(Backend):
         split = source.spec.decomposition == "split_k"
         self.module(source).warmup(dt[p.dtype], dt[p.dtype], dt[p.c_dtype],
                                    dt[p.c_dtype] if p.epilogue.bias else None,
-                                   torch.float32 if split else None)
+                                   torch.float32 if split else None, *p.shape)
 
     def compile_ahead(self, source: Source, arch: str | None = None) -> dict[str, Any]:
         """Compile the rendered kernels for `arch` (default spec.arch) with no GPU present, using
@@ -236,41 +268,64 @@ class TritonBackend(Backend):
         target = GPUTarget("cuda", {"sm_80": 80, "sm_90": 90, "sm_90a": 90}[arch or spec.arch], 32)
         dt = _torch_dtypes(torch)
         split = spec.decomposition == "split_k"
+        # tensors by dtype (None for None), the extents by value (their alignment class is part of
+        # the specialization; a static kernel's are constexprs)
         args = {"a_ptr": dt[p.dtype], "b_ptr": dt[p.dtype], "c_ptr": dt[p.c_dtype],
-                "bias_ptr": dt[p.c_dtype] if p.epilogue.bias else None, "ws_ptr": torch.float32 if split else None}
+                "bias_ptr": dt[p.c_dtype] if p.epilogue.bias else None, "ws_ptr": torch.float32 if split else None,
+                "M": p.m, "N": p.n, "K": p.k,
+                "EVEN_M": p.m % spec.block_m == 0, "EVEN_N": p.n % spec.block_n == 0, "EVEN_K": p.k % spec.block_k == 0}
         module = self.module(source)
         # the launch options exactly as launch() passes them (they are part of Triton's cache key)
-        kernels = [("matmul_kernel", list(args), dict(num_warps=spec.num_warps, num_stages=spec.stages))]
+        kernels = [("matmul_kernel", dict(num_warps=spec.num_warps, num_stages=spec.stages))]
         if split:
-            kernels.append(("splitk_epilogue_kernel", ["c_ptr", "bias_ptr", "ws_ptr"], dict(num_warps=4)))
+            kernels.append(("splitk_epilogue_kernel", dict(num_warps=4)))
         out = {}
-        for name, names, launch_options in kernels:
+        for name, launch_options in kernels:
             fn = getattr(module, name)
-            src, options = _jit_source(fn, [args[a] for a in names], launch_options, target)
+            src, options = _jit_source(fn, [args[a] for a in fn.arg_names], launch_options, target)
             out[name] = triton.compile(src, target=target, options=options)
         return out
 
 
-def _jit_source(fn, dtypes: list, launch_options: dict, target):
+def _even_flags(on: bool, spec: KernelSpec) -> dict[str, str]:
+    """Template text for the EVEN_M/N/K constexprs of a dynamic pointer kernel (empty otherwise)."""
+    if not on:
+        return dict(even_params="", even_args="", even_launch="")
+    return dict(even_params=", EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr",
+                even_args=", EVEN_M, EVEN_N, EVEN_K",
+                even_launch=(f", EVEN_M=M % {spec.block_m} == 0, EVEN_N=N % {spec.block_n} == 0, "
+                             f"EVEN_K=K % {spec.block_k} == 0"))
+
+
+def _jit_source(fn, args: list, launch_options: dict, target):
     """The ASTSource and options Triton's JIT would build for a launch with 16-byte aligned
-    tensors of these dtypes (None for None arguments), so an ahead-of-time compile lands on the
-    JIT's own cache key. Uses the JIT's binder (present in Triton 3.6 to 3.9); if its private
-    API moved, falls back to building the specialization by hand."""
+    tensors of these dtypes (None for None arguments) and these integers, so an ahead-of-time
+    compile lands on the JIT's own cache key. Uses the JIT's binder (present in Triton 3.6 to
+    3.9); if its private API moved, falls back to building the specialization by hand."""
     from triton.compiler import ASTSource, make_backend
     from triton.runtime import jit
 
     backend = make_backend(target)
     try:
         binder = jit.create_function_from_signature(fn.signature, fn.params, backend)
-        bound, specialization, options = binder(*[jit.MockTensor.wrap_dtype(d) for d in dtypes], **launch_options)
+        mocks = [a if isinstance(a, int) else jit.MockTensor.wrap_dtype(a) for a in args]
+        bound, specialization, options = binder(*mocks, **launch_options)
         options, signature, constexprs, attrs = fn._pack_args(backend, launch_options, bound, specialization, options)
         return ASTSource(fn, signature, constexprs, attrs), options.__dict__
     except (AttributeError, TypeError):
         ty = {"torch.float16": "*fp16", "torch.bfloat16": "*bf16", "torch.float32": "*fp32"}
         names = fn.arg_names
-        signature = {a: ty[str(d)] if d is not None else "constexpr" for a, d in zip(names, dtypes)}
-        constexprs = {a: None for a, d in zip(names, dtypes) if d is None}
-        attrs = {(i,): [["tt.divisibility", 16]] for i, d in enumerate(dtypes) if d is not None}
+        static = {p.name for p in fn.params if p.is_constexpr}
+
+        def kind(name, a):
+            if a is None or name in static or a == 1:  # Triton makes the integer 1 a constexpr
+                return "constexpr"
+            return "i32" if isinstance(a, int) else ty[str(a)]
+
+        signature = {name: kind(name, a) for name, a in zip(names, args)}
+        constexprs = {name: a for name, a in zip(names, args) if signature[name] == "constexpr"}
+        attrs = {(i,): [["tt.divisibility", 16]] for i, (name, a) in enumerate(zip(names, args))
+                 if signature[name] != "constexpr" and (not isinstance(a, int) or a % 16 == 0)}
         return ASTSource(fn, signature, constexprs, attrs), launch_options
 
 
@@ -279,10 +334,13 @@ def _torch_dtypes(torch) -> dict:
 
 
 class TritonKernel:
-    """kernel(a, b, c=None, bias=None) -> c for the problem it was rendered for.
+    """kernel(a, b, c=None, bias=None) -> c.
 
-    Checks every tensor against the problem (shape, dtype, layout strides, device), allocates c
-    when it is None, and launches on the current stream: no host sync, no stream creation."""
+    A static kernel (the default) serves the problem it was rendered for; a dynamic one any
+    M, N, K of that problem's class (dtypes, layout, epilogue): the shape is read off a and b.
+    Every tensor is checked (shape, dtype, layout strides, device; a TMA kernel's alignment), c
+    is allocated when it is None, and the launch goes on the current stream: no host sync, no
+    stream creation."""
 
     def __init__(self, source: Source, module) -> None:
         import torch
@@ -290,6 +348,7 @@ class TritonKernel:
         self.source = source
         self.problem = p = source.problem
         self.spec = source.spec
+        self.dynamic = source.spec.shape_specialization == "dynamic"
         self._launch = module.launch
         self._torch = torch
         dt = _torch_dtypes(torch)
@@ -309,23 +368,28 @@ class TritonKernel:
         self.num_sms: int | None = ARCHS[self.spec.arch].sm_count if self._interpreted else None
 
     # --- memory -------------------------------------------------------------------------------
-    @property
-    def workspace_bytes(self) -> int:
+    def workspace_elements(self, m: int, n: int) -> int:
         if self._split == 1:
             return 0
-        m, n = self.problem.m, self.problem.n
-        return 4 * m * n * (self._split if self.spec.split_k_reduction == "workspace" else 1)
+        return m * n * (self._split if self.spec.split_k_reduction == "workspace" else 1)
 
-    def _workspace_for(self, device):
-        if self._split == 1:
+    @property
+    def workspace_bytes(self) -> int:
+        """Workspace of the problem the kernel was rendered for (a dynamic kernel sizes its own to
+        each call's M and N, and keeps the largest)."""
+        return 4 * self.workspace_elements(self.problem.m, self.problem.n)
+
+    def _workspace_for(self, device, m: int, n: int):
+        need = self.workspace_elements(m, n)
+        if need == 0:
             return None
         ws = self._workspace
-        if ws is None or ws.device != device:
-            m, n = self.problem.m, self.problem.n
+        if ws is None or ws.device != device or ws.numel() < need:
+            self._workspace = None  # let go of the smaller buffer first
             if self.spec.split_k_reduction == "workspace":
-                ws = self._torch.empty((self._split, m, n), dtype=self._torch.float32, device=device)
-            else:  # zeroed once; the epilogue kernel leaves it zeroed
-                ws = self._torch.zeros((m, n), dtype=self._torch.float32, device=device)
+                ws = self._torch.empty(need, dtype=self._torch.float32, device=device)
+            else:  # zeroed once; the epilogue kernel zeroes what it read, whatever the shape
+                ws = self._torch.zeros(need, dtype=self._torch.float32, device=device)
             self._workspace = ws
         return ws
 
@@ -337,19 +401,33 @@ class TritonKernel:
 
     # --- the call -------------------------------------------------------------------------------
     def __call__(self, a, b, c=None, bias=None):
-        self._check(a, b, c, bias)
+        m, n, k = self._check(a, b, c, bias)
         if c is None:
-            c = self._torch.empty((self.problem.m, self.problem.n), dtype=self._out_dtype, device=a.device)
+            c = self._torch.empty((m, n), dtype=self._out_dtype, device=a.device)
         if self.num_sms is None:
             self.num_sms = self._torch.cuda.get_device_properties(a.device).multi_processor_count
         if self._set_allocator is not None:  # TMA: descriptors live in a scratch buffer we own
             self._device = a.device
             self._set_allocator(self._tma_scratch)
-        return self._launch(a, b, c, bias, self._workspace_for(a.device), self.num_sms)
+        return self._launch(a, b, c, bias, self._workspace_for(a.device, m, n), self.num_sms)
 
-    def _check(self, a, b, c, bias) -> None:
+    def _shape_of(self, a, b) -> tuple[int, int, int]:
+        """(m, n, k): the problem's, or for a dynamic kernel a's and b's (once they agree)."""
+        if not self.dynamic or not (hasattr(a, "shape") and hasattr(b, "shape")):
+            return self.problem.shape
+        if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
+            raise ValueError(f"triton kernel for {self.problem.class_label()}: a {tuple(a.shape)} and b "
+                             f"{tuple(b.shape)} are not (M, K) and (K, N) matrices")
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        if min(m, n, k) < 1:
+            raise ValueError(f"triton kernel for {self.problem.class_label()}: empty operands "
+                             f"(M={m}, N={n}, K={k}); call torch for an empty product")
+        return m, n, k
+
+    def _check(self, a, b, c, bias) -> tuple[int, int, int]:
         p = self.problem
-        m, n, k = p.shape
+        m, n, k = self._shape_of(a, b)
+        label = p.class_label() if self.dynamic else p.label()
         want_a = ((m, k), (k, 1) if p.a_row_major else (1, m))
         want_b = ((k, n), (n, 1) if p.b_row_major else (1, k))
         errors = []
@@ -376,8 +454,14 @@ class TritonKernel:
             elif self.spec.load_path == "tma":
                 errors += [f"{name}: TMA needs a 16-byte aligned base address (data_ptr % 16 == 0)"
                            for name, t in (("a", a), ("b", b)) if t.data_ptr() % 16]
+                if self.dynamic:  # a static kernel's shape passed these checks when it was rendered
+                    lead = {"a": k if p.a_row_major else m, "b": n if p.b_row_major else k}
+                    errors += [f"{name}: TMA needs rows of a multiple of 16 bytes (leading dimension {ld} "
+                               f"elements); use a spec with load_path='pointer' for this shape"
+                               for name, ld in lead.items() if ld * 2 % 16]
         if errors:
-            raise ValueError(f"triton kernel for {p.label()}: " + "; ".join(errors))
+            raise ValueError(f"triton kernel for {label}: " + "; ".join(errors))
+        return m, n, k
 
 
 def _tensor_errors(name, t, shape, strides, dtype, p: GemmProblem) -> list[str]:

@@ -14,7 +14,7 @@ from typing import Callable, Mapping
 # Fields a backend has to declare to be offered anything but their default. A backend written before
 # such a field existed renders every spec as if it held the default, so a spec that sets it must not
 # validate for that backend (it would be measured as something it is not).
-OPT_IN: Mapping[str, frozenset] = {"swap_ab": frozenset({False})}
+OPT_IN: Mapping[str, frozenset] = {"swap_ab": frozenset({False}), "shape_specialization": frozenset({"auto"})}
 
 
 @dataclass(frozen=True)

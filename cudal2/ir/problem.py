@@ -12,6 +12,8 @@ view `W.t()` of a contiguous (N, K) weight, as in nn.Linear). So "NT" is `x @ W.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from typing import Literal
 
@@ -19,7 +21,7 @@ from pydantic import Field, model_validator
 
 from . import footprint
 from .errors import SpecError, Violation
-from .model import IRModel
+from .model import IR_VERSION, IRModel
 
 Dtype = Literal["float16", "bfloat16"]
 Layout = Literal["NN", "NT", "TN", "TT"]
@@ -93,6 +95,17 @@ class GemmProblem(IRModel):
     @property
     def shape(self) -> tuple[int, int, int]:
         return (self.m, self.n, self.k)
+
+    def class_key(self) -> str:
+        """Key of the problem's class: everything but M, N and K (dtypes, layout, accumulator,
+        epilogue). A kernel compiled for any shape serves every problem of one class."""
+        fields = {name: value for name, value in json.loads(self.to_json()).items() if name not in ("m", "n", "k")}
+        payload = f"GemmProblemClass:v{IR_VERSION}:{json.dumps(fields, sort_keys=True, separators=(',', ':'))}"
+        return hashlib.sha256(payload.encode()).hexdigest()[:16]
+
+    def class_label(self) -> str:
+        """label() with MxNxK for the extents: 'MxNxK-float16-NT'."""
+        return "MxNxK" + self.label()[len(f"{self.m}x{self.n}x{self.k}"):]
 
     def leading_dims(self) -> dict[str, int]:
         """Elements between consecutive rows (row-major) or columns (column-major)."""

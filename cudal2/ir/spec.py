@@ -81,8 +81,16 @@ class KernelSpec(IRModel):
     # 64x128. Every other field keeps its meaning in D's terms (block_m is still rows of D,
     # cluster_n still multicasts A); the backend transposes them for the kernel.
     swap_ab: bool = Field(False, description="compute D^T = B^T @ A^T (tile fields still name D's rows/columns)")
+    # --- shapes --------------------------------------------------------------------------------------
+    # A dynamic kernel takes M, N and K at run time: compiled once, it serves every shape of its
+    # dtype, layout and epilogue (what a sweep over many shapes and an op serving unseen shapes
+    # want). A static one bakes the shape in. auto: the backend's choice, which is static for
+    # both backends today (Triton's dynamic kernels measured 3% slower on the H100; the CuTe DSL
+    # backend has only static ones).
+    shape_specialization: Literal["auto", "dynamic", "static"] = Field(
+        "auto", description="dynamic: one kernel for every M, N, K; static: compiled for one shape")
 
-    _LATER_FIELDS: ClassVar[tuple[str, ...]] = ("swap_ab",)
+    _LATER_FIELDS: ClassVar[tuple[str, ...]] = ("swap_ab", "shape_specialization")
 
     # ---- derived ------------------------------------------------------------------------------------
     @property

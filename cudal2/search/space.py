@@ -16,7 +16,9 @@ from ..ir import KernelSpec, capabilities as ir_capabilities
 from .proposers.space import ir_domain
 
 # Fields fixed per search (not sampled): the backend is an option only when several are searched.
-_FIXED = {"arch"}
+# A search measures the backend's own kernels (shape_specialization "auto"); static specialization
+# is a choice for a final winner, made by measuring it against that winner, not by the sampler.
+_FIXED = {"arch", "shape_specialization"}
 # Integer fields sampled on a log scale (their useful values are powers of two).
 _LOG_INTS = {"split_k", "raster_group"}
 # field -> (field it depends on, values of that field under which it matters)

@@ -1,25 +1,17 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v1, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul).
 
 problem  512x128x8192-bfloat16-TT-a0.5b1-bias-gelu: D[512, 128] = gelu(alpha * A @ B + beta * C + bias)
          A 512x8192 column-major, B 8192x128 column-major, bfloat16 in, bfloat16 out, fp32 accumulation
-spec     69d2df5494a0e281 64x64x64 warps=4 stages=4 load=pointer group=8/along_n split_k=8/workspace persistent arch=sm_90a
+spec     69d2df5494a0e281 64x64x64 warps=4 stages=4 load=pointer group=8/along_n split_k=8/workspace persistent arch=sm_90a shapes=static
 
-Every problem and spec value is a compile-time constant below: this text is the kernel.
+Every problem and spec value is a compile-time constant (M, N and K are constexpr arguments
+fixed by launch()): this text is the kernel, for this one shape.
 """
 
 import triton
 import triton.language as tl
 
-# ---- problem ------------------------------------------------------------------------------
-M = tl.constexpr(512)
-N = tl.constexpr(128)
-K = tl.constexpr(8192)
-# strides in elements, fixed by layout TT
-STRIDE_AM = tl.constexpr(1)
-STRIDE_AK = tl.constexpr(512)
-STRIDE_BK = tl.constexpr(1)
-STRIDE_BN = tl.constexpr(8192)
-# epilogue: D = gelu(alpha * A @ B + beta * C + bias)
+# ---- epilogue: D = gelu(alpha * A @ B + beta * C + bias) ----------------------------------------------------------
 ALPHA = tl.constexpr(0.5)
 BETA = tl.constexpr(1.0)
 
@@ -32,38 +24,33 @@ SPLIT_K = tl.constexpr(8)
 NUM_WARPS = 4
 NUM_STAGES = 4
 
-# ---- derived ------------------------------------------------------------------------------
-TILES_M = tl.constexpr(8)
-TILES_N = tl.constexpr(2)
-NUM_TILES = tl.constexpr(16)
-K_TILES = tl.constexpr(128)  # BLOCK_K steps over all of K
-NUM_WORK = tl.constexpr(128)  # work units: output tiles x K slices
-
 
 @triton.jit
-def tile_coords(tile_id):
+def tile_coords(tile_id, M, N):
     """Grouped rasterization: groups of GROUP tile columns; inside a group consecutive tiles
     walk along N, so concurrently running blocks share A rows and B columns in L2."""
-    tiles_in_group = GROUP * TILES_M
+    tiles_n = tl.cdiv(N, BLOCK_N)
+    tiles_in_group = GROUP * tl.cdiv(M, BLOCK_M)
     group_id = tile_id // tiles_in_group
     in_group = tile_id - group_id * tiles_in_group
     first_n = group_id * GROUP
-    group_cols = min(TILES_N - first_n, GROUP)
+    group_cols = min(tiles_n - first_n, GROUP)
     pid_n = first_n + in_group % group_cols
     pid_m = in_group // group_cols
     return pid_m, pid_n
 
 
 @triton.jit
-def k_range(split_id):
+def k_range(split_id, K):
     """BLOCK_K steps [lo, hi) of one K slice; slices differ by at most one step."""
-    lo = split_id * K_TILES // SPLIT_K
-    hi = (split_id + 1) * K_TILES // SPLIT_K
+    k_tiles = tl.cdiv(K, BLOCK_K)
+    lo = split_id * k_tiles // SPLIT_K
+    hi = (split_id + 1) * k_tiles // SPLIT_K
     return lo, hi
 
 
 @triton.jit
-def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n):
+def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N):
     """D = gelu(alpha * A @ B + beta * C + bias) on one fp32 tile, stored as bfloat16."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
@@ -75,9 +62,9 @@ def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n):
 
 
 @triton.jit
-def splitk_epilogue_kernel(c_ptr, bias_ptr, ws_ptr):
+def splitk_epilogue_kernel(c_ptr, bias_ptr, ws_ptr, M: tl.constexpr, N: tl.constexpr):
     """Sum the SPLIT_K fp32 partial tiles of the workspace [SPLIT_K, M, N], then the epilogue."""
-    pid_m, pid_n = tile_coords(tl.program_id(0))
+    pid_m, pid_n = tile_coords(tl.program_id(0), M, N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -85,12 +72,12 @@ def splitk_epilogue_kernel(c_ptr, bias_ptr, ws_ptr):
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for _ in range(SPLIT_K):
         acc += tl.load(ws_ptrs, mask=mask, other=0.0)
-        ws_ptrs += M * N  # next slice (64-bit pointer arithmetic)
-    epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n)
+        ws_ptrs += M * N  # next slice
+    epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N)
 
 
 @triton.jit
-def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n):
+def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N):
     """One K slice done: store its fp32 partial tile to workspace[split_id]."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     ws_ptrs = ws_ptr + split_id * M * N + offs_m[:, None] * N + offs_n[None, :]
@@ -98,46 +85,52 @@ def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n):
 
 
 @triton.jit
-def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr):
+def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K):
     """One work unit: the K slice `split_id` of output tile `tile_id`, pointer loads."""
-    split_id = work_id // NUM_TILES
-    pid_m, pid_n = tile_coords(work_id - split_id * NUM_TILES)
-    lo, hi = k_range(split_id)
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    split_id = work_id // num_tiles
+    pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N)
+    lo, hi = k_range(split_id, K)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = lo * BLOCK_K + tl.arange(0, BLOCK_K)
     offs_k = tl.max_contiguous(tl.multiple_of(offs_k, BLOCK_K), BLOCK_K)  # K is the contiguous dim
     offs_m = tl.max_contiguous(tl.multiple_of(offs_m, BLOCK_M), BLOCK_M)  # A is column-major
-    a_ptrs = a_ptr + offs_m[:, None] * STRIDE_AM + offs_k[None, :] * STRIDE_AK
-    b_ptrs = b_ptr + offs_k[:, None] * STRIDE_BK + offs_n[None, :] * STRIDE_BN
+    # strides in elements, fixed by layout TT
+    a_ptrs = a_ptr + offs_m[:, None] + offs_k[None, :] * M
+    b_ptrs = b_ptr + offs_k[:, None] + offs_n[None, :] * K
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for _ in tl.range(lo, hi):
         a = tl.load(a_ptrs)
         b = tl.load(b_ptrs)
         acc = tl.dot(a, b, acc)
-        a_ptrs += BLOCK_K * STRIDE_AK
-        b_ptrs += BLOCK_K * STRIDE_BK
-    finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n)
+        a_ptrs += BLOCK_K * M
+        b_ptrs += BLOCK_K
+    finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N)
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr):
-    # persistent: the grid is min(#SMs, NUM_WORK) blocks, each strides over the work units
-    for work_id in tl.range(tl.program_id(0), NUM_WORK, tl.num_programs(0)):
-        mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr)
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    # persistent: the grid is min(#SMs, work units) blocks, each strides over the work units
+    num_work = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * SPLIT_K
+    for work_id in tl.range(tl.program_id(0), num_work, tl.num_programs(0)):
+        mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K)
 
 
 def launch(a, b, c, bias, workspace, num_sms):
     """Enqueue the GEMM on the current stream; no allocation, no synchronization.
     a, b, c, bias are checked by the caller; workspace is fp32 [8, 512, 128]: one partial sum per K slice."""
-    grid = (min(num_sms, NUM_WORK.value),)  # persistent: at most one block per SM, each loops over work
-    matmul_kernel[grid](a, b, c, bias, workspace, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    splitk_epilogue_kernel[(NUM_TILES.value,)](c, bias, workspace, num_warps=4)
+    M, N, K = 512, 128, 8192
+    num_tiles = triton.cdiv(M, 64) * triton.cdiv(N, 64)
+    grid = (min(num_sms, num_tiles * 8),)  # persistent: at most one block per SM, each loops over work
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, num_warps=4)
     return c
 
 
-def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype):
-    """Compile without launching (fills Triton's disk cache); dtypes (or None) stand in for tensors."""
-    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, grid=(1,),
+def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K):
+    """Compile without launching (fills Triton's disk cache) for the alignment class of M, N, K;
+    dtypes (or None) stand in for tensors."""
+    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, grid=(1,),
                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    splitk_epilogue_kernel.warmup(c_dtype, bias_dtype, ws_dtype, grid=(1,), num_warps=4)
+    splitk_epilogue_kernel.warmup(c_dtype, bias_dtype, ws_dtype, M, N, grid=(1,), num_warps=4)

@@ -1,25 +1,17 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v1, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul_tma).
 
 problem  4096x4096x4096-float16-NN: D[4096, 4096] = A @ B
          A 4096x4096 row-major, B 4096x4096 row-major, float16 in, float16 out, fp32 accumulation
-spec     e2b2d41d033ac04b 128x256x64 warps=8 stages=3 load=tma group=8/along_m data-parallel arch=sm_90a
+spec     e2b2d41d033ac04b 128x256x64 warps=8 stages=3 load=tma group=8/along_m data-parallel arch=sm_90a shapes=static
 
-Every problem and spec value is a compile-time constant below: this text is the kernel.
+Every problem and spec value is a compile-time constant (M, N and K are constexpr arguments
+fixed by launch()): this text is the kernel, for this one shape.
 """
 
 import triton
 import triton.language as tl
 
-# ---- problem ------------------------------------------------------------------------------
-M = tl.constexpr(4096)
-N = tl.constexpr(4096)
-K = tl.constexpr(4096)
-# strides in elements, fixed by layout NN
-STRIDE_AM = tl.constexpr(4096)
-STRIDE_AK = tl.constexpr(1)
-STRIDE_BK = tl.constexpr(4096)
-STRIDE_BN = tl.constexpr(1)
-# epilogue: D = A @ B
+# ---- epilogue: D = A @ B ----------------------------------------------------------
 ALPHA = tl.constexpr(1.0)
 BETA = tl.constexpr(0.0)
 
@@ -32,36 +24,30 @@ SPLIT_K = tl.constexpr(1)
 NUM_WARPS = 8
 NUM_STAGES = 3
 
-# ---- derived ------------------------------------------------------------------------------
-TILES_M = tl.constexpr(32)
-TILES_N = tl.constexpr(16)
-NUM_TILES = tl.constexpr(512)
-K_TILES = tl.constexpr(64)  # BLOCK_K steps over all of K
-NUM_WORK = tl.constexpr(512)  # work units: output tiles x K slices
-
 
 @triton.jit
-def tile_coords(tile_id):
+def tile_coords(tile_id, M, N):
     """Grouped rasterization: groups of GROUP tile rows; inside a group consecutive tiles walk
     down M, so concurrently running blocks share B columns and A rows in L2."""
-    tiles_in_group = GROUP * TILES_N
+    tiles_m = tl.cdiv(M, BLOCK_M)
+    tiles_in_group = GROUP * tl.cdiv(N, BLOCK_N)
     group_id = tile_id // tiles_in_group
     in_group = tile_id - group_id * tiles_in_group
     first_m = group_id * GROUP
-    group_rows = min(TILES_M - first_m, GROUP)
+    group_rows = min(tiles_m - first_m, GROUP)
     pid_m = first_m + in_group % group_rows
     pid_n = in_group // group_rows
     return pid_m, pid_n
 
 
 @triton.jit
-def k_range(split_id):
+def k_range(split_id, K):
     """BLOCK_K steps [lo, hi) of one K slice; slices differ by at most one step."""
-    return 0, K_TILES
+    return 0, tl.cdiv(K, BLOCK_K)
 
 
 @triton.jit
-def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n):
+def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N):
     """D = A @ B on one fp32 tile, stored as float16."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
@@ -69,13 +55,13 @@ def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n):
 
 
 @triton.jit
-def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n):
+def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N):
     """Whole K done here: apply the epilogue and store D."""
-    epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n)
+    epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N)
 
 
 @triton.jit
-def make_descriptors(a_ptr, b_ptr):
+def make_descriptors(a_ptr, b_ptr, M, N, K):
     """Device-side TMA descriptors. A column-major operand is described as its contiguous
     transpose (the tile is transposed back in registers); TMA fills out-of-bounds with zeros."""
     a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1], block_shape=[BLOCK_M, BLOCK_K])
@@ -84,11 +70,12 @@ def make_descriptors(a_ptr, b_ptr):
 
 
 @triton.jit
-def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr):
+def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K):
     """One work unit: the K slice `split_id` of output tile `tile_id`, TMA loads."""
-    split_id = work_id // NUM_TILES
-    pid_m, pid_n = tile_coords(work_id - split_id * NUM_TILES)
-    lo, hi = k_range(split_id)
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    split_id = work_id // num_tiles
+    pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N)
+    lo, hi = k_range(split_id, K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in tl.range(lo, hi):
         a = a_desc.load([pid_m * BLOCK_M, kt * BLOCK_K])
@@ -96,24 +83,27 @@ def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr):
         acc = tl.dot(a, b, acc)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n)
+    finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N)
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr):
-    a_desc, b_desc = make_descriptors(a_ptr, b_ptr)
-    mainloop(tl.program_id(0), a_desc, b_desc, c_ptr, bias_ptr, ws_ptr)
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M: tl.constexpr, N: tl.constexpr, K: tl.constexpr):
+    a_desc, b_desc = make_descriptors(a_ptr, b_ptr, M, N, K)
+    mainloop(tl.program_id(0), a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K)
 
 
 def launch(a, b, c, bias, workspace, num_sms):
     """Enqueue the GEMM on the current stream; no allocation, no synchronization.
     a, b, c, bias are checked by the caller; workspace is unused (None)."""
-    grid = (NUM_WORK.value,)
-    matmul_kernel[grid](a, b, c, bias, workspace, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    M, N, K = 4096, 4096, 4096
+    num_tiles = triton.cdiv(M, 128) * triton.cdiv(N, 256)
+    grid = (num_tiles,)  # work units: output tiles
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
     return c
 
 
-def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype):
-    """Compile without launching (fills Triton's disk cache); dtypes (or None) stand in for tensors."""
-    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, grid=(1,),
+def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K):
+    """Compile without launching (fills Triton's disk cache) for the alignment class of M, N, K;
+    dtypes (or None) stand in for tensors."""
+    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, grid=(1,),
                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)

@@ -1,0 +1,234 @@
+"""How fast cudal2 measures: dynamic-shape kernels against static ones, seconds to tune a new
+shape, and checked (spec, shape) pairs per second. Every figure is taken with the project's
+evaluator (correctness first, CUDA-graph kernel time, baselines interleaved), offline mode.
+
+    python benchmarks/tune_speed.py OUT.md --probe h100_probe_cublas_vs_triton.json \\
+        [--part static --part tune --part sweep] [--backend triton] [--max-seconds 500]
+
+Parts:
+- static: on each probe shape (fp16, NN), the rules' first proposals rendered static and dynamic,
+  timed in one evaluator call; ratio = static kernel time / dynamic kernel time.
+- tune: cudal2.search at budget 32 (rules, then Optuna; 3 leaders confirmed) on serving shapes
+  from the validation split: cold (empty kernel caches), warm (the same shape again in a fresh
+  store, kernels cached), and another shape of the same class after those.
+- sweep: SPECS specs on each of several small serving shapes (1 GFLOP or less) through one
+  Evaluator, after one pass that compiles; pairs/s of the second pass.
+
+The report is rewritten after each part (with a .json beside it), so a run cut short keeps what
+it measured.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from cudal2 import GemmProblem  # noqa: E402
+from cudal2.ir import KernelSpec  # noqa: E402
+
+BUDGET = 32
+
+
+def tune_shapes() -> list[str]:
+    """Three validation serving shapes: 64 and 255 tokens of the first validation weight, 1000
+    tokens of the last (so the warm runs also meet a weight the cold run did not)."""
+    from cudal2 import shapes as shape_sets
+
+    val = shape_sets.shapes("serving", "validation")
+    first, last = (val[0].n, val[0].k), (val[-1].n, val[-1].k)
+    pick = [next(s for s in val if (s.n, s.k) == w and s.m == m) for w, m in ((first, 64), (first, 255), (last, 1000))]
+    return [f"{s.m}x{s.n}x{s.k}" for s in pick]
+
+
+def geomean(xs):
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _specs(problem, backends, n):
+    from cudal2.search.proposers.rules import RulesProposer
+
+    return [p.spec for p in RulesProposer(backends=backends).propose(problem, n=n)]
+
+
+def part_static(probe: Path, backends, deadline: float, out: dict, save) -> None:
+    """Static against dynamic on the probe shapes."""
+    from cudal2.bench.evaluator import Evaluator
+
+    rows = out.setdefault("static", [])
+    shapes = [(r["M"], r["N"], r["K"]) for r in json.loads(probe.read_text())]
+    with Evaluator(baselines=("torch",)) as ev:
+        for m, n, k in shapes:
+            if time.time() > deadline:
+                break
+            problem = GemmProblem(m=m, n=n, k=k)
+            specs = _specs(problem, backends, 2)
+            pairs = [(s.replace(shape_specialization="static"), s.replace(shape_specialization="dynamic"))
+                     for s in specs]
+            results = ev.evaluate(problem, [x for p in pairs for x in p])
+            for i, spec in enumerate(specs):
+                st, dy = results[2 * i], results[2 * i + 1]
+                row = {"shape": problem.label(), "spec": spec.summary(),
+                       "static_ms": st.kernel_ms() if st.ok else None, "dynamic_ms": dy.kernel_ms() if dy.ok else None,
+                       "static_status": st.status, "dynamic_status": dy.status}
+                row["ratio"] = (row["static_ms"] / row["dynamic_ms"]) if row["static_ms"] and row["dynamic_ms"] else None
+                rows.append(row)
+                print(f"{problem.label():28s} {spec.summary():40s} static {row['static_ms']} dynamic "
+                      f"{row['dynamic_ms']} ratio {row['ratio']}", flush=True)
+            save()
+
+
+def part_tune(backends, deadline: float, out: dict, save) -> None:
+    """Seconds to tune new shapes: cold caches, warm caches."""
+    import cudal2
+
+    rows = out.setdefault("tune", [])
+    cache = Path(tempfile.mkdtemp(prefix="cudal2-tune-"))
+    # Every cache a compile writes to starts empty: cudal2's (rendered modules, the CuTe DSL's
+    # exports) and Triton's own. Worker and pool processes inherit these.
+    os.environ["CUDAL2_CACHE_DIR"] = str(cache / "cudal2")
+    os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
+    a, b, c = tune_shapes()
+    runs = [("cold", a), ("warm, same shape", a), ("warm, new shape", b), ("warm, new weight", c)]
+    for i, (kind, shape) in enumerate(runs):
+        if time.time() > deadline:
+            break
+        start = time.time()
+        res = cudal2.search(shape, layout="NT", backends=backends, budget=BUDGET, progress=False,
+                            store=str(cache / f"store{i}.db"), seed=0)
+        wall = time.time() - start
+        row = {"kind": kind, "shape": res.problem.label(), "seconds": wall, "evaluations": res.evaluations,
+               "speedup_torch": res.speedup.get("torch"), "best": res.best.spec.summary() if res.best else None}
+        rows.append(row)
+        print(f"tune {kind:18s} {row['shape']:26s} {wall:6.1f} s, {res.evaluations} evaluations, "
+              f"{row['speedup_torch']} of torch", flush=True)
+        save()
+
+
+def part_sweep(backends, n_specs: int, deadline: float, out: dict, save) -> None:
+    """Checked (spec, shape) pairs per second over small serving shapes."""
+    from cudal2 import shapes as shape_sets
+    from cudal2.bench.evaluator import Evaluator
+
+    small = [s.problem() for s in shape_sets.shapes("serving", "train") if 2 * s.m * s.n * s.k <= 1e9]
+    small = small[:: max(1, len(small) // 12)][:12]
+    specs: list[KernelSpec] = []
+    for p in small:  # the rules' proposals over these shapes, the first n_specs distinct ones
+        for s in _specs(p, backends, 8):
+            if s.key() not in {x.key() for x in specs}:
+                specs.append(s)
+    specs = specs[:n_specs]
+    row = {"shapes": len(small), "specs": len(specs)}
+    with Evaluator(baselines=("torch",)) as ev:
+        for label, key in (("first pass (compiles)", "first_s"), ("second pass", "second_s")):
+            start, pairs, ok = time.time(), 0, 0
+            for p in small:
+                if time.time() > deadline:
+                    break
+                results = ev.evaluate(p, [s for s in specs if ev_supports(s, p)])
+                pairs += len(results)
+                ok += sum(r.ok for r in results)
+            row[key] = time.time() - start
+            row[key.replace("_s", "_pairs")] = pairs
+            row[key.replace("_s", "_ok")] = ok
+            print(f"sweep {label}: {pairs} pairs ({ok} correct) in {row[key]:.1f} s = "
+                  f"{pairs / max(row[key], 1e-9):.1f} pairs/s", flush=True)
+        row["stats"] = ev.stats.line()
+    out["sweep"] = row
+    save()
+
+
+def ev_supports(spec, problem) -> bool:
+    from cudal2.codegen import get_backend
+
+    return bool(get_backend(spec.backend).supports(problem, spec))
+
+
+def markdown(out: dict) -> str:
+    lines = [f"# Measurement speed ({out.get('gpu', '?')}, {out.get('date', '')})", "",
+             f"`{out.get('command', '')}`", ""]
+    st = [r for r in out.get("static", []) if r["ratio"]]
+    if out.get("static"):
+        g = geomean(r["ratio"] for r in st)
+        worst = min(st, key=lambda r: r["ratio"]) if st else None
+        summary = (f"{len(st)} (shape, spec) pairs on {len({r['shape'] for r in st})} probe shapes; static/dynamic "
+                   f"geometric mean {g:.3f}; lowest {worst['ratio']:.3f} ({worst['shape']}, `{worst['spec']}`). "
+                   "Above 1: the dynamic kernel is faster." if st else "no pair measured")
+        lines += ["## Dynamic-shape kernels against static ones (offline kernel time)", "", summary, "",
+                  "| shape | spec | static us | dynamic us | static/dynamic |", "|---|---|---:|---:|---:|"]
+        for r in out["static"]:
+            lines.append(f"| {r['shape']} | `{r['spec']}` | {_us(r['static_ms'])} | {_us(r['dynamic_ms'])} | "
+                         f"{r['ratio']:.3f} |" if r["ratio"] else
+                         f"| {r['shape']} | `{r['spec']}` | {r['static_status']} | {r['dynamic_status']} | - |")
+        lines.append("")
+    if out.get("tune"):
+        lines += [f"## Seconds to tune a new shape (budget {BUDGET}, confirmed)", "",
+                  "| run | shape | seconds | evaluations | vs torch | best |", "|---|---|---:|---:|---:|---|"]
+        for r in out["tune"]:
+            sp = f"{r['speedup_torch']:.3f}" if r["speedup_torch"] else "-"
+            lines.append(f"| {r['kind']} | {r['shape']} | {r['seconds']:.1f} | {r['evaluations']} | {sp} | "
+                         f"`{r['best']}` |")
+        lines.append("")
+    if out.get("sweep"):
+        s = out["sweep"]
+        lines += ["## Bulk measurement", "",
+                  f"{s['specs']} specs on {s['shapes']} serving shapes of 1 GFLOP or less, one evaluator: "
+                  f"first pass {s.get('first_pairs', 0)} pairs in {s.get('first_s', 0):.1f} s; second pass "
+                  f"{s.get('second_pairs', 0)} pairs in {s.get('second_s', 0):.1f} s = "
+                  f"{s.get('second_pairs', 0) / max(s.get('second_s', 1e-9), 1e-9):.1f} checked pairs/s. "
+                  f"Evaluator time per candidate: {s.get('stats', '')}", ""]
+    return "\n".join(lines)
+
+
+def _us(ms):
+    return "-" if ms is None else f"{ms * 1e3:.1f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--probe", type=Path, help="the H100 probe file (for --part static)")
+    ap.add_argument("--part", action="append", choices=["static", "tune", "sweep"])
+    ap.add_argument("--backend", action="append")
+    ap.add_argument("--specs", type=int, default=16, help="specs per shape in the sweep")
+    ap.add_argument("--max-seconds", type=float, default=500)
+    args = ap.parse_args()
+    parts = args.part or ["static", "tune", "sweep"]
+    backends = tuple(args.backend or ["triton"])
+    if "static" in parts and not args.probe:
+        ap.error("--part static needs --probe")
+    import torch
+
+    out = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
+           "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/tune_speed.py " + " ".join(sys.argv[1:]),
+           "backends": backends}
+
+    def save():
+        args.out.write_text(markdown(out) + "\n")
+        args.out.with_suffix(".json").write_text(json.dumps(out, indent=1))
+
+    start = time.time()
+    share = args.max_seconds / len(parts)
+    for i, part in enumerate(parts):
+        deadline = start + share * (i + 1)
+        if part == "static":
+            part_static(args.probe, backends, deadline, out, save)
+        elif part == "tune":
+            part_tune(backends, deadline, out, save)
+        else:
+            part_sweep(backends, args.specs, deadline, out, save)
+    save()
+    print(markdown(out))
+
+
+if __name__ == "__main__":
+    main()
