@@ -80,18 +80,25 @@ def endpoint(fault: str, tmp_path: Path):
     return server, f"http://{userinfo}{host}/v1", f"http://{host}/v1/chat/completions"
 
 
-@pytest.mark.parametrize("fault", list(FAULTS))
-def test_an_endpoint_fault_warns_falls_back_and_spends_the_budget(fault, tmp_path):
-    _, _, reason, requests = FAULTS[fault]
+def search_against(fault: str, tmp_path: Path, *extra: str):
+    """`cudal2 search SHAPE --proposer llm` against the fault's loopback server (up for the run
+    only): (the finished process, the server or None, the base URL given, the endpoint's URL)."""
     server, base_url, url = endpoint(fault, tmp_path)
     if server:
         server.__enter__()
     try:
         out = run_cli(tmp_path, base_url, "search", SHAPE, "--proposer", "llm", "--runner", "recorded",
-                      "--budget", str(BUDGET))
+                      "--budget", str(BUDGET), *extra)
     finally:
         if server:
             server.__exit__(None, None, None)
+    return out, server, base_url, url
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_an_endpoint_fault_warns_falls_back_and_spends_the_budget(fault, tmp_path):
+    _, _, reason, requests = FAULTS[fault]
+    out, server, base_url, url = search_against(fault, tmp_path)
     assert out.returncode == 0, out.stderr
     assert "Traceback" not in out.stdout + out.stderr
     (warning,) = [line for line in out.stderr.splitlines() if line.startswith("warning:")]
@@ -115,15 +122,7 @@ def test_an_endpoint_fault_warns_falls_back_and_spends_the_budget(fault, tmp_pat
 @pytest.mark.parametrize("fault", ["http 500 after retries", "reply without choices", "refused connection"])
 def test_with_llm_fatal_an_endpoint_fault_is_a_one_line_error(fault, tmp_path):
     _, _, reason, _ = FAULTS[fault]
-    server, base_url, url = endpoint(fault, tmp_path)
-    if server:
-        server.__enter__()
-    try:
-        out = run_cli(tmp_path, base_url, "search", SHAPE, "--proposer", "llm", "--runner", "recorded",
-                      "--budget", str(BUDGET), "--llm-fatal")
-    finally:
-        if server:
-            server.__exit__(None, None, None)
+    out, _, _, url = search_against(fault, tmp_path, "--llm-fatal")
     assert out.returncode == 1
     lines = (out.stdout + out.stderr).strip().splitlines()
     assert len(lines) <= 4 and "Traceback" not in out.stdout + out.stderr
