@@ -118,15 +118,15 @@ def part_sweep(backends, n_specs: int, deadline: float, out: dict, save) -> None
     """Checked (spec, shape) pairs per second over small serving shapes."""
     from cudal2 import shapes as shape_sets
     from cudal2.bench.evaluator import Evaluator
+    from cudal2.codegen import get_backend
 
     small = [s.problem() for s in shape_sets.shapes("serving", "train") if 2 * s.m * s.n * s.k <= 1e9]
     small = small[:: max(1, len(small) // 12)][:12]
-    specs: list[KernelSpec] = []
+    distinct: dict[str, KernelSpec] = {}
     for p in small:  # the rules' proposals over these shapes, the first n_specs distinct ones
         for s in _specs(p, backends, 8):
-            if s.key() not in {x.key() for x in specs}:
-                specs.append(s)
-    specs = specs[:n_specs]
+            distinct.setdefault(s.key(), s)
+    specs = list(distinct.values())[:n_specs]
     row = {"shapes": len(small), "specs": len(specs)}
     with Evaluator(baselines=("torch",)) as ev:
         for label, key in (("first pass (compiles)", "first_s"), ("second pass", "second_s")):
@@ -134,7 +134,7 @@ def part_sweep(backends, n_specs: int, deadline: float, out: dict, save) -> None
             for p in small:
                 if time.time() > deadline:
                     break
-                results = ev.evaluate(p, [s for s in specs if ev_supports(s, p)])
+                results = ev.evaluate(p, [s for s in specs if get_backend(s.backend).supports(p, s)])
                 pairs += len(results)
                 ok += sum(r.ok for r in results)
             row[key] = time.time() - start
@@ -145,12 +145,6 @@ def part_sweep(backends, n_specs: int, deadline: float, out: dict, save) -> None
         row["stats"] = ev.stats.line()
     out["sweep"] = row
     save()
-
-
-def ev_supports(spec, problem) -> bool:
-    from cudal2.codegen import get_backend
-
-    return bool(get_backend(spec.backend).supports(problem, spec))
 
 
 def markdown(out: dict) -> str:

@@ -85,7 +85,7 @@ def cache_dir() -> Path:
 
 class TritonBackend(Backend):
     name = "triton"
-    version = "2"  # 2: M, N and K are kernel arguments (dynamic unless the spec asks for static)
+    version = "2"  # 2: M, N and K are kernel arguments (constexprs unless the spec asks for dynamic)
     capabilities = Capabilities(
         options=options(
             block_m=_ALL_BLOCKS, block_n=_ALL_BLOCKS, block_k=_ALL_BLOCKS,

@@ -5,8 +5,8 @@ problems MxNxK-float16-NN: D[M, N] = A @ B
 spec     f7d6618a3fb1ff78 32x32x32 warps=4 stages=2 load=pointer group=8/along_m data-parallel arch=sm_90a shapes=dynamic
 
 M, N and K are arguments: this one module serves every shape of its dtype, layout and epilogue.
-Triton compiles it once per alignment class (each extent divisible by 16 or not) and caches it;
-every spec value is a compile-time constant below.
+Triton compiles it once per alignment class (each extent divisible by 16 or not) and tile
+evenness (EVEN_M/N/K) and caches it; every spec value is a compile-time constant below.
 """
 
 import triton
