@@ -33,8 +33,10 @@ def default_arch() -> str:
     return DEFAULT_ARCH
 
 
-def default_runner():
-    """The GPU evaluator of cudal2.bench. Raises a clear error without a GPU."""
+def default_runner(**config):
+    """The GPU evaluator of cudal2.bench (config: EvalConfig fields; by default a search's trials are
+    timed with TimingConfig.sweep() and its confirmation rounds in full). Raises a clear error
+    without a GPU."""
     if not gpu_available():
         raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine use a dry run "
                            "(`cudal2 search SHAPE --dry-run`: propose, validate, render and compile only), "
@@ -47,7 +49,9 @@ def default_runner():
         except ImportError as e:
             raise RuntimeError("the GPU evaluator (cudal2.bench.Evaluator) is not installed in this checkout; "
                                "pass runner=... to cudal2.search") from e
-    return Evaluator()
+    from .bench.timing import TimingConfig
+
+    return Evaluator(**{"trial_timing": TimingConfig.sweep(), **config})
 
 
 def target_memory(arch: str, runner: Any = None) -> tuple[int, str]:

@@ -1,6 +1,7 @@
 """Confirmation (cudal2.search.confirm): the leaders of a search are timed again and the winner is
 named by the median of those rounds, not by the one lucky trial that made it a leader."""
 
+import contextlib
 import time
 
 import pytest
@@ -210,3 +211,44 @@ def test_the_tuned_table_ranks_in_the_mode_asked_for(tmp_path):
     (sustained,) = list(TunedTable.from_store(store, mode="sustained"))
     assert offline.spec == LUCKY and offline.kernel_ms == pytest.approx(0.080)
     assert sustained.spec == STEADY and sustained.kernel_ms == pytest.approx(0.090)
+
+
+class BriefTrials(Sequenced):
+    """Says which timing each evaluate() call got: brief outside full_timing(), full inside it."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.full, self.timings = False, []
+
+    @contextlib.contextmanager
+    def full_timing(self):
+        self.full = True
+        try:
+            yield self
+        finally:
+            self.full = False
+
+    def evaluate(self, problem, specs, modes=("offline",)):
+        self.timings += ["full" if self.full else "brief"] * len(specs)
+        return super().evaluate(problem, specs, modes)
+
+
+def test_trials_are_timed_briefly_and_the_confirmation_rounds_in_full(tmp_path):
+    runner = BriefTrials({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]})
+    res = search(runner, Store(tmp_path / "s.db"))
+    assert res.confirmed_rounds == 3
+    brief, full = runner.timings.count("brief"), runner.timings.count("full")
+    assert brief == res.evaluations and full == len(Store(tmp_path / "s.db").confirmations(PROBLEM)) > 0
+    assert runner.timings == ["brief"] * brief + ["full"] * full
+
+
+def test_the_evaluator_times_trials_with_trial_timing_and_confirmations_with_timing():
+    from cudal2.bench.evaluator import Evaluator
+    from cudal2.bench.timing import TimingConfig
+
+    brief = TimingConfig.sweep()
+    ev = Evaluator(device="cpu", trial_timing=brief)
+    assert ev.timing is brief
+    with ev.full_timing():
+        assert ev.timing == TimingConfig()
+    assert ev.timing is brief and Evaluator(device="cpu").timing == TimingConfig()

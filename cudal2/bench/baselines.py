@@ -7,6 +7,12 @@ strided views, so the same layouts) and timed through the same path as candidate
   (nvmath `plan(preferences=MatmulPlanPreferences(limit=100))` then `autotune()`).
 Both cuBLASLt baselines use the same MatmulOptions, so the same workspace policy
 (nvmath sizes and allocates the workspace for the chosen algorithm).
+- quack_heuristic: quack-kernels' GEMM (`quack.gemm_interface.gemm`, CuTe DSL) with its own
+  default config (tuned=False), the best open-source peer.
+- quack_autotune: the same with its own autotuner (tuned=True); the first call of a shape tunes,
+  before any timing.
+quack-kernels is optional like nvmath: where it is not installed the two are reported
+unavailable with the reason.
 
 nvmath-python is optional and imported only here, lazily; without it the cuBLASLt
 baselines are reported unavailable with the reason. nvmath's execute() costs tens of
@@ -22,7 +28,10 @@ from typing import Any, Callable
 
 from ..ir import GemmProblem
 
-NAMES = ("torch", "cublaslt_heuristic", "cublaslt_autotune")
+QUACK = ("quack_heuristic", "quack_autotune")
+NAMES = ("torch", "cublaslt_heuristic", "cublaslt_autotune", *QUACK)
+# Baselines that write into the output they are given (the others allocate their own results).
+WRITE_GIVEN_OUTPUT = ("torch", *QUACK)
 
 
 @dataclass
@@ -55,6 +64,14 @@ def prepare(name: str, problem: GemmProblem, sets: list, outs: list, cache: dict
                                                       f"pip install nvmath-python[cu12] to enable cuBLASLt baselines")
         except Exception as e:  # noqa: BLE001 - a library failure makes the baseline unavailable, not the run
             return PreparedBaseline(name, None, detail=f"cuBLASLt through nvmath failed: {type(e).__name__}: {e}")
+    if name in QUACK:
+        try:
+            return _quack(name, problem, sets, outs)
+        except ImportError as e:
+            return PreparedBaseline(name, None, detail=f"quack-kernels is not installed ({e}); pip install "
+                                                      "quack-kernels to compare with it")
+        except Exception as e:  # noqa: BLE001 - a library failure makes the baseline unavailable, not the run
+            return PreparedBaseline(name, None, detail=f"quack failed: {type(e).__name__}: {str(e)[:300]}")
     raise KeyError(f"unknown baseline {name!r}; known: {', '.join(NAMES)}")
 
 
@@ -133,3 +150,21 @@ def _cublaslt(name: str, problem: GemmProblem, sets, cache: dict | None = None) 
         return r
 
     return PreparedBaseline(name, call, lambda i: results.get(i), detail=detail + "; workspace managed by nvmath")
+
+
+def _quack(name: str, problem: GemmProblem, sets, outs) -> PreparedBaseline:
+    from quack.gemm_interface import gemm  # optional dependency
+
+    e = problem.epilogue
+    if e.beta != 0 or e.activation != "none":
+        return PreparedBaseline(name, None, detail="epilogue with C or an activation is not mapped to quack yet")
+    tuned = name == "quack_autotune"
+
+    def call(i):
+        s = sets[i]
+        return gemm(s.a, s.b, out=outs[i], bias=s.bias if e.bias else None, alpha=e.alpha, tuned=tuned)
+
+    for i in range(len(sets)):  # compile (and tune) here, before the timed path and any graph capture
+        call(i)
+    how = "its autotuner (tuned=True)" if tuned else "its default config (tuned=False)"
+    return PreparedBaseline(name, call, lambda i: outs[i], detail=f"quack.gemm_interface.gemm with {how}")

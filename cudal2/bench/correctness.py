@@ -294,13 +294,63 @@ def stream_order_check(kernel: Callable, problem: GemmProblem, ops: Operands, ou
                            f"seen (work on another stream that does not wait for the caller's): {e}") from None
 
 
+def stream_order_many(kernels: dict[str, Callable], problem: GemmProblem, ops: Operands, policy: AccuracyPolicy,
+                      seed: int, spin_cycles: int = 100_000_000, reserved: int = 0) -> dict[str, float | str]:
+    """stream_order_check for many kernels behind one device-side delay: new inputs are written on
+    the caller's stream behind the delay, then every kernel is called at once, each into its own
+    poisoned output. Every launch must be enqueued while the delay still runs (an event behind it
+    says so); a kernel whose work on another stream does not wait reads the old inputs and fails.
+    Returns name -> relative error, or the reason it failed ("inconclusive: ..." where the
+    launches outlasted the delay, so the caller checks those kernels again, fewer at a time).
+    CUDA only."""
+    import torch
+
+    fresh = make_operands(problem, seed, ops.a.device)
+    exp = expected_for(problem, fresh, policy, memory.spare_bytes(ops.a.device, reserved))
+    outs = {name: GuardedOutput(problem, ops.a.device, seed=seed + i) for i, name in enumerate(kernels)}
+    for out in outs.values():
+        out.poison(fresh.c_in)
+    torch.cuda.synchronize()
+    torch.cuda._sleep(spin_cycles)  # the caller's stream is busy; other streams are not
+    delay_over = torch.cuda.Event()
+    delay_over.record()
+    for dst, src in ((ops.a, fresh.a), (ops.b, fresh.b), (ops.bias, fresh.bias), (ops.c_in, fresh.c_in)):
+        if dst is not None:
+            dst.copy_(src)
+    returned: dict[str, Any] = {}
+    found: dict[str, float | str] = {}
+    for name, kernel in kernels.items():
+        try:
+            returned[name] = kernel(ops.a, ops.b, outs[name].c, ops.bias)
+        except Exception as e:  # noqa: BLE001 - this kernel's failure; the others still run
+            found[name] = f"raised {type(e).__name__}: {e}"
+    # The delay ended before the last launch: the test did not hold for the later kernels. Alone, a
+    # kernel that waits for the device before it launches (and so honours the order) is checked as
+    # stream_order_check does it.
+    late = len(kernels) > 1 and delay_over.query()
+    torch.cuda.synchronize()
+    for name in kernels:
+        if name in found:
+            continue
+        if late:
+            found[name] = "inconclusive: the launches outlasted the delay"
+            continue
+        try:
+            found[name] = verify_output(problem, outs[name], exp, returned[name])
+        except CheckFailure as e:
+            found[name] = (f"stream order: inputs written on the caller's stream just before the call were not "
+                           f"seen (work on another stream that does not wait for the caller's): {e}")
+    return found
+
+
 CHECKS = ("fresh-normal-inputs", "refilled-same-pointers", "nan-poison", "guard-zones", "finite",
           "rel-frobenius-vs-trusted")
 
 
 def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: AccuracyPolicy = AccuracyPolicy(),
                  sync: Callable[[], None] = lambda: None, base_seed: int | None = None,
-                 reserved: int = 0) -> Correctness:
+                 reserved: int = 0, storage: tuple[Operands, GuardedOutput] | None = None,
+                 stream_order: bool | None = None) -> Correctness:
     """The checks before any timing: `policy.seeds` input sets, each written into the same
     operand storage (same pointers, new values), each call into a freshly poisoned, guarded
     output. Raises CheckFailure on the first failing check.
@@ -308,10 +358,18 @@ def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: A
     On a GPU the references are sized to the memory left (see expected_for), less `reserved`
     bytes kept free for the kernel itself (its workspace, allocated on its first call); the
     stream-order check, which needs a second input set, is skipped (and said so in the checks)
-    where that set does not fit."""
+    where that set does not fit.
+
+    storage: operands and output to reuse (the checks of many kernels on one problem allocate
+    them once; every seed is written into them anew). stream_order: False leaves the stream-order
+    check to the caller (stream_order_many checks many kernels behind one delay); None follows
+    the policy."""
     base = secrets.randbits(31) if base_seed is None else base_seed
-    ops = make_operands(problem, base, device)
-    out = GuardedOutput(problem, device)
+    if storage is None:
+        ops, out = make_operands(problem, base, device), GuardedOutput(problem, device)
+    else:
+        ops, out = storage
+        ops.refill(base)
     worst, bound = 0.0, 0.0
     exp = None
     for i in range(policy.seeds):
@@ -326,7 +384,7 @@ def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: A
         worst, bound = max(worst, err), max(bound, exp.bound)
     exp = None
     checks = CHECKS if problem.epilogue.beta == 0 else tuple(c for c in CHECKS if c != "nan-poison")
-    if policy.stream_order and getattr(ops.a, "is_cuda", False):
+    if (policy.stream_order if stream_order is None else stream_order) and getattr(ops.a, "is_cuda", False):
         spare = memory.spare_bytes(device, reserved)
         second_set = memory.input_set_bytes(problem)
         if spare is not None and second_set + SCRATCH_MIN > spare:

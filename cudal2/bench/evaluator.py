@@ -21,6 +21,8 @@ The flow per problem:
 
 from __future__ import annotations
 
+import concurrent.futures as cf
+import contextlib
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
@@ -32,9 +34,9 @@ from .correctness import AccuracyPolicy
 from .memory import DeviceMemory
 from .results import MODES, BaselineResult, CandidateResult, Correctness, Environment, EvalReport, Mode
 from .timing import TimingConfig
-from .worker import KernelRef, TimeRequest, Worker, WorkerDied
+from .worker import CheckBatch, KernelRef, TimeRequest, Worker, WorkerDied
 
-DEFAULT_BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune")
+DEFAULT_BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "quack_heuristic", "quack_autotune")
 # Where the fp32 reference may not fit on the GPU (more than this share of the free memory last
 # reported, which the compile pool's and the worker's CUDA contexts then reduce), the checks get
 # time for its trips to the host at this rate (pageable copies, counted low).
@@ -58,6 +60,10 @@ class EvalConfig:
     time_timeout_s: float = 120.0  # the timing job: this plus 30 s per contender and mode
     policy: AccuracyPolicy = field(default_factory=AccuracyPolicy)
     timing: TimingConfig = field(default_factory=TimingConfig)
+    # The timing of evaluate() calls outside full_timing(): a search's trials, which only rank
+    # candidates, may take the shorter TimingConfig.sweep(); its confirmation rounds, whose figures
+    # are reported, run inside full_timing() with `timing`. None: `timing` everywhere.
+    trial_timing: TimingConfig | None = None
     baselines: tuple[str, ...] = DEFAULT_BASELINES
     worker_env: dict[str, str] = field(default_factory=dict)
     # Over a short K, fp16 accumulation is as accurate as fp32 accumulation, so the error bound
@@ -75,16 +81,16 @@ class EvalStats:
 
     candidates: int = 0
     waiting_for_compile_s: float = 0.0  # blocked on the CPU compile pool
-    checking_s: float = 0.0  # GPU worker: load/compile + correctness checks
-    probing_s: float = 0.0  # the long-K accumulator probe
+    checking_s: float = 0.0  # GPU worker: load/compile, correctness checks, long-K probes, stream order
     timing_s: float = 0.0  # interleaved timing jobs (candidates + baselines)
+    baseline_setup_s: float = 0.0  # of which: preparing the baselines (cuBLASLt plans and autotune)
 
     def line(self) -> str:
         per = 1.0 / max(1, self.candidates)
-        total = self.waiting_for_compile_s + self.checking_s + self.probing_s + self.timing_s
+        total = self.waiting_for_compile_s + self.checking_s + self.timing_s
         return (f"{self.candidates} candidates, {total * per:.2f} s each: "
-                f"compile wait {self.waiting_for_compile_s * per:.2f}, checks {self.checking_s * per:.2f}, long-K probe {self.probing_s * per:.2f}, "
-                f"timing {self.timing_s * per:.2f}")
+                f"compile wait {self.waiting_for_compile_s * per:.2f}, checks {self.checking_s * per:.2f}, "
+                f"timing {self.timing_s * per:.2f} (baseline setup {self.baseline_setup_s * per:.2f})")
 
 
 def prebuilt_spec() -> KernelSpec:
@@ -105,7 +111,11 @@ class Evaluator:
         # whose compilation prefetch() started for a later evaluate()
         self._prefetched: dict[tuple[str, str], tuple] = {}
         self._memory: DeviceMemory | None = None  # the worker's last report of its GPU's memory
+        # (spec key, class key, variant key) -> Prepared of a shape-generic kernel, for every other
+        # shape of its class whose compiled variant is the same
+        self._compiled: dict[tuple[str, str], Prepared] = {}
         self.stats = EvalStats()
+        self._full_timing = False  # inside full_timing()
 
     # ---- lifetime ----------------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
@@ -138,6 +148,22 @@ class Evaluator:
     def restarts(self) -> int:
         return self._worker.restarts if self._worker else 0
 
+    @contextlib.contextmanager
+    def full_timing(self):
+        """evaluate() calls inside take config.timing even where config.trial_timing is set: the
+        search's confirmation rounds run here (cudal2.search.confirm)."""
+        before, self._full_timing = self._full_timing, True
+        try:
+            yield self
+        finally:
+            self._full_timing = before
+
+    @property
+    def timing(self) -> TimingConfig:
+        """The timing the next evaluate() call takes."""
+        trial = self.config.trial_timing
+        return self.config.timing if self._full_timing or trial is None else trial
+
     # ---- memory -----------------------------------------------------------------------------------
     def device_memory(self, problem: GemmProblem | None = None) -> DeviceMemory | None:
         """Free and total bytes of the evaluator's GPU as its worker can use them (after it lets go
@@ -168,10 +194,12 @@ class Evaluator:
 
     # ---- Runner protocol -----------------------------------------------------------------------
     def evaluate(self, problem: GemmProblem, specs: list[KernelSpec],
-                 modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]:
+                 modes: tuple[Mode, ...] = ("offline",), with_baselines: bool = True) -> list[CandidateResult]:
         """Evaluate specs on problem. Raises MemoryFitError (a SpecError) when the problem does not
         fit the GPU's free memory; a spec whose split-K or stream-K workspace does not fit beside it
-        comes back "unsupported", uncompiled."""
+        comes back "unsupported", uncompiled. with_baselines: time the baselines interleaved with
+        these specs (baselines() then returns those figures); False where they were timed with an
+        earlier call (a sweep times them once per shape)."""
         problem = GemmProblem.parse(problem)
         modes = _modes(modes)
         mem = self.check_fits(problem)
@@ -184,7 +212,8 @@ class Evaluator:
             else:
                 kept.append(i)
         items = [(_label(specs[i], i), specs[i], None) for i in kept]
-        for i, result in zip(kept, self._run(problem, items, modes, self.config.baselines)):
+        baselines = self.config.baselines if with_baselines else ()
+        for i, result in zip(kept, self._run(problem, items, modes, baselines)):
             results[i] = result
         return results  # type: ignore[return-value]
 
@@ -208,25 +237,60 @@ class Evaluator:
     def _compile_futures(self, problem: GemmProblem, probe_problem: GemmProblem | None,
                          specs: list[KernelSpec]) -> tuple[list, list]:
         """Compile (and probe-compile) futures for specs, in order: prefetched ones where their pool
-        is still alive, new submissions for the rest."""
+        is still alive, a finished one for a spec whose kernel takes the shape at run time and was
+        compiled for another shape of this problem's class, new submissions for the rest. A spec
+        whose long-K variant is the same kernel gets no probe future of its own (None)."""
         pool, pk = self.pool, problem.key()
         futures: list = [None] * len(specs)
         probes: list = [None] * len(specs)
+        own_probe = [probe_problem is not None and not _same_kernel(problem, probe_problem, s) for s in specs]
         for i, spec in enumerate(specs):
             got = self._prefetched.pop((pk, spec.key()), None)
             if got is not None and got[0] is pool and got[1] == pool.generation:
                 futures[i], probes[i] = got[2], got[3]
+            elif (done := self._class_compiled(problem, spec)) is not None:
+                futures[i] = done
 
-        def submit_missing(slots: list, prob: GemmProblem) -> None:
-            missing = [i for i, f in enumerate(slots) if f is None]
+        def submit_missing(slots: list, prob: GemmProblem, wanted: list[bool]) -> None:
+            missing = [i for i, f in enumerate(slots) if f is None and wanted[i]]
             for i, f in zip(missing, pool.submit_all(prob, [specs[i] for i in missing])):
                 slots[i] = f
 
-        submit_missing(futures, problem)
+        submit_missing(futures, problem, [True] * len(specs))
         if probe_problem is None:
             return futures, []
-        submit_missing(probes, probe_problem)
+        submit_missing(probes, probe_problem, own_probe)
         return futures, probes
+
+    def _class_compiled(self, problem: GemmProblem, spec: KernelSpec):
+        """A finished future of the Prepared of a shape-generic spec already compiled for another
+        shape of problem's class with the same variant (the same module and binary serve it), or
+        None: the pool then precompiles the variant this shape selects, in parallel, instead of the
+        worker's JIT alone. The backend's support check still runs for this shape (TMA, for one,
+        needs 16-byte rows)."""
+        from ..codegen import get_backend
+
+        try:
+            backend = get_backend(spec.backend)
+            key = (spec.key(), backend.shape_key(problem, spec), backend.variant_key(problem, spec))
+        except Exception:  # noqa: BLE001 - an unknown backend: the pool records why
+            return None
+        if key[1] == problem.key() or key not in self._compiled:
+            return None
+        ok = backend.supports(problem, spec)
+        prep = (Prepared(status="unsupported", reason=ok.reason) if not ok
+                else replace(self._compiled[key], source=replace(self._compiled[key].source, problem=problem), seconds=0.0))
+        future: cf.Future = cf.Future()
+        future.set_result(prep)
+        return future
+
+    def _remember_compiled(self, problem: GemmProblem, spec: KernelSpec, prep: Prepared) -> None:
+        from ..codegen import get_backend
+
+        backend = get_backend(spec.backend)
+        shape_key = backend.shape_key(problem, spec)
+        if shape_key != problem.key():
+            self._compiled[(spec.key(), shape_key, backend.variant_key(problem, spec))] = prep
 
     def evaluate_kernels(self, problem: GemmProblem, kernels: Mapping[str, Callable | str],
                          modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]:
@@ -283,39 +347,39 @@ class Evaluator:
         self.stats.candidates += len(items)
         self.environment()  # clocks at the start, before the GPU is loaded
         results: list[CandidateResult | None] = [None] * len(items)
-        passed: list[tuple[int, KernelRef, Correctness, float, str]] = []
+        entries: list[tuple[int, KernelRef, tuple | None, str, float, str]] = []
         fi = 0
+        t0 = time.perf_counter()
         for i, (name, spec, kernel) in enumerate(items):
-            digest = ""
-            if spec is not None:
-                t0 = time.perf_counter()
-                prep: Prepared = self.pool.result(futures, fi, problem, specs)
-                self.stats.waiting_for_compile_s += time.perf_counter() - t0
-                fi += 1
-                if prep.status != "ok":
-                    results[i] = CandidateResult(spec, prep.status, prep.reason, compile_s=prep.seconds, name=name)
-                    continue
-                ref = KernelRef(name, spec=spec, source=prep.source)
-                digest = getattr(prep.source, "digest", "")
-                pre_s = prep.seconds
-            else:
+            if spec is None:
                 ref = KernelRef(name, kernel=kernel)
-                pre_s = 0.0
-            t0 = time.perf_counter()
-            status, reason, corr, compile_s = self._check(problem, ref)
-            t1 = time.perf_counter()
-            self.stats.checking_s += t1 - t0
-            if status == "ok":
-                probe_source = None
-                if probe_futures and spec is not None:
-                    # Waits if the pool is not done with it, rather than compile it again in the worker.
-                    probed = self.pool.result(probe_futures, fi - 1, probe_problem, specs)
-                    probe_source = probed.source if probed.status == "ok" else None
-                status, reason, corr = self._probe(problem, name, spec, kernel, corr, probe_source)
-                self.stats.probing_s += time.perf_counter() - t1
+                entries.append((i, ref, *self._probe_of(problem, probe_problem, ref, None), 0.0, ""))
+                continue
+            prep: Prepared = self.pool.result(futures, fi, problem, specs)
+            probe_source = prep.source
+            if probe_futures and probe_futures[fi] is not None:
+                probed = self.pool.result(probe_futures, fi, probe_problem, specs)
+                probe_source = probed.source if probed.status == "ok" else None
+            fi += 1
+            if prep.status != "ok":
+                results[i] = CandidateResult(spec, prep.status, prep.reason, compile_s=prep.seconds, name=name)
+                continue
+            self._remember_compiled(problem, spec, prep)
+            ref = KernelRef(name, spec=spec, source=prep.source)
+            entries.append((i, ref, *self._probe_of(problem, probe_problem, ref, probe_source),
+                            prep.seconds, getattr(prep.source, "digest", "")))
+        t1 = time.perf_counter()
+        self.stats.waiting_for_compile_s += t1 - t0
+        checked = self._check_many(problem, [(ref, probe) for _, ref, probe, _, _, _ in entries])
+        self.stats.checking_s += time.perf_counter() - t1
+        passed: list[tuple[int, KernelRef, Correctness, float, str]] = []
+        for i, ref, _probe, note, pre_s, digest in entries:
+            status, reason, corr, compile_s = checked[ref.name]
+            if status == "ok" and note:
+                corr = replace(corr, checks=corr.checks + (note,))
             if status != "ok":
-                results[i] = CandidateResult(spec or prebuilt_spec(), status, reason, correctness=corr,
-                                             compile_s=pre_s + compile_s, source_digest=digest, name=name)
+                results[i] = CandidateResult(items[i][1] or prebuilt_spec(), status, reason, correctness=corr,
+                                             compile_s=pre_s + compile_s, source_digest=digest, name=ref.name)
                 continue
             passed.append((i, ref, corr, pre_s + compile_s, digest))
         t0 = time.perf_counter()
@@ -330,28 +394,116 @@ class Evaluator:
                                          source_digest=digest, name=ref.name, detail=note)
         return results  # type: ignore[return-value]
 
-    def _check(self, problem: GemmProblem, ref: KernelRef, policy: AccuracyPolicy | None = None,
-               timeout: float | None = None) -> tuple[str, str, Correctness | None, float]:
-        w = self.worker
+    def _probe_of(self, problem: GemmProblem, probe: GemmProblem | None, ref: KernelRef,
+                  source: Any) -> tuple[tuple[GemmProblem, KernelRef] | None, str]:
+        """The long-K accumulator probe of a candidate (see EvalConfig.accumulator_probe_k): the
+        (problem, ref) the worker checks after the candidate passed, or None and the note that says
+        why it is skipped ("" where there is nothing to say). source: the probe variant the pool
+        rendered and precompiled (the candidate's own for a shape-generic kernel), or None."""
+        k = self.config.accumulator_probe_k
+        if ref.spec is None and not self.config.probe_prebuilt:
+            return None, ""
+        if probe is None:
+            why = self._probe_skipped(problem) if k and problem.k < k else ""
+            return None, f"long-k-probe skipped: {why}" if why else ""
+        if ref.spec is None:
+            return (probe, KernelRef(f"{ref.name}@K={k}", kernel=ref.kernel)), ""
+        from ..codegen import get_backend
+
         try:
-            w.send("check", {"ref": ref, "problem": problem, "policy": policy or self.config.policy})
+            ok = get_backend(ref.spec.backend).supports(probe, ref.spec)
+        except Exception as e:  # noqa: BLE001
+            ok, why = False, str(e)
+        else:
+            why = ok.reason
+        if not ok:
+            return None, f"long-k-probe skipped: {why[:80]}"
+        return (probe, KernelRef(f"{ref.name}@K={k}", spec=ref.spec, source=source)), ""
+
+    def _check_many(self, problem: GemmProblem, entries: list[tuple[KernelRef, tuple | None]]
+                    ) -> dict[str, tuple[str, str, Correctness | None, float]]:
+        """name -> (status, reason, correctness, compile seconds) for every candidate: checked in
+        CheckBatch requests to the worker, which answers candidate by candidate. Each wait has its
+        own limit (the compile timeout, then the check timeout), so a hang or a crash is pinned on
+        the candidate in flight; the worker is replaced and the batch goes on from the next one. Where
+        the shared stream-order check itself dies, its survivors are checked again one at a time."""
+        out: dict[str, tuple[str, str, Correctness | None, float]] = {}
+        todo = list(entries)
+        one_at_a_time = False
+        probe_scale = (self.config.accumulator_probe_k / problem.k) if problem.k else 1.0
+        while todo:
+            batch = todo[:1] if one_at_a_time else todo
+            todo = todo[len(batch):]
+            refs = [r for r, _ in batch]
+            req = CheckBatch(problem, refs, self.config.policy, {r.name: p for r, p in batch if p is not None})
+            w = self.worker
             try:
-                msg = w.receive(self.config.compile_timeout_s, f"compiling {ref.name}")
+                w.send("check_many", req)
+            except Exception as e:  # noqa: BLE001 - e.g. an unpicklable kernel: find it alone
+                if len(batch) == 1:
+                    out[refs[0].name] = ("crash", f"could not send {refs[0].name} to the worker: "
+                                                  f"{type(e).__name__}: {e}", None, 0.0)
+                else:
+                    todo, one_at_a_time = batch + todo, True
+                continue
+            got: dict[str, tuple] = {}
+            compile_s: dict[str, float] = {}
+            phase = "compile"
+            order: dict[str, float | str] | None = None
+            try:
+                while order is None:
+                    current = refs[len(got)].name if len(got) < len(refs) else ""
+                    if phase == "compile":
+                        limit, what = self.config.compile_timeout_s, f"compiling {current}"
+                    elif phase == "check":
+                        limit = self.check_timeout(problem) + (
+                            self.check_timeout(problem, probe_scale, passes=1) if req.probes.get(current) else 0.0)
+                        what = f"checking {current}"
+                    else:
+                        limit = self.config.check_floor_s + 2.0 * len(refs)
+                        what = "the stream-order check of " + ", ".join(refs[i].name for i in range(len(refs)))
+                    msg = w.receive(limit, what)
+                    if msg[0] == "compiled":
+                        compile_s[msg[1]], phase = msg[2], "check"
+                    elif msg[0] == "checked":
+                        got[msg[1]] = msg[2:]
+                        phase = "compile" if len(got) < len(refs) else "order"
+                        if msg[2] == "crash" and not w._answering():
+                            # it lost the CUDA context and exited after saying so: no one else to blame
+                            w.restart()
+                            raise WorkerDied("crash", "")
+                    elif msg[0] == "ok":
+                        order = msg[1]
+                    else:  # ("fail", status, reason): the request itself failed
+                        if msg[1] == "crash" and not w._answering():
+                            w.restart()
+                        raise WorkerDied(msg[1], msg[2])
             except WorkerDied as e:
-                return ("compile_error" if e.status == "timeout" else e.status), e.reason, None, 0.0
-            if msg[0] != "compiled":
-                return msg[1], msg[2], None, 0.0
-            compile_s = msg[1]
-            msg = w.receive(timeout or self.check_timeout(problem), f"checking {ref.name}")
-        except WorkerDied as e:
-            return e.status, e.reason, None, 0.0
-        except Exception as e:  # noqa: BLE001 - e.g. an unpicklable kernel
-            return "crash", f"could not send {ref.name} to the worker: {type(e).__name__}: {e}", None, 0.0
-        if msg[0] == "fail":
-            if msg[1] == "crash" and not w._answering():
-                w.restart()
-            return msg[1], msg[2], None, compile_s
-        return "ok", "", msg[1]["correctness"], compile_s
+                # The candidates that failed before it keep their verdict; those that passed have not
+                # had the stream-order check, which runs last: they are checked again.
+                again = [entry for entry in batch if entry[0].name in got and got[entry[0].name][0] == "ok"]
+                for name, (status, reason, corr, c_s) in got.items():
+                    if status != "ok":
+                        out[name] = (status, reason, corr, c_s)
+                if not e.reason:  # the worker ended after its own report of a candidate's crash
+                    todo = again + batch[len(got):] + todo
+                elif len(got) < len(refs):
+                    status = "compile_error" if phase == "compile" and e.status == "timeout" else e.status
+                    out[current] = (status, e.reason, None, compile_s.get(current, 0.0))
+                    todo = again + batch[len(got) + 1:] + todo
+                else:  # the stream-order check itself: which survivor did it cannot be told
+                    todo, one_at_a_time = again + todo, bool(again) or one_at_a_time
+                continue
+            for name, (status, reason, corr, c_s) in got.items():
+                outcome = order.get(name) if status == "ok" else None
+                if isinstance(outcome, float):
+                    corr = replace(corr, rel_error=max(corr.rel_error, outcome), checks=corr.checks + ("stream-order",))
+                elif isinstance(outcome, str) and outcome.startswith("skipped"):
+                    corr = replace(corr, checks=corr.checks + (f"stream-order {outcome}",))
+                elif isinstance(outcome, str):
+                    status, reason = "incorrect", outcome
+                out[name] = (status, reason, corr if status == "ok" else None, c_s)
+        return out
 
     def check_timeout(self, problem: GemmProblem, work_scale: float = 1.0, passes: int | None = None) -> float:
         """Seconds a candidate's checks may take (see EvalConfig.check_floor_s); work_scale
@@ -408,42 +560,6 @@ class Evaluator:
             return (f"the K={k} variant needs {problem_bytes(probe)} bytes, {mem.free} are free on {mem.name}")
         return ""
 
-    def _probe(self, problem: GemmProblem, name: str, spec: KernelSpec | None, kernel: Any,
-               corr: Correctness, source: Any = None) -> tuple[str, str, Correctness]:
-        """The long-K accumulator probe (see EvalConfig.accumulator_probe_k). source: the probe
-        variant already rendered and precompiled by the pool, if it was."""
-        probe = self._probe_problem(problem)
-        if spec is None and not self.config.probe_prebuilt:
-            return "ok", "", corr
-        if probe is None:
-            k = self.config.accumulator_probe_k
-            why = self._probe_skipped(problem) if k and problem.k < k else ""
-            return "ok", "", corr if not why else replace(corr, checks=corr.checks + (f"long-k-probe skipped: {why}",))
-        k = probe.k
-        if spec is not None:
-            from ..codegen import get_backend
-
-            try:
-                ok = get_backend(spec.backend).supports(probe, spec)
-            except Exception as e:  # noqa: BLE001
-                ok, why = False, str(e)
-            else:
-                why = ok.reason
-            if not ok:
-                return "ok", "", replace(corr, checks=corr.checks + (f"long-k-probe skipped: {why[:80]}",))
-            ref = KernelRef(f"{name}@K={k}", spec=spec, source=source)
-        else:
-            ref = KernelRef(f"{name}@K={k}", kernel=kernel)
-        # One input set and no stream-order check: the candidate itself passed all of them; the
-        # probe only asks whether the same code accumulates in fp32 over a long K.
-        status, reason, _, _ = self._check(probe, ref, replace(self.config.policy, seeds=1, stream_order=False),
-                                           self.check_timeout(problem, probe.k / problem.k, passes=1))
-        if status == "incorrect":
-            return "incorrect", f"long-K accumulator probe (same spec, K={k}): {reason}", corr
-        if status != "ok":
-            return "ok", "", replace(corr, checks=corr.checks + (f"long-k-probe failed to run ({status})",))
-        return "ok", "", replace(corr, checks=corr.checks + (f"long-k-probe(K={k})",))
-
     def _time(self, problem: GemmProblem, refs: list[KernelRef], modes: tuple[str, ...],
               baselines: tuple[str, ...]) -> dict[str, tuple]:
         """name -> (status, reason, {mode: Timing}, post-timing error, note). Baselines are
@@ -467,7 +583,7 @@ class Evaluator:
     _last_death: tuple = ("crash", "", {}, None, "")
 
     def _time_job(self, problem, refs, modes, baselines) -> dict[str, tuple] | None:
-        req = TimeRequest(problem, list(refs), tuple(baselines), tuple(modes), self.config.timing, self.config.policy)
+        req = TimeRequest(problem, list(refs), tuple(baselines), tuple(modes), self.timing, self.config.policy)
         # Timing takes seconds; the limit only has to end a kernel that hangs after its checks.
         timeout = self.config.time_timeout_s + 30.0 * max(1, len(modes)) * (len(refs) + len(baselines))
         try:
@@ -481,6 +597,7 @@ class Evaluator:
                 return None
             return {r.name: self._last_death for r in refs}
         p = msg[1]
+        self.stats.baseline_setup_s += p.get("baseline_setup_s", 0.0)
         res: dict[str, tuple] = {}
         for r in refs:
             status, reason = p["failures"].get(r.name, ("ok", ""))
@@ -495,6 +612,19 @@ class Evaluator:
                 name: BaselineResult(name, b["timing"], b["correctness"], b["detail"], b["available"])
                 for name, b in p["baselines"].items()}
         return res
+
+
+def _same_kernel(problem: GemmProblem, other: GemmProblem, spec: KernelSpec) -> bool:
+    """Whether spec compiles to one kernel for both problems: its backend takes the shape at run time,
+    and both shapes select the same compiled variant of it."""
+    from ..codegen import get_backend
+
+    try:
+        backend = get_backend(spec.backend)
+        return (backend.shape_key(problem, spec) == backend.shape_key(other, spec) != problem.key()
+                and backend.variant_key(problem, spec) == backend.variant_key(other, spec))
+    except Exception:  # noqa: BLE001 - an unknown backend: the pool records why
+        return False
 
 
 def _modes(modes: Iterable[str] | str) -> tuple[str, ...]:

@@ -124,7 +124,9 @@ def plan_timing(problem: GemmProblem, l2_bytes: int, spare: int | None, n_candid
     if spare is None:
         return TimingPlan(2, False)
     out, ins = output_bytes(problem), input_set_bytes(problem)
-    own = n_candidates + (1 if "torch" in baselines else 0)
+    from .baselines import WRITE_GIVEN_OUTPUT
+
+    own = n_candidates + sum(1 for b in baselines if b in WRITE_GIVEN_OUTPUT)
     lt = [b for b in baselines if b.startswith("cublaslt")]
     scratch = min(reference_bytes(problem), RESERVE_MIN)  # blocks of the reference and error sums
     room = max(0, spare - workspaces - scratch)

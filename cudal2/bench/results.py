@@ -118,6 +118,8 @@ class Runner(Protocol):
 
     def evaluate(self, problem: GemmProblem, specs: list[KernelSpec],
                  modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]: ...
+    # A runner for `cudal2 sweep` also takes with_baselines=False: these specs without the
+    # baselines, which an earlier call on the same problem timed (baselines() returns those).
 
     def baselines(self, problem: GemmProblem, modes: tuple[Mode, ...] = ("offline",)) -> dict[str, BaselineResult]: ...
 

@@ -4,9 +4,12 @@ that crashes, hangs or corrupts the CUDA context takes down only this process.
 The parent talks to it through a multiprocessing Pipe (spawn context: a fresh interpreter
 that never inherited a CUDA context). Every request is a (kind, payload) tuple; the worker
 answers with tuples:
-    ("compiled", seconds)           after a kernel compiled (the parent's compile timeout ends)
+    ("compiled", name, seconds)     check_many: a candidate compiled (the parent's compile timeout
+                                    ends, its check timeout starts)
+    ("checked", name, status, reason, correctness, compile seconds)
+                                    check_many: one candidate's checks, as each finishes
     ("ok", payload)                 the request's result
-    ("fail", status, reason)        a recorded failure (compile_error, incorrect, crash, ...)
+    ("fail", status, reason)        the request failed (compile_error, crash, ...)
 and after a CUDA error that poisons the context (illegal address, launch failure) it sends
 ("fail", "crash", reason) and exits; the parent starts a new worker. If the process dies
 without a word (segfault, abort) or does not answer within the timeout, the parent kills it,
@@ -24,8 +27,9 @@ import multiprocessing as mp
 import os
 import secrets
 import signal
+import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..ir import GemmProblem, KernelSpec
@@ -60,6 +64,22 @@ class TimeRequest:
     timing: Any  # timing.TimingConfig
     policy: Any  # correctness.AccuracyPolicy
     seed: int = field(default_factory=lambda: secrets.randbits(31))
+
+
+@dataclass
+class CheckBatch:
+    """The checks of many candidates on one problem, in one request: the worker allocates the
+    operands and the output once and writes each candidate's own fresh seeds into them, runs the
+    long-K probe where one is given, then the stream-order check of the survivors behind shared
+    delays. It answers one ("checked", name, status, reason, correctness, compile_s) per candidate
+    as it goes, then ("ok", {name: stream-order outcome}) (see _check_many)."""
+
+    problem: GemmProblem
+    candidates: list[KernelRef]
+    policy: Any  # correctness.AccuracyPolicy
+    probes: dict[str, tuple[GemmProblem, KernelRef]] = field(default_factory=dict)  # name -> long-K variant
+    seed: int = field(default_factory=lambda: secrets.randbits(31))
+    stream_chunk: int = 16  # kernels launched behind one stream-order delay
 
 
 class WorkerDied(Exception):
@@ -275,7 +295,7 @@ def serve(conn, device: str) -> None:
         if kind == "stop":
             return
         try:
-            handler = {"check": _check, "time": _time, "env": _env, "env_end": _env_end, "memory": _memory}[kind]
+            handler = {"check_many": _check_many, "time": _time, "env": _env, "env_end": _env_end, "memory": _memory}[kind]
             handler(state, conn, payload)
             state.release()
         except Exception as e:  # noqa: BLE001 - report it; the parent decides
@@ -320,32 +340,101 @@ def _memory(state: _State, conn, problem: GemmProblem | None) -> None:
     conn.send(("ok", memory.DeviceMemory(free=mem[0], total=mem[1], name=torch.cuda.get_device_name(state.device))))
 
 
-def _check(state: _State, conn, payload) -> None:
-    """Compile one candidate, then run the correctness checks before any timing."""
-    import time
-
+def _check_many(state: _State, conn, req: CheckBatch) -> None:
+    """Compile and check each candidate of a CheckBatch in turn, answering as each finishes, so that
+    the parent knows which candidate a crash or a hang belongs to. A candidate's failure is its
+    own; one that poisons the CUDA context ends the worker after its answer."""
     from ..ir.footprint import workspace_bytes
-    from .correctness import CheckFailure, check_kernel
+    from . import memory
+    from .correctness import SCRATCH_MIN, CheckFailure, check_kernel, stream_order_many
+    from .inputs import GuardedOutput, guard_elements, make_operands
 
-    ref, problem, policy = payload["ref"], payload["problem"], payload["policy"]
-    workspace = workspace_bytes(problem, ref.spec) if ref.spec is not None else 0
-    t0 = time.perf_counter()
+    problem, dev, policy = req.problem, state.device, req.policy
+    probe_policy = replace(policy, seeds=1, stream_order=False)
+    storage: dict[str, tuple] = {}  # problem key -> (operands, output), allocated once per request
+
+    def checked(kernel, prob: GemmProblem, pol, seed: int, reserved: int):
+        key = prob.key()
+        if key not in storage:
+            storage[key] = (make_operands(prob, seed, dev), GuardedOutput(prob, dev))
+        return check_kernel(kernel, prob, dev, pol, state.sync, seed, reserved=reserved, storage=storage[key],
+                            stream_order=False)
+
+    passed: dict[str, Any] = {}
+    reserved: dict[str, int] = {}
+    for i, ref in enumerate(req.candidates):
+        seed = (req.seed + 7919 * (i + 1)) % (1 << 31)  # each candidate its own fresh inputs
+        t0 = time.perf_counter()
+        try:
+            kernel = state.kernel(ref, problem)
+        except Exception as e:  # noqa: BLE001
+            conn.send(("checked", ref.name, "compile_error", _describe(e), None, 0.0))
+            continue
+        compile_s = time.perf_counter() - t0
+        conn.send(("compiled", ref.name, compile_s))  # the parent's compile timeout ends, the check's starts
+        ws = workspace_bytes(problem, ref.spec) if ref.spec is not None else 0
+        try:
+            corr = checked(kernel, problem, policy, seed, ws)
+            if ref.name in req.probes:
+                corr = _probe_one(state, req.probes[ref.name], probe_policy, seed + 1, corr, checked)
+        except CheckFailure as e:
+            fatal = not state.healthy()
+            conn.send(("checked", ref.name, "crash" if fatal else "incorrect",
+                       f"CUDA context lost after a check: {e}" if fatal else str(e), None, compile_s))
+            if fatal:
+                os._exit(3)
+            continue
+        except Exception as e:  # noqa: BLE001 - a launch that raises
+            fatal = not state.healthy()
+            conn.send(("checked", ref.name, "crash" if fatal else _status_of(e), _describe(e), None, compile_s))
+            if fatal:
+                os._exit(3)
+            continue
+        passed[ref.name], reserved[ref.name] = kernel, ws
+        conn.send(("checked", ref.name, "ok", "", corr, compile_s))
+    storage.clear()
+    order: dict[str, float | str] = {}
+    if passed and policy.stream_order and state.is_cuda:
+        ops = make_operands(problem, req.seed, dev)
+        spare = memory.spare_bytes(dev, max(reserved.values()))
+        need = memory.input_set_bytes(problem) + SCRATCH_MIN
+        per_out = memory.output_bytes(problem) + 2 * 4 * guard_elements(problem)  # guards: <= 4 bytes an element
+        chunk = max(1, min(req.stream_chunk, (spare - need) // per_out if spare is not None else req.stream_chunk))
+        if spare is not None and need + per_out > spare:
+            order = {n: (f"skipped: a second input set ({memory.input_set_bytes(problem)} bytes) does not fit in "
+                         f"the {spare} bytes left") for n in passed}
+        else:
+            names = list(passed)
+            pending = [names[j:j + chunk] for j in range(0, len(names), chunk)]
+            while pending:
+                group = pending.pop(0)
+                found = stream_order_many({n: passed[n] for n in group}, problem, ops, policy,
+                                          (req.seed + 104729 + len(order)) % (1 << 31), reserved=max(reserved[n] for n in group))
+                for n, v in found.items():
+                    if isinstance(v, str) and v.startswith("inconclusive"):
+                        pending.append([n])  # alone, the launch cannot outlast the delay
+                    else:
+                        order[n] = v
+    conn.send(("ok", order))
+
+
+def _probe_one(state: _State, probe: tuple, policy, seed: int, corr, checked):
+    """The long-K accumulator probe of a candidate that passed (see EvalConfig.accumulator_probe_k):
+    one input set of the K=probe variant, through the same checks. A probe that cannot run is noted,
+    not held against the candidate; one that runs wrong fails it."""
+    from .correctness import CheckFailure
+
+    prob, pref = probe
     try:
-        kernel = state.kernel(ref, problem)
-    except Exception as e:  # noqa: BLE001
-        conn.send(("fail", "compile_error", _describe(e)))
-        return
-    compile_s = time.perf_counter() - t0
-    conn.send(("compiled", compile_s))
-    try:
-        corr = check_kernel(kernel, problem, state.device, policy, state.sync, reserved=workspace)
+        kernel = state.kernel(pref, prob)
+        checked(kernel, prob, policy, seed, 0)
     except CheckFailure as e:
+        raise CheckFailure(f"long-K accumulator probe (same spec, K={prob.k}): {e}") from None
+    except Exception as e:  # noqa: BLE001
         if not state.healthy():
-            conn.send(("fail", "crash", f"CUDA context lost after a check: {e}"))
-            os._exit(3)
-        conn.send(("fail", "incorrect", str(e)))
-        return
-    conn.send(("ok", {"correctness": corr, "compile_s": compile_s}))
+            raise
+        return replace(corr, checks=corr.checks + (f"long-k-probe failed to run ({_status_of(e)})",))
+    return replace(corr, checks=corr.checks + (f"long-k-probe(K={prob.k})",))
 
 
 def _time(state: _State, conn, req: TimeRequest) -> None:
@@ -375,7 +464,9 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
     spare = memory.spare_bytes(dev, workspaces)
     # cuBLASLt's results take room only where nvmath is there to run it
     has_nvmath = importlib.util.find_spec("nvmath") is not None
-    sized = tuple(b for b in req.baselines if has_nvmath or not b.startswith("cublaslt"))
+    has_quack = importlib.util.find_spec("quack") is not None
+    sized = tuple(b for b in req.baselines if (has_nvmath or not b.startswith("cublaslt"))
+                  and (has_quack or b not in bl.QUACK))
     plan = memory.plan_timing(problem, l2, spare, len(req.candidates), sized)
     n_sets = plan.n_sets
     sets = [make_operands(problem, req.seed + 7919 * i, dev) for i in range(n_sets)]
@@ -394,12 +485,13 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
         outs[ref.name] = o
         contenders[ref.name] = (lambda i, k=k, o=o: k(sets[i].a, sets[i].b, o[i].c, sets[i].bias))
     prepared: dict[str, bl.PreparedBaseline] = {}
+    setup_start = time.perf_counter()
     for name in req.baselines:
         if name in plan.dropped:
             prepared[name] = bl.PreparedBaseline(name, None, detail=f"not run: {plan.note}")
             continue
         b_outs = []  # cuBLASLt (nvmath) allocates its own results
-        if name == "torch":
+        if name in bl.WRITE_GIVEN_OUTPUT:
             b_outs = [g.c for g in shared] if shared else [
                 torch.empty(problem.m, problem.n, dtype=torch_dtype(problem.c_dtype), device=dev)
                 for _ in range(n_sets)]
@@ -407,6 +499,7 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
         if p.available:
             contenders[f"baseline:{name}"] = p.call
 
+    baseline_setup_s = time.perf_counter() - setup_start  # cuBLASLt plans, autotune included
     timings: dict[str, dict[str, Any]] = {n: {} for n in contenders}
     notes: dict[str, str] = {n: plan.note for n in outs if plan.note}
     post_err: dict[str, float] = {}
@@ -452,7 +545,7 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
             elif name.startswith("baseline:"):
                 p = prepared[name.split(":", 1)[1]]
                 for i in range(n_sets):
-                    o = p.output(i) if name == "baseline:torch" else None
+                    o = p.output(i) if name.split(":", 1)[1] in bl.WRITE_GIVEN_OUTPUT else None
                     if o is not None:
                         o.fill_(float("nan"))
                     p.call(i)
@@ -498,5 +591,5 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
                       "failures": {n: f for n, f in failures.items() if not n.startswith("baseline:")},
                       "notes": {n: v for n, v in notes.items() if not n.startswith("baseline:")},
                       "post_error": {n: v for n, v in post_err.items() if not n.startswith("baseline:")},
-                      "baselines": base_info, "n_sets": n_sets}))
+                      "baselines": base_info, "n_sets": n_sets, "baseline_setup_s": baseline_setup_s}))
     state.kernels.clear()  # timed: done with them (and with any workspace they hold)

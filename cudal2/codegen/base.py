@@ -81,6 +81,12 @@ class Backend:
         in), or, for a backend whose kernel takes the shape at run time, the problem's class."""
         return problem.key()
 
+    def variant_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
+        """Which compiled variant of a shape-generic kernel a shape selects, where the toolchain
+        compiles one per class of values (Triton: an extent of 1, or a multiple of 16). "" where one
+        binary serves every shape of the class."""
+        return ""
+
     # --- shared behaviour -----------------------------------------------------------------
     def supports(self, problem: GemmProblem, spec: KernelSpec) -> Support:
         if spec.backend != self.name:

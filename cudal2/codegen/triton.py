@@ -135,6 +135,17 @@ class TritonBackend(Backend):
     def shape_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
         return problem.class_key() if self.dynamic(spec) else problem.key()
 
+    def variant_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
+        """Triton's JIT compiles an integer argument as the constant 1, as a multiple of 16, or
+        plain; a dynamic pointer kernel also takes the tile evenness of M, N and K as constexprs."""
+        if not self.dynamic(spec):
+            return ""
+        extents = "".join("1" if x == 1 else "d" if x % 16 == 0 else "n" for x in problem.shape)
+        if self.family(problem, spec) != "matmul":
+            return extents
+        tiles = (spec.block_m, spec.block_n, spec.block_k)
+        return extents + "-" + "".join("e" if x % t == 0 else "r" for x, t in zip(problem.shape, tiles))
+
     def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
         m, n, k = problem.shape
         e = problem.epilogue

@@ -15,6 +15,8 @@ larger budget later confirms whatever then leads.
 
 from __future__ import annotations
 
+import contextlib
+
 import math
 import statistics
 import time
@@ -147,7 +149,10 @@ def run_confirmation(problem: GemmProblem, ranked_now, runner, store, modes: Seq
                 "baselines interleaved")
             announced = True
         timed = tuple(dict.fromkeys([*modes, mode]))
-        results = runner.evaluate(problem, needing, timed)
+        # A runner that times trials briefly (Evaluator.trial_timing) times these rounds in full.
+        full = getattr(runner, "full_timing", None)
+        with full() if full is not None else contextlib.nullcontext():
+            results = runner.evaluate(problem, needing, timed)
         if len(results) != len(needing):
             raise RuntimeError(f"runner returned {len(results)} results for {len(needing)} specs")
         baselines = runner.baselines(problem, timed) or store.baselines(problem)

@@ -65,7 +65,7 @@ class RecordedRunner:
         self.events.append(("prefetch", [s.key() for s in specs]))
 
     def evaluate(self, problem: GemmProblem, specs: list[KernelSpec],
-                 modes: tuple[str, ...] = ("offline",)) -> list[CandidateResult]:
+                 modes: tuple[str, ...] = ("offline",), with_baselines: bool = True) -> list[CandidateResult]:
         self.events.append(("evaluate", [s.key() for s in specs]))
         out = []
         for spec in specs:
