@@ -106,11 +106,11 @@ def test_compare_writes_a_png(tmp_path):
     assert (tmp_path / "stores" / "random.db").exists() and (tmp_path / "stores" / "none.db").exists()
 
 
-def test_sweep_reads_a_shapes_file_and_writes_markdown(tmp_path):
+def test_tune_reads_a_shapes_file_and_writes_markdown(tmp_path):
     shapes = tmp_path / "shapes.txt"
     shapes.write_text("# M N K\n256 256 128\n512x128x64\n")
-    out = tmp_path / "sweep.md"
-    r = runner.invoke(app, ["sweep", str(shapes), "--budget", "3", "--proposer", "none", "--runner", "recorded",
+    out = tmp_path / "tune.md"
+    r = runner.invoke(app, ["tune", str(shapes), "--budget", "3", "--proposer", "none", "--runner", "recorded",
                             "--out", str(out)])
     assert r.exit_code == 0, r.output
     text = out.read_text()

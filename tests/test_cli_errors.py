@@ -52,7 +52,9 @@ BAD_INPUTS = {
                           ["{tmp}", "is a directory", "store.db"]),
     "postgresql without driver": (["search", "512x512x512", "--store", "postgresql://u:pw-secret@127.0.0.1/db",
                                    *RECORDED], ["postgresql://u:***@127.0.0.1/db"]),
-    "sweep of a missing file": (["sweep", "{tmp}/missing.txt", *RECORDED], ["missing.txt", "does not exist"]),
+    "tune of a missing file": (["tune", "{tmp}/missing.txt", *RECORDED], ["missing.txt", "does not exist"]),
+    "sweep of an unknown set": (["sweep", "gird", *RECORDED], ["gird", "not a shape set"]),
+    "sweep with a bad spec count": (["sweep", "grid", "--specs", "many", *RECORDED], ["--specs", "'all' or a number"]),
     "show of a non-database": (["show", "--store", "{notdb}"], ["{notdb}", "not an SQLite database"]),
 }
 

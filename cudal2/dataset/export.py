@@ -1,0 +1,99 @@
+"""The export of a store's measurements: one row per measured (spec, shape) pair, with the shape,
+its place in the train/validation split, the spec's fields, the kernel's times per mode, the
+baselines timed on the shape, the GPU and the versions. CSV always; Parquet where pandas and
+pyarrow are installed."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..ir import KernelSpec
+from ..search.store import Store
+
+MODES = ("offline", "server", "sustained")
+BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "quack_heuristic", "quack_autotune")
+SPEC_FIELDS = tuple(KernelSpec.model_fields)
+COLUMNS = (
+    "m", "n", "k", "dtype", "layout", "epilogue", "shape_set", "split", "status", "reason",
+    *(f"spec.{f}" for f in SPEC_FIELDS), "spec_key",
+    *(f"{what}_ms.{mode}" for mode in MODES for what in ("kernel", "call")),
+    "spread.offline", "timing_groups.offline",
+    *(f"{b}_ms.{mode}" for b in BASELINES for mode in MODES),
+    "speedup_vs_torch.offline", "rel_error", "gpu", "driver", "cuda", "torch", "triton", "cudal2", "created",
+)
+
+
+def _split_of() -> dict[str, tuple[str, str]]:
+    """problem label -> (shape set, train | validation), from the split kept in the repository."""
+    from ..shapes import load_split
+
+    out = {}
+    for set_name, parts in load_split().items():
+        if isinstance(parts, dict):
+            for part in ("train", "validation"):
+                for label in parts.get(part, ()):
+                    out[label] = (set_name, part)
+    return out
+
+
+def export_rows(store: Store) -> Iterator[dict[str, Any]]:
+    """One dict per measured pair, keys COLUMNS (a missing figure is None)."""
+    where = _split_of()
+    stored_baselines: dict[str, dict] = {}
+    for rec in store.kernels():
+        p, r = rec["problem"], rec["result"]
+        label = p.label()
+        if label not in stored_baselines:
+            stored_baselines[label] = store.baselines(p)
+        base = rec["baselines"] or stored_baselines[label]
+        env = rec["environment"] or {}
+        row: dict[str, Any] = {c: None for c in COLUMNS}
+        row.update(m=p.m, n=p.n, k=p.k, dtype=p.dtype, layout=p.layout, epilogue=p.epilogue.model_dump_json(),
+                   status=r.status, reason=(r.reason or "")[:200], spec_key=r.spec.key(),
+                   created=str(rec["created"]))
+        row["shape_set"], row["split"] = where.get(label, ("", ""))
+        row.update({f"spec.{k}": v for k, v in r.spec.to_dict().items() if f"spec.{k}" in row})
+        for mode, t in (r.timing or {}).items():
+            row[f"kernel_ms.{mode}"], row[f"call_ms.{mode}"] = t.kernel_ms, t.call_ms
+            if mode == "offline":
+                row["spread.offline"], row["timing_groups.offline"] = t.spread, t.groups
+        for name, b in base.items():
+            for mode, t in (b.timing or {}).items():
+                if f"{name}_ms.{mode}" in row and b.available:
+                    row[f"{name}_ms.{mode}"] = t.kernel_ms
+        if row["kernel_ms.offline"] and row["torch_ms.offline"]:
+            row["speedup_vs_torch.offline"] = row["torch_ms.offline"] / row["kernel_ms.offline"]
+        if r.correctness is not None:
+            row["rel_error"] = r.correctness.rel_error
+        row.update(gpu=env.get("gpu_name"), driver=env.get("driver"), cuda=env.get("cuda"), torch=env.get("torch"),
+                   triton=env.get("triton"), cudal2=env.get("cudal2"))
+        yield row
+
+
+def write_rows(rows, out: Path) -> int:
+    """Write rows to out (.csv, or .parquet with pandas and pyarrow); returns the row count."""
+    out = Path(out)
+    rows = list(rows)
+    if out.suffix == ".parquet":
+        import importlib.util
+
+        if importlib.util.find_spec("pandas") is None or importlib.util.find_spec("pyarrow") is None:
+            raise RuntimeError(f"writing {out.name} needs pandas and pyarrow (pip install pandas pyarrow); "
+                               "or give a .csv path")
+        import pandas as pd
+
+        pd.DataFrame(rows, columns=list(COLUMNS)).to_parquet(out, index=False)
+        return len(rows)
+    if out.suffix != ".csv":
+        raise ValueError(f"{out.name}: give a path ending in .csv or .parquet")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".csv.tmp")
+    with tmp.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(COLUMNS))
+        w.writeheader()
+        for row in rows:
+            w.writerow({k: ("" if v is None else v) for k, v in row.items()})
+    tmp.replace(out)
+    return len(rows)

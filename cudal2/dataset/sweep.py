@@ -1,0 +1,89 @@
+"""The sweep: many specs measured on many shapes, into the store, resumable.
+
+Every shape is measured in chunks of specs, one evaluator call each; a chunk's pairs are in the
+store when the next chunk starts, so a kill loses at most the chunk in flight and a second run
+measures only the pairs the store lacks. A shape's baselines are timed once, interleaved with its
+first chunk, and stored beside its kernels.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Sequence
+
+from ..ir import GemmProblem, KernelSpec, SpecError
+from ..search.store import Store
+
+CHUNK = 32  # specs per evaluator call
+
+
+@dataclass
+class SweepSummary:
+    shapes: int = 0
+    measured: int = 0  # pairs measured by this run
+    correct: int = 0  # of which ran correctly and were timed
+    already: int = 0  # pairs the store held before this run
+    skipped: list[str] = field(default_factory=list)  # "shape: why", for shapes not measured
+
+
+def resolve_shapes(text: str, dtype: str = "float16") -> list[GemmProblem]:
+    """Shapes from a name or a list:
+    - a set of cudal2.shapes, whole or one part of its split: grid, serving, grid:train,
+      serving:validation, all (both sets), all:validation;
+    - a file with one shape per line ('M N K' or 'MxNxK', '#' comments; layout NN);
+    - shapes separated by commas: 4096x4096x4096,1x4096x4096."""
+    from .. import shapes as shape_sets
+
+    name, _, part = text.partition(":")
+    if name in (*shape_sets.SETS, "all"):
+        names = shape_sets.SETS if name == "all" else (name,)
+        return [s.problem(dtype) for n in names for s in shape_sets.shapes(n, part or None)]
+    path = Path(text)
+    if path.is_file():
+        lines = [ln.split("#", 1)[0].strip() for ln in path.read_text().splitlines()]
+        items = [ln for ln in lines if ln]
+        if not items:
+            raise ValueError(f"{path} lists no shapes (one 'M N K' or 'MxNxK' per line)")
+    elif "x" in text or "," in text:
+        items = [t.strip() for t in text.split(",") if t.strip()]
+    else:
+        raise ValueError(f"{text!r} is not a shape set, a file or a list of shapes; give one of "
+                         f"{', '.join(shape_sets.SETS)}, all (optionally :train or :validation), a file, or "
+                         "MxNxK[,MxNxK...]")
+    return [GemmProblem.parse(item, dtype=dtype) for item in items]
+
+
+def run_sweep(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], runner, store: Store,
+              modes: tuple[str, ...] = ("offline",), chunk: int = CHUNK,
+              on_pairs: Callable[[int, str], None] = lambda n, label: None) -> SweepSummary:
+    """Measure every spec on every problem that the store does not hold yet. on_pairs(n, label) is
+    told of each n pairs done (measured or found in the store) and the shape they were on."""
+    summary = SweepSummary()
+    environment = runner.environment()
+    for problem in problems:
+        summary.shapes += 1
+        done = store.measured_spec_keys(problem)
+        todo = [s for s in specs if s.key() not in done]
+        summary.already += len(specs) - len(todo)
+        on_pairs(len(specs) - len(todo), problem.label())
+        baselines = store.baselines(problem)
+        fresh_baselines = not all(all(m in b.timing for m in modes) for b in baselines.values()) or not baselines
+        for start in range(0, len(todo), chunk):
+            part = todo[start:start + chunk]
+            try:
+                results = runner.evaluate(problem, part, modes, with_baselines=fresh_baselines)
+            except SpecError as e:  # the problem does not fit the GPU: every chunk would say so
+                summary.skipped.append(f"{problem.label()}: {' | '.join(str(v) for v in e.violations)}")
+                on_pairs(len(todo) - start, problem.label())
+                break
+            if fresh_baselines:
+                baselines = runner.baselines(problem, modes)
+                store.record_baselines(problem, baselines, environment)
+                fresh_baselines = False
+            for result in results:
+                store.record_kernel(problem, result, environment=environment, mode=modes[0], baselines=baselines)
+                summary.measured += 1
+                summary.correct += bool(result.ok)
+            on_pairs(len(part), problem.label())
+    return summary

@@ -1,0 +1,101 @@
+"""The dataset: the spec catalog, shapes by name, the sweep into the store (resumable after a
+SIGKILL: every finished pair is kept, none is measured twice except the chunk in flight) and the
+export of one row per pair. Recorded runner: the numbers are synthetic."""
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from cudal2.dataset import COLUMNS, export_rows, resolve_shapes, run_sweep, write_rows
+from cudal2.search.catalog import catalog, sample
+from cudal2.search.recorded import RecordedRunner, specs_measured
+from cudal2.search.store import Store
+
+
+def test_catalog_is_valid_shape_generic_and_sampled_reproducibly():
+    specs = catalog("triton", "sm_90a")
+    assert len(specs) > 1000 and len({s.key() for s in specs}) == len(specs)
+    assert all(s.shape_specialization == "dynamic" for s in specs)
+    assert {s.load_path for s in specs} == {"pointer", "tma"}
+    assert sample(40) == sample(40) and sample(40)[:10] == sample(10)
+    assert sample(40) != sample(40, seed=1)
+    with pytest.raises(ValueError, match="no spec catalog"):
+        catalog("cute_dsl")
+    with pytest.raises(ValueError, match="positive"):
+        sample(0)
+
+
+def test_shapes_by_set_file_or_list(tmp_path):
+    assert len(resolve_shapes("serving:validation")) == 150
+    assert {p.layout for p in resolve_shapes("grid:train")} == {"NN"}
+    f = tmp_path / "s.txt"
+    f.write_text("# two\n64 128 256\n32x32x32\n")
+    assert [p.shape for p in resolve_shapes(str(f))] == [(64, 128, 256), (32, 32, 32)]
+    assert [p.shape for p in resolve_shapes("8x16x32,1x2x3")] == [(8, 16, 32), (1, 2, 3)]
+    with pytest.raises(ValueError, match="not a shape set"):
+        resolve_shapes("gird")
+    with pytest.raises(ValueError, match="unknown part"):
+        resolve_shapes("grid:test")
+
+
+def test_sweep_measures_each_pair_once_and_exports_a_row_per_pair(tmp_path):
+    store = Store(tmp_path / "s.db")
+    problems = resolve_shapes("serving:validation")[:3]
+    specs = sample(7)
+    log = tmp_path / "log"
+    runner = RecordedRunner(log=log)
+    seen = []
+    first = run_sweep(problems, specs, runner, store, chunk=3, on_pairs=lambda n, label: seen.append(n))
+    assert (first.measured, first.already, sum(seen)) == (21, 0, 21)
+    again = run_sweep(problems + resolve_shapes("48x80x96"), specs, runner, store, chunk=3)
+    assert (again.measured, again.already) == (7, 21)
+    assert len(specs_measured(log)) == 28 == len(set(specs_measured(log)))
+    out = tmp_path / "d.csv"
+    assert write_rows(export_rows(store), out) == 28
+    rows = list(csv.DictReader(out.open()))
+    assert tuple(rows[0]) == COLUMNS
+    assert {r["split"] for r in rows} == {"validation", ""}  # 48x80x96 is in no set
+    assert all(float(r["kernel_ms.offline"]) > 0 and float(r["torch_ms.offline"]) > 0 for r in rows)
+    assert {r["spec.shape_specialization"] for r in rows} == {"dynamic"}
+    with pytest.raises(ValueError, match=".csv or .parquet"):
+        write_rows([], tmp_path / "d.txt")
+
+
+SWEEP = textwrap.dedent("""
+    import sys
+    from cudal2.dataset import resolve_shapes, run_sweep
+    from cudal2.search.catalog import sample
+    from cudal2.search.recorded import RecordedRunner
+    from cudal2.search.store import Store
+
+    db, log, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
+    run_sweep(resolve_shapes("serving:validation")[:4], sample(10), RecordedRunner(delay_s=delay, log=log),
+              Store(db), chunk=4)
+""")
+
+
+def test_a_sweep_killed_mid_chunk_resumes_without_losing_a_finished_pair(tmp_path):
+    db, log = tmp_path / "s.db", tmp_path / "log"
+    script = tmp_path / "sweep.py"
+    script.write_text(SWEEP)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    proc = subprocess.Popen([sys.executable, str(script), str(db), str(log), "0.05"], env=env)
+    deadline = time.monotonic() + 120
+    while len(specs_measured(log)) < 15 and time.monotonic() < deadline:  # inside the 4th chunk
+        time.sleep(0.01)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    before = specs_measured(log)
+    kept = len(Store(db).kernels())
+    assert 12 <= kept < len(before) <= 40  # whole chunks kept; the one in flight is lost
+    subprocess.run([sys.executable, str(script), str(db), str(log), "0"], env=env, check=True, timeout=300)
+    records = Store(db).kernels()
+    assert len(records) == 40 == len({(r["problem"].key(), r["result"].spec.key()) for r in records})
+    measured = specs_measured(log)
+    assert len(measured) - 40 == len(before) - kept  # only the lost chunk's pairs measured again
