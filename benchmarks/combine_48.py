@@ -1,7 +1,6 @@
 """Per-shape best over several search_48.py runs (e.g. one per backend), and the aggregates.
 
-    python benchmarks/combine_48.py results/search_48.json results/search_48_cute_dsl.json \\
-        --out results/search_48_both.md
+    python benchmarks/combine_48.py triton.json cute_dsl.json --out both.md
 
 A run is the JSON search_48.py writes, or its markdown report (the per-shape table: speedups
 over torch.matmul and cuBLASLt-autotune, and the best spec).

@@ -44,7 +44,7 @@ CLUSTER_PAIRS = (("", {}), ("c2x1 ", {"cluster_m": 2}), ("c1x2 ", {"cluster_n": 
 ALONE_AND_1X2 = CLUSTER_PAIRS[::2]
 
 CONFIG_SETS = {
-    # the large square-ish shapes of issue 5
+    # the large square-ish shapes (4096x4096x4096, 8192x8192x8192, 16384x16384x4096, 1024x16384x8192)
     "large": {
         "128x256x64 s3 c2x1": dict(block_n=256, stages=3, cluster_m=2),
         "128x256x64 s4 c2x1": dict(block_n=256, stages=4, cluster_m=2),
@@ -121,10 +121,10 @@ CONFIG_SETS = {
     },
     # pipeline depth beyond one tile's k-steps on short-K shapes: the producer walks all of its CTA's tiles
     # with one pipeline, so extra stages load the next tile during this one's epilogue. The rules capped the
-    # depth at one tile's k-steps until session 22; session 14's Optuna trials found deeper kernels that the
-    # rules-only search of session 21 did not propose (16384x512x128: 128x128x128 ping-pong s3 1.062 of
-    # torch, s2 0.992; search_48_s14c.md against search_48_s21.md). Each tile here at one tile's depth and
-    # deeper (run in session 22: cute_dsl_walk_stages.md).
+    # depth at one tile's k-steps until git 2957a41 (2026-11-23); the Optuna trials of the budget-24 48-shape
+    # search (git 206621a) found deeper kernels that the rules-only 48-shape search after it (git 33bef28) did
+    # not propose (16384x512x128: 128x128x128 ping-pong s3 1.062 of torch, s2 0.992). Each tile here at one
+    # tile's depth and deeper (results: cute_dsl_walk_stages.md).
     "walk_stages": {
         "128x128x128 s2 pingpong c1x2": pingpong(block_k=128, stages=2),
         "128x128x128 s3 pingpong c1x2": pingpong(block_k=128, stages=3),
@@ -136,9 +136,10 @@ CONFIG_SETS = {
         "256x64x32 w8 s3 c1x2": dict(block_m=256, block_n=64, block_k=32, num_warps=8, stages=3, cluster_n=2),
         "256x64x32 w8 s6 c1x2": dict(block_m=256, block_n=64, block_k=32, num_warps=8, stages=6, cluster_n=2),
     },
-    # the kernels the walk-depth rule displaced, against what the rules propose since (session 22's search:
-    # 12288x8192x64 went from 256x64x64 s2 1x2, 1.076-1.077 of torch in sessions 14 and 21, to 192x128 s5 at
-    # 1.059; 16384x256x64's session-14 winner, 192x64x64 s5 swapped alone, 1.132, against s3 in 1x2, 1.062)
+    # the kernels the walk-depth rule displaced, against what the rules propose since
+    # (search_48_both_backends_h100_2026-11-23.md: 12288x8192x64 went from 256x64x64 s2 1x2, 1.076-1.077 of
+    # torch in the two 48-shape searches before it (git 206621a, 33bef28), to 192x128 s5 at 1.059;
+    # 16384x256x64's winner in git 206621a, 192x64x64 s5 swapped alone, 1.132, against s3 in 1x2, 1.062)
     "walk_displaced": {
         **{f"256x64x64 s{s} c1x2": dict(block_m=256, block_n=64, stages=s, cluster_n=2) for s in (2, 3, 5)},
         **{f"192x128x64 w8 s{s} c1x2": dict(block_m=192, num_warps=8, stages=s, cluster_n=2) for s in (2, 5)},
@@ -148,9 +149,10 @@ CONFIG_SETS = {
         **{f"256x64x64 w8 s{s} swap c1x2": dict(block_m=256, block_n=64, num_warps=8, stages=s, swap_ab=True,
                                                  cluster_n=2) for s in (2, 5)},
     },
-    # short-K tall outputs, where every kernel the rules proposed until session 23 was in a 1x2 cluster: each
-    # tile's k-walk is a step or two, so the multicast saves little, and on 16384x256x64 the swapped 192x64 ran
-    # 4-5% faster alone (walk_displaced). The winners of session 22's search on these shapes, alone and in 1x2.
+    # short-K tall outputs, where every kernel the rules proposed until the one-k-step rule (git d787df5) was
+    # in a 1x2 cluster: each tile's k-walk is a step or two, so the multicast saves little, and on 16384x256x64
+    # the swapped 192x64 ran 4-5% faster alone (walk_displaced). The winners of
+    # search_48_both_backends_h100_2026-11-23.md on these shapes, alone and in 1x2.
     "short_k_clusters": {
         f"{name} {c}".strip(): {**fields, **kw}
         for name, fields in (
@@ -220,7 +222,7 @@ CONFIG_SETS = {
         "64x32x64 w8 s16 c1x2 split4": split_k(4, block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
         "64x32x64 w8 s16 c1x2 split8": split_k(8, block_m=64, block_n=32, num_warps=8, stages=16, cluster_n=2),
     },
-    # wide tiles cut into many K slices, for 512x512x12288 (session 19's plan, run in session 21: the wide
+    # wide tiles cut into many K slices, for 512x512x12288 (planned in git 8443e6c, run on 2026-11-23: the wide
     # tiles measured 24.3-30.9 us against 19.0 for 64x128 2x1 split 4, cute_dsl_deepk_wide.md). Every one
     # of these grids has 128 CTAs except 128x256 split 8 (64). Each CTA pulls its operand tiles through
     # L2, and a cluster's CTAs share one by multicast. 64x128 2x1 split 4 pulls 100 MB (about 5.5 TB/s in
@@ -236,7 +238,7 @@ CONFIG_SETS = {
         "128x256x64 s4 c2x2 split16": split_k(16, block_n=256, stages=4, cluster_m=2, cluster_n=2),
     },
     # which way a cluster of two pays in split-K: each of four split-K kernels alone, in 2x1 (B's tile
-    # shared) and in 1x2 (A's tile shared). Until session 22 the rules modelled split-K clusters as even with
+    # shared) and in 1x2 (A's tile shared). Until git 2957a41 the rules modelled split-K clusters as even with
     # the kernel alone, and their tile diversity kept one split-K kernel per tile, so the 2x1 64x128 split 4
     # that measured fastest on 512x512x12288 (cute_dsl_deepk*.md) was not proposed; a 2x1 had cost 5-9% on
     # 512x128x8192 (cute_dsl_splitk_clusters.md).
@@ -293,8 +295,8 @@ CONFIG_SETS = {
         "256x128x64 s4 c1x2": dict(block_m=256, stages=4, cluster_n=2),
         "192x128x64 w16 s4 c1x2": dict(block_m=192, num_warps=16, stages=4, cluster_n=2),
     },
-    # the ping-pong kernel's K step: 64 with 5 stages against 128 with 2-3 and 32 with 10 (the search
-    # of session 7 chose 128x128x128 s2 ping-pong where K is one step, 16384x16384x128)
+    # the ping-pong kernel's K step: 64 with 5 stages against 128 with 2-3 and 32 with 10 (the 48-shape
+    # search of 2026-11-22, git 6493f5d, chose 128x128x128 s2 ping-pong where K is one step, 16384x16384x128)
     "pingpong_k": {
         "128x128x64 s5 pingpong c1x2": pingpong(stages=5),
         "128x128x128 s3 pingpong c1x2": pingpong(block_k=128, stages=3),
@@ -340,8 +342,9 @@ CONFIG_SETS = {
         "128x256x64 s4 c2x1": dict(block_n=256, stages=4, cluster_m=2),
     },
     # Short, wide outputs (M of 256-512, N in the thousands), where a 2x1 cluster shares B, the operand
-    # every M tile reads: session 7's best kernels there ran in 2x1 clusters, and the 48-shape search of
-    # session 13, which modelled 1x2 ahead, lost 2-17% on them. The same tiles in 2x1, 1x2 and alone.
+    # every M tile reads: the best kernels of the 48-shape search of 2026-11-22 (git 6493f5d) there ran in 2x1
+    # clusters, and the 48-shape search of git 28d9f90, which modelled 1x2 ahead, lost 2-17% on them. The same
+    # tiles in 2x1, 1x2 and alone.
     "cluster_wide": {
         "64x64x128 w8 s6 c2x1": dict(block_m=64, block_n=64, block_k=128, num_warps=8, stages=6, cluster_m=2),
         "64x64x128 w8 s6 c1x2": dict(block_m=64, block_n=64, block_k=128, num_warps=8, stages=6, cluster_n=2),

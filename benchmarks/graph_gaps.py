@@ -5,7 +5,8 @@ durations, from the profiler) and the idle gap between one call's last kernel an
 first. On kernels of a few microseconds the gap and the kernel's own prologue are most of the time,
 so this tells whether a backend loses there on launch cost or on work.
 
-    python benchmarks/graph_gaps.py out.md --winners benchmarks/results/search_48_s14c.json \\
+    python benchmarks/graph_gaps.py out.md \\
+        --winners benchmarks/results/search_48_both_backends_h100_2026-11-23.json \\
         --shapes 128x1024x256,4096x512x512 [--spec '{"backend": "cute_dsl", ...}']
 
 Contenders per shape: torch.matmul, the winner of that shape in --winners (if any), and each --spec.

@@ -18,8 +18,8 @@ is among the rules proposer's first --proposals specs for that shape (same backe
 decomposition and warp specialization): a change that ranks the tables better can still push a measured
 winner out of the first proposals.
 
-Change the model, run this again, and compare. The tables come from templates of their own session,
-so a few old rows time kernels that have changed since.
+Change the model, run this again, and compare. Each table comes from the template of its own date (and
+commit), so a few old rows time kernels that have changed since.
 """
 
 from __future__ import annotations

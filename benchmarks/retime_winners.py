@@ -1,6 +1,7 @@
 """Time the winners of a search_48.py report again, in other timing modes, against the baselines.
 
-    python benchmarks/retime_winners.py results/search_48_s14c.json out.md --mode offline --mode sustained
+    python benchmarks/retime_winners.py results/search_48_both_backends_h100_2026-11-23.json out.md \\
+        --mode offline --mode sustained
 
 Each row's winning spec (its `spec_json`) is checked and timed by the evaluator together with the
 baselines, one evaluator call per shape, in every mode given. The report puts each mode's

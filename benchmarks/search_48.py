@@ -91,7 +91,7 @@ def report(rows: list[dict], total: int, budget, run_note: str = "") -> str:
 
 def plot(rows: list[dict], out: Path) -> Path | None:
     """Each shape's best speedup over torch.matmul (bars by backend, slowest at the bottom) and over
-    cuBLASLt autotune (dots), with the geometric mean beside issue 5's targets (a geomean of 1.10, no
+    cuBLASLt autotune (dots), with the geometric mean beside the project's targets (a geomean of 1.10, no
     shape below 0.97); None without matplotlib."""
     try:
         import matplotlib
@@ -113,9 +113,9 @@ def plot(rows: list[dict], out: Path) -> Path | None:
     ax.plot([v for _, v in auto], [i for i, _ in auto], "k.", ms=4, label="over cuBLASLt autotune")
     geo = aggregate(over_torch).geomean
     ax.axvline(1.0, color="black", lw=0.8)
-    ax.axvline(0.97, color="tab:red", lw=0.8, ls=":", label="0.97 (issue 5's floor)")
+    ax.axvline(0.97, color="tab:red", lw=0.8, ls=":", label="0.97 (target floor)")
     ax.axvline(geo, color="tab:orange", lw=1.0, ls="--", label=f"geomean over torch {geo:.3f}")
-    ax.axvline(1.10, color="tab:purple", lw=0.8, ls="-.", label="1.10 (issue 5's target geomean)")
+    ax.axvline(1.10, color="tab:purple", lw=0.8, ls="-.", label="1.10 (target geomean)")
     ax.set_yticks(list(y), [f"{r['m']}x{r['n']}x{r['k']}" for r in done], fontsize=6)
     ax.set_xlabel("best kernel's speedup over torch.matmul (bars: green cute_dsl, blue triton)")
     ax.set_xlim(min(0.9, min(over_torch) - 0.02), max([1.1, *over_torch, *(v for _, v in auto)]) + 0.02)

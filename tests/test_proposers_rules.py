@@ -295,9 +295,9 @@ def test_cute_dsl_rules_use_the_tma_store_except_for_split_k_partials():
 
 def test_cute_dsl_rules_rank_pingpong_first_and_128x256_with_four_stages_first_of_the_cooperative():
     # Ping-pong 128x128 in a 1x2 cluster, 5 stages, raster group 8 along M, was the fastest kernel on
-    # the four large shapes of issue 5 (H100). Of the cooperative kernels: the TMA-store epilogue
-    # stages 32 KiB, not the 64 KiB tile, so 4 stages of 128x256x64 fit (192 + 32 KiB); and the
-    # measured tall-tile factor puts 128x256 ahead of 256x128.
+    # the four large shapes (4096^3, 8192^3, 16384x16384x4096, 1024x16384x8192; H100). Of the
+    # cooperative kernels: the TMA-store epilogue stages 32 KiB, not the 64 KiB tile, so 4 stages of
+    # 128x256x64 fit (192 + 32 KiB); and the measured tall-tile factor puts 128x256 ahead of 256x128.
     from cudal2.api import resolve_proposer
 
     p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")

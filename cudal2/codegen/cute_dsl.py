@@ -109,15 +109,14 @@ CAPABILITIES = Capabilities(
         epilogue_subtile=[1],
         swap_ab=[False, True],
         shape_specialization=["auto", "static"],  # every extent is baked into the module (auto: static)
-        # One stage hung on the H100 (split_k=64 checks never finished on 5 of 7 shapes): the
-        # producer/consumer pipeline needs two stages to overlap at all, so one is not offered.
+        # One stage hung on the H100: the producer/consumer pipeline needs two stages to overlap at
+        # all, so one is not offered.
         # small tiles on deep K want deep pipelines: cuBLAS runs 64x32 tiles with 16 stages
         stages=list(range(2, 17)),
         # setmaxnreg: the producer gives registers back (ptxas refuses a decrease above what the
-        # program uses: a search on the H100 that sampled producer_registers=200 lost 146 of 384
-        # candidates to "setmaxnreg.dec has register count (200) which is larger than ..."), the
-        # consumers take them. None = the template's defaults (40 / 232, or what three consumer
-        # warpgroups can have, default_consumer_registers).
+        # program uses, "setmaxnreg.dec has register count ... which is larger than ...", so only
+        # counts that compile are declared), the consumers take them. None = the template's defaults
+        # (40 / 232, or what three consumer warpgroups can have, default_consumer_registers).
         producer_registers=[None, 24, 32, 40, 48, 56],
         consumer_registers=[None, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240],
         **{"problem.accumulator": ["float32"], "problem.dtype": ["float16", "bfloat16"]},
@@ -137,8 +136,8 @@ def effective_raster_group(problem: GemmProblem, spec: KernelSpec) -> int:
     raster direction. The DSL's StaticPersistentTileScheduler rounds that count up to a multiple of
     the group and schedules the padding tiles too (its validity test is against the padded count),
     so a group that does not divide it makes the kernel compute whole tiles outside the output:
-    1 of 8 real N-tiles with group 8 is 8x the work, which is what made shapes with few tiles
-    across the raster 4-8x slower than torch on the H100."""
+    1 of 8 real N-tiles with group 8 is 8x the work, which made shapes with few tiles across the
+    raster several times slower than torch on the H100."""
     tiles_m = -(-problem.m // spec.block_m)
     tiles_n = -(-problem.n // spec.block_n)
     across = -(-tiles_n // spec.cluster_n) if spec.raster_order == "along_m" else -(-tiles_m // spec.cluster_m)
@@ -502,8 +501,8 @@ def register_pool(spec: KernelSpec) -> int:
     """Registers a block holds for setmaxnreg to share out: what it is launched with, the per-thread
     count (a multiple of 8, at most 255, at most the SM's file over the block's threads) times its
     threads; not the SM's 65536. 384 threads launch with 168 each: 64512. setmaxnreg.inc beyond the
-    pool never returns: two search candidates with a 48-register producer and 232-register
-    consumers (65536 in all) hung on the H100 until the evaluator's 120 s timeout killed them."""
+    pool never returns: a 48-register producer beside 232-register consumers (65536 in all) hung
+    on the H100."""
     threads = 32 * spec.num_warps
     per_thread = min(MAX_REGISTERS_PER_THREAD, REGISTERS_PER_SM // threads) // 8 * 8
     return per_thread * threads

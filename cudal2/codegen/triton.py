@@ -127,9 +127,9 @@ class TritonBackend(Backend):
 
     def dynamic(self, spec: KernelSpec) -> bool:
         """Whether the spec's kernel takes M, N and K at run time (one module for every shape of
-        a problem class). "auto" is static here: on the H100 the dynamic kernels measured 0.967 of
-        the static ones' speed (96 pairs on the 48 probe shapes, benchmarks/results/tune_speed_h100_2026-11-25.md),
-        while compiling was a small part of a Triton search's time (cold 50.6 s, warm 44.4 s)."""
+        a problem class). "auto" is static here: on the H100 the dynamic kernels measured a few
+        percent slower than the static ones, while compiling was a small part of a Triton search's
+        time (benchmarks/results/tune_speed_h100_2026-11-25.md)."""
         return spec.shape_specialization == "dynamic"
 
     def shape_key(self, problem: GemmProblem, spec: KernelSpec) -> str:

@@ -87,70 +87,50 @@ PREFERENCES: dict[str, Preferences] = {
     # block_m >= 64 with whole warpgroups; 8 warps carry the 128x256 tiles.
     "triton": Preferences(),
     # CuTe DSL Hopper kernels: TMA + wgmma, warp-specialized, one producer warpgroup.
-    # The 192/96/32 widths are cuBLAS's answer to grids that 64/128/256 leave ragged (its kernels
-    # on H100 for 256x12288x12288, 12288x256x16384, 2048x128x4096); with them, and 12-16 stages on
-    # small tiles, our kernel went from 0.85 to 1.00 of torch on the first and 0.89 to 0.95 on the
-    # second (benchmarks/results/cute_dsl_widths.md).
+    # The 192/96/32 widths are cuBLAS's answer to grids that 64/128/256 leave ragged, and small tiles
+    # on deep K want deep pipelines (cuBLAS runs 64x32 tiles with 16 stages); docs/results.md.
     "cute_dsl": Preferences(block_mn=(256, 192, 128, 96, 64, 32), block_k=(64, 128), num_warps=(12, 8, 16),
                             max_stages=16, fixed={"warp_specialization": "cooperative"},
                             # The registers epilogue stores element by element; the TMA store writes
-                            # whole tiles. Every large-shape figure in benchmarks/results/
-                            # cute_dsl_vs_cublas.md is a TMA-store kernel (about 1.0x torch), while a
-                            # search whose specs all used registers lost up to 5x on wide outputs.
+                            # whole tiles, which is what wide outputs need, so it comes first.
                             epilogue_path=("tma_store", "registers"),
                             # the template's barriers; its epilogue buffers are counted apart
                             smem_reserve=1024,
                             # each consumer warpgroup of a 256x128 tile issues two 64x128 WGMMAs
                             # per k-block where a 128x256 tile issues one 64x256 (less shared-
-                            # memory traffic per FLOP): 0.905 against 1.011-1.022 over torch on
-                            # 4096^3, 8192^3, 16384x16384x4096 and 1024x16384x8192 (H100)
+                            # memory traffic per FLOP), which the model does not see
                             tall_tile_factor=1.11,
                             # Stream-K CTAs sit at different k-offsets, so tiles that share an operand
-                            # panel no longer read it from L2 together: measured 1.2-1.6x slower than
-                            # data-parallel on 2048x1024x2048, 256x4096x2048, 512x4096x4096 and
-                            # 12288x1024x16384, where the model saw it even or ahead
-                            # (benchmarks/results/cute_dsl_fill.md, cute_dsl_streamk.md).
+                            # panel no longer read it from L2 together; the model does not see that and
+                            # put stream-K even or ahead where it measured slower (docs/results.md).
                             stream_k_factor=1.25,
-                            # Ping-pong 128x128 in a 1x2 cluster with 5 stages was our fastest kernel on
-                            # all four large shapes of issue 5 (1.02-1.06 of torch, 0.96-1.0 of the best
-                            # cooperative 128x256), where the model puts the cooperative 128x128 at 1.3x
-                            # of 128x256: measured/modelled 0.74-0.77 of it. The same kernel with 6
-                            # stages measured 0.97-1.04 of torch across two runs, with 4 0.97-1.03, in a
-                            # 2x1 cluster 0.75-0.95, without a cluster 0.66-0.78, and on a 64x256 tile
-                            # 0.71-0.83 (H100; benchmarks/results/cute_dsl_pingpong.md).
-                            # Its raster: group 8 along M measured 1.02-1.13x faster than 4, 16 or
-                            # along N on 1024x16384x8192 and 16384x16384x4096, where the L2 rule picks
-                            # 16, or along N (cute_dsl_pingpong.md).
+                            # Ping-pong hides one warpgroup's epilogue under the other's main loop,
+                            # which the model does not see: it puts the cooperative 128x128 well behind
+                            # 128x256, yet ping-pong 128x128 in a 1x2 cluster with 5 stages was our
+                            # fastest kernel on the large shapes. It is offered only in the form
+                            # that measured ahead: other stage counts, cluster shapes, tiles and
+                            # rasters (the L2 rule's group included) were slower (docs/results.md).
                             pingpong_variants=((128, 128, 1, 2),), pingpong_factor=0.75,
                             pingpong_max_stages=5, pingpong_raster=(8, "along_m"),
-                            # swapped kernels measured 0.98 of the unswapped ones on tall outputs:
-                            # 192x128 in 1x2 on 12288x256x16384 165.9 against 168.8 us (three consumer
-                            # warpgroups unswapped) and on 12288x128x12288 125.7 against 127.9, 96x128
-                            # swapped against 128x128 on 12288x128x12288 105.7 against 107.7
-                            # (benchmarks/results/cute_dsl_swap_ab.md, H100)
+                            # a swapped kernel measured slightly faster than the unswapped one of the
+                            # same tile on tall outputs (docs/results.md)
                             swap_ab_factor=0.98),
 }
 DEFAULT_PREFERENCES = Preferences()
 
-# The modelled time of a clustered variant relative to the same spec without a cluster, measured
-# on the H100 with cute_dsl kernels: 1-3% on the large shapes, and as much on grids of one wave or
-# less (0.82-1.00, median about 0.96: 256x4096x2048, 2048x1024x2048, 512x4096x4096, 12288x128x12288),
-# where cuBLAS also runs every kernel in a cluster of two. Which operand the cluster shares matters,
-# so the gain goes to one direction (_cluster_along_m_pays):
+# The modelled time of a clustered variant relative to the same spec without a cluster. A cluster of
+# two multicasts one operand's tile to both CTAs, halving its L2 reads; on the H100 that paid a few
+# percent on large grids and on grids of one wave or less (where cuBLAS also runs every kernel in a
+# cluster of two). Which operand the cluster shares matters, so the gain goes to one direction
+# (_cluster_along_m_pays):
 # - along the grid's short side where it has at most SHORT_GRID tiles and the other side more: a 2x1
-#   cluster (sharing B) on short, wide outputs took 64x64 tiles on 256x2048x4096 from 15.0 us alone
-#   and 14.4 in 1x2 to 11.5 (and 64x128 on 256x12288x12288 from 193.4 in 1x2 to 163.5); a 1x2 on
-#   tall ones (swapped 192x128 on 12288x256x16384: 165.9 us against 178.7 in 2x1);
-# - along N (1x2, sharing A) elsewhere: ping-pong 128x128 measured 1.01-1.04 of torch in 1x2 and
-#   0.88-0.96 in 2x1 on 4096^3 and 1024x16384x8192 in the NT and TN layouts (and NN in session 7),
-#   and 128x256 measured even in 2x1, 1x2 and alone there
-#   (benchmarks/results/cute_dsl_cluster_direction.md, cute_dsl_swap_ab.md).
-# The 2% cases this leaves out: 64-row tiles on 512x4096x4096 (8 tiles along M) ran 1.7-2% faster
-# in 2x1 than in 1x2.
+#   cluster (sharing B) on short, wide outputs, a 1x2 on tall ones;
+# - along N (1x2, sharing A) elsewhere.
+# The measurements behind both are summarised in docs/results.md.
 CLUSTER_GAIN = 0.96
 SHORT_GRID = 4
 # A split-K cluster's multicast saves L2 reads of an operand; where the smaller operand is under this size
-# (512x128x8192: B is 2 MiB) the measured effect was within -5%..+3% (_split_k_cluster_pays)
+# the saving is lost in the noise (_split_k_cluster_pays)
 SPLIT_K_CLUSTER_MIN_BYTES = 4 << 20
 
 # How much a candidate's score grows for each earlier pick that shares its tile (or its
@@ -160,11 +140,9 @@ SAME_VARIANT_PENALTY = 0.05
 # Statuses that say "this configuration is broken here", not "it is slow".
 FAILED = ("compile_error", "crash", "timeout", "incorrect")
 KEEP_PER_TILE = 6
-# Stream-K proposals per call: it won no shape of the 48 in any search so far, and measured 0.6-1.0
-# of the data-parallel kernels beside it (cute_dsl_streamk_cluster.md, cute_dsl_streamk_lanes.md); the
-# model, which counts the last wave's idle SMs but not the cycles stream-K adds to every SM (about 13k
-# of 534k on 1024x16384x8192, ncu), would otherwise rank half the list of a ragged deep-K grid stream-K
-# once clusters multiply its variants.
+# Stream-K proposals per call: stream-K rarely beats the data-parallel kernels beside it, and the
+# model, which counts the last wave's idle SMs but not the cycles stream-K adds to every SM, would
+# otherwise rank half the list of a ragged deep-K grid stream-K once clusters multiply its variants.
 MAX_STREAM_K = 2
 # Tile-size caps, as multiples of the next power of two of M, N, K. The last level also
 # varies what the rules would otherwise decide alone (stages, raster group and order), for
@@ -184,9 +162,7 @@ def _split_k_cluster_pays(problem: GemmProblem, f: dict) -> bool:
     """Whether a split-K kernel's cluster is one that measured ahead of the same kernel alone: the one
     that multicasts the wider of the CTA's two operand tiles (the 64x128 tile's B tile in 2x1), or for a
     square tile the direction _cluster_along_m_pays picks, and only where each operand is a few MiB
-    at least. On 512x512x12288 that took 64x128 split 4 from 22.3 to 18.9 us (20.8 in 1x2) and 128x128
-    split 8 from 21.1 to 20.0 (1x2); on 512x128x8192, whose B is 2 MiB, clusters moved the same kernels by
-    -5% to +3% (benchmarks/results/cute_dsl_splitk_clusters.md)."""
+    at least: on smaller operands clusters moved the same kernels either way (docs/results.md)."""
     m, n, k = problem.shape
     if min(m, n) * k * DTYPE_BYTES[problem.dtype] < SPLIT_K_CLUSTER_MIN_BYTES:
         return False
@@ -202,20 +178,16 @@ def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     other direction measured about even with the same kernel without one, so it is modelled even and
     measured too), pref.tall_tile_factor for a 256x128 tile, pref.stream_k_factor for stream-K,
     pref.pingpong_factor for ping-pong consumers."""
-    # (stream-K in the favoured cluster measured 1.3-1.7x faster than without one: 128x128 on
-    # 12288x256x16384 in 1x2, 256x12288x12288 in 2x1, 2048x16384x8192 in 1x2; the model's gain only
-    # has to rank it above the unclustered kernel)
+    # (stream-K in the favoured cluster measured well ahead of stream-K without one; the model's gain
+    # only has to rank it above the unclustered kernel)
     if f.get("decomposition", "data_parallel") == "split_k":
         favoured = _split_k_cluster_pays(problem, f)
     elif _cdiv(problem.k, f["block_k"]) < 2:
-        # one k-step per tile: each operand tile is loaded once, so the multicast saves one L2 read per
-        # output tile. In two runs on 16384x256x64 all six kernels tried ran 1-6% faster alone than in 1x2
-        # (128x128x64 s4: 5.6-5.8 us, 5.7-5.9 in 1x2), and on 1024x512x64 five of six; on 16384x1024x64 the
-        # pairs split three and three both times. The exception is the output-bound 12288x8192x64, where
-        # five of six ran 0.5-3.5% faster in 1x2 (benchmarks/results/cute_dsl_short_k_clusters.md). Keeping
-        # the gain where each CTA has many tiles, for that shape, was tried: where every candidate ties at
-        # the DRAM floor it ranked small clustered tiles first on 16384x256x64 (96x64, 64x64, 32x128, none
-        # measured), so one k-step is modelled even everywhere
+        # one k-step per tile: each operand tile is loaded once, so the multicast saves only one L2 read
+        # per output tile, and on short-K shapes the kernels mostly ran as fast or faster alone (the
+        # output-bound 12288x8192x64 is the exception; docs/results.md). Keeping the gain where each CTA
+        # has many tiles, for that shape, was tried: where every candidate ties at the DRAM floor it
+        # ranked small, unmeasured clustered tiles first, so one k-step is modelled even everywhere
         favoured = False
     else:
         favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
@@ -450,15 +422,11 @@ class RulesProposer:
                                     f"split_k={s} ({red}) fills {-neg_fill:.2f} of a wave"))
         # Stream-K evens out a ragged last wave (or a grid of fewer tiles than SMs): the k-iterations
         # of the leftover tiles are shared evenly by all CTAs, and partial tiles are summed by their
-        # owner. Measured on the H100 it pays on deep-K shapes with few tiles (12288x256x16384:
-        # 0.79 -> 0.86 of torch) and loses where the k-loop is short (2048x1024x2048), so it is
+        # owner. It pays on deep-K shapes with few tiles and loses where the k-loop is short, so it is
         # offered only with enough k-tiles per tile and tiles enough that each is shared by at most
         # about three CTAs (its owner adds the others' partials one after another). Not offered
         # where the last wave is nearly full: what it saves there is less than the cycles it adds to
-        # every SM (on 1024x16384x8192, 3.88 waves of 256x128, it evens out the SMs but adds about 13k
-        # cycles to each, ncu), and in clusters there and on five other deep-K shapes of the 48 it
-        # measured 0.6-1.0 of the data-parallel kernels (benchmarks/results/cute_dsl_streamk_cluster.md,
-        # cute_dsl_streamk_lanes.md).
+        # every SM (docs/results.md).
         dp_fill = tiles / (_cdiv(tiles, hw.sm_count) * hw.sm_count)
         if (dp_fill < 0.9 and kb >= 32 and 2 * tiles >= hw.sm_count
                 and space.allows(caps, "decomposition", "stream_k", arch)):
@@ -466,12 +434,10 @@ class RulesProposer:
                             f"stream-K: {tiles} tile(s) fill {dp_fill:.2f} of their last wave; the leftover "
                             f"tiles' {kb} k-tiles each are shared by all {hw.sm_count} SMs"))
         # Clusters of two CTAs share one operand's tile through TMA multicast, halving its L2
-        # reads; on Hopper that paid on large grids (our 128x256 cute_dsl kernels were fastest with
-        # 1x2 or 2x1 clusters on 4096^3..16384^3) and on grids of one wave or less. Split-K gets
+        # reads; on Hopper that paid on large grids and on grids of one wave or less. Split-K gets
         # them beside its unclustered variants: cuBLAS runs its deep-K split-K kernels in clusters of
-        # two, and on the H100 a 2x1 cluster took 64x64 split 2 from 28.3 to 24.9 us on 512x512x12288
-        # but cost 5-9% on 512x128x8192 (benchmarks/results/cute_dsl_deepk.md), so it is modelled
-        # even (_measured_factor). Stream-K works in clusters too: a cluster's CTAs walk the same
+        # two, but whether one pays depends on the tile and the operand sizes (_measured_factor,
+        # _split_k_cluster_pays). Stream-K works in clusters too: a cluster's CTAs walk the same
         # k-range of neighbouring tiles.
         clusters: list[tuple[int, int, str]] = [(1, 1, "")]
         if tiles >= 2:
@@ -512,11 +478,9 @@ class RulesProposer:
                             or [p for p in (True, False) if space.allows(caps, "persistent", p, arch)])
             # A warp-specialized kernel is persistent (cute_dsl's always are): its producer walks all of
             # the CTA's tiles through one pipeline, so stages beyond one tile's k-steps load the next tile
-            # during this one's epilogue. On short-K shapes that measured up to 41% faster (16384x512x128,
-            # ping-pong 128x128x64 s2 -> s5: 12.1 -> 9.2 us; benchmarks/results/cute_dsl_walk_stages.md), so
-            # the depth is capped at the CTA's whole walk, not at one tile's k-steps. (Not everywhere: on the
-            # output-bound 12288x8192x64, 256x64x64 ran 4% slower with 5 stages than with 2,
-            # cute_dsl_walk_displaced.md.)
+            # during this one's epilogue. On short-K shapes that paid (though not on the output-bound
+            # 12288x8192x64; docs/results.md), so the depth is capped at the CTA's whole walk, not at one
+            # tile's k-steps.
             walk = _cdiv(kb, dec["split_k"])
             if fields["warp_specialization"] != "none":
                 walk *= _cdiv(tiles * dec["split_k"], hw.sm_count)
@@ -577,9 +541,8 @@ class RulesProposer:
     def _stream_k_order(self, caps, problem: GemmProblem, order: str, note: str) -> tuple[str, str]:
         """The raster order a stream-K kernel numbers its tiles in: along M where B is the larger
         operand, along N where A is, so that the template's stream-K lanes keep the tiles that share
-        the larger operand's panel at the same k (cute_dsl: _sk_lanes; on the H100 lanes took 256x128
-        stream-K on 1024x16384x8192 from 0.92-0.99 to 0.99-1.00 of torch, while lanes sharing the
-        small operand took 12288x256x16384 from 0.66 to 0.50; benchmarks/results/cute_dsl_streamk_lanes.md)."""
+        the larger operand's panel at the same k (cute_dsl: _sk_lanes; lanes that share the smaller
+        operand instead measured slower; docs/results.md)."""
         m, n, _ = problem.shape
         want = "along_m" if n >= m else "along_n"
         if want == order or not space.allows(caps, "raster_order", want, self.arch):
@@ -636,8 +599,8 @@ class RulesProposer:
         bm, bn, bk, w = f["block_m"], f["block_n"], f["block_k"], f["num_warps"]
         split = f["split_k"]
         # a cluster takes whole clusters of CTA slots: where the grid's side does not divide by the
-        # cluster's, the last cluster's other CTA has no tile (128-wide tiles in 1x2 on N=128 ran 12-17%
-        # slower than alone, cute_dsl_short_k_clusters.md; the rules propose no such cluster)
+        # cluster's, the last cluster's other CTA has no tile (the rules propose no such cluster, but
+        # recorded tables hold some)
         cm, cn = f.get("cluster_m", 1), f.get("cluster_n", 1)
         tiles = _cdiv(_cdiv(m, bm), cm) * cm * _cdiv(_cdiv(n, bn), cn) * cn
         kb_split = _cdiv(_cdiv(k, bk), split)
@@ -671,9 +634,7 @@ class RulesProposer:
             hide = 1 + (hide - 1) / 2  # a second resident block hides latency too
         main = kb_split * step * hide * occ
         # the first stage's load; the others land while it is computed (counting every stage here
-        # made deep pipelines look slower: 64x128x128 split-K with 3 stages ranked above 4, which
-        # measured 24.4 against 22.5 us on 512x512x12288, and 64x128x64 with 8 stages 21.9;
-        # benchmarks/results/cute_dsl_deepk.md)
+        # made deep pipelines look slower than they measured)
         prologue = 0.5 + load_step
         out_bytes = 4 if split > 1 else DTYPE_BYTES[problem.c_dtype]
         epilogue = bm * bn * out_bytes / l2_per_us * occ
