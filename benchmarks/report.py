@@ -1,0 +1,252 @@
+"""docs/results.md from the JSON results in benchmarks/results: the current figure of every
+experiment, each with its GPU, versions, date and the report that holds its command.
+
+    python benchmarks/report.py            # writes docs/results.md and docs/results_probe48.png
+    python benchmarks/report.py --check    # exit 1 if docs/results.md is not what this writes
+
+The experiments are data (EXPERIMENTS): a title, the result file, and the kind of file, which
+names the function that reads it. A new run of an experiment replaces its file; git keeps the old
+one. Nothing here measures anything: it only reads what the benchmarks wrote.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import io
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+OUT = ROOT / "docs" / "results.md"
+PLOT = ROOT / "docs" / "results_probe48.png"
+
+
+@dataclass(frozen=True)
+class Experiment:
+    title: str
+    file: str  # under benchmarks/results
+    kind: str  # search | retime | crosscheck | tune_speed | sweep
+    what: str  # one sentence: what was measured and how
+    parts: tuple[str, ...] = ()  # tune_speed: which of its parts (static, tune, sweep) are current
+
+
+
+
+def geomean(xs) -> float | None:
+    xs = [x for x in xs if x]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def _date(name: str) -> str:
+    """The date in a result file's name (every file is named with the date it was measured)."""
+    found = re.search(r"(\d{4}-\d{2}-\d{2})", name)
+    return found.group(1) if found else "undated"
+
+
+def _env_line(env: dict | None) -> str:
+    if not env:
+        return "versions not recorded"
+    return (f"{env.get('gpu_name', '?')}, driver {env.get('driver', '?')}, CUDA {env.get('cuda', '?')}, "
+            f"torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}")
+
+
+# ---- readers: (headline figure, markdown body, environment line) -----------------------------------
+def read_search(path: Path) -> tuple[str, list[str], str]:
+    """A search report (benchmarks/search_48.py --out): one row per shape with its winner."""
+    rows = json.loads(path.read_text())
+    sp = [r["speedup"].get("torch") for r in rows]
+    lt = [r["speedup"].get("cublaslt_autotune") for r in rows]
+    g, worst = geomean(sp), min(x for x in sp if x)
+    slower = sum(1 for x in sp if x and x < 1)
+    head = f"{g:.3f}x torch.matmul (geomean over {len(rows)} shapes), min {worst:.3f}, {slower} slower"
+    body = [f"- over torch.matmul: geometric mean **{g:.3f}**, min {worst:.3f}, {slower} of {len(rows)} slower",
+            f"- over cuBLASLt autotuned: {geomean(lt):.3f}" if geomean(lt) else "- cuBLASLt: not measured",
+            "", "| shape | winner | us | vs torch | vs cuBLASLt autotune |", "|---|---|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: r["m"] * r["n"] * r["k"]):
+        s = r["speedup"]
+        body.append(f"| {r['m']}x{r['n']}x{r['k']} | `{r.get('spec', '')}` | {r['best_ms'] * 1e3:.1f} | "
+                    f"{s.get('torch', 0):.3f} | {s.get('cublaslt_autotune') or 0:.3f} |")
+    return head, body, _env_line(rows[0].get("environment"))
+
+
+def read_retime(path: Path) -> tuple[str, list[str], str]:
+    """Winners timed again (benchmarks/retime_winners.py)."""
+    rows = [r for r in json.loads(path.read_text()) if r.get("status", "ok") == "ok"]
+    heads, body = [], []
+    for mode in sorted({m for r in rows for m in r["speedup"]}):
+        sp = [r["speedup"][mode].get("torch") for r in rows if mode in r["speedup"]]
+        g, worst = geomean(sp), min(x for x in sp if x)
+        heads.append(f"{mode} {g:.3f}x torch.matmul, min {worst:.3f}")
+        body.append(f"- {mode}: geometric mean over torch.matmul **{g:.3f}**, min {worst:.3f}, "
+                    f"{sum(1 for x in sp if x < 1)} of {len(sp)} slower")
+    return f"{'; '.join(heads)} ({len(rows)} shapes)", body, "versions as in the report"
+
+
+def read_crosscheck(path: Path) -> tuple[str, list[str], str]:
+    d = json.loads(path.read_text())
+    rows = [r for r in d["rows"] if "eval_offline" in r]
+    graph = sum(bool(r.get("agree_graph")) for r in rows)
+    dob = sum(bool(r.get("agree_dobench")) for r in rows)
+    head = f"evaluator within 2% of a rotated-input CUDA graph on {graph} of {len(rows)} shapes"
+    body = [f"- rotated graph: {graph} of {len(rows)} shapes within 2%; do_bench_cudagraph: {dob} of {len(rows)}",
+            "", "| shape | evaluator | rotated graph | do_bench_cudagraph |", "|---|---:|---:|---:|"]
+    body += [f"| {r['shape']} | {r['eval_offline']:.3f} | {r['graph']:.3f} | {r['dobench']:.3f} |" for r in rows]
+    return head, body, f"{d['gpu']}, {d['versions']}"
+
+
+def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[str], str]:
+    d = json.loads(path.read_text())
+    runs = [v for k, v in sorted(d.items()) if k.startswith("run_")] or [d]  # several runs in one file
+    # each part from the last run that has it
+    d = {"gpu": runs[-1].get("gpu", "?"), **{p: r[p] for r in runs for p in ("static", "tune", "sweep") if r.get(p)}}
+    d = {k: v for k, v in d.items() if k == "gpu" or not parts or k in parts}
+    body, heads = [], []
+    if d.get("tune"):
+        body += ["| run | shape | seconds | vs torch |", "|---|---|---:|---:|"]
+        for r in d["tune"]:
+            body.append(f"| {r['kind']} | {r['shape']} | {r['seconds']:.1f} | {r['speedup_torch'] or 0:.3f} |")
+        warm = [r["seconds"] for r in d["tune"] if r["kind"].startswith("warm")]
+        if warm:
+            heads.append(f"warm tune at budget 32: {min(warm):.1f}-{max(warm):.1f} s")
+    if d.get("sweep"):
+        s = d["sweep"]
+        rate = s["second_pairs"] / max(s["second_s"], 1e-9)
+        heads.append(f"sweep {rate:.1f} checked pairs/s")
+        body.append(f"- sweep: {s['specs']} specs on {s['shapes']} shapes of at most 1 GFLOP: {rate:.1f} checked "
+                    f"pairs/s on new shapes; per pair: {s.get('stats', '')}")
+    if d.get("static"):
+        ratios = [r["ratio"] for r in d["static"] if r.get("ratio")]
+        heads.append(f"dynamic-shape kernels at {geomean(ratios):.3f} of static speed")
+        body.append(f"- static / dynamic kernel time over {len(ratios)} pairs: geomean {geomean(ratios):.3f}, "
+                    f"lowest {min(ratios):.3f}")
+    return "; ".join(heads), body, d.get("gpu", "?")
+
+
+def read_sweep(path: Path) -> tuple[str, list[str], str]:
+    """A `cudal2 dataset export` (CSV, gzipped): the fastest spec per shape, one brief measurement."""
+    rows = list(csv.DictReader(io.TextIOWrapper(gzip.open(path), encoding="utf-8")))
+    best: dict[tuple, dict] = {}
+    for r in rows:
+        if r["status"] != "ok":
+            continue
+        key = (int(r["m"]), int(r["n"]), int(r["k"]))
+        if key not in best or float(r["kernel_ms.offline"]) < float(best[key]["kernel_ms.offline"]):
+            best[key] = r
+    sp = [float(r["speedup_vs_torch.offline"]) for r in best.values()]
+    g = geomean(sp)
+    specs = len({r["spec_key"] for r in rows})
+    head = f"best of {specs} specs: {g:.3f}x torch.matmul over {len(best)} shapes (unconfirmed)"
+    body = [f"- {len(rows)} pairs, {specs} specs on {len(best)} shapes; fastest spec per shape: geometric mean "
+            f"{g:.3f} of torch.matmul, faster on {sum(x > 1 for x in sp)}. One brief measurement each, and the "
+            "best of many is a selected maximum: a figure to confirm, not to claim."]
+    r0 = rows[0]
+    return head, body, f"{r0['gpu']}, driver {r0['driver']}, torch {r0['torch']}, Triton {r0['triton']}"
+
+
+READERS = {"search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
+           "tune_speed": read_tune_speed, "sweep": read_sweep}
+
+PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
+EXPERIMENTS: list[Experiment] = [
+    Experiment("The 48 probe shapes, both backends", "search_48_both_backends_h100_2026-11-23.json", "search",
+               f"`cudal2.search` with the Triton and CuTe DSL backends on {PROBE48}: the rules' 12 proposals per "
+               "shape, the three leaders timed three more times, the winner's median round (offline)."),
+    Experiment("The same 48 winners timed again", "retime_48_offline_h100_2026-11-23.json", "retime",
+               "The winners above, timed again in one more evaluator call each (offline), right after."),
+    Experiment("Four large shapes, offline", "large4_offline_h100_2026-11-23.json", "search",
+               "4096^3, 8192^3, 16384x16384x4096 and 1024x16384x8192, both backends, budget 16, confirmed."),
+    Experiment("Four large shapes, sustained", "large4_sustained_h100_2026-11-23.json", "search",
+               "The same four, leaders confirmed in sustained mode (each kernel alone at the clock its own "
+               "power draw sets under the 700 W cap)."),
+    Experiment("The 21 longer probe shapes, sustained", "big21_sustained_h100_2026-11-23.json", "search",
+               "The 21 probe shapes that take 20 us or more: offline trials, leaders confirmed sustained."),
+    Experiment("LLM-serving validation shapes, 100-spec sweep", "sweep_serving_validation_h100_2026-11-25.csv.gz",
+               "sweep", "`cudal2 sweep serving:validation --specs 100 --max-gflop 1`: 100 shape-generic Triton "
+               "catalog specs on each validation serving shape of at most 1 GFLOP (layout NT), brief timing."),
+    Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
+               "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
+               "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
+    Experiment("Dynamic-shape Triton kernels against static ones", "tune_speed_h100_2026-11-25.json", "tune_speed",
+               f"The rules' first two proposals on {PROBE48}, rendered static and dynamic, timed in one call.",
+               parts=("static",)),
+    Experiment("Checked pairs per second in a sweep", "tune_speed_bulk_h100_2026-11-25.json", "tune_speed",
+               "`cudal2 sweep`'s loop: 128 catalog specs on 14 train serving shapes of at most 1 GFLOP.",
+               parts=("sweep",)),
+    Experiment("Seconds to tune a new shape, one evaluator", "tune_speed_shared_h100_2026-11-25.json",
+               "tune_speed", "`cudal2.search` at budget 32 (rules, then Optuna; leaders confirmed) on validation "
+               "serving shapes, one evaluator for all runs; cold = empty kernel caches.", parts=("tune",)),
+    Experiment("Seconds to tune a new shape, an evaluator per search", "tune_speed_trials_h100_2026-11-25.json",
+               "tune_speed", "As above, each search starting its own evaluator (worker, compile pool).",
+               parts=("tune",)),
+]
+
+
+def plot_search(path: Path, out: Path) -> None:
+    """Speedup over torch.matmul per shape of a search report, sorted."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = json.loads(path.read_text())
+    sp = sorted(r["speedup"]["torch"] for r in rows)
+    fig, ax = plt.subplots(figsize=(7, 2.6), dpi=110)
+    ax.bar(range(len(sp)), sp, color=["#c44" if x < 1 else "#4a4" for x in sp])
+    ax.axhline(1.0, color="black", lw=0.8)
+    ax.set_ylim(min(0.9, min(sp) - 0.02), max(sp) + 0.05)
+    ax.set_ylabel("x torch.matmul")
+    ax.set_xlabel("the 48 probe shapes, sorted")
+    ax.set_title(f"Searched kernels on the H100 ({_date(path.name)}): geomean {geomean(sp):.3f}")
+    fig.tight_layout()
+    fig.savefig(out, metadata={"Software": None})  # no timestamps: the file only changes with the data
+    plt.close(fig)
+
+
+def render(experiments: list[Experiment]) -> str:
+    lines = ["# Results", "",
+             "Generated by `python benchmarks/report.py` from the JSON results in `benchmarks/results/`; do not",
+             "edit by hand. Each experiment's file holds its command; the figures are the current run of each",
+             "(older runs are in git's history).", "",
+             "| experiment | figure | date | file |", "|---|---|---|---|"]
+    sections = []
+    for e in experiments:
+        path = RESULTS / e.file
+        if not path.exists():
+            lines.append(f"| {e.title} | missing: {e.file} | | |")
+            continue
+        reader = READERS[e.kind]
+        head, body, env = reader(path, e.parts) if e.parts else reader(path)
+        lines.append(f"| {e.title} | {head} | {_date(e.file)} | [{e.file}](../benchmarks/results/{e.file}) |")
+        report = path.with_suffix(".md") if path.suffix == ".json" else None
+        where = f"[{report.name}](../benchmarks/results/{report.name})" if report and report.exists() else e.file
+        sections += ["", f"## {e.title}", "", e.what, "", f"{env}; {_date(e.file)}; command and details: {where}.",
+                     "", *body]
+    return "\n".join(lines + sections) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--check", action="store_true")
+    args = ap.parse_args()
+    text = render(EXPERIMENTS)
+    if args.check:
+        same = OUT.exists() and OUT.read_text() == text
+        print(f"{OUT} {'is' if same else 'is NOT'} what benchmarks/report.py writes")
+        return 0 if same else 1
+    OUT.write_text(text)
+    probe = next((e for e in EXPERIMENTS if e.kind == "search" and "48" in e.file), None)
+    if probe is not None and (RESULTS / probe.file).exists():
+        plot_search(RESULTS / probe.file, PLOT)
+    print(f"wrote {OUT}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""The project reads as a user's guide: docs/results.md is what benchmarks/report.py writes from the
+results on disk, every experiment's file exists, README.md stays short, and no file carries a
+sequence label ("session 12", "issue 5", a file name ending in _s14) instead of a date."""
+
+import importlib.util
+import re
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LABEL = re.compile(r"session [0-9]|sessions [0-9]|issue [0-9]|_s[0-9]+[a-z]?\.", re.IGNORECASE)
+
+
+def _report():
+    spec = importlib.util.spec_from_file_location("cudal2_results_report", ROOT / "benchmarks" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_results_page_is_what_the_report_script_writes():
+    report = _report()
+    for e in report.EXPERIMENTS:
+        assert (report.RESULTS / e.file).exists(), e.file
+    assert (ROOT / "docs" / "results.md").read_text() == report.render(report.EXPERIMENTS), (
+        "docs/results.md is stale: run python benchmarks/report.py")
+
+
+def test_no_sequence_labels_and_a_short_readme():
+    found = []
+    for path in ROOT.rglob("*"):
+        rel = path.relative_to(ROOT)
+        if rel.parts[0].startswith(".") or "__pycache__" in rel.parts or not path.is_file():
+            continue
+        if re.search(r"_s[0-9]+[a-z]?\.", path.name):
+            found.append(f"{rel} (file name)")
+        if path.suffix in (".py", ".md", ".j2"):
+            for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+                if LABEL.search(line) and path.name != "test_results_report.py":
+                    found.append(f"{rel}:{i}")
+    assert not found, found[:20]
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 150
