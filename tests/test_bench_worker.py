@@ -196,3 +196,54 @@ def test_a_batch_pins_a_crash_on_its_candidate_and_checks_the_rest_on_a_new_work
     assert res["aborts"].status == "crash" and "SIGABRT" in res["aborts"].reason
     assert res["partial"].status == "incorrect" and "poison" in res["partial"].reason
     assert res["cached"].status == "incorrect"  # its own fresh seeds in the same storage
+
+
+class ScriptedWorker:
+    """Stands in for the GPU worker: answers each check_many request from a script, and dies (raises
+    WorkerDied) where the script says so."""
+
+    def __init__(self, script):
+        self.script, self.pending, self.sent, self.restarts = list(script), [], [], 0
+
+    def send(self, kind, req):
+        self.sent.append([r.name for r in req.candidates])
+        self.pending = list(self.script.pop(0))
+
+    def receive(self, limit, what):
+        from cudal2.bench.worker import WorkerDied
+
+        msg = self.pending.pop(0)
+        if msg == "die":
+            raise WorkerDied("crash", f"worker died during {what}")
+        return msg
+
+    def _answering(self):
+        return True
+
+    def restart(self):
+        self.restarts += 1
+
+
+def test_a_death_in_the_shared_stream_order_check_is_found_alone_and_ends():
+    """The stream-order check of several kernels dies: each is checked again alone; the one that
+    dies alone is recorded as the crash, and the others keep their verdict."""
+    from cudal2.bench.evaluator import Evaluator
+    from cudal2.bench.results import Correctness
+    from cudal2.bench.worker import KernelRef
+
+    corr = Correctness(rel_error=1e-4, bound=1e-3, seeds=3, checks=("finite",))
+
+    def passes(name):
+        return [("compiled", name, 0.1), ("checked", name, "ok", "", corr, 0.1)]
+
+    ev = Evaluator(device="cpu")
+    ev._worker = ScriptedWorker([
+        passes("a") + passes("b") + ["die"],  # together: the shared check dies
+        passes("a") + [("ok", {"a": 2e-4})],  # a alone: fine
+        passes("b") + ["die"],  # b alone: dies again, so b did it
+    ])
+    out = ev._check_many(GemmProblem.parse((32, 32, 64)), [(KernelRef("a", kernel=K.honest), None),
+                                                           (KernelRef("b", kernel=K.honest), None)])
+    assert ev._worker.sent == [["a", "b"], ["a"], ["b"]]
+    assert out["a"][0] == "ok" and "stream-order" in out["a"][2].checks and out["a"][2].rel_error == 2e-4
+    assert out["b"][0] == "crash" and "stream-order check" in out["b"][1]

@@ -491,7 +491,10 @@ class Evaluator:
                     status = "compile_error" if phase == "compile" and e.status == "timeout" else e.status
                     out[current] = (status, e.reason, None, compile_s.get(current, 0.0))
                     todo = again + batch[len(got) + 1:] + todo
-                else:  # the stream-order check itself: which survivor did it cannot be told
+                elif len(again) == 1 and len(batch) == 1:  # the stream-order check of one: it did
+                    name = again[0][0].name
+                    out[name] = (e.status, f"during the stream-order check: {e.reason}", None, got[name][3])
+                else:  # the stream-order check of several: which survivor did it cannot be told
                     todo, one_at_a_time = again + todo, bool(again) or one_at_a_time
                 continue
             for name, (status, reason, corr, c_s) in got.items():
