@@ -247,3 +247,14 @@ def test_a_death_in_the_shared_stream_order_check_is_found_alone_and_ends():
     assert ev._worker.sent == [["a", "b"], ["a"], ["b"]]
     assert out["a"][0] == "ok" and "stream-order" in out["a"][2].checks and out["a"][2].rel_error == 2e-4
     assert out["b"][0] == "crash" and "stream-order check" in out["b"][1]
+
+
+def test_a_kernel_that_cannot_be_sent_to_the_worker_fails_alone():
+    from cudal2.bench.evaluator import Evaluator
+
+    p = GemmProblem.parse((32, 48, 64))
+    with Evaluator(device="cpu", baselines=(), compile_workers=1) as ev:
+        res = {c.name: c for c in ev.evaluate_kernels(p, {"first": K.honest, "local": lambda a, b, c=None, bias=None: c,
+                                                           "last": K.honest})}
+    assert res["first"].ok and res["last"].ok
+    assert res["local"].status == "crash" and "could not send local to the worker" in res["local"].reason

@@ -423,73 +423,36 @@ class Evaluator:
     def _check_many(self, problem: GemmProblem, entries: list[tuple[KernelRef, tuple | None]]
                     ) -> dict[str, tuple[str, str, Correctness | None, float]]:
         """name -> (status, reason, correctness, compile seconds) for every candidate: checked in
-        CheckBatch requests to the worker, which answers candidate by candidate. Each wait has its
-        own limit (the compile timeout, then the check timeout), so a hang or a crash is pinned on
-        the candidate in flight; the worker is replaced and the batch goes on from the next one. Where
-        the shared stream-order check itself dies, its survivors are checked again one at a time."""
+        CheckBatch requests to the worker, which answers candidate by candidate (_check_batch). A
+        hang or a crash is pinned on the candidate in flight; the worker is replaced and the batch
+        goes on from the next one. Where the shared stream-order check itself dies, its survivors
+        are checked again one at a time."""
         out: dict[str, tuple[str, str, Correctness | None, float]] = {}
         todo = list(entries)
         one_at_a_time = False
-        probe_scale = (self.config.accumulator_probe_k / problem.k) if problem.k else 1.0
         while todo:
             batch = todo[:1] if one_at_a_time else todo
             todo = todo[len(batch):]
-            refs = [r for r, _ in batch]
-            req = CheckBatch(problem, refs, self.config.policy, {r.name: p for r, p in batch if p is not None})
-            w = self.worker
             try:
-                w.send("check_many", req)
-            except Exception as e:  # noqa: BLE001 - e.g. an unpicklable kernel: find it alone
+                got, order = self._check_batch(problem, batch)
+            except _Unsendable as e:  # e.g. an unpicklable kernel: find it alone
                 if len(batch) == 1:
-                    out[refs[0].name] = ("crash", f"could not send {refs[0].name} to the worker: "
-                                                  f"{type(e).__name__}: {e}", None, 0.0)
+                    out[batch[0][0].name] = ("crash", str(e), None, 0.0)
                 else:
                     todo, one_at_a_time = batch + todo, True
                 continue
-            got: dict[str, tuple] = {}
-            compile_s: dict[str, float] = {}
-            phase = "compile"
-            order: dict[str, float | str] | None = None
-            try:
-                while order is None:
-                    current = refs[len(got)].name if len(got) < len(refs) else ""
-                    if phase == "compile":
-                        limit, what = self.config.compile_timeout_s, f"compiling {current}"
-                    elif phase == "check":
-                        limit = self.check_timeout(problem) + (
-                            self.check_timeout(problem, probe_scale, passes=1) if req.probes.get(current) else 0.0)
-                        what = f"checking {current}"
-                    else:
-                        limit = self.config.check_floor_s + 2.0 * len(refs)
-                        what = "the stream-order check of " + ", ".join(refs[i].name for i in range(len(refs)))
-                    msg = w.receive(limit, what)
-                    if msg[0] == "compiled":
-                        compile_s[msg[1]], phase = msg[2], "check"
-                    elif msg[0] == "checked":
-                        got[msg[1]] = msg[2:]
-                        phase = "compile" if len(got) < len(refs) else "order"
-                        if msg[2] == "crash" and not w._answering():
-                            # it lost the CUDA context and exited after saying so: no one else to blame
-                            w.restart()
-                            raise WorkerDied("crash", "")
-                    elif msg[0] == "ok":
-                        order = msg[1]
-                    else:  # ("fail", status, reason): the request itself failed
-                        if msg[1] == "crash" and not w._answering():
-                            w.restart()
-                        raise WorkerDied(msg[1], msg[2])
-            except WorkerDied as e:
+            except _BatchDied as died:
+                got, e = died.got, died.error
                 # The candidates that failed before it keep their verdict; those that passed have not
                 # had the stream-order check, which runs last: they are checked again.
                 again = [entry for entry in batch if entry[0].name in got and got[entry[0].name][0] == "ok"]
-                for name, (status, reason, corr, c_s) in got.items():
-                    if status != "ok":
-                        out[name] = (status, reason, corr, c_s)
+                out.update({name: v for name, v in got.items() if v[0] != "ok"})
                 if not e.reason:  # the worker ended after its own report of a candidate's crash
                     todo = again + batch[len(got):] + todo
-                elif len(got) < len(refs):
-                    status = "compile_error" if phase == "compile" and e.status == "timeout" else e.status
-                    out[current] = (status, e.reason, None, compile_s.get(current, 0.0))
+                elif len(got) < len(batch):
+                    name = batch[len(got)][0].name
+                    status = "compile_error" if died.compiling and e.status == "timeout" else e.status
+                    out[name] = (status, e.reason, None, died.compile_s.get(name, 0.0))
                     todo = again + batch[len(got) + 1:] + todo
                 elif len(again) == 1 and len(batch) == 1:  # the stream-order check of one: it did
                     name = again[0][0].name
@@ -507,6 +470,56 @@ class Evaluator:
                     status, reason = "incorrect", outcome
                 out[name] = (status, reason, corr if status == "ok" else None, c_s)
         return out
+
+    def _check_batch(self, problem: GemmProblem, batch: list[tuple[KernelRef, tuple | None]]
+                     ) -> tuple[dict[str, tuple], dict[str, float | str]]:
+        """One CheckBatch request: ({name: (status, reason, correctness, compile s)}, {name:
+        stream-order outcome}). Each wait has its own limit: the compile timeout until the worker
+        says the candidate compiled, then its check timeout (its long-K probe's included), then, once
+        every candidate is checked, the shared stream-order check's. Raises _Unsendable, or
+        _BatchDied with what was answered before the worker died."""
+        refs = [r for r, _ in batch]
+        req = CheckBatch(problem, refs, self.config.policy, {r.name: p for r, p in batch if p is not None})
+        probe_scale = (self.config.accumulator_probe_k / problem.k) if problem.k else 1.0
+        w = self.worker
+        try:
+            w.send("check_many", req)
+        except Exception as e:  # noqa: BLE001
+            raise _Unsendable(f"could not send {', '.join(r.name for r in refs)} to the worker: "
+                              f"{type(e).__name__}: {e}") from None
+        got: dict[str, tuple] = {}
+        compile_s: dict[str, float] = {}
+        phase = "compile"
+        try:
+            while True:
+                current = refs[len(got)].name if len(got) < len(refs) else ""
+                if phase == "compile":
+                    limit, what = self.config.compile_timeout_s, f"compiling {current}"
+                elif phase == "check":
+                    limit = self.check_timeout(problem) + (
+                        self.check_timeout(problem, probe_scale, passes=1) if req.probes.get(current) else 0.0)
+                    what = f"checking {current}"
+                else:
+                    limit = self.config.check_floor_s + 2.0 * len(refs)
+                    what = "the stream-order check of " + ", ".join(r.name for r in refs)
+                msg = w.receive(limit, what)
+                if msg[0] == "compiled":
+                    compile_s[msg[1]], phase = msg[2], "check"
+                elif msg[0] == "checked":
+                    got[msg[1]] = msg[2:]
+                    phase = "compile" if len(got) < len(refs) else "order"
+                    if msg[2] == "crash" and not w._answering():
+                        # it lost the CUDA context and exited after saying so: no one else to blame
+                        w.restart()
+                        raise WorkerDied("crash", "")
+                elif msg[0] == "ok":
+                    return got, msg[1]
+                else:  # ("fail", status, reason): the request itself failed
+                    if msg[1] == "crash" and not w._answering():
+                        w.restart()
+                    raise WorkerDied(msg[1], msg[2])
+        except WorkerDied as e:
+            raise _BatchDied(e, got, compile_s, phase == "compile") from None
 
     def check_timeout(self, problem: GemmProblem, work_scale: float = 1.0, passes: int | None = None) -> float:
         """Seconds a candidate's checks may take (see EvalConfig.check_floor_s); work_scale
@@ -615,6 +628,18 @@ class Evaluator:
                 name: BaselineResult(name, b["timing"], b["correctness"], b["detail"], b["available"])
                 for name, b in p["baselines"].items()}
         return res
+
+
+class _Unsendable(Exception):
+    """A CheckBatch could not be sent to the worker (a candidate that does not pickle)."""
+
+
+class _BatchDied(Exception):
+    """The worker died (or failed the request) during a CheckBatch: what it had answered before."""
+
+    def __init__(self, error: WorkerDied, got: dict, compile_s: dict, compiling: bool):
+        super().__init__(error.reason)
+        self.error, self.got, self.compile_s, self.compiling = error, got, compile_s, compiling
 
 
 def _same_kernel(problem: GemmProblem, other: GemmProblem, spec: KernelSpec) -> bool:
