@@ -99,3 +99,28 @@ def test_a_sweep_killed_mid_chunk_resumes_without_losing_a_finished_pair(tmp_pat
     assert len(records) == 40 == len({(r["problem"].key(), r["result"].spec.key()) for r in records})
     measured = specs_measured(log)
     assert len(measured) - 40 == len(before) - kept  # only the lost chunk's pairs measured again
+
+
+class WithAnAbsentBaseline(RecordedRunner):
+    """A runner one of whose baselines is not installed (reported unavailable, with no timing)."""
+
+    timed_baselines = 0
+
+    def evaluate(self, problem, specs, modes=("offline",), with_baselines=True):
+        self.timed_baselines += with_baselines
+        return super().evaluate(problem, specs, modes)
+
+    def baselines(self, problem, modes=("offline",)):
+        from cudal2.bench.results import BaselineResult
+
+        return {**super().baselines(problem, modes), "absent": BaselineResult("absent", {}, available=False)}
+
+
+def test_a_resumed_sweep_does_not_time_stored_baselines_again(tmp_path):
+    store, problems, specs = Store(tmp_path / "s.db"), resolve_shapes("48x80x96,64x96x128"), sample(6)
+    first = WithAnAbsentBaseline()
+    run_sweep(problems, specs[:3], first, store, chunk=2)
+    assert first.timed_baselines == 2  # once per shape, with its first chunk
+    again = WithAnAbsentBaseline()
+    run_sweep(problems, specs, again, store, chunk=2)
+    assert again.timed_baselines == 0 and len(again.calls) == 6

@@ -68,7 +68,9 @@ def run_sweep(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], runn
         summary.already += len(specs) - len(todo)
         on_pairs(len(specs) - len(todo), problem.label())
         baselines = store.baselines(problem)
-        fresh_baselines = not all(all(m in b.timing for m in modes) for b in baselines.values()) or not baselines
+        # Timed before, unless none was or one that ran lacks a mode (one that is not installed never has any).
+        fresh_baselines = not any(b.available for b in baselines.values()) or not all(
+            m in b.timing for b in baselines.values() if b.available for m in modes)
         for start in range(0, len(todo), chunk):
             part = todo[start:start + chunk]
             try:
