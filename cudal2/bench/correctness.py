@@ -267,37 +267,20 @@ def call_and_verify(kernel: Callable, problem: GemmProblem, ops: Operands, out: 
     return verify_output(problem, out, expected, ret)
 
 
-def stream_order_check(kernel: Callable, problem: GemmProblem, ops: Operands, out: GuardedOutput,
-                       policy: AccuracyPolicy, seed: int, spin_cycles: int = 100_000_000,
-                       reserved: int = 0) -> float:
-    """CUDA only: new input values are written on the caller's stream behind a device-side
-    delay (about 50 ms), and the kernel is called at once. A kernel that honours stream order
-    reads the new values; work launched on another stream that does not wait for the caller's
-    stream reads the old ones and fails. Then the whole device is synchronized and the output
-    checked. reserved: device bytes to leave free for the kernel (its workspace)."""
-    import torch
-
-    fresh = make_operands(problem, seed, ops.a.device)  # staged on the device before the delay
-    exp = expected_for(problem, fresh, policy, memory.spare_bytes(ops.a.device, reserved))
-    out.poison(fresh.c_in)
-    torch.cuda.synchronize()
-    torch.cuda._sleep(spin_cycles)  # the caller's stream is busy; other streams are not
-    for dst, src in ((ops.a, fresh.a), (ops.b, fresh.b), (ops.bias, fresh.bias), (ops.c_in, fresh.c_in)):
-        if dst is not None:
-            dst.copy_(src)  # device to device: asynchronous, ordered on the caller's stream
-    ret = kernel(ops.a, ops.b, out.c, ops.bias)
-    torch.cuda.synchronize()
-    try:
-        return verify_output(problem, out, exp, ret)
-    except CheckFailure as e:
-        raise CheckFailure(f"stream order: inputs written on the caller's stream just before the call were not "
-                           f"seen (work on another stream that does not wait for the caller's): {e}") from None
+def stream_order_check(kernel: Callable, problem: GemmProblem, ops: Operands, policy: AccuracyPolicy, seed: int,
+                       spin_cycles: int = 100_000_000, reserved: int = 0) -> float:
+    """CUDA only: stream_order_many for one kernel. Returns its relative error, or raises
+    CheckFailure with the reason. reserved: device bytes to leave free for the kernel (its workspace)."""
+    found = stream_order_many({"kernel": kernel}, problem, ops, policy, seed, spin_cycles, reserved)["kernel"]
+    if isinstance(found, str):
+        raise CheckFailure(found)
+    return found
 
 
 def stream_order_many(kernels: dict[str, Callable], problem: GemmProblem, ops: Operands, policy: AccuracyPolicy,
                       seed: int, spin_cycles: int = 100_000_000, reserved: int = 0) -> dict[str, float | str]:
-    """stream_order_check for many kernels behind one device-side delay: new inputs are written on
-    the caller's stream behind the delay, then every kernel is called at once, each into its own
+    """The stream-order check of many kernels behind one device-side delay (about 50 ms): new inputs
+    are written on the caller's stream behind the delay, then every kernel is called at once, each into its own
     poisoned output. Every launch must be enqueued while the delay still runs (an event behind it
     says so); a kernel whose work on another stream does not wait reads the old inputs and fails.
     Returns name -> relative error, or the reason it failed ("inconclusive: ..." where the
@@ -391,6 +374,6 @@ def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: A
             checks += ((f"stream-order skipped: a second input set ({second_set} bytes) does not fit in the "
                         f"{spare} bytes left"),)
         else:
-            err = stream_order_check(kernel, problem, ops, out, policy, base + policy.seeds, reserved=reserved)
+            err = stream_order_check(kernel, problem, ops, policy, base + policy.seeds, reserved=reserved)
             worst, checks = max(worst, err), checks + ("stream-order",)
     return Correctness(rel_error=worst, bound=bound, seeds=policy.seeds, checks=checks)

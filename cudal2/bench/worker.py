@@ -377,18 +377,14 @@ def _check_many(state: _State, conn, req: CheckBatch) -> None:
             corr = checked(kernel, problem, policy, seed, ws)
             if ref.name in req.probes:
                 corr = _probe_one(state, req.probes[ref.name], probe_policy, seed + 1, corr, checked)
-        except CheckFailure as e:
-            fatal = not state.healthy()
-            conn.send(("checked", ref.name, "crash" if fatal else "incorrect",
-                       f"CUDA context lost after a check: {e}" if fatal else str(e), None, compile_s))
-            if fatal:
+        except Exception as e:  # noqa: BLE001 - a failed check, or a launch that raises
+            failed = isinstance(e, CheckFailure)
+            if not state.healthy():  # the CUDA context is gone: say so, then end (the parent starts a new worker)
+                why = f"CUDA context lost after a check: {e}" if failed else _describe(e)
+                conn.send(("checked", ref.name, "crash", why, None, compile_s))
                 os._exit(3)
-            continue
-        except Exception as e:  # noqa: BLE001 - a launch that raises
-            fatal = not state.healthy()
-            conn.send(("checked", ref.name, "crash" if fatal else _status_of(e), _describe(e), None, compile_s))
-            if fatal:
-                os._exit(3)
+            status, why = ("incorrect", str(e)) if failed else (_status_of(e), _describe(e))
+            conn.send(("checked", ref.name, status, why, None, compile_s))
             continue
         passed[ref.name], reserved[ref.name] = kernel, ws
         conn.send(("checked", ref.name, "ok", "", corr, compile_s))
