@@ -659,6 +659,8 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
           arch: Optional[str] = None, max_gflop: Annotated[Optional[float], typer.Option(
               "--max-gflop", help="only shapes of at most this many GFLOP (2MNK / 1e9)")] = None,
           limit: Annotated[Optional[int], typer.Option(min=1, help="only the first N shapes")] = None,
+          sample: Annotated[Optional[int], typer.Option(min=1, help=(
+              "only N shapes drawn with a fixed seed (after --max-gflop; the same N draws the same shapes)"))] = None,
           runner: RunnerOpt = "gpu") -> None:
     """Measure many specs on many shapes into the store: one row per (spec, shape) pair, resumable
     (pairs the store holds are not measured again). `cudal2 dataset export` writes them out."""
@@ -667,7 +669,7 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
     from .api import default_arch
     from .bench.timing import TimingConfig
     from .dataset import resolve_shapes, run_sweep
-    from .search.catalog import sample
+    from .search import catalog
 
     backend, modes = _value(backend), _values(mode)
     try:
@@ -676,12 +678,16 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
         _fail(f"sweep {shapes}: {_one_line(e)}")
     if max_gflop is not None:
         problems = [p for p in problems if p.flops / 1e9 <= max_gflop]
+    if sample is not None and sample < len(problems):
+        from .dataset import draw_shapes
+
+        problems = draw_shapes(problems, sample)
     problems = problems[:limit] if limit else problems
     if not problems:
         _fail(f"sweep {shapes}: no shapes left (--max-gflop {max_gflop}, --limit {limit})")
     arch = arch or default_arch()
     try:
-        catalog_specs = sample(specs if specs == "all" else _count(specs), backend, arch)
+        catalog_specs = catalog.sample(specs if specs == "all" else _count(specs), backend, arch)
     except ValueError as e:
         _fail(f"--specs {specs}: {e}")
     s = _store(store)

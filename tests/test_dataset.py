@@ -38,6 +38,9 @@ def test_shapes_by_set_file_or_list(tmp_path):
     f.write_text("# two\n64 128 256\n32x32x32\n")
     assert [p.shape for p in resolve_shapes(str(f))] == [(64, 128, 256), (32, 32, 32)]
     assert [p.shape for p in resolve_shapes("8x16x32,1x2x3")] == [(8, 16, 32), (1, 2, 3)]
+    assert [(p.shape, p.layout) for p in resolve_shapes("8x16x32-NT,1x2x3")] == [((8, 16, 32), "NT"), ((1, 2, 3), "NN")]
+    with pytest.raises(ValueError, match="layout after"):
+        resolve_shapes("8x16x32-XY")
     with pytest.raises(ValueError, match="not a shape set"):
         resolve_shapes("gird")
     with pytest.raises(ValueError, match="unknown part"):

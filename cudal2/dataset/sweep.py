@@ -31,8 +31,9 @@ def resolve_shapes(text: str, dtype: str = "float16") -> list[GemmProblem]:
     """Shapes from a name or a list:
     - a set of cudal2.shapes, whole or one part of its split: grid, serving, grid:train,
       serving:validation, all (both sets), all:validation;
-    - a file with one shape per line ('M N K' or 'MxNxK', '#' comments; layout NN);
-    - shapes separated by commas: 4096x4096x4096,1x4096x4096."""
+    - a file with one shape per line ('M N K' or 'MxNxK', '#' comments);
+    - shapes separated by commas: 4096x4096x4096,1x4096x4096.
+    A shape in a file or a list is layout NN unless it ends in its layout: 1x4096x4096-NT."""
     from .. import shapes as shape_sets
 
     name, _, part = text.partition(":")
@@ -51,7 +52,24 @@ def resolve_shapes(text: str, dtype: str = "float16") -> list[GemmProblem]:
         raise ValueError(f"{text!r} is not a shape set, a file or a list of shapes; give one of "
                          f"{', '.join(shape_sets.SETS)}, all (optionally :train or :validation), a file, or "
                          "MxNxK[,MxNxK...]")
-    return [GemmProblem.parse(item, dtype=dtype) for item in items]
+    out = []
+    for item in items:
+        dims, _, layout = item.partition("-")
+        if layout and layout not in ("NN", "NT", "TN", "TT"):
+            raise ValueError(f"{item!r}: the layout after '-' is one of NN, NT, TN, TT")
+        out.append(GemmProblem.parse(dims, dtype=dtype, layout=layout or "NN"))
+    return out
+
+
+def draw_shapes(problems: Sequence[GemmProblem], count: int, seed: int = 20261125) -> list[GemmProblem]:
+    """count of problems drawn with seed, in the order drawn: the same list, count and seed give the
+    same shapes, so a sweep killed and run again measures the same ones, and a larger count keeps a
+    smaller one's shapes first. Drawn order, not the list's: a sweep cut short still spans the sets."""
+    import random
+
+    order = list(range(len(problems)))
+    random.Random(seed).shuffle(order)
+    return [problems[i] for i in order[:count]]
 
 
 def run_sweep(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], runner, store: Store,
