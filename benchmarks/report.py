@@ -32,7 +32,7 @@ PLOT = ROOT / "docs" / "results_probe48.png"
 class Experiment:
     title: str
     file: str  # under benchmarks/results
-    kind: str  # search | retime | crosscheck | tune_speed | sweep
+    kind: str  # a key of READERS
     what: str  # one sentence: what was measured and how
     parts: tuple[str, ...] = ()  # tune_speed: which of its parts (static, tune, sweep) are current
 
@@ -150,8 +150,36 @@ def read_sweep(path: Path) -> tuple[str, list[str], str]:
     return head, body, f"{r0['gpu']}, driver {r0['driver']}, torch {r0['torch']}, Triton {r0['triton']}"
 
 
+def read_learned_offline(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/learned_offline.py: the cost model's first pick and replayed searches on validation shapes."""
+    d = json.loads(path.read_text())
+    s = d["summary"]
+    n = len(d["shapes"])
+    head = (f"first pick {s['1']['learned_geomean']:.3f} of the sweep's best (within 5 % on "
+            f"{s['1']['learned_within_5']:.0%} of {n} shapes); 16 evaluations {s['16']['learned_geomean']:.3f}, "
+            f"random {s['16']['random_geomean']:.3f}")
+    body = ["| evaluations | learned (geomean) | random (geomean) | learned >= 97 % | learned beats random |",
+            "|---|---|---|---|---|"]
+    body += [f"| {b} | {v['learned_geomean']:.3f} | {v['random_geomean']:.3f} | {v['learned_reached_97']:.0%} | "
+             f"{v['learned_beats_random']:.0%} |" for b, v in s.items()]
+    data = d["model_info"]["data"]
+    gpu = next(iter(data["gpus"]), "?")
+    return head, body, f"trained on {data['pairs']} pairs ({data['shapes']} train shapes) measured on {gpu}"
+
+
+def read_compare(path: Path) -> tuple[str, list[str], str]:
+    """`cudal2 compare`'s report (.md beside its .json): the summary table and the wins."""
+    text = path.with_suffix(".md").read_text().splitlines()
+    env = next((ln for ln in text if ln.startswith("GPU:")), "GPU not recorded")
+    table = [ln for ln in text if ln.startswith("| ") and ln.count("|") == 7 or ln == "|---|---|---|---|---|---|"]
+    rows = [ln.strip("|").split("|") for ln in table if ln.startswith("| ") and not ln.startswith("| proposer")]
+    head = "; ".join(f"{r[0].strip()} b{r[1].strip()} {float(r[3]):.3f}x" for r in rows if r[1].strip() != "1")
+    return f"geomean vs torch.matmul at equal budget: {head}", table, env
+
+
 READERS = {"search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
-           "tune_speed": read_tune_speed, "sweep": read_sweep}
+           "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
+           "compare": read_compare}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
@@ -170,6 +198,14 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("LLM-serving validation shapes, 100-spec sweep", "sweep_serving_validation_h100_2026-11-25.csv.gz",
                "sweep", "`cudal2 sweep serving:validation --specs 100 --max-gflop 1`: 100 shape-generic Triton "
                "catalog specs on each validation serving shape of at most 1 GFLOP (layout NT), brief timing."),
+    Experiment("The cost model on validation shapes, offline", "learned_offline_h100_2026-11-25.json",
+               "learned_offline", "`benchmarks/learned_offline.py`: trained as `cudal2 train` does on the train-split "
+               "sweeps, then on each validation shape's sweep: the model's first pick, and the bandit's search "
+               "replayed over the specs the sweep measured, against random search over the same specs."),
+    Experiment("Proposers at equal budget on validation shapes", "compare_validation_h100_2026-11-25.json",
+               "compare", "`cudal2 compare serving:validation grid:validation --sample 4 --proposers "
+               "learned,rules,random --budget 1,16`: 8 validation shapes, Triton backend, each proposer in a store "
+               "of its own, leaders confirmed."),
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),

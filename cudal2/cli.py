@@ -493,56 +493,101 @@ def _proposer_list(value: str) -> str:
     return value
 
 
+def _budgets(value: str) -> str:
+    for part in value.split(","):
+        _budget(part.strip())
+    return value
+
+
 @app.command()
-def compare(shapes: Annotated[list[str], typer.Argument(help="shapes, e.g. 4096x4096x4096 512x16384x1024")],
+def compare(shapes: Annotated[list[str], typer.Argument(help=(
+                "shapes (4096x4096x4096 512x16384x1024), or a set: serving:validation, grid, all:validation"))],
             proposers: Annotated[str, typer.Option(help=f"comma-separated proposers: {PROPOSER_NAMES}",
                                                    callback=_proposer_list)] = "rules,random",
-            budget: BudgetOpt = "32", backend: Backends = ["triton"],  # noqa: B006
+            budget: Annotated[str, typer.Option(help="GPU measurements (64), GPU time (120s), or several: 1,16,32",
+                                                callback=_budgets)] = "32",
+            backend: Backends = ["triton"],  # noqa: B006
             dtype: str = "float16", layout: str = "NN",
-            out: Annotated[Path, typer.Option("--out", "-o", help="PNG plot to write")] = Path("compare.png"),
+            sample: Annotated[Optional[int], typer.Option(min=1, help=(
+                "of a shape set, only N shapes drawn with a fixed seed"))] = None,
+            out: Annotated[Path, typer.Option("--out", "-o", help="PNG plot to write (and .json, .md beside it)")] = Path(
+                "compare.png"),
             store_dir: Annotated[Optional[Path], typer.Option(file_okay=False, help="one store per proposer here "
                                                               "(default: a fresh temporary directory)")] = None,
             seed: int = 0, batch: BatchOpt = 4, arch: Optional[str] = None, runner: RunnerOpt = "gpu",
             llm_fatal: LlmFatalOpt = False) -> None:
-    """Run proposers side by side at equal budget; plot best speedup against evaluations and GPU time.
-    Each proposer gets its own store, so none profits from another's measurements. The llm arm
-    never falls back to another proposer: a round whose endpoint failed leaves Optuna alone to
-    fill that search, and the failures are counted in the table and the plot."""
+    """Run proposers side by side at equal budgets; plot best speedup against evaluations and GPU time,
+    and write a report (.md): share of the best known speed reached, and wins shape by shape. Each
+    proposer and budget gets its own store, so none profits from another's measurements. The llm arm
+    never falls back to another proposer: a round whose endpoint failed leaves Optuna alone to fill
+    that search, and the failures are counted in the table and the plot."""
+    import shlex
     import tempfile
 
     from .api import default_arch
+    from .dataset import draw_shapes, resolve_shapes
+    from .search import compare as cmp
+    from .search.confirm import Confirm
     from .search.loop import run_search
     from .search.store import Store
 
     names = [p.strip() for p in proposers.split(",") if p.strip()]
+    budgets = [b.strip() for b in budget.split(",") if b.strip()]
     backend = _values(backend)
-    problems = [_problem(s, dtype, layout) for s in shapes]
+    problems = []
+    for text in shapes:
+        if text.partition(":")[0] in ("grid", "serving", "all"):
+            try:
+                found = resolve_shapes(text, dtype)
+            except ValueError as e:
+                _fail(f"compare {text}: {_one_line(e)}")
+            problems += draw_shapes(found, sample) if sample else found
+        else:
+            problems.append(_problem(text, dtype, layout))
     arch = arch or default_arch()
     run = _runner(runner)
     root = store_dir or Path(tempfile.mkdtemp(prefix="cudal2-compare-"))
     root.mkdir(parents=True, exist_ok=True)
+    env = run.environment() if hasattr(run, "environment") else None
+    where = f"GPU: {getattr(env, 'gpu_name', '?')}, {_versions(env)}" if env else "runner without an environment"
     curves: dict[str, dict[str, list]] = {}
     finals: dict[str, dict[str, float | None]] = {}
     labels: dict[str, str] = {}  # arm -> its name in the table and the legend, with its endpoint failures
+    arms: list = []
     for name in names:
-        # no fallback: the arm's specs are its proposer's or Optuna's, never another proposer's
-        prop = _proposer(name, backend, arch, llm_fatal=llm_fatal, fallback=None)
-        store = Store(root / f"{name}.db")
-        for problem in problems:
-            console.print(f"[bold]{name}[/bold] on {problem.label()}")
-            with _llm_fatal(prop):
-                res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
-                                 store=store, budget=budget, seed=seed, tag=f"compare-{name}", batch_size=batch)
-            curves.setdefault(name, {})[problem.label()] = res.curve
-            finals.setdefault(name, {})[problem.label()] = res.speedup.get("torch")
-        labels[name] = _arm_label(name, prop)
+        for b in budgets:
+            arm = name if len(budgets) == 1 else f"{name} b{b}"
+            # no fallback: the arm's specs are its proposer's or Optuna's, never another proposer's
+            prop = _proposer(name, backend, arch, llm_fatal=llm_fatal, fallback=None)
+            store = Store(root / f"{arm.replace(' ', '-')}.db")
+            for problem in problems:
+                console.print(f"[bold]{arm}[/bold] on {problem.label()}")
+                with _llm_fatal(prop):
+                    res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
+                                     store=store, budget=b, seed=seed, tag=f"compare-{arm}", batch_size=batch,
+                                     confirm=Confirm(), progress=False)
+                curves.setdefault(arm, {})[problem.label()] = res.curve
+                finals.setdefault(arm, {})[problem.label()] = res.speedup.get("torch")
+                arms.append(cmp.Arm(name, int(b) if b.isdigit() else b, problem.label(), res.speedup.get("torch")))
+            labels[arm] = _arm_label(name, prop).replace(name, arm, 1)
+            # after every arm: a run cut short keeps the arms it finished
+            _plot_compare(curves, out, labels)
+            (out.with_suffix(".json")).write_text(json.dumps(
+                {n: {s: [p.__dict__ for p in c] for s, c in per.items()} for n, per in curves.items()}, indent=1))
+            out.with_suffix(".md").write_text(cmp.markdown(arms, cmp.best_known(arms), title="Proposers at equal budget",
+                                                           command="cudal2 " + shlex.join(sys.argv[1:]),
+                                                           environment=where))
     if hasattr(run, "close"):
         run.close()
-    _plot_compare(curves, out, labels)
-    (out.with_suffix(".json")).write_text(json.dumps(
-        {n: {s: [p.__dict__ for p in c] for s, c in per.items()} for n, per in curves.items()}, indent=1))
     _print_compare(finals, problems, labels)
-    console.print(f"wrote {out} and {out.with_suffix('.json')}; stores in {root}")
+    console.print(f"wrote {out}, {out.with_suffix('.json')} and {out.with_suffix('.md')}; stores in {root}")
+
+
+def _versions(env) -> str:
+    import datetime
+
+    return (f"driver {env.driver}, CUDA {env.cuda}, torch {env.torch}, Triton {env.triton}, cudal2 {env.cudal2}, "
+            f"{datetime.date.today().isoformat()}")
 
 
 def _arm_label(name: str, prop) -> str:
@@ -745,6 +790,11 @@ def dataset_export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=Fal
     except (RuntimeError, ValueError, OSError) as e:
         _fail(f"dataset export: {_one_line(e)}")
     console.print(f"wrote {n} rows to {out}")
+
+
+from .learn.command import train  # noqa: E402 - the command's module reads this one's helpers when run
+
+app.command()(train)
 
 
 def main() -> None:  # pragma: no cover

@@ -56,6 +56,10 @@ BAD_INPUTS = {
     "sweep of an unknown set": (["sweep", "gird", *RECORDED], ["gird", "not a shape set"]),
     "sweep with a bad spec count": (["sweep", "grid", "--specs", "many", *RECORDED], ["--specs", "'all' or a number"]),
     "show of a non-database": (["show", "--store", "{notdb}"], ["{notdb}", "not an SQLite database"]),
+    "train with nothing to read": (["train"], ["--store URL", "--data FILE"]),
+    "train on a file that is no export": (["train", "--data", "{notdb}"], ["no measured pair", "cudal2 sweep"]),
+    "compare with a bad budget list": (["compare", "512x512x512", "--budget", "16,lots", *RECORDED],
+                                       ["'--budget'", "lots"]),
 }
 
 
@@ -67,6 +71,14 @@ def test_each_bad_input_is_one_error_line_and_exit_2(case, tmp_path, not_a_datab
     for name in names:
         assert name.format(**fill) in line, line
     assert "pw-secret" not in line
+
+
+def test_a_corrupt_cost_model_is_one_error_line(tmp_path, monkeypatch):
+    model = tmp_path / "model.json"
+    model.write_text('{"format": "cudal2-cost-model", "feature_version": 1')
+    monkeypatch.setenv("CUDAL2_COST_MODEL", str(model))
+    line = _one_error_line(runner.invoke(app, ["search", "512x512x512", "--proposer", "learned", *RECORDED]))
+    assert "proposer 'learned'" in line and str(model) in line and "cudal2 train" in line
 
 
 def test_a_size_check_of_the_problem_is_one_error_line(monkeypatch):

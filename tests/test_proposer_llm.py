@@ -461,3 +461,35 @@ def test_recorded_replies_are_well_formed_wire_format():
             assert completion.choices[0].message.content
         else:
             assert "error" in body and body["error"]["message"]
+
+
+# ---- with the learned proposer -------------------------------------------------------------------
+
+def test_llm_plus_learned_shows_the_models_best_and_mixes_the_batch():
+    from cudal2.search.proposers.learned import LearnedProposer
+
+    with Replay([ok("openai_valid.json")]) as srv:
+        mixed = get_proposer("llm+learned", provider="openai", model="test-model", base_url=srv.url, api_key=KEY,
+                             timeout_s=5.0, backoff_s=0.01, fatal=True)
+        props = mixed.propose(PROBLEM, history(), n=6)
+    assert_valid(props, 6)
+    sources = [p.source for p in props]
+    assert sources[:3] == ["llm:test-model"] * 3 and sources[3:] == ["learned"] * 3  # the LLM writes half
+    best = LearnedProposer(arch="sm_90a").ranked(PROBLEM, 6)
+    (req,) = srv.received
+    prompt = req["body"]["messages"][1]["content"]
+    assert "A cost model's best specs" in prompt
+    assert f"predicted {best[0][1]:.2f}x torch.matmul" in prompt
+    assert prompt.index("Measured so far") < prompt.index("A cost model's best") < prompt.index("## Task")
+    assert mixed.adaptive and mixed.turns == 1  # reads through to the LLM proposer
+
+
+def test_llm_plus_learned_falls_back_to_the_learned_proposals_when_the_endpoint_fails():
+    lines = []
+    with Replay([(503, {"error": "down"}, {}, 0)]) as srv:
+        mixed = get_proposer("llm+learned", provider="openai", model="test-model", base_url=srv.url, api_key=KEY,
+                             timeout_s=5.0, backoff_s=0.01, max_retries=0, warn=lines.append)
+        props = mixed.propose(PROBLEM, history(), n=4)
+    assert_valid(props, 4)
+    assert all(p.source == "learned (fallback: llm+learned failed)" for p in props)
+    assert len(lines) == 1 and "falling back to learned proposals" in lines[0]

@@ -209,9 +209,9 @@ def test_random_is_seeded_and_skips_history():
 
 
 def test_registry():
-    assert available_proposers() == ["llm", "random", "rules"]
+    assert available_proposers() == ["learned", "llm", "llm+learned", "random", "rules"]
     assert get_proposer("rules", arch="sm_80").arch == "sm_80"
-    with pytest.raises(KeyError, match="available: llm, random, rules"):
+    with pytest.raises(KeyError, match="available: learned, llm, llm\\+learned, random, rules"):
         get_proposer("genetic")
 
 

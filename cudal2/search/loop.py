@@ -177,11 +177,20 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     reference = reference_of(baselines)
 
     state = _State.from_study(refiner.study, store, problem, reference, objective_mode)
-    # Proposals first: the proposer sees everything measured for this problem so far.
-    if proposer is not None and not budget.spent(state.evaluations, state.gpu_s):
+    # Proposals first: the proposer sees everything measured for this problem so far. An adaptive
+    # proposer (one that learns from each batch) is asked for one batch at a time, again after each
+    # measured batch, for its share of the budget; Optuna refines after that.
+    adaptive = proposer is not None and getattr(proposer, "adaptive", False)
+    n_first = n_proposals if n_proposals is not None else max(1, (budget.evaluations or 16) // 2)
+    proposer_share = n_first if not adaptive else (
+        n_proposals if n_proposals is not None else max(1, (budget.evaluations or 16) * 3 // 4))
+
+    def ask_proposer(n: int) -> None:
         history = [r["result"] for r in store.kernels(problem)]
-        n = n_proposals if n_proposals is not None else max(1, (budget.evaluations or 16) // 2)
         refiner.enqueue(proposer.propose(problem, history, n))
+
+    if proposer is not None and not budget.spent(state.evaluations, state.gpu_s):
+        ask_proposer(min(batch_size, proposer_share) if adaptive else n_first)
 
     if max_trials is None:
         max_trials = 20 * (budget.evaluations or 64) + 50  # pruned trials are cheap but not free
@@ -331,6 +340,9 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                 state = _State.from_study(study, store, problem, reference, objective_mode)
                 if stopped():
                     break
+                if adaptive and not (upcoming or upcoming_twins) and state.evaluations < proposer_share \
+                        and not _queued(study):
+                    ask_proposer(min(room(0), proposer_share - state.evaluations))
                 batch, twins = (upcoming, upcoming_twins) if upcoming or upcoming_twins else next_batch(room(0))
         except BaseException:
             # Interrupted (Ctrl-C) or a broken runner: the trials in hand go back to the queue.
@@ -356,6 +368,13 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                          runner, store, modes, confirm_mode, confirm, reference, deadline,
                          say=(lambda line: None) if not progress else print, gpu_name=gpu)
     return collect(problem, study, store, baselines, objective_mode, reference, confirm_mode, gpu)
+
+
+def _queued(study) -> bool:
+    """Whether trials wait in the study's queue (enqueued proposals not yet asked for)."""
+    import optuna
+
+    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
 
 
 def _study_keys(study) -> set:

@@ -5,6 +5,10 @@
                                                                   # its endpoint fails: rules, then Optuna
     get_proposer("llm", model="...", fatal=True)                  # endpoint failures raise (LLMError)
     get_proposer("random", seed=0)                                # the baseline to beat
+    get_proposer("learned", arch="sm_90a")                        # a cost model trained on measured
+                                                                  # speed, with a bandit over it
+    get_proposer("llm+learned", model="...")                      # the LLM, shown the model's best,
+                                                                  # and the bandit, half a batch each
 
 Modules are imported on first use, so that `import cudal2` never pulls in httpx.
 """
@@ -20,6 +24,8 @@ PROPOSERS: dict[str, str] = {
     "rules": "cudal2.search.proposers.rules:RulesProposer",
     "llm": "cudal2.search.proposers.llm:LLMProposer",
     "random": "cudal2.search.proposers.random:RandomProposer",
+    "learned": "cudal2.search.proposers.learned:LearnedProposer",
+    "llm+learned": "cudal2.search.proposers.mixed:LlmWithLearned",
 }
 
 
@@ -28,7 +34,7 @@ def available_proposers() -> list[str]:
 
 
 # Proposers that depend on an outside service, and the proposer asked when it fails.
-DEFAULT_FALLBACK = {"llm": "rules"}
+DEFAULT_FALLBACK = {"llm": "rules", "llm+learned": "learned"}
 
 
 def get_proposer(name: str, *, fatal: bool = False, fallback: str | Proposer | None = "default",

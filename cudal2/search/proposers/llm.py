@@ -46,7 +46,8 @@ class LLMProposer:
 
     backends / arch: what to propose for; gpu_name: named in the prompt when known;
     baselines: {name: kernel ms} to show the model (e.g. {"torch.matmul": 0.123});
-    structured: start with structured output (falls back by itself when refused)."""
+    structured: start with structured output (falls back by itself when refused); advisor: a
+    proposer with ranked(problem, n) (the learned one), whose best specs go into the prompt."""
 
     name = "llm"
 
@@ -54,7 +55,7 @@ class LLMProposer:
                  provider: str | None = None, model: str | None = None, base_url: str | None = None,
                  api_key: str | None = None, gpu_name: str | None = None,
                  baselines: dict[str, float] | None = None, structured: bool = True,
-                 n_best: int = 4, n_worst: int = 2, n_failures: int = 4,
+                 n_best: int = 4, n_worst: int = 2, n_failures: int = 4, advisor: Any = None, n_advice: int = 6,
                  sleep: Callable[[float], None] = time.sleep, **client_options: Any):
         from ...codegen import get_backend
 
@@ -72,6 +73,7 @@ class LLMProposer:
         self.baselines = dict(baselines or {})
         self.structured = structured
         self.n_best, self.n_worst, self.n_failures = n_best, n_worst, n_failures
+        self.advisor, self.n_advice = advisor, n_advice
         self.rejected: list[Rejection] = []  # cumulative over propose() calls
         self.last_analysis = ""
         self.turns = 0  # model turns so far
@@ -121,7 +123,8 @@ class LLMProposer:
     def _user_prompt(self, problem, history, n, schema) -> str:
         return prompt.user_prompt(problem, history, n, self.backends, self.arch, gpu_name=self.gpu_name,
                                   n_best=self.n_best, n_worst=self.n_worst, n_failures=self.n_failures,
-                                  baselines=self.baselines, schema=None if self.structured else schema)
+                                  baselines=self.baselines, schema=None if self.structured else schema,
+                                  predictions=self.advisor.ranked(problem, self.n_advice) if self.advisor else None)
 
     def _turn(self, messages: list[dict], schema: dict) -> Reply:
         self.turns += 1

@@ -179,17 +179,32 @@ def describe_history(problem: GemmProblem, history: Sequence[CandidateResult], n
     return "\n".join(lines)
 
 
+def describe_predictions(ranked: Sequence[tuple[KernelSpec, float]]) -> str:
+    """A cost model's best specs for the problem with their predicted speedup over torch.matmul."""
+    if not ranked:
+        return "(the model has no candidate for this problem)"
+    return "\n".join(f"{i}. {compact(spec)}: predicted {x:.2f}x torch.matmul" for i, (spec, x) in enumerate(ranked, 1))
+
+
 def user_prompt(problem: GemmProblem, history: Sequence[CandidateResult], n: int, backends: Sequence[str],
                 arch: str, *, gpu_name: str | None = None, n_best: int = 4, n_worst: int = 2, n_failures: int = 4,
-                baselines: dict[str, float] | None = None, schema: dict | None = None) -> str:
+                baselines: dict[str, float] | None = None, schema: dict | None = None,
+                predictions: Sequence[tuple[KernelSpec, float]] | None = None) -> str:
     """The request. With `schema` (no structured output available), the JSON Schema is
-    spelled out and the model is asked for bare JSON."""
+    spelled out and the model is asked for bare JSON. With `predictions`, a cost model's best
+    specs and their predicted speedups come before the task."""
     parts = [
         "## Problem\n" + describe_problem(problem),
         "## Hardware\n" + describe_hardware(arch, gpu_name),
         "## Backends\n" + describe_backends(backends, arch),
         "## Measured so far (kernel time, median of CUDA-graph replays)\n"
         + describe_history(problem, history, n_best, n_worst, n_failures, baselines),
+    ]
+    if predictions is not None:
+        parts.append("## A cost model's best specs (trained on measured speed on other shapes; predictions, not "
+                     "measurements: where the measurements above disagree, trust them)\n"
+                     + describe_predictions(predictions))
+    parts += [
         "## Task\n"
         "First write `analysis`: what bounds this problem on this GPU (tensor-core throughput or memory "
         "bandwidth), how the tile grid quantizes into waves over the SMs, whether K is deep enough to "

@@ -1,0 +1,215 @@
+"""The cost model: predicts a spec's log speedup over torch.matmul on a shape.
+
+The interface is TVM MetaSchedule's: `update(samples)` learns from measurements, `predict(problem,
+specs)` scores candidates. `TreeModel` is gradient-boosted trees, trained with LightGBM and kept as
+plain arrays in a JSON file (`cudal2 train --out model.json`), so that scoring needs numpy alone:
+the op and the proposer load a model without LightGBM installed.
+
+Training is seeded and deterministic (LightGBM's deterministic mode, one thread): the same samples
+give the same model. The objective is a regression on the log speedup: it ranks within a shape and
+also says whether a kernel beats torch at all, which a ranking objective cannot.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Protocol, Sequence
+
+import numpy as np
+
+from ..ir import GemmProblem, KernelSpec
+from .features import FEATURE_VERSION, DeviceFacts, feature_names, matrix
+from .samples import Sample, provenance
+
+MODEL_FORMAT = "cudal2-cost-model"
+# Fixed, not tuned on any validation shape: a small model that a few thousand pairs can fit.
+PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 10,
+          "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0,
+          "verbose": -1, "deterministic": True, "force_row_wise": True, "num_threads": 1}
+ROUNDS = 300
+
+
+class ModelError(ValueError):
+    """A model file that cannot be used: missing, corrupt, or made for other features."""
+
+
+class CostModel(Protocol):
+    def update(self, samples: Sequence[Sample]) -> None:
+        """Learn from these measurements (in addition to what it learned before)."""
+
+    def predict(self, problem: GemmProblem, specs: Sequence[KernelSpec]) -> np.ndarray:
+        """Predicted log speedup over torch.matmul of each spec on problem."""
+
+
+@dataclass
+class TreeModel:
+    """Boosted regression trees as flat arrays: node i of the forest splits on feature[i] at
+    threshold[i] (go left when x <= threshold) or, where feature[i] < 0, is a leaf of value[i]."""
+
+    feature: np.ndarray  # int32 per node; -1 for a leaf
+    threshold: np.ndarray  # float64
+    left: np.ndarray  # int32 node index
+    right: np.ndarray
+    value: np.ndarray  # float64 leaf value
+    roots: np.ndarray  # int32: each tree's root node
+    base: float = 0.0
+    device: DeviceFacts = field(default_factory=lambda: DeviceFacts.of_arch("sm_90a"))
+    info: dict = field(default_factory=dict)  # provenance: samples, GPUs, dates, versions, params
+    depth: int = 0
+
+    # --- scoring ---------------------------------------------------------------------------------
+    def leaves(self, x: np.ndarray) -> np.ndarray:
+        """(rows, trees) leaf node reached by each row in each tree."""
+        node = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
+        rows = np.arange(x.shape[0])[:, None]
+        for _ in range(self.depth + 1):
+            f = self.feature[node]
+            inner = f >= 0
+            if not inner.any():
+                break
+            xv = x[rows, np.where(inner, f, 0)]
+            go_left = xv <= self.threshold[node]
+            node = np.where(inner, np.where(go_left, self.left[node], self.right[node]), node)
+        return node
+
+    def predict_rows(self, x: np.ndarray) -> np.ndarray:
+        return self.base + self.value[self.leaves(x)].sum(axis=1)
+
+    def predict(self, problem: GemmProblem, specs: Sequence[KernelSpec],
+                device: DeviceFacts | None = None) -> np.ndarray:
+        return self.predict_rows(matrix(problem, specs, device or self.device))
+
+    def update(self, samples: Sequence[Sample]) -> None:
+        raise NotImplementedError("a TreeModel is fitted once; use Trainer.update to learn from new samples")
+
+    # --- files -------------------------------------------------------------------------------------
+    def to_json(self) -> dict:
+        return {"format": MODEL_FORMAT, "feature_version": FEATURE_VERSION, "features": list(feature_names()),
+                "device": {"arch": self.device.arch, "sm_count": self.device.sm_count,
+                           "l2_bytes": self.device.l2_bytes},
+                "info": self.info, "base": self.base, "depth": self.depth, "roots": self.roots.tolist(),
+                "nodes": {"feature": self.feature.tolist(), "left": self.left.tolist(), "right": self.right.tolist(),
+                          "threshold": [_short(t) for t in self.threshold], "value": [_short(v) for v in self.value]}}
+
+    def save(self, path: Path) -> None:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(json.dumps(self.to_json(), separators=(",", ":")) + "\n")
+        tmp.replace(path)
+
+    @classmethod
+    def from_json(cls, d: dict, where: str = "model") -> "TreeModel":
+        if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
+            raise ModelError(f"{where} is not a cudal2 cost model; train one with 'cudal2 train'")
+        if d.get("feature_version") != FEATURE_VERSION or d.get("features") != list(feature_names()):
+            raise ModelError(f"{where} was trained on other features (version {d.get('feature_version')}, this "
+                             f"cudal2 has {FEATURE_VERSION}); train it again with 'cudal2 train'")
+        try:
+            nodes, dev = d["nodes"], d["device"]
+            model = cls(feature=np.asarray(nodes["feature"], np.int32), threshold=np.asarray(nodes["threshold"], float),
+                        left=np.asarray(nodes["left"], np.int32), right=np.asarray(nodes["right"], np.int32),
+                        value=np.asarray(nodes["value"], float), roots=np.asarray(d["roots"], np.int32),
+                        base=float(d["base"]), depth=int(d["depth"]), info=dict(d.get("info") or {}),
+                        device=DeviceFacts(arch=dev["arch"], sm_count=int(dev["sm_count"]),
+                                           l2_bytes=int(dev["l2_bytes"])))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ModelError(f"{where} is corrupt ({type(e).__name__}: {e}); train it again with 'cudal2 train'") from None
+        n = model.feature.size
+        if not (model.threshold.size == model.left.size == model.right.size == model.value.size == n) or (
+                n and (model.left.max() >= n or model.right.max() >= n or model.roots.max() >= n)):
+            raise ModelError(f"{where} is corrupt (its node arrays disagree); train it again with 'cudal2 train'")
+        return model
+
+    @classmethod
+    def load(cls, path: Path) -> "TreeModel":
+        path = Path(path)
+        try:
+            d = json.loads(path.read_text())
+        except OSError as e:
+            raise ModelError(f"cannot read the cost model {path}: {e.strerror or e}") from None
+        except ValueError:
+            raise ModelError(f"{path} is not JSON: a corrupt cost model; train it again with 'cudal2 train'") from None
+        return cls.from_json(d, where=str(path))
+
+
+def _short(x: float) -> float:
+    return float(f"{x:.7g}")  # a JSON a few times smaller; predictions move by < 1e-6
+
+
+def fit(samples: Sequence[Sample], device: DeviceFacts, *, seed: int = 0, rounds: int = ROUNDS,
+        params: dict | None = None) -> TreeModel:
+    """A TreeModel fitted to samples (LightGBM, seeded)."""
+    try:
+        import lightgbm as lgb
+    except ImportError:
+        raise RuntimeError("training a cost model needs LightGBM: pip install 'cudal2[learn]'") from None
+    if len(samples) < 2:
+        raise ValueError(f"{len(samples)} measured pairs: too few to train on; measure more with 'cudal2 sweep'")
+    x = np.vstack([matrix(s.problem, [s.spec], device) for s in samples])
+    y = np.array([s.log_speedup for s in samples])
+    p = {**PARAMS, **(params or {}), "seed": seed}
+    booster = lgb.train(p, lgb.Dataset(x, y, feature_name=[_lgb_name(n) for n in feature_names()],
+                                        params={"verbose": -1}), num_boost_round=rounds)
+    model = _from_lightgbm(booster.dump_model(), device)
+    model.info = {"trained": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "seed": seed, "rounds": rounds,
+                  "params": {k: v for k, v in p.items() if k not in ("verbose", "num_threads")},
+                  "lightgbm": lgb.__version__, "data": provenance(list(samples))}
+    return model
+
+
+def _lgb_name(name: str) -> str:
+    return name.replace(".", "__")  # LightGBM refuses some characters in feature names
+
+
+def _from_lightgbm(dump: dict, device: DeviceFacts) -> TreeModel:
+    feature, threshold, left, right, value, roots = [], [], [], [], [], []
+    depth = 0
+
+    def add(node: dict, level: int) -> int:
+        nonlocal depth
+        depth = max(depth, level)
+        i = len(feature)
+        feature.append(-1), threshold.append(0.0), left.append(i), right.append(i), value.append(0.0)
+        if "leaf_value" in node:
+            value[i] = float(node["leaf_value"])
+            return i
+        if node.get("decision_type", "<=") != "<=":
+            raise ModelError(f"unsupported split {node.get('decision_type')!r} in the trained trees")
+        feature[i], threshold[i] = int(node["split_feature"]), float(node["threshold"])
+        left[i] = add(node["left_child"], level + 1)
+        right[i] = add(node["right_child"], level + 1)
+        return i
+
+    for tree in dump["tree_info"]:
+        roots.append(add(tree["tree_structure"], 0))
+    return TreeModel(feature=np.asarray(feature, np.int32), threshold=np.asarray(threshold, float),
+                     left=np.asarray(left, np.int32), right=np.asarray(right, np.int32),
+                     value=np.asarray(value, float), roots=np.asarray(roots, np.int32), depth=depth, device=device)
+
+
+class Trainer:
+    """A CostModel that keeps its samples and refits on update: what a store-backed retrain does."""
+
+    def __init__(self, device: DeviceFacts, samples: Sequence[Sample] = (), seed: int = 0):
+        self.device, self.seed = device, seed
+        self.samples: list[Sample] = list(samples)
+        self.model: TreeModel | None = fit(self.samples, device, seed=seed) if len(self.samples) >= 2 else None
+
+    def update(self, samples: Sequence[Sample]) -> None:
+        self.samples.extend(samples)
+        self.model = fit(self.samples, self.device, seed=self.seed)
+
+    def predict(self, problem: GemmProblem, specs: Sequence[KernelSpec]) -> np.ndarray:
+        if self.model is None:
+            return np.zeros(len(specs))
+        return self.model.predict(problem, specs)
+
+
+def log_mean(values) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")

@@ -1,0 +1,105 @@
+"""Training samples for the cost model: measured (problem, spec) pairs with their reward, read from
+a store or from `cudal2 dataset export` files.
+
+The reward is the log speedup over torch.matmul on the same shape, on the same GPU, in offline
+mode: log(torch_ms / kernel_ms). A pair that failed, was refused, or whose shape has no torch time
+is left out: the IR's own checks keep a proposer from refused specs, and a wrong kernel is never a
+candidate to rank.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator
+
+from ..ir import Epilogue, GemmProblem, KernelSpec
+
+SPEC_PREFIX = "spec."
+
+
+@dataclass(frozen=True)
+class Sample:
+    problem: GemmProblem
+    spec: KernelSpec
+    log_speedup: float  # log(torch_ms / kernel_ms)
+    gpu: str = ""
+    created: str = ""  # when it was measured
+
+    @property
+    def group(self) -> str:
+        """The shape it was measured on: samples of one group share their torch time."""
+        return self.problem.label()
+
+
+def from_store(store) -> Iterator[Sample]:
+    """Every correct, timed pair of the store whose shape has a torch time."""
+    from ..dataset import export_rows
+
+    yield from _from_rows(export_rows(store))
+
+
+def from_csv(path: Path) -> Iterator[Sample]:
+    """The rows of an export (.csv or .csv.gz)."""
+    path = Path(path)
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", newline="") as f:
+        yield from _from_rows(csv.DictReader(f), where=path.name)
+
+
+def _from_rows(rows: Iterable[dict], where: str = "store") -> Iterator[Sample]:
+    for i, row in enumerate(rows):
+        if row.get("status") != "ok":
+            continue
+        kernel, torch = _number(row.get("kernel_ms.offline")), _number(row.get("torch_ms.offline"))
+        if not kernel or not torch:
+            continue
+        try:
+            problem = GemmProblem(m=int(row["m"]), n=int(row["n"]), k=int(row["k"]), dtype=row["dtype"],
+                                  layout=row["layout"], epilogue=_epilogue(row.get("epilogue")))
+            spec = KernelSpec.from_dict({k[len(SPEC_PREFIX):]: _cell(v) for k, v in row.items()
+                                         if k.startswith(SPEC_PREFIX) and _cell(v) is not None})
+        except (KeyError, ValueError, TypeError) as e:
+            raise ValueError(f"{where}, row {i + 2}: not a measured pair ({e}); give an export of "
+                             "'cudal2 dataset export'") from None
+        yield Sample(problem, spec, math.log(torch / kernel), gpu=str(row.get("gpu") or ""),
+                     created=str(row.get("created") or ""))
+
+
+def _number(v) -> float | None:
+    if v is None or v == "":
+        return None
+    return float(v)
+
+
+def _cell(v):
+    """A CSV cell as the IR wants it: '' is unset, True/False are bools, digits are ints."""
+    if v is None or v == "":
+        return None
+    if not isinstance(v, str):
+        return v
+    if v in ("True", "False"):
+        return v == "True"
+    try:
+        return int(v)
+    except ValueError:
+        return v
+
+
+def _epilogue(text) -> Epilogue:
+    if not text:
+        return Epilogue()
+    return Epilogue(**json.loads(text)) if isinstance(text, str) else text
+
+
+def provenance(samples: list[Sample]) -> dict:
+    """What a model trained on these samples learned from: GPUs, shapes, pairs, dates."""
+    dates = sorted(s.created[:10] for s in samples if s.created)
+    return {"pairs": len(samples), "shapes": len({s.group for s in samples}),
+            "specs": len({s.spec.key() for s in samples}), "gpus": dict(Counter(s.gpu for s in samples)),
+            "measured": [dates[0], dates[-1]] if dates else []}

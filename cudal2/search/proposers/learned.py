@@ -1,0 +1,136 @@
+"""The learned proposer: a cost model trained on measured speed ranks the spec catalog, and a
+bandit over its predictions picks each batch from what the search has measured so far.
+
+- The first batch is the model's best predictions (its first pick is what `cudal2.matmul` would use
+  for a shape never searched).
+- Every later call sees the search's history: measured speeds correct the model's predictions for
+  the specs it treats alike (cudal2/learn/bandit.py), and the next batch goes by upper confidence.
+- Candidates are the shape-generic specs of cudal2/search/catalog.py for each backend that has a
+  catalog, less those the problem or the backend refuses; a backend without one gets no proposals
+  here (Optuna still searches it).
+
+The model is the one shipped for the arch (cudal2/data/models/), or a file from `cudal2 train`
+(passed as model=, or named by $CUDAL2_COST_MODEL).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+
+from ...bench.results import CandidateResult
+from ...ir import ARCHS, GemmProblem, KernelSpec, check_compatible, SpecError
+from ..proposal import Proposal, ProposerUnavailable
+
+MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
+ENV_MODEL = "CUDAL2_COST_MODEL"  # a model file of 'cudal2 train' to use instead of the shipped one
+
+
+def shipped_model_path(arch: str) -> Path:
+    return MODELS / f"{arch}.json"
+
+
+def load_model(model=None, arch: str = "sm_90a"):
+    """A TreeModel: the one given, read from a path, the file $CUDAL2_COST_MODEL names, or the one
+    shipped for arch."""
+    import os
+
+    from ...learn.cost_model import ModelError, TreeModel
+
+    model = model if model is not None else os.environ.get(ENV_MODEL) or None
+    if model is None:
+        path = shipped_model_path(arch)
+        if not path.is_file():
+            raise ProposerUnavailable(f"no cost model is shipped for {arch}; train one with 'cudal2 train' "
+                                      "and pass it with --model")
+        model = path
+    if isinstance(model, (str, Path)):
+        try:
+            return TreeModel.load(Path(model))
+        except ModelError as e:
+            raise ProposerUnavailable(str(e)) from None
+    return model
+
+
+class LearnedProposer:
+    name = "learned"
+    adaptive = True  # ask again after every batch: each batch learns from the ones before
+
+    def __init__(self, backends: Sequence[str] = ("triton",), arch: str = "sm_90a", *, model=None,
+                 beta: float | None = None, seed: int = 0):
+        from ...learn import bandit
+
+        if isinstance(backends, str):
+            backends = (backends,)
+        if arch not in ARCHS:
+            raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
+        self.arch, self.backends, self.seed = arch, tuple(backends), seed
+        self.beta = bandit.BETA if beta is None else beta
+        self.model = load_model(model, arch)
+        self._cache: dict[str, tuple[list[KernelSpec], np.ndarray, np.ndarray]] = {}
+
+    def __repr__(self) -> str:
+        return f"LearnedProposer(backends={list(self.backends)}, arch={self.arch!r})"
+
+    def candidates(self, problem: GemmProblem) -> tuple[list[KernelSpec], np.ndarray, np.ndarray]:
+        """The catalog specs that can run problem, their predicted log speedups and their leaves."""
+        key = problem.label()
+        if key not in self._cache:
+            from ...codegen import get_backend
+            from ...learn.features import matrix
+            from ..catalog import AXES, catalog
+
+            specs: list[KernelSpec] = []
+            for backend in self.backends:
+                if backend not in AXES:
+                    continue
+                be = get_backend(backend)
+                for spec in catalog(backend, self.arch):
+                    try:
+                        check_compatible(problem, spec)
+                    except SpecError:
+                        continue
+                    if be.supports(problem, spec):
+                        specs.append(spec)
+            x = matrix(problem, specs, self.model.device)
+            self._cache = {key: (specs, self.model.predict_rows(x), self.model.leaves(x))}
+        return self._cache[key]
+
+    def ranked(self, problem: GemmProblem, n: int = 1) -> list[tuple[KernelSpec, float]]:
+        """The model's n best specs for problem with their predicted speedup over torch.matmul, best
+        first: no measurement involved."""
+        specs, mu, _ = self.candidates(problem)
+        order = np.argsort(-mu, kind="stable")[:n]
+        return [(specs[i], float(np.exp(mu[i]))) for i in order]
+
+    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:
+        from ...learn import bandit
+
+        specs, mu, leaves = self.candidates(problem)
+        if not specs:
+            return []
+        index = {_kernel_key(s): i for i, s in enumerate(specs)}
+        measured, y, tried = [], [], set()
+        for r in history:
+            i = index.get(_kernel_key(r.spec))
+            if i is None:
+                continue
+            tried.add(i)
+            ms = r.kernel_ms() if r.ok else None
+            if ms:
+                measured.append(i)
+                y.append(-float(np.log(ms)))  # log speed; the shape's torch time is the constant left out
+        tried -= set(measured)
+        sd = float(self.model.info.get("residual_sd", 0.3))
+        picks = bandit.choose(mu, leaves, measured, y, n, prior_sd=sd, beta=self.beta, exclude=sorted(tried))
+        why = "model's best prediction" if not measured else f"upper bound after {len(measured)} measured"
+        return [Proposal(spec=specs[i], source=self.name,
+                         reasoning=f"{why}: predicted {np.exp(mu[i]):.2f}x torch.matmul") for i in picks]
+
+
+def _kernel_key(spec: KernelSpec) -> str:
+    """A spec's key whatever its shape specialization: a search measures a catalog spec as the
+    backend's own (static) kernel, and that measurement still tells about the catalog spec."""
+    return spec.replace(shape_specialization="dynamic").key() if spec.shape_specialization != "dynamic" else spec.key()

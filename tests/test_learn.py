@@ -1,0 +1,183 @@
+"""The cost model, its training and the learned proposer, on CPU. The data is a slice of a real
+sweep (10 shapes x 100 catalog specs, measured on an H100 on 2026-11-25: tests/data)."""
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from cudal2.ir import GemmProblem, KernelSpec, check_compatible
+from cudal2.learn import DeviceFacts, ModelError, TreeModel, feature_names, fit
+from cudal2.learn import bandit
+from cudal2.learn.features import features
+from cudal2.learn.samples import Sample, from_csv
+from cudal2.learn.validate import by_shape, replay, top1_ratios
+
+DATA = Path(__file__).parent / "data" / "sweep_h100_sample.csv.gz"
+H100 = DeviceFacts.of_arch("sm_90a")
+lgb = pytest.importorskip("lightgbm")
+
+
+@pytest.fixture(scope="module")
+def samples():
+    return list(from_csv(DATA))
+
+
+@pytest.fixture(scope="module")
+def split(samples):
+    groups = sorted(by_shape(samples))
+    held = set(groups[::3])  # every third shape held back
+    return [s for s in samples if s.group not in held], [s for s in samples if s.group in held]
+
+
+@pytest.fixture(scope="module")
+def model(split):
+    return fit(split[0], H100, seed=0, rounds=120, params={"num_leaves": 15})
+
+
+def test_the_sample_is_real_measurements(samples):
+    assert len(by_shape(samples)) == 10 and len(samples) > 900
+    assert all(s.gpu.startswith("NVIDIA H100") and math.isfinite(s.log_speedup) for s in samples)
+
+
+def test_features_are_one_row_per_pair_in_name_order():
+    p = GemmProblem(m=4096, n=4096, k=4096)
+    row = features(p, KernelSpec(block_m=128, block_n=256, num_warps=8), H100)
+    names = feature_names()
+    assert len(row) == len(names) == len(set(names))
+    got = dict(zip(names, row))
+    assert got["spec.block_n"] == 256 and got["shape.log_m"] == 12 and got["device.sm_count"] == 132
+    assert got["fit.tiles_m"] == 32 and got["fit.tiles_n"] == 16 and got["fit.pad_waste"] == 0
+    odd = dict(zip(names, features(GemmProblem(m=100, n=4096, k=4096), KernelSpec(block_m=128), H100)))
+    assert odd["fit.pad_waste"] == pytest.approx(1 - 100 / 128) and odd["shape.m_mod16"] == 0
+
+
+def test_numpy_scoring_is_lightgbms_own(split):
+    train, held = split
+    from cudal2.learn.features import matrix
+
+    x = np.vstack([matrix(s.problem, [s.spec], H100) for s in held[:300]])
+    y = np.array([s.log_speedup for s in train])
+    xt = np.vstack([matrix(s.problem, [s.spec], H100) for s in train])
+    booster = lgb.train({"objective": "regression", "verbose": -1, "num_leaves": 7, "deterministic": True,
+                         "num_threads": 1, "seed": 0}, lgb.Dataset(xt, y), num_boost_round=40)
+    from cudal2.learn.cost_model import _from_lightgbm
+
+    ours = _from_lightgbm(booster.dump_model(), H100)
+    np.testing.assert_allclose(ours.predict_rows(x), booster.predict(x), rtol=1e-9, atol=1e-9)
+
+
+def test_training_is_reproducible_and_a_file_round_trips(split, model, tmp_path):
+    again = fit(split[0], H100, seed=0, rounds=120, params={"num_leaves": 15})
+    assert json.dumps(again.to_json()["nodes"]) == json.dumps(model.to_json()["nodes"])
+    model.save(tmp_path / "m.json")
+    loaded = TreeModel.load(tmp_path / "m.json")
+    p, specs = split[1][0].problem, [s.spec for s in split[1][:50]]
+    np.testing.assert_allclose(loaded.predict(p, specs), model.predict(p, specs), atol=1e-5)
+    assert loaded.info["data"]["pairs"] == len(split[0]) and loaded.info["seed"] == 0
+
+
+def test_new_measurements_change_the_model_without_code_changes(split, model):
+    more = fit(split[0] + split[1][:200], H100, seed=0, rounds=120, params={"num_leaves": 15})
+    assert more.info["data"]["pairs"] == model.info["data"]["pairs"] + 200
+    assert json.dumps(more.to_json()["nodes"]) != json.dumps(model.to_json()["nodes"])
+
+
+def test_it_ranks_held_back_shapes_better_than_chance(split, model):
+    held = split[1]
+    ratios = top1_ratios(model, held)
+    chance = {}
+    for label, group in by_shape(held).items():
+        y = np.array([s.log_speedup for s in group])
+        chance[label] = float(np.mean(np.exp(y - y.max())))  # a spec picked at random, on average
+    assert np.mean(np.log(list(ratios.values()))) > np.mean(np.log(list(chance.values())))
+    for label, group in by_shape(held).items():  # and its order agrees with the measured one
+        pred = model.predict(group[0].problem, [s.spec for s in group])
+        y = np.array([s.log_speedup for s in group])
+        assert np.corrcoef(np.argsort(np.argsort(pred)), np.argsort(np.argsort(y)))[0, 1] > 0.3, label
+
+
+def test_a_replayed_search_never_loses_what_it_found_and_beats_its_first_pick(split, model):
+    for group in by_shape(split[1]).values():
+        curve = replay(model, group, 16, prior_sd=0.3)
+        assert len(curve) == 16 and all(b >= a for a, b in zip(curve, curve[1:])) and curve[-1] <= 1.0
+
+
+def test_the_bandit_moves_towards_what_was_measured_fast():
+    # two clusters of candidates the model cannot tell apart (same leaves within a cluster)
+    leaves = np.array([[0, 0]] * 5 + [[1, 1]] * 5)
+    mu = np.zeros(10)
+    picks = bandit.choose(mu, leaves, measured=[0, 5], y=[0.0, 0.5], n=3, prior_sd=0.3, beta=0.1)
+    assert picks[0] in range(6, 10)  # the cluster that measured faster
+    assert set(picks).isdisjoint({0, 5})
+    assert bandit.choose(mu, leaves, [], [], 3, prior_sd=0.3, exclude=range(9)) == [9]
+
+
+def test_corrupt_or_foreign_model_files_are_one_clear_error(tmp_path, model):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(ModelError, match="not JSON"):
+        TreeModel.load(bad)
+    d = model.to_json()
+    d["feature_version"] = -1
+    bad.write_text(json.dumps(d))
+    with pytest.raises(ModelError, match="other features"):
+        TreeModel.load(bad)
+    d = model.to_json()
+    d["nodes"]["left"] = d["nodes"]["left"][:-1]
+    bad.write_text(json.dumps(d))
+    with pytest.raises(ModelError, match="corrupt"):
+        TreeModel.load(bad)
+    with pytest.raises(ModelError, match="cannot read"):
+        TreeModel.load(tmp_path / "missing.json")
+
+
+def test_learned_proposals_are_valid_distinct_and_learn_from_history(model, tmp_path):
+    from cudal2.bench.results import CandidateResult, Timing
+    from cudal2.codegen import get_backend
+    from cudal2.search.proposers import get_proposer
+
+    model.save(tmp_path / "m.json")
+    prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json")
+    problem = GemmProblem(m=300, n=4096, k=1000, layout="NT")
+    first = prop.propose(problem, [], 6)
+    assert len(first) == 6 and len({p.spec.key() for p in first}) == 6
+    for p in first:
+        check_compatible(problem, p.spec)
+        assert get_backend("triton").supports(problem, p.spec) and p.source == "learned"
+    assert first[0].spec == prop.ranked(problem, 1)[0][0]
+    # measured as the search measures them (static kernels): not proposed again
+    history = [CandidateResult(spec=p.spec.replace(shape_specialization="auto"), status="ok",
+                               timing={"offline": Timing(kernel_ms=0.1 * (i + 1), call_ms=0.1, groups=1)})
+               for i, p in enumerate(first)]
+    later = prop.propose(problem, history, 6)
+    assert {p.spec.key() for p in later}.isdisjoint({p.spec.key() for p in first})
+    assert "after 6 measured" in later[0].reasoning
+
+
+def test_the_search_asks_an_adaptive_proposer_after_every_batch(model, tmp_path):
+    from cudal2.search.loop import run_search
+    from cudal2.search.proposers import get_proposer
+    from cudal2.search.recorded import RecordedRunner
+    from cudal2.search.store import Store
+
+    model.save(tmp_path / "m.json")
+    prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json")
+    calls = []
+    real = prop.propose
+    prop.propose = lambda problem, history, n: (calls.append((len(history), n)), real(problem, history, n))[1]
+    res = run_search(GemmProblem(m=256, n=1024, k=512), backends=("triton",), arch="sm_90a", proposer=prop,
+                     runner=RecordedRunner(), store=Store(tmp_path / "s.db"), budget=12, batch_size=3, progress=False)
+    assert calls == [(0, 3), (3, 3), (6, 3)]  # three quarters of the budget, a batch at a time
+    assert res.proposals == {"learned": 9, "optuna": 3}
+
+
+def test_the_shipped_model_loads_and_says_where_its_data_came_from():
+    from cudal2.search.proposers.learned import shipped_model_path
+
+    m = TreeModel.load(shipped_model_path("sm_90a"))
+    data = m.info["data"]
+    assert data["pairs"] > 1000 and data["shapes"] >= 20 and "H100" in next(iter(data["gpus"]))
+    assert m.info["residual_sd"] > 0 and "validation" in m.info and shipped_model_path("sm_90a").stat().st_size < 5e6
