@@ -11,7 +11,6 @@ wall time spent inside the runner (compiling, checking and timing candidates).
 
 from __future__ import annotations
 
-import math
 import re
 import time
 import warnings
