@@ -205,7 +205,12 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("Proposers at equal budget on validation shapes", "compare_validation_h100_2026-11-25.json",
                "compare", "`cudal2 compare serving:validation grid:validation --sample 4 --proposers "
                "learned,rules,random --budget 1,16`: 8 validation shapes, Triton backend, each proposer in a store "
-               "of its own, leaders confirmed."),
+               "of its own, leaders confirmed. The learned proposer's model here was trained on 92 train shapes of "
+               "at most 64 GFLOP (8913 pairs)."),
+    Experiment("The learned proposer, trained with larger shapes too", "compare_validation_learned_h100_2026-11-25.json",
+               "compare", "The learned arm of the run above again, on the same 8 shapes, with the model shipped in "
+               "cudal2/data/models/sm_90a.json: trained on 102 train shapes up to 1160 GFLOP (9842 pairs; "
+               "`CUDAL2_COST_MODEL` named it). Its best known is its own best, not the run above's."),
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
