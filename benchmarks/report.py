@@ -211,6 +211,9 @@ EXPERIMENTS: list[Experiment] = [
                "compare", "The learned arm of the run above again, on the same 8 shapes, with the model shipped in "
                "cudal2/data/models/sm_90a.json: trained on 102 train shapes up to 1160 GFLOP (9842 pairs; "
                "`CUDAL2_COST_MODEL` named it). Its best known is its own best, not the run above's."),
+    Experiment("The shipped learned proposer against rules, one run", "compare_validation_learned_rules_h100_2026-11-25.json",
+               "compare", "`cudal2 compare serving:validation grid:validation --sample 4 --proposers learned,rules "
+               "--budget 16`: the same 8 validation shapes, the shipped model, both arms in one run."),
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
