@@ -12,7 +12,7 @@ _LAZY = {
     "matmul": ("cudal2.ops", "matmul"),
     "linear": ("cudal2.ops", "linear"),
     "set_table": ("cudal2.ops", "set_table"),
-    "SearchResult": ("cudal2.search.loop", "SearchResult"),
+    "SearchResult": ("cudal2.search.outcome", "SearchResult"),
     "Store": ("cudal2.search.store", "Store"),
     "TunedTable": ("cudal2.search.table", "TunedTable"),
 }

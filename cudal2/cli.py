@@ -363,7 +363,7 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
         # Kernels are compiled for the interpreter (Triton) or compile-only (CuTe DSL) here.
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("CUTE_DSL_ARCH", arch)
-    from .search.loop import dry_run
+    from .search.dry_run import dry_run
 
     if proposer == "none":
         _fail("a dry run shows proposals; choose --proposer rules, llm or random")
