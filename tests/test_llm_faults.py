@@ -136,6 +136,7 @@ def test_compare_counts_the_llm_arms_failures_and_never_falls_back_to_another_pr
     from typer.testing import CliRunner
 
     import cudal2.cli as cli
+    import cudal2.cli.compare as cli_compare
 
     for var in [v for v in os.environ if v.startswith("CUDAL2_")]:
         monkeypatch.delenv(var)
@@ -145,8 +146,8 @@ def test_compare_counts_the_llm_arms_failures_and_never_falls_back_to_another_pr
                        ("CUDAL2_CACHE_DIR", str(tmp_path / "cache")), ("CUDAL2_STORE", str(tmp_path / "store.db"))):
         monkeypatch.setenv(var, value)
     plotted = {}
-    real_plot = cli._plot_compare
-    monkeypatch.setattr(cli, "_plot_compare", lambda curves, out, labels=None: (
+    real_plot = cli_compare._plot_compare
+    monkeypatch.setattr(cli_compare, "_plot_compare", lambda curves, out, labels=None: (
         plotted.update(labels or {}), real_plot(curves, out, labels)))
     result = CliRunner().invoke(cli.app, ["compare", "512x512x512", "1024x1024x1024", "--proposers", "rules,llm",
                                           "--runner", "recorded", "--budget", "4", "--out", str(tmp_path / "c.png"),

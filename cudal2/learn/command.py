@@ -19,7 +19,7 @@ def train(store: Annotated[Optional[str], typer.Option("--store", help=(
     """Train the cost model (gradient-boosted trees) on measured pairs: settings chosen by
     cross-validation over the training shapes, validation shapes only scored. Seeded: the same
     measurements give the same model."""
-    from .. import cli
+    from ..cli import common as cli
     from ..ir import ARCHS
     from .features import DeviceFacts
     from .samples import from_csv, from_store

@@ -1,0 +1,5 @@
+"""`python -m cudal2.cli`: the `cudal2` command."""
+
+from . import main
+
+main()

@@ -1,0 +1,298 @@
+"""What every `cudal2` command shares: the app and its error handling, the option types, and the
+helpers that turn options into a problem, a store, a runner or a proposer.
+
+What the user sees when something goes wrong is decided in one place, CudalGroup, around every
+command: a user error is one line `error: what was wrong, and how to fix it` on stderr and exit 2
+(click's own usage errors too); an unexpected exception is a bug, one line and exit 1; Ctrl-C
+exits 130. A traceback is shown only with --debug or CUDAL2_DEBUG=1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import traceback
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from typer.core import TyperGroup
+
+try:  # newer typer carries its own copy of click
+    from typer._click import exceptions as click_exceptions
+except ImportError:
+    from click import exceptions as click_exceptions
+
+from ..bench.results import MODES
+from ..codegen.registry import available_backends
+from ..ir import SpecError
+from ..search.proposers import available_proposers
+from ..search.refiner import SAMPLERS
+
+DEBUG_ENV = "CUDAL2_DEBUG"
+INTERRUPTED = "interrupted; run the same command to resume"
+console = Console()
+err_console = Console(stderr=True, soft_wrap=True, highlight=False)  # soft_wrap: an error stays one line
+
+
+def _error_line(message: str) -> None:
+    err_console.print(f"[red]error:[/red] {escape(' '.join(str(message).split()))}")
+
+
+def _usage_error(e: click_exceptions.ClickException) -> None:
+    """click's own errors (an unknown option, a value out of range or not among the choices) as
+    one error line that points at --help, instead of its usage block or typer's box."""
+    if type(e).__name__ == "NoArgsIsHelpError":  # plain `cudal2`: the help is the answer
+        e.show()
+        return
+    message = e.format_message().replace("Value error, ", "").rstrip(". ")  # typer words some checks in pydantic's
+    if message[:1].isupper() and message[1:2].islower():
+        message = message[0].lower() + message[1:]
+    ctx = getattr(e, "ctx", None)
+    if isinstance(e, click_exceptions.UsageError) and ctx is not None:
+        message += f"; see '{ctx.command_path} --help'"
+    _error_line(message)
+
+
+# Signals that already say what to do (exit with a code, or a usage error): passed through untouched.
+_ABORT = tuple({typer.Abort, getattr(click_exceptions, "Abort", typer.Abort)})
+_CONTROL_FLOW = (typer.Exit, getattr(click_exceptions, "Exit", typer.Exit), *_ABORT, click_exceptions.ClickException)
+
+
+class CudalGroup(TyperGroup):
+    """The app's click group: every command runs inside invoke(), every parse error passes
+    through main(), so the error discipline holds for the console script and for CliRunner alike."""
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        try:
+            rv = super().main(args=args, prog_name=prog_name, complete_var=complete_var, standalone_mode=False,
+                              **extra)
+            code = rv if isinstance(rv, int) else 0  # the code of an Exit, in click's non-standalone mode
+        except click_exceptions.ClickException as e:
+            _usage_error(e)
+            code = e.exit_code
+        except _ABORT:  # end of input at a prompt
+            code = 1
+        if standalone_mode:
+            sys.exit(code)
+        return code
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except _CONTROL_FLOW:
+            raise
+        except KeyboardInterrupt:
+            # The search loop has already handed the unmeasured trials of the batch back to the queue.
+            if ctx.params.get("debug"):
+                traceback.print_exc(file=sys.stderr)  # where it was: a hang is seen this way
+            err_console.print(INTERRUPTED)
+            raise typer.Exit(130) from None
+        except SpecError as e:  # the IR refusing a problem or spec (a size check, say), wherever it is checked
+            _error_line(_one_line(e))
+            raise typer.Exit(2) from None
+        except Exception as e:  # noqa: BLE001 - anything else is a bug in cudal2
+            if ctx.params.get("debug"):
+                traceback.print_exc(file=sys.stderr)
+            else:
+                from ..search.store import display_url
+
+                reason = display_url((str(e).strip().splitlines() or [""])[0][:300])
+                _error_line(f"unexpected {type(e).__name__}{': ' + reason if reason else ''}. This is a bug in "
+                            f"cudal2: for the traceback, run it again as '{ctx.command_path} --debug "
+                            f"{ctx.invoked_subcommand or ''} ...' (or with {DEBUG_ENV}=1), and report it")
+            raise typer.Exit(1) from None
+
+
+app = typer.Typer(cls=CudalGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
+                  help="Search GEMM kernels faster than cuBLAS, shape by shape.")
+
+
+@app.callback()
+def _global_options(debug: Annotated[bool, typer.Option(
+        "--debug", envvar=DEBUG_ENV, help="show the traceback of an unexpected error")] = False) -> None:
+    """Search GEMM kernels faster than cuBLAS, shape by shape."""
+
+
+def _choices(name: str, values) -> type[Enum]:
+    """A str Enum of an option's allowed values: click checks them and --help lists them."""
+    return Enum(name, {v: v for v in values}, type=str)
+
+
+ModeName = _choices("ModeName", MODES)
+SamplerName = _choices("SamplerName", SAMPLERS)
+ProposerName = _choices("ProposerName", (*available_proposers(), "none"))
+RunnerName = _choices("RunnerName", ("gpu", "recorded"))
+BackendName = _choices("BackendName", available_backends())
+PROPOSER_NAMES = ", ".join(ProposerName.__members__)
+
+
+def _value(choice) -> str:
+    return getattr(choice, "value", choice)  # a default reaches the command as the plain string
+
+
+def _values(choices) -> tuple[str, ...]:
+    return tuple(_value(c) for c in choices)
+
+
+def _budget(value: str) -> str:
+    from ..search.loop import Budget
+
+    try:
+        parsed = Budget.parse(value)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    if parsed.seconds is not None and parsed.seconds <= 0:
+        raise typer.BadParameter(f"budget={value!r}: give more than 0 s of GPU time, or a number of evaluations")
+    return value
+
+
+Backends = Annotated[list[BackendName], typer.Option("--backend", "-b", help="codegen backend(s) to search (repeat)")]
+Modes = Annotated[list[ModeName], typer.Option("--mode", "-m", help="timing mode(s) (repeat)")]
+StoreOpt = Annotated[Optional[str], typer.Option("--store", help="SQLAlchemy URL or SQLite file "
+                                                 "(default: $CUDAL2_STORE or the user cache store)")]
+RunnerOpt = Annotated[RunnerName, typer.Option("--runner", help="gpu: the evaluator; recorded: synthetic replayed "
+                                               "numbers for trying the tools without a GPU (not measurements)")]
+BudgetOpt = Annotated[str, typer.Option(help="GPU measurements (64) or GPU time (120s, 5m)", callback=_budget)]
+BatchOpt = Annotated[int, typer.Option(min=1, help="specs per evaluator call")]
+
+
+def _fail(message: str, code: int = 2) -> None:
+    _error_line(message)
+    raise typer.Exit(code)
+
+
+def _one_line(e: Exception) -> str:
+    """An exception's message on one line; a SpecError's violations (each names the field, the limit
+    and the fix) joined by ' | '."""
+    if isinstance(e, SpecError):
+        return f"invalid {e.what}: " + " | ".join(str(v) for v in e.violations)
+    return " ".join(str(e).split())
+
+
+def _problem(shape: str, dtype: str, layout: str):
+    from ..ir import GemmProblem
+
+    try:
+        return GemmProblem.parse(shape, dtype=dtype, layout=layout)
+    except ValueError as e:  # SpecError, or a size check that refuses the problem
+        _fail(_one_line(e))
+
+
+def _runner(kind: str, **config):
+    kind = _value(kind)
+    if kind == "recorded":
+        from ..search.recorded import RecordedRunner
+
+        console.print("[yellow]runner 'recorded': synthetic numbers from a model, not GPU measurements[/yellow]")
+        return RecordedRunner()
+    if kind != "gpu":
+        _fail(f"unknown runner {kind!r}; use 'gpu' or 'recorded'")
+    from ..api import default_runner, gpu_available
+
+    if not gpu_available():
+        _fail("no CUDA GPU found: nothing can be timed here. Run with --dry-run to propose, validate, render "
+              "and compile the kernels without timing them.")
+    try:
+        return default_runner(**config)
+    except RuntimeError as e:
+        _fail(str(e))
+
+
+def _store(url: str | None):
+    """The store, checked: one error line if it is a directory, not a database, or lacks its driver."""
+    from ..search.store import ENV_STORE, Store, StoreError
+
+    try:
+        return Store(url).check()
+    except StoreError as e:
+        where = "" if url else f" (named by ${ENV_STORE})" if os.environ.get(ENV_STORE) else " (the default store)"
+        _fail(f"{e}{where}")
+
+
+def _shown_url(store) -> str:
+    from ..search.store import display_url
+
+    return display_url(store.url)  # a password in the URL is not printed
+
+
+def _us(ms: float | None) -> str:
+    return "-" if ms is None else f"{ms * 1e3:.1f}"
+
+
+def _x(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3f}x"
+
+
+# ---- search --------------------------------------------------------------------------------------
+REFERENCE = "torch"
+ConfirmOpt = Annotated[int, typer.Option(min=0, help="time the 3 leaders this many more times and name the "
+                                              "winner by the median (0: report the best search trial alone)")]
+ConfirmModeOpt = Annotated[Optional[ModeName], typer.Option(
+    "--confirm-mode", help="rank the leaders in this timing mode (sustained: at the clock each kernel's own "
+                           "power draw sets; default: the search's own mode)")]
+
+
+def _confirm(rounds: int, mode: str | None = None):
+    from ..search.confirm import Confirm
+
+    mode = _value(mode)
+    try:
+        return Confirm(rounds=rounds, mode=mode)
+    except ValueError as e:
+        _fail(f"--confirm {rounds} --confirm-mode {mode}: {e}")
+
+
+LlmFatalOpt = Annotated[bool, typer.Option(
+    "--llm-fatal", help="an LLM endpoint failure ends the run (one error line, exit 1) instead of falling back "
+                        "to the rules proposals, then Optuna: for benchmarking the LLM itself")]
+
+
+def _warning(line: str) -> None:
+    err_console.print(f"[yellow]warning:[/yellow] {escape(line)}")
+
+
+def _proposer(name: str, backends, arch: str, *, llm_fatal: bool = False, fallback: str | None = "default"):
+    """The proposer of a run (None for 'none'). An LLM endpoint that fails after its retries is
+    one warning line, then `fallback` (default: rules proposals, then Optuna; None: Optuna alone)."""
+    from ..search.proposers import get_proposer
+
+    if name == "none":
+        return None
+    try:
+        return get_proposer(name, backends=tuple(backends), arch=arch, fatal=llm_fatal, fallback=fallback,
+                            warn=_warning)
+    except Exception as e:  # noqa: BLE001 - missing package, no model, a bad CUDAL2_LLM_* value
+        _fail(f"proposer {name!r}: {_one_line(e)}")
+
+
+@contextlib.contextmanager
+def _llm_fatal(prop):
+    """With --llm-fatal the LLM proposer raises on an endpoint failure: one error line, exit 1."""
+    from ..search.proposers import ProposerUnavailable
+    from ..search.proposers.fallback import failure_line
+
+    try:
+        yield
+    except ProposerUnavailable as e:
+        _fail(failure_line(getattr(prop, "name", "llm"), e, "stopping, as --llm-fatal asks (without it: rules "
+                           "proposals, then Optuna)"), code=1)
+
+
+def _parse_shapes_file(path: Path) -> list[str]:
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"{path} cannot be read as text ({e}); give a file with one shape per line")
+    shapes = []
+    for line in text.splitlines():
+        line = line.split("#", 1)[0].strip()
+        if line:
+            shapes.append(line)
+    if not shapes:
+        _fail(f"{path} lists no shapes (one 'M N K' or 'MxNxK' per line)")
+    return shapes

@@ -1,0 +1,201 @@
+"""`cudal2 search`, `show`, `export` and `bench`: one shape searched, the tuned table, one spec timed."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.table import Table
+
+from .common import (BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
+                     Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StoreOpt, _confirm, _fail, _llm_fatal,
+                     _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _x, app, console)
+
+@app.command()
+def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")],
+           budget: BudgetOpt = "64",
+           proposer: Annotated[ProposerName, typer.Option(help="none: Optuna only")] = "rules",
+           backend: Backends = ["triton"],  # noqa: B006 - typer reads the default
+           dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
+           dry_run: Annotated[bool, typer.Option("--dry-run", help="propose, validate, render and compile; "
+                                                 "no GPU timing")] = False,
+           mode: Modes = ["offline"],  # noqa: B006
+           sampler: Annotated[SamplerName, typer.Option(help="Optuna's sampler after the proposals")] = "tpe",
+           seed: Optional[int] = None,
+           batch: BatchOpt = 4,
+           n: Annotated[int, typer.Option(min=1, help="proposals to show in a dry run")] = 8,
+           arch: Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")] = None,
+           confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None,
+           runner: RunnerOpt = "gpu", llm_fatal: LlmFatalOpt = False) -> None:
+    """Search kernels for one shape (resumes the study of that shape found in the store)."""
+    from ..api import default_arch
+    from ..search.loop import run_search
+
+    backend, mode, proposer, sampler = _values(backend), _values(mode), _value(proposer), _value(sampler)
+    problem = _problem(shape, dtype, layout)
+    arch = arch or default_arch()
+    if dry_run:
+        _dry_run(problem, backend, arch, proposer, n)
+        return
+    s = _store(store)
+    prop = _proposer(proposer, backend, arch, llm_fatal=llm_fatal)
+    run = _runner(runner)
+    try:
+        with _llm_fatal(prop):
+            res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
+                             store=s, budget=budget, modes=tuple(mode), sampler=sampler, seed=seed,
+                             batch_size=batch, confirm=_confirm(confirm, confirm_mode))
+    finally:
+        if hasattr(run, "close"):
+            run.close()
+    _print_result(res, _shown_url(s))
+
+
+def _print_result(res, url: str = "<store url>") -> None:
+    if res.best is None:
+        console.print(f"[red]{res.problem.label()}: no correct kernel in {res.evaluations} evaluations[/red]")
+        return
+    console.print(f"[bold]{res.problem.label()}[/bold]: best of {res.evaluations} evaluations "
+                  f"({res.gpu_seconds:.0f} GPU s)")
+    t = Table()
+    t.add_column("mode")
+    t.add_column("kernel us", justify="right")
+    for name in sorted(res.baselines):
+        t.add_column(f"vs {name}", justify="right")
+    for mode, ms in res.best.time_ms.items():
+        t.add_row(mode, _us(ms), *[_x(res.speedups.get(mode, {}).get(b)) for b in sorted(res.baselines)])
+    console.print(t)
+    trial = res.trial_speedup.get(REFERENCE)
+    if res.confirmed_rounds:
+        console.print(f"figures: the median of {res.confirmed_rounds} {res.mode} confirmation rounds (the best search trial "
+                      f"alone said {_x(trial)} over {REFERENCE})")
+    else:
+        console.print("figures: one search trial, not confirmed (run with --confirm 3 for the median of 3 rounds)")
+    for r in res.rejected:
+        console.print(f"[yellow]rejected on confirmation ({r.status}): {r.spec.summary()}[/yellow]")
+    if res.proposals:
+        by_source = sorted(res.proposals.items(), key=lambda kv: -kv[1])
+        console.print("specs measured, by source: " + ", ".join(f"{n} {src}" for src, n in by_source),
+                      markup=False, soft_wrap=True)
+    console.print(f"spec: {res.best.spec.to_json()}")
+    console.print(f"study: {res.study.study_name} (view: optuna-dashboard {url})")
+
+
+def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
+    from ..api import gpu_available, resolve_proposer
+
+    if not gpu_available():
+        # Kernels are compiled for the interpreter (Triton) or compile-only (CuTe DSL) here.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        os.environ.setdefault("CUTE_DSL_ARCH", arch)
+    from ..search.dry_run import dry_run
+
+    if proposer == "none":
+        _fail("a dry run shows proposals; choose --proposer rules, llm or random")
+    try:
+        prop = resolve_proposer(proposer, tuple(backends), arch)
+    except Exception as e:  # noqa: BLE001 - unknown name, missing package, no API key
+        _fail(f"proposer {proposer!r}: {e}")
+    rows = dry_run(problem, backends=tuple(backends), arch=arch, proposer=prop, n=n)
+    t = Table(title=f"dry run: {problem.label()} on {arch} ({len(rows)} proposals; nothing timed)")
+    for col in ("#", "backend", "spec", "valid", "rendered", "compiled", "error"):
+        t.add_column(col, overflow="fold")
+    ok = lambda b: "[green]yes[/green]" if b else "[red]no[/red]"  # noqa: E731
+    for i, r in enumerate(rows):
+        t.add_row(str(i), r.spec.backend, r.spec.summary(), ok(r.valid), ok(r.rendered), ok(r.compiled), r.error)
+    console.print(t)
+    if not rows:
+        console.print("[yellow]the proposer returned nothing for this problem[/yellow]")
+
+
+# ---- show / export ------------------------------------------------------------------------------
+TableModeOpt = Annotated[ModeName, typer.Option(
+    "--mode", help="the timing mode kernels are ranked in: offline, or sustained for the kernels a search "
+                   "confirmed with --confirm-mode sustained (at the clock their own power draw sets)")]
+
+
+def _table(store, mode: str):
+    from ..search.table import TunedTable
+
+    return TunedTable.from_store(store, mode=_value(mode))
+
+
+@app.command()
+def show(store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
+    """Table of tuned shapes in the store: best kernel and its speedups."""
+    s = _store(store)
+    table = _table(s, mode)
+    if not len(table):
+        console.print(f"nothing tuned yet in {_shown_url(s)}; run `cudal2 search SHAPE`")
+        return
+    names = sorted({b for e in table for b in e.baselines_ms})
+    t = Table(title=f"tuned shapes in {_shown_url(s)}")
+    for col in ("problem", "gpu", "backend", "spec", "kernel us", *[f"vs {b}" for b in names]):
+        t.add_column(col, overflow="fold")
+    for e in table:
+        t.add_row(e.problem.label(), e.gpu or "?", e.spec.backend, e.spec.summary(), _us(e.kernel_ms),
+                  *[_x(e.speedup(b)) for b in names])
+    console.print(t)
+    console.print("used by cudal2.matmul only where faster than torch; studies: optuna-dashboard " + _shown_url(s))
+
+
+@app.command()
+def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help="JSON file to write")] = Path(
+               "cudal2_table.json"),
+           store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
+    """Write the tuned table (best kernel per shape and GPU) to JSON; point CUDAL2_TABLE at it."""
+    table = _table(_store(store), mode)
+    path = table.save(out)
+    console.print(f"wrote {len(table)} tuned shape(s) to {path}; use it with CUDAL2_TABLE={path}")
+
+
+# ---- bench --------------------------------------------------------------------------------------
+@app.command()
+def bench(shape: str, backend: Annotated[BackendName, typer.Option("--backend", "-b")] = "triton",
+          spec: Annotated[Optional[Path], typer.Option("--spec", exists=True, dir_okay=False,
+                                                       help="JSON file: a KernelSpec or a list")] = None,
+          mode: Modes = ["offline"],  # noqa: B006
+          dtype: str = "float16", layout: str = "NN") -> None:
+    """Evaluate given specs (or the rules proposer's first picks) against the baselines."""
+    backend, mode = _value(backend), _values(mode)
+    _problem(shape, dtype, layout)
+    specs = _spec_file(spec) if spec is not None else None
+    try:
+        from ..bench.report import run_bench
+    except ImportError:
+        _fail("the evaluator's report (cudal2.bench.report.run_bench) is not installed in this checkout")
+    from ..api import gpu_available
+
+    if not gpu_available():
+        _fail("no CUDA GPU found: `cudal2 bench` times kernels and needs one")
+    run_bench(shape, backend=backend, specs=specs, modes=tuple(mode), dtype=dtype, layout=layout, console=console)
+
+
+def _spec_file(path: Path) -> list:
+    """The KernelSpecs of a JSON file (one object or a list), or one error line in SpecError's
+    words: the field, the value, the limit and the fix."""
+    from ..ir import KernelSpec, SpecError
+
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        _fail(f"--spec {path} cannot be read as text ({e}); give a JSON file")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as e:
+        _fail(f"--spec {path}: not valid JSON ({e.msg} at line {e.lineno} column {e.colno}); write one "
+              "KernelSpec object or a list of them")
+    except (ValueError, RecursionError) as e:  # an integer of too many digits, nesting too deep
+        _fail(f"--spec {path}: not valid JSON ({str(e).split(';')[0] or type(e).__name__}); write one "
+              "KernelSpec object or a list of them")
+    items = data if isinstance(data, list) else [data]
+    try:
+        return [KernelSpec.from_dict(d) for d in items]
+    except SpecError as e:
+        _fail(f"--spec {path}: {_one_line(e)}")
+
+
+# ---- compare / sweep ----------------------------------------------------------------------------
