@@ -31,6 +31,11 @@ class ArchLimits:
     has_wgmma: bool
     largest_part: str = ""  # the part of this arch with the most device memory
     largest_part_memory: int = 0  # its device memory, bytes
+    # Peak rates of the reference part (A100-SXM, H100-SXM): the scale of speed estimates that rank
+    # candidates or feed a cost model, never a limit (the speed-of-light check has its own bounds).
+    peak_tflops: float = 0.0  # dense fp16 tensor-core TFLOP/s
+    dram_tbps: float = 0.0  # DRAM TB/s
+    l2_tbps: float = 0.0  # L2 -> SM TB/s
 
     @property
     def smem_per_block_kib(self) -> float:
@@ -52,6 +57,9 @@ ARCHS: dict[str, ArchLimits] = {
         has_wgmma=False,
         largest_part="A100 80GB",
         largest_part_memory=80 * 2**30,
+        peak_tflops=312.0,
+        dram_tbps=2.0,
+        l2_tbps=7.0,
     ),
     "sm_90": ArchLimits(
         name="sm_90",
@@ -67,6 +75,9 @@ ARCHS: dict[str, ArchLimits] = {
         has_wgmma=False,  # wgmma and setmaxnreg need the arch-specific sm_90a target
         largest_part="GH200 144GB HBM3e",
         largest_part_memory=144 * 2**30,
+        peak_tflops=989.0,
+        dram_tbps=3.35,
+        l2_tbps=12.0,
     ),
     "sm_90a": ArchLimits(
         name="sm_90a",
@@ -82,6 +93,9 @@ ARCHS: dict[str, ArchLimits] = {
         has_wgmma=True,
         largest_part="GH200 144GB HBM3e",
         largest_part_memory=144 * 2**30,
+        peak_tflops=989.0,
+        dram_tbps=3.35,
+        l2_tbps=12.0,
     ),
 }
 

@@ -29,10 +29,6 @@ FEATURE_VERSION = 1
 BACKEND_CODES = ("triton", "cute_dsl", "cuda")
 # Fields that are not a property of the kernel's code, or are encoded apart.
 _SKIP_FIELDS = ("backend", "arch", "shape_specialization")
-# Dense fp16 tensor-core rate and DRAM bandwidth of the reference parts, for the floors only: they
-# scale a feature, and a model learns on top of them (a wrong constant is a constant factor).
-_PEAK_TFLOPS = {"sm_80": 312.0, "sm_90": 989.0, "sm_90a": 989.0}
-_DRAM_TBPS = {"sm_80": 2.0, "sm_90": 3.35, "sm_90a": 3.35}
 
 
 @dataclass(frozen=True)
@@ -128,9 +124,11 @@ def features(problem: GemmProblem, spec: KernelSpec, device: DeviceFacts) -> lis
     last_fill = tiles / (math.ceil(waves) * sms)
     pad_waste = 1.0 - (m * n) / (tm * spec.block_m * tn * spec.block_n)
     k_trips = math.ceil(k / split / spec.block_k)
-    dram_us = dram_bytes / (_DRAM_TBPS.get(device.arch, 2.0) * 1e6)
+    # the reference part's rates scale the floors; a model learns on top of them
+    lim = arch_limits(device.arch)
+    dram_us = dram_bytes / (lim.dram_tbps * 1e6)
     # the tensor cores see padded tiles, a wave at a time: each SM runs its tiles one after another
-    per_sm_tflops = _PEAK_TFLOPS.get(device.arch, 312.0) / sms
+    per_sm_tflops = lim.peak_tflops / sms
     mma_us = math.ceil(waves) * 2.0 * spec.block_m * spec.block_n * (k / split) / (per_sm_tflops * 1e6)
     fit = [float(tm), float(tn), _log2(tiles), waves, last_fill, pad_waste, float(k_trips),
            _log2(spec.block_m * spec.block_n * k_trips * spec.block_k), _log2(dram_us), _log2(mma_us),

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ...bench.results import CandidateResult
-from ...ir import ARCHS, DTYPE_BYTES, ArchLimits, GemmProblem
+from ...ir import ARCHS, DTYPE_BYTES, ArchLimits, GemmProblem, arch_limits
 from ...ir.spec import OPERAND_BYTES, PRODUCER_WARPS, REGISTER_RESERVE, epilogue_smem_bytes, stage_bytes
 from ..proposal import Proposal
 from . import space
@@ -34,19 +34,18 @@ from . import space
 
 @dataclass(frozen=True)
 class Throughput:
-    """Approximate peak rates of the reference part of an arch. They only rank candidates."""
+    """Approximate peak rates of the reference part of an arch (from the hardware table), and the
+    fixed cost of a launch. They only rank candidates."""
 
     tflops: float  # dense fp16 tensor-core TFLOP/s
     dram_tbs: float  # DRAM TB/s
     l2_tbs: float  # L2 -> SM TB/s
-    launch_us: float  # launch + first-wave ramp
+    launch_us: float = 3.0  # launch + first-wave ramp
 
-
-THROUGHPUT: dict[str, Throughput] = {
-    "sm_80": Throughput(tflops=312, dram_tbs=2.0, l2_tbs=7.0, launch_us=3.0),
-    "sm_90": Throughput(tflops=989, dram_tbs=3.35, l2_tbs=12.0, launch_us=3.0),
-    "sm_90a": Throughput(tflops=989, dram_tbs=3.35, l2_tbs=12.0, launch_us=3.0),
-}
+    @classmethod
+    def of_arch(cls, arch: str) -> "Throughput":
+        lim = arch_limits(arch)
+        return cls(tflops=lim.peak_tflops, dram_tbs=lim.dram_tbps, l2_tbs=lim.l2_tbps)
 
 
 @dataclass(frozen=True)
@@ -259,7 +258,7 @@ class RulesProposer:
         hw = ARCHS[arch]
         self.hw = ArchLimits(**{**hw.__dict__, "sm_count": sm_count or hw.sm_count,
                                 "l2_bytes": l2_bytes or hw.l2_bytes})
-        self.throughput = THROUGHPUT[arch]
+        self.throughput = Throughput.of_arch(arch)
         self.preferences = {**PREFERENCES, **(preferences or {})}
         self.backends = []
         refused = []
