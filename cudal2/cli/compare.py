@@ -52,7 +52,6 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
     import tempfile
 
     from ..api import default_arch
-    from ..dataset import draw_shapes, resolve_shapes
     from ..search import compare as cmp
     from ..search.confirm import Confirm
     from ..search.loop import run_search
@@ -61,16 +60,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
     names = [p.strip() for p in proposers.split(",") if p.strip()]
     budgets = [b.strip() for b in budget.split(",") if b.strip()]
     backend = _values(backend)
-    problems = []
-    for text in shapes:
-        if text.partition(":")[0] in ("grid", "serving", "all"):
-            try:
-                found = resolve_shapes(text, dtype)
-            except ValueError as e:
-                _fail(f"compare {text}: {_one_line(e)}")
-            problems += draw_shapes(found, sample) if sample else found
-        else:
-            problems.append(_problem(text, dtype, layout))
+    problems = _compare_problems(shapes, dtype, layout, sample)
     arch = arch or default_arch()
     run = _runner(runner)
     root = store_dir or Path(tempfile.mkdtemp(prefix="cudal2-compare-"))
@@ -108,6 +98,23 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
         run.close()
     _print_compare(finals, problems, labels)
     console.print(f"wrote {out}, {out.with_suffix('.json')} and {out.with_suffix('.md')}; stores in {root}")
+
+
+def _compare_problems(shapes: list[str], dtype: str, layout: str, sample: int | None) -> list:
+    """Each argument a shape (with --layout) or a shape set (of which --sample draws N)."""
+    from ..dataset import draw_shapes, resolve_shapes
+
+    problems = []
+    for text in shapes:
+        if text.partition(":")[0] in ("grid", "serving", "all"):
+            try:
+                found = resolve_shapes(text, dtype)
+            except ValueError as e:
+                _fail(f"compare {text}: {_one_line(e)}")
+            problems += draw_shapes(found, sample) if sample else found
+        else:
+            problems.append(_problem(text, dtype, layout))
+    return problems
 
 
 def _versions(env) -> str:
