@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from . import capabilities
 from .errors import SpecError, Violation
-from .hardware import DTYPE_BYTES, arch_limits
+from .hardware import DTYPE_BYTES, ArchLimits, arch_limits
 from .model import IRModel
 from .problem import GemmProblem
 
@@ -152,18 +152,27 @@ def epilogue_smem_bytes(fields: Mapping[str, Any]) -> int:
 
 def _spec_violations(s: KernelSpec) -> list[Violation]:
     hw = arch_limits(s.arch)
+    return [*_decomposition_violations(s, hw), *_arch_feature_violations(s, hw), *_warp_role_violations(s, hw),
+            *_resource_violations(s, hw), *_capability_violations(s)]  # the last: the backend's own declaration
+
+
+def _decomposition_violations(s: KernelSpec, hw: ArchLimits) -> list[Violation]:
+    """split_k and the decomposition agree."""
     bad: list[Violation] = []
     add = lambda f, v, lim, fix: bad.append(Violation(f, v, lim, fix))  # noqa: E731
-
-    # decomposition consistency
     if s.decomposition == "split_k" and s.split_k < 2:
         add("split_k", s.split_k, "decomposition='split_k' needs split_k >= 2",
             "set split_k to 2..64 or decomposition='data_parallel'")
     if s.decomposition != "split_k" and s.split_k != 1:
         add("split_k", s.split_k, f"split_k > 1 needs decomposition='split_k' (got {s.decomposition!r})",
             "set decomposition='split_k' or split_k=1")
+    return bad
 
-    # Hopper-only features
+
+def _arch_feature_violations(s: KernelSpec, hw: ArchLimits) -> list[Violation]:
+    """TMA, wgmma and clusters exist on the arch."""
+    bad: list[Violation] = []
+    add = lambda f, v, lim, fix: bad.append(Violation(f, v, lim, fix))  # noqa: E731
     if s.load_path == "tma" and not hw.has_tma:
         add("load_path", "tma", f"TMA does not exist on {s.arch}", "use 'cp_async' or 'pointer', or arch sm_90a")
     if s.epilogue_path == "tma_store" and not hw.has_tma:
@@ -175,8 +184,13 @@ def _spec_violations(s: KernelSpec) -> list[Violation]:
         add("cluster_m*cluster_n", cluster,
             f"{s.arch} allows clusters of at most {hw.max_cluster_size} block(s)",
             "use cluster_m=cluster_n=1" if hw.max_cluster_size == 1 else "use a smaller cluster")
+    return bad
 
-    # warp specialization and register split
+
+def _warp_role_violations(s: KernelSpec, hw: ArchLimits) -> list[Violation]:
+    """A producer warpgroup, whole consumer warpgroups, and a register split that fits."""
+    bad: list[Violation] = []
+    add = lambda f, v, lim, fix: bad.append(Violation(f, v, lim, fix))  # noqa: E731
     if s.warp_specialization != "none":
         if s.load_path != "tma":
             add("warp_specialization", s.warp_specialization, "a producer warpgroup needs load_path='tma'",
@@ -203,8 +217,13 @@ def _spec_violations(s: KernelSpec) -> list[Violation]:
             add("consumer_registers", s.consumer_registers,
                 f"register split uses {total} registers, more than {hw.regs_per_sm} per SM",
                 "lower consumer_registers (e.g. 232 with 2 consumer warpgroups, producer 40)")
+    return bad
 
-    # padding is an alternative to swizzling
+
+def _resource_violations(s: KernelSpec, hw: ArchLimits) -> list[Violation]:
+    """Padding or swizzle; threads, accumulator registers and shared memory within the arch's limits."""
+    bad: list[Violation] = []
+    add = lambda f, v, lim, fix: bad.append(Violation(f, v, lim, fix))  # noqa: E731
     if s.smem_padding and s.smem_swizzle not in ("auto", "none"):
         add("smem_padding", s.smem_padding, f"padding and a {s.smem_swizzle} swizzle exclude each other",
             "set smem_padding=0 or smem_swizzle='none'")
@@ -229,9 +248,6 @@ def _spec_violations(s: KernelSpec) -> list[Violation]:
             + (" + epilogue buffers" if s.epilogue_path != "registers" else "")
             + f" = {smem / 1024:.1f} KiB exceeds {hw.smem_per_block_kib:.0f} KiB of shared memory on {s.arch}",
             f"use at most {_max_stages(s, hw.smem_per_block)} stages or a smaller tile")
-
-    # the backend's own declaration
-    bad.extend(_capability_violations(s))
     return bad
 
 
