@@ -214,6 +214,17 @@ def _pow2_at_least(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
 
 
+@dataclass(frozen=True)
+class _Grid:
+    """How one tile covers the output: tiles along M and N, all tiles, K tiles, resident slots."""
+
+    gm: int
+    gn: int
+    tiles: int
+    k_tiles: int
+    slots: int  # CTAs resident at once on the GPU
+    note: str
+
 @dataclass
 class _Candidate:
     fields: dict[str, Any]
@@ -396,16 +407,26 @@ class RulesProposer:
 
     def _variants(self, problem: GemmProblem, caps, pref: Preferences, tile: dict, load_note: str,
                   exhaustive: bool = False) -> list[_Candidate]:
-        arch, hw = self.arch, self.hw
+        """Every decomposition, cluster, warp role, stage count, persistence and raster of one tile."""
+        grid = self._grid(problem, tile)
+        decomps = self._decompositions(caps, pref, tile, grid)
+        return self._expand(problem, caps, pref, tile, grid, decomps, load_note, exhaustive)
+
+    def _grid(self, problem: GemmProblem, tile: dict) -> "_Grid":
         m, n, k = problem.shape
-        bm, bn, bk = tile["block_m"], tile["block_n"], tile["block_k"]
+        bm, bn = tile["block_m"], tile["block_n"]
         gm, gn = _cdiv(m, bm), _cdiv(n, bn)
         tiles = gm * gn
-        kb = _cdiv(k, bk)
-        slots = hw.sm_count * self._occupancy(tile, stages=2)
-        wave = tiles / hw.sm_count
-        grid_note = f"{hw.sm_count} SMs, {tiles} tile(s) of {bm}x{bn} -> {wave:.2f} wave(s)"
+        note = f"{self.hw.sm_count} SMs, {tiles} tile(s) of {bm}x{bn} -> {tiles / self.hw.sm_count:.2f} wave(s)"
+        return _Grid(gm, gn, tiles, _cdiv(k, tile["block_k"]), self.hw.sm_count * self._occupancy(tile, stages=2),
+                     note)
 
+    def _decompositions(self, caps, pref: Preferences, tile: dict, grid: "_Grid") -> list[tuple[dict, str]]:
+        """(fields, note) of each way to share the tile grid and K out: data-parallel, split-K,
+        stream-K, each in the clusters that fit, and ping-pong where it measured ahead."""
+        arch, hw = self.arch, self.hw
+        bm, bn = tile["block_m"], tile["block_n"]
+        gm, gn, tiles, kb, slots = grid.gm, grid.gn, grid.tiles, grid.k_tiles, grid.slots
         decomps: list[tuple[dict, str]] = [({"decomposition": "data_parallel", "split_k": 1}, "")]
         if tiles < slots and kb >= 4 and space.allows(caps, "decomposition", "split_k", arch):
             splits = []
@@ -465,6 +486,13 @@ class RulesProposer:
                         for dec, note in decomps
                         if dec["decomposition"] == "data_parallel"
                         and (bm, bn, dec["cluster_m"], dec["cluster_n"]) in pref.pingpong_variants]
+        return decomps
+
+    def _expand(self, problem: GemmProblem, caps, pref: Preferences, tile: dict, grid: "_Grid",
+                decomps: list[tuple[dict, str]], load_note: str, exhaustive: bool) -> list[_Candidate]:
+        """Each decomposition at its stage counts, persistence and rasters, with the model's time."""
+        arch, hw = self.arch, self.hw
+        tiles, kb, slots, grid_note = grid.tiles, grid.k_tiles, grid.slots, grid.note
         out = []
         for dec, dec_note in decomps:
             fields = {**tile, **dec}
