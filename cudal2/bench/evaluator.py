@@ -17,6 +17,11 @@ The flow per problem:
    interleaved, through the same call path, then their timed outputs are checked again and
    impossible times rejected. If that job dies, every candidate is re-timed alone so that
    the one that kills the worker is found and recorded, and the others still get times.
+
+Why this module runs past 600 lines: the Evaluator is one object over one worker process, one
+compile pool and one cache of compiled kernels, and compiling, checking and timing each reach all
+three; the checks themselves live in correctness.py, the timing loop in timing.py and the worker
+side in worker.py.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ compiled function as an object file (`export_to_c`) and load it back in another 
 (`cute.runtime.load_module`), which is what precompile() relies on. The DSL compiles for
 sm_90a without a GPU when CUTE_DSL_ARCH=sm_90a is set (compile(), precompile() and the CPU
 tests set it when no GPU is visible).
+
+Why this module runs past 600 lines: it holds the backend's capability rules (what the template
+can render, with the reason for each refusal) next to the rendering they guard; the kernel itself
+is the template in templates/cute_dsl/.
 """
 
 from __future__ import annotations
