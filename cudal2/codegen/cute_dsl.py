@@ -594,6 +594,16 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
                              f"{smem / 1024:.1f} KiB of shared memory (stages + epilogue buffers + barriers) "
                              f"exceeds {limit / 1024:.0f} KiB",
                              f"use at most {(limit - (smem - spec.stages * per)) // per} stages or a smaller tile"))
+    bad += _decomposition_violations(problem, spec)
+    # TMA: 16-byte aligned leading dimensions are checked by check_compatible(); the output of a
+    # TMA store too. Registers epilogue writes element by element, so any N works there.
+    return bad
+
+
+def _decomposition_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
+    """What this template's split-K and stream-K kernels cannot do."""
+    bad: list[Violation] = []
+    pingpong = spec.warp_specialization == "pingpong"
     if spec.decomposition == "split_k":
         if pingpong:
             # A search on the H100 lost a split_k=4 ping-pong kernel on 8192x8192x4096 to the check
@@ -624,6 +634,4 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
             bad.append(Violation("decomposition", "stream_k",
                                  f"{iters} k-iterations times {arch_limits(spec.arch).sm_count} CTAs overflow the "
                                  "kernel's 32-bit work split", "use data_parallel for problems this large"))
-    # TMA: 16-byte aligned leading dimensions are checked by check_compatible(); the output of a
-    # TMA store too. Registers epilogue writes element by element, so any N works there.
     return bad
