@@ -134,7 +134,26 @@ def _run_note(start: float, runner) -> str:
     return note + (f"; evaluator: {stats.line()}" if stats is not None and stats.candidates else "") + "."
 
 
-def main(argv=None) -> int:
+def _row(problem, res, s: dict, args, store) -> dict:
+    """One shape's line of the report (and its JSON)."""
+    return {
+        "m": problem.m, "n": problem.n, "k": problem.k,
+        "mode": res.mode,
+        "best_ms": res.best.time_ms.get(res.mode) if res.best else None,
+        "baseline_ms": {b: r.kernel_ms(res.mode) for b, r in res.baselines.items()
+                        if r.available and r.kernel_ms(res.mode) is not None},
+        "speedup": dict(res.speedup), "evaluations": res.evaluations,
+        "confirmed_rounds": res.confirmed_rounds, "trial_speedup": dict(res.trial_speedup),
+        "trial_mode": args.mode,
+        "rejected": [r.spec.summary() for r in res.rejected],
+        "probe_ratio": s["cublas_ms"] / s["triton_ms"] if s.get("triton_ms") else None,
+        "spec": _spec_text(res.best.spec) if res.best else "-",
+        "spec_json": res.best.spec.to_dict() if res.best else None,
+        "environment": (store.best(problem) or {}).get("environment"),
+    }
+
+
+def _arguments() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("shapes", type=Path, help="h100_probe_cublas_vs_triton.json")
     ap.add_argument("--budget", default="32", help="GPU measurements per shape (or GPU time, e.g. 60s)")
@@ -163,7 +182,11 @@ def main(argv=None) -> int:
                          "round (0: report the best search trial, which favours lucky measurements)")
     ap.add_argument("--replot", action="store_true",
                     help="only draw the plot of an earlier run: `shapes` is then its .json report")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = _arguments().parse_args(argv)
     if args.replot:
         png = plot(json.loads(args.shapes.read_text()), args.shapes.with_suffix(".png"))
         print(f"wrote {png}" if png else "nothing to plot (no rows, or no matplotlib)")
@@ -205,21 +228,7 @@ def main(argv=None) -> int:
             if hasattr(runner, "stats") and runner.stats.candidates > seen:  # this shape measured something
                 print(f"    evaluator so far: {runner.stats.line()}", flush=True)
             if budget.spent(res.evaluations, res.gpu_seconds) and not cut_short:
-                rows.append({
-                    "m": problem.m, "n": problem.n, "k": problem.k,
-                    "mode": res.mode,
-                    "best_ms": res.best.time_ms.get(res.mode) if res.best else None,
-                    "baseline_ms": {b: r.kernel_ms(res.mode) for b, r in res.baselines.items()
-                                    if r.available and r.kernel_ms(res.mode) is not None},
-                    "speedup": dict(res.speedup), "evaluations": res.evaluations,
-                    "confirmed_rounds": res.confirmed_rounds, "trial_speedup": dict(res.trial_speedup),
-                    "trial_mode": args.mode,
-                    "rejected": [r.spec.summary() for r in res.rejected],
-                    "probe_ratio": s["cublas_ms"] / s["triton_ms"] if s.get("triton_ms") else None,
-                    "spec": _spec_text(res.best.spec) if res.best else "-",
-                    "spec_json": res.best.spec.to_dict() if res.best else None,
-                    "environment": (store.best(problem) or {}).get("environment"),
-                })
+                rows.append(_row(problem, res, s, args, store))
             else:
                 unfinished += 1
             args.out.parent.mkdir(parents=True, exist_ok=True)
