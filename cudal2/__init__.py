@@ -12,6 +12,7 @@ _LAZY = {
     "matmul": ("cudal2.ops", "matmul"),
     "linear": ("cudal2.ops", "linear"),
     "set_table": ("cudal2.ops", "set_table"),
+    "tune_model": ("cudal2.model_tuning", "tune_model"),
     "SearchResult": ("cudal2.search.outcome", "SearchResult"),
     "Store": ("cudal2.search.store", "Store"),
     "TunedTable": ("cudal2.search.table", "TunedTable"),
@@ -34,4 +35,5 @@ def __dir__():
 
 
 __all__ = ["Epilogue", "GemmProblem", "KernelSpec", "SearchResult", "SpecError", "Store", "TunedTable",
-           "__version__", "available_backends", "get_backend", "linear", "matmul", "search", "set_table"]
+           "__version__", "available_backends", "get_backend", "linear", "matmul", "search", "set_table",
+           "tune_model"]

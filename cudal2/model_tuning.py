@@ -1,0 +1,107 @@
+"""Tuning a whole model: `cudal2.tune_model(model, *example_inputs)` finds the GEMMs a model runs
+through its nn.Linear layers, searches each, and puts the results into the table that
+cudal2.linear reads.
+
+The shapes come from one forward pass on the example inputs, seen by hooks on every nn.Linear:
+(tokens, out_features, in_features), layout NT, with the layer's bias fused. A GEMM the model runs
+some other way (torch.matmul, F.linear on tensors of its own) is not seen. Searches resume from
+the store, so running it again after an interruption measures only what is missing.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from .ir import Epilogue, GemmProblem
+
+_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class LinearGemm:
+    problem: GemmProblem
+    layers: tuple[str, ...]  # the modules that run it
+    calls: int  # in the forward pass
+
+
+def linear_gemms(model, *example_inputs, **example_kwargs) -> list[LinearGemm]:
+    """The GEMMs of model's nn.Linear layers in one forward pass (no gradients), in first-seen order.
+    Layers whose weight is not fp16 or bf16 are left out: cudal2.linear runs torch for them."""
+    import torch
+
+    seen: dict[str, dict[str, Any]] = {}
+
+    def record(name: str):
+        def hook(module, args):
+            x, w = args[0], module.weight
+            dtype = _DTYPES.get(str(w.dtype))
+            if dtype is None or x.dim() < 1:
+                return
+            tokens = math.prod(x.shape[:-1]) if x.dim() > 1 else 1
+            problem = GemmProblem(m=max(tokens, 1), n=module.out_features, k=module.in_features, dtype=dtype,
+                                  layout="NT", epilogue=Epilogue(bias=module.bias is not None))
+            entry = seen.setdefault(problem.label(), {"problem": problem, "layers": [], "calls": 0})
+            entry["calls"] += 1
+            if name not in entry["layers"]:
+                entry["layers"].append(name)
+        return hook
+
+    handles = [m.register_forward_pre_hook(record(name)) for name, m in model.named_modules()
+               if isinstance(m, torch.nn.Linear)]
+    try:
+        with torch.no_grad():
+            model(*example_inputs, **example_kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return [LinearGemm(e["problem"], tuple(e["layers"]), e["calls"]) for e in seen.values()]
+
+
+def tune_model(model, *example_inputs, budget: int | str = 16, proposer: Any = "learned",
+               backends: Sequence[str] | None = None, store: Any = None, runner: Any = None,
+               progress: bool = True, **search_options):
+    """Search every GEMM of the model's nn.Linear layers (see linear_gemms) with `budget` each, and
+    use the results from now on (cudal2.set_table). Returns the TunedTable, which holds every
+    problem the store has. A shape the GPU cannot hold is skipped with a warning."""
+    import warnings
+
+    from . import api, ops
+    from .ir import SpecError
+    from .search.table import TunedTable
+
+    gemms = linear_gemms(model, *example_inputs)
+    arch = search_options.pop("arch", None) or api.default_arch()
+    backends = tuple(backends or ("triton",))
+    proposer = api.resolve_proposer(proposer, backends, arch)  # once: a learned one loads its model
+    store = api.resolve_store(store)
+    own_runner = runner is None
+    runner = api.default_runner() if own_runner else runner
+    try:
+        for gemm in _progress(gemms, progress):
+            try:
+                api.search(gemm.problem, backends=backends, proposer=proposer, budget=budget, store=store,
+                           runner=runner, arch=arch, progress=False, **search_options)
+            except SpecError as e:
+                warnings.warn(f"{gemm.problem.label()} ({', '.join(gemm.layers)}) not tuned: {e}", stacklevel=2)
+    finally:
+        if own_runner and hasattr(runner, "close"):
+            runner.close()
+    table = TunedTable.from_store(store)
+    ops.set_table(table)
+    return table
+
+
+def _progress(gemms: list[LinearGemm], enabled: bool):
+    if not enabled:
+        yield from gemms
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
+        task = bar.add_task("tuning", total=len(gemms))
+        for gemm in gemms:
+            bar.update(task, description=f"{gemm.problem.label()} ({len(gemm.layers)} layer(s))")
+            yield gemm
+            bar.advance(task)
