@@ -27,7 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cudal2.learn.features import DeviceFacts  # noqa: E402
+from cudal2.ir import DeviceProfile  # noqa: E402
 from cudal2.learn.samples import from_csv  # noqa: E402
 from cudal2.learn.train import train  # noqa: E402
 from cudal2.learn.validate import by_shape, random_replay, replay, top1_ratios  # noqa: E402
@@ -48,7 +48,7 @@ def main() -> int:
     ap.add_argument("--out", required=True, type=Path, help="path without suffix")
     args = ap.parse_args()
     samples = [s for f in (*args.train, *args.validation) for s in from_csv(f)]
-    report = train(samples, DeviceFacts.of_arch(args.arch), say=print)
+    report = train(samples, DeviceProfile.of_arch(args.arch), say=print)
     model = report.model
     held = [s for f in args.validation for s in from_csv(f)]
     from cudal2.learn.train import split_samples

@@ -85,12 +85,14 @@ def check_problem_fits(problem: GemmProblem, arch: str, runner: Any = None) -> N
 
 
 def resolve_proposer(proposer: Any, backends: Sequence[str], arch: str):
-    """A Proposer from a name ("rules", "llm", "random"), an object, or None (Optuna only)."""
+    """A Proposer from a name ("rules", "learned", "llm", "random"), an object, or None (Optuna
+    only). A named one sees the live GPU's profile (its SMs and L2) when the GPU is of arch."""
     if proposer is None or not isinstance(proposer, str):
         return proposer
+    from .ir import DeviceProfile
     from .search.proposers import get_proposer
 
-    return get_proposer(proposer, backends=tuple(backends), arch=arch)
+    return get_proposer(proposer, backends=tuple(backends), arch=arch, device=DeviceProfile.live(arch))
 
 
 def resolve_store(store: Any):

@@ -9,14 +9,15 @@ import numpy as np
 import pytest
 
 from cudal2.ir import GemmProblem, KernelSpec, check_compatible
-from cudal2.learn import DeviceFacts, ModelError, TreeModel, feature_names, fit
+from cudal2.ir import DeviceProfile
+from cudal2.learn import ModelError, TreeModel, feature_names, fit
 from cudal2.learn import bandit
 from cudal2.learn.features import features
 from cudal2.learn.samples import from_csv
 from cudal2.learn.validate import by_shape, replay, top1_ratios
 
 DATA = Path(__file__).parent / "data" / "sweep_h100_sample.csv.gz"
-H100 = DeviceFacts.of_arch("sm_90a")
+H100 = DeviceProfile.of_arch("sm_90a")
 lgb = pytest.importorskip("lightgbm")
 
 

@@ -86,8 +86,13 @@ def test_persistent_and_raster_group_follow_the_grid_and_l2():
     assert not any(p.spec.persistent for p in small)  # one wave: nothing to persist over
 
 
-def test_live_sm_count_changes_the_plan():
-    p = RulesProposer(sm_count=114).propose(GemmProblem(m=512, n=128, k=8192), [], n=1)[0]
+def test_the_device_profile_changes_the_plan():
+    import dataclasses
+
+    from cudal2.ir import DeviceProfile
+
+    pcie = dataclasses.replace(DeviceProfile.of_arch("sm_90a"), name="H100 PCIe", sm_count=114)
+    p = RulesProposer(device=pcie).propose(GemmProblem(m=512, n=128, k=8192), [], n=1)[0]
     assert "114 SMs" in p.reasoning
 
 
@@ -263,7 +268,7 @@ def test_rules_proposals_run_correctly_on_the_gpu(shape):
 
     props = torch.cuda.get_device_properties(0)
     arch = arch_from_capability(props.major, props.minor)
-    rules = RulesProposer(arch=arch, sm_count=props.multi_processor_count)
+    rules = RulesProposer(arch=arch)  # the live device's profile
     problem = GemmProblem.parse(shape)
     a0 = torch.randn(problem.m, problem.k, device="cuda", dtype=torch.float16)
     b0 = torch.randn(problem.k, problem.n, device="cuda", dtype=torch.float16)

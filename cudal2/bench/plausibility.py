@@ -11,37 +11,16 @@ generous peaks: the check then only catches gross cheats, never an honest kernel
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from ..ir import DTYPE_BYTES, GemmProblem
+from ..ir.hardware import PART_PEAKS, UNKNOWN_PART, Peak, part_peak
 
 
-@dataclass(frozen=True)
-class Peak:
-    tflops_16bit: float  # dense fp16/bf16 tensor-core TFLOP/s
-    tb_per_s: float  # DRAM bandwidth, TB/s
-
-
-# Keyed by a substring of torch.cuda.get_device_name(); first match wins (most specific first).
-PEAKS: dict[str, Peak] = {
-    "H100 PCIe": Peak(800.0, 2.0),
-    "H100 NVL": Peak(850.0, 3.9),
-    "H100": Peak(1000.0, 3.35),  # SXM5: 989 TFLOP/s dense fp16, 3.35 TB/s HBM3
-    "H200": Peak(1000.0, 4.8),
-    "H20": Peak(150.0, 4.0),
-    "GH200": Peak(1000.0, 4.9),
-    "A100": Peak(312.0, 2.04),
-    "L40S": Peak(370.0, 0.87),
-    "B200": Peak(2300.0, 8.0),
-}
-FALLBACK = Peak(3000.0, 10.0)  # faster than any GPU of this generation: only gross cheats trip it
+# The peaks live in the hardware table; these names are this check's.
+PEAKS, FALLBACK = PART_PEAKS, UNKNOWN_PART
 
 
 def peak_for(gpu_name: str) -> Peak:
-    for key in sorted(PEAKS, key=len, reverse=True):
-        if key.lower() in gpu_name.lower():
-            return PEAKS[key]
-    return FALLBACK
+    return part_peak(gpu_name)
 
 
 def min_bytes(problem: GemmProblem) -> int:

@@ -259,13 +259,14 @@ def _warning(line: str) -> None:
 def _proposer(name: str, backends, arch: str, *, llm_fatal: bool = False, fallback: str | None = "default"):
     """The proposer of a run (None for 'none'). An LLM endpoint that fails after its retries is
     one warning line, then `fallback` (default: rules proposals, then Optuna; None: Optuna alone)."""
+    from ..ir import DeviceProfile
     from ..search.proposers import get_proposer
 
     if name == "none":
         return None
     try:
-        return get_proposer(name, backends=tuple(backends), arch=arch, fatal=llm_fatal, fallback=fallback,
-                            warn=_warning)
+        return get_proposer(name, backends=tuple(backends), arch=arch, device=DeviceProfile.live(arch),
+                            fatal=llm_fatal, fallback=fallback, warn=_warning)
     except Exception as e:  # noqa: BLE001 - missing package, no model, a bad CUDAL2_LLM_* value
         _fail(f"proposer {name!r}: {_one_line(e)}")
 

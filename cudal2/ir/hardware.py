@@ -1,4 +1,5 @@
-"""Per-architecture hardware limits: the one table every validator and heuristic reads.
+"""The hardware facts cudal2 reasons with, in one place: per-architecture limits (ARCHS), the peak
+rates of known parts (PART_PEAKS), and the DeviceProfile that puts them together for one GPU.
 
 Values are the documented per-device limits of the reference part of each architecture
 (A100-SXM for sm_80, H100-SXM for sm_90/sm_90a). Where a live GPU is present, callers that
@@ -13,7 +14,7 @@ bound: a problem is refused there only if no part of the target arch could hold 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -117,3 +118,81 @@ def arch_from_capability(major: int, minor: int) -> str:
     if (major, minor) >= (8, 0):
         return "sm_80"
     raise ValueError(f"compute capability {major}.{minor} is older than sm_80, which cudal2 needs")
+
+
+@dataclass(frozen=True)
+class Peak:
+    tflops_16bit: float  # dense fp16/bf16 tensor-core TFLOP/s
+    tb_per_s: float  # DRAM bandwidth, TB/s
+
+
+# The vendor's dense (no sparsity) 16-bit tensor-core rate and HBM bandwidth of known parts,
+# rounded *up*: the speed-of-light check (bench/plausibility.py) must never refuse an honest
+# kernel. Keyed by a substring of torch.cuda.get_device_name(); the most specific match wins.
+PART_PEAKS: dict[str, Peak] = {
+    "H100 PCIe": Peak(800.0, 2.0),
+    "H100 NVL": Peak(850.0, 3.9),
+    "H100": Peak(1000.0, 3.35),  # SXM5: 989 TFLOP/s dense fp16, 3.35 TB/s HBM3
+    "H200": Peak(1000.0, 4.8),
+    "H20": Peak(150.0, 4.0),
+    "GH200": Peak(1000.0, 4.9),
+    "A100": Peak(312.0, 2.04),
+    "L40S": Peak(370.0, 0.87),
+    "B200": Peak(2300.0, 8.0),
+}
+UNKNOWN_PART = Peak(3000.0, 10.0)  # faster than any GPU of this generation: only gross cheats trip it
+
+
+def part_peak(gpu_name: str) -> Peak:
+    """The peaks of the part whose name contains a PART_PEAKS key (most specific first)."""
+    for key in sorted(PART_PEAKS, key=len, reverse=True):
+        if key.lower() in gpu_name.lower():
+            return PART_PEAKS[key]
+    return UNKNOWN_PART
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """One GPU as the proposers, the cost model and the checks see it: its arch, its name, its SMs
+    and L2 (the live device's where there is one, else the arch's reference part), and the peak
+    rates that scale speed estimates (the arch's reference part: they rank, they never refuse)."""
+
+    arch: str
+    name: str
+    sm_count: int
+    l2_bytes: int
+    peak_tflops: float
+    dram_tbps: float
+    clock_mhz: float | None = None  # the SM clock's maximum, where the live device reports it
+
+    @property
+    def limits(self) -> ArchLimits:
+        """The arch's limits with this device's SM count and L2."""
+        return replace(arch_limits(self.arch), sm_count=self.sm_count, l2_bytes=self.l2_bytes)
+
+    @classmethod
+    def of_arch(cls, arch: str) -> "DeviceProfile":
+        lim = arch_limits(arch)
+        return cls(arch=arch, name=f"reference part of {arch}", sm_count=lim.sm_count, l2_bytes=lim.l2_bytes,
+                   peak_tflops=lim.peak_tflops, dram_tbps=lim.dram_tbps)
+
+    @classmethod
+    def live(cls, arch: str | None = None, device=None) -> "DeviceProfile":
+        """The current (or given) CUDA device, when its arch is `arch` (or any, for None); else the
+        reference part of arch."""
+        try:
+            import torch
+
+            if torch.cuda.is_available():
+                idx = torch.cuda.current_device() if device is None else torch.device(device).index or 0
+                p = torch.cuda.get_device_properties(idx)
+                found = arch_from_capability(p.major, p.minor)
+                if arch is None or found == arch:
+                    clock = getattr(p, "clock_rate", None)
+                    return replace(cls.of_arch(found), name=p.name, sm_count=p.multi_processor_count,
+                                   l2_bytes=getattr(p, "L2_cache_size", 0) or arch_limits(found).l2_bytes,
+                                   clock_mhz=clock / 1000 if clock else None)
+        except Exception:  # noqa: BLE001 - no usable GPU here: the arch's reference part
+            pass
+        return cls.of_arch(arch or "sm_90a")
+

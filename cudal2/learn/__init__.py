@@ -10,7 +10,7 @@ features, its training and validation, and the bandit that picks a search's next
 """
 
 from .cost_model import CostModel, ModelError, TreeModel, fit
-from .features import DeviceFacts, feature_names
+from .features import feature_names
 from .samples import Sample
 
-__all__ = ["CostModel", "DeviceFacts", "ModelError", "Sample", "TreeModel", "feature_names", "fit"]
+__all__ = ["CostModel", "ModelError", "Sample", "TreeModel", "feature_names", "fit"]

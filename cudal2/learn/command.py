@@ -21,7 +21,7 @@ def train(store: Annotated[Optional[str], typer.Option("--store", help=(
     measurements give the same model."""
     from ..cli import common as cli
     from ..ir import ARCHS
-    from .features import DeviceFacts
+    from ..ir import DeviceProfile
     from .samples import from_csv, from_store
     from .train import train as run_training
 
@@ -41,7 +41,7 @@ def train(store: Annotated[Optional[str], typer.Option("--store", help=(
         cli._fail("train: no measured pair with a torch time in the data; measure some with 'cudal2 sweep'")
     cli.console.print(f"{len(samples)} measured pairs on {len({s.group for s in samples})} shapes")
     try:
-        report = run_training(samples, DeviceFacts.of_arch(arch), seed=seed, say=cli.console.print)
+        report = run_training(samples, DeviceProfile.of_arch(arch), seed=seed, say=cli.console.print)
     except (ValueError, RuntimeError) as e:
         cli._fail(f"train: {cli._one_line(e)}")
     report.model.save(out)

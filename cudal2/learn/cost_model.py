@@ -12,6 +12,7 @@ also says whether a kernel beats torch at all, which a ranking objective cannot.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import dataclass, field
@@ -22,7 +23,8 @@ from typing import Protocol, Sequence
 import numpy as np
 
 from ..ir import GemmProblem, KernelSpec
-from .features import FEATURE_VERSION, DeviceFacts, feature_names, matrix
+from ..ir import DeviceProfile
+from .features import FEATURE_VERSION, feature_names, matrix
 from .samples import Sample, provenance
 
 MODEL_FORMAT = "cudal2-cost-model"
@@ -57,7 +59,7 @@ class TreeModel:
     value: np.ndarray  # float64 leaf value
     roots: np.ndarray  # int32: each tree's root node
     base: float = 0.0
-    device: DeviceFacts = field(default_factory=lambda: DeviceFacts.of_arch("sm_90a"))
+    device: DeviceProfile = field(default_factory=lambda: DeviceProfile.of_arch("sm_90a"))  # trained on
     info: dict = field(default_factory=dict)  # provenance: samples, GPUs, dates, versions, params
     depth: int = 0
 
@@ -80,7 +82,7 @@ class TreeModel:
         return self.base + self.value[self.leaves(x)].sum(axis=1)
 
     def predict(self, problem: GemmProblem, specs: Sequence[KernelSpec],
-                device: DeviceFacts | None = None) -> np.ndarray:
+                device: DeviceProfile | None = None) -> np.ndarray:
         return self.predict_rows(matrix(problem, specs, device or self.device))
 
     def update(self, samples: Sequence[Sample]) -> None:
@@ -115,8 +117,8 @@ class TreeModel:
                         left=np.asarray(nodes["left"], np.int32), right=np.asarray(nodes["right"], np.int32),
                         value=np.asarray(nodes["value"], float), roots=np.asarray(d["roots"], np.int32),
                         base=float(d["base"]), depth=int(d["depth"]), info=dict(d.get("info") or {}),
-                        device=DeviceFacts(arch=dev["arch"], sm_count=int(dev["sm_count"]),
-                                           l2_bytes=int(dev["l2_bytes"])))
+                        device=dataclasses.replace(DeviceProfile.of_arch(dev["arch"]), sm_count=int(dev["sm_count"]),
+                                                   l2_bytes=int(dev["l2_bytes"])))
         except (KeyError, TypeError, ValueError) as e:
             raise ModelError(f"{where} is corrupt ({type(e).__name__}: {e}); train it again with 'cudal2 train'") from None
         n = model.feature.size
@@ -141,7 +143,7 @@ def _short(x: float) -> float:
     return float(f"{x:.7g}")  # a JSON a few times smaller; predictions move by < 1e-6
 
 
-def fit(samples: Sequence[Sample], device: DeviceFacts, *, seed: int = 0, rounds: int = ROUNDS,
+def fit(samples: Sequence[Sample], device: DeviceProfile, *, seed: int = 0, rounds: int = ROUNDS,
         params: dict | None = None) -> TreeModel:
     """A TreeModel fitted to samples (LightGBM, seeded)."""
     try:
@@ -166,7 +168,7 @@ def _lgb_name(name: str) -> str:
     return name.replace(".", "__")  # LightGBM refuses some characters in feature names
 
 
-def _from_lightgbm(dump: dict, device: DeviceFacts) -> TreeModel:
+def _from_lightgbm(dump: dict, device: DeviceProfile) -> TreeModel:
     feature, threshold, left, right, value, roots = [], [], [], [], [], []
     depth = 0
 
@@ -195,7 +197,7 @@ def _from_lightgbm(dump: dict, device: DeviceFacts) -> TreeModel:
 class Trainer:
     """A CostModel that keeps its samples and refits on update: what a store-backed retrain does."""
 
-    def __init__(self, device: DeviceFacts, samples: Sequence[Sample] = (), seed: int = 0):
+    def __init__(self, device: DeviceProfile, samples: Sequence[Sample] = (), seed: int = 0):
         self.device, self.seed = device, seed
         self.samples: list[Sample] = list(samples)
         self.model: TreeModel | None = fit(self.samples, device, seed=seed) if len(self.samples) >= 2 else None

@@ -7,7 +7,7 @@ Four groups, each named by its prefix:
 - `fit.`: how the spec's tiles meet the shape on this device: tiles and waves over the SMs, the
   last wave's fill, padding waste, main-loop trips, the DRAM and tensor-core floors. These are
   the analytic terms of the rules proposer, kept as inputs; the model learns what they weigh;
-- `device.`: SM count and L2 size, from the live GPU where there is one.
+- `device.`: SM count and L2 size (cudal2.ir.DeviceProfile: the live GPU's where there is one).
 
 FEATURE_VERSION changes whenever a feature's meaning changes; a model trained on another version
 is refused, never read with shifted columns.
@@ -16,48 +16,18 @@ is refused, never read with shifted columns.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from functools import lru_cache
 from typing import Sequence
 
 import numpy as np
 
-from ..ir import DTYPE_BYTES, GemmProblem, KernelSpec, arch_limits
+from ..ir import DTYPE_BYTES, DeviceProfile, GemmProblem, KernelSpec
 
 FEATURE_VERSION = 1
 # Backends in the order their one-hot column was added; append, never reorder.
 BACKEND_CODES = ("triton", "cute_dsl", "cuda")
 # Fields that are not a property of the kernel's code, or are encoded apart.
 _SKIP_FIELDS = ("backend", "arch", "shape_specialization")
-
-
-@dataclass(frozen=True)
-class DeviceFacts:
-    """What the features know of the GPU: its arch, SMs and L2 (from the live device or the arch's
-    reference part)."""
-
-    arch: str
-    sm_count: int
-    l2_bytes: int
-
-    @classmethod
-    def of_arch(cls, arch: str) -> "DeviceFacts":
-        lim = arch_limits(arch)
-        return cls(arch=arch, sm_count=lim.sm_count, l2_bytes=lim.l2_bytes)
-
-    @classmethod
-    def live(cls, arch: str) -> "DeviceFacts":
-        """The current CUDA device's SMs and L2, or the arch's reference part without one."""
-        try:
-            import torch
-
-            if torch.cuda.is_available():
-                p = torch.cuda.get_device_properties(torch.cuda.current_device())
-                return cls(arch=arch, sm_count=p.multi_processor_count,
-                           l2_bytes=getattr(p, "L2_cache_size", arch_limits(arch).l2_bytes))
-        except Exception:  # noqa: BLE001 - no usable GPU: the reference part's figures
-            pass
-        return cls.of_arch(arch)
 
 
 @lru_cache(maxsize=None)
@@ -103,7 +73,7 @@ def _log2(x: float) -> float:
     return math.log2(max(x, 1e-30))
 
 
-def features(problem: GemmProblem, spec: KernelSpec, device: DeviceFacts) -> list[float]:
+def features(problem: GemmProblem, spec: KernelSpec, device: DeviceProfile) -> list[float]:
     """One row, in feature_names() order."""
     m, n, k = problem.m, problem.n, problem.k
     eb = DTYPE_BYTES[problem.dtype]
@@ -124,11 +94,10 @@ def features(problem: GemmProblem, spec: KernelSpec, device: DeviceFacts) -> lis
     last_fill = tiles / (math.ceil(waves) * sms)
     pad_waste = 1.0 - (m * n) / (tm * spec.block_m * tn * spec.block_n)
     k_trips = math.ceil(k / split / spec.block_k)
-    # the reference part's rates scale the floors; a model learns on top of them
-    lim = arch_limits(device.arch)
-    dram_us = dram_bytes / (lim.dram_tbps * 1e6)
+    # the device's reference rates scale the floors; a model learns on top of them
+    dram_us = dram_bytes / (device.dram_tbps * 1e6)
     # the tensor cores see padded tiles, a wave at a time: each SM runs its tiles one after another
-    per_sm_tflops = lim.peak_tflops / sms
+    per_sm_tflops = device.peak_tflops / sms
     mma_us = math.ceil(waves) * 2.0 * spec.block_m * spec.block_n * (k / split) / (per_sm_tflops * 1e6)
     fit = [float(tm), float(tn), _log2(tiles), waves, last_fill, pad_waste, float(k_trips),
            _log2(spec.block_m * spec.block_n * k_trips * spec.block_k), _log2(dram_us), _log2(mma_us),
@@ -136,6 +105,6 @@ def features(problem: GemmProblem, spec: KernelSpec, device: DeviceFacts) -> lis
     return [*shape, *spec_row, *fit, float(sms), device.l2_bytes / 2**20]
 
 
-def matrix(problem: GemmProblem, specs: Sequence[KernelSpec], device: DeviceFacts) -> np.ndarray:
+def matrix(problem: GemmProblem, specs: Sequence[KernelSpec], device: DeviceProfile) -> np.ndarray:
     """(len(specs), features) float64 rows for one problem."""
     return np.array([features(problem, s, device) for s in specs], dtype=np.float64).reshape(len(specs), -1)

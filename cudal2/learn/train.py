@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Callable, Sequence
 
 from .cost_model import TreeModel, fit
-from .features import DeviceFacts
+from ..ir import DeviceProfile
 from .samples import Sample
 from .validate import Score, choose_params, score, top1_ratios
 
@@ -40,7 +40,7 @@ def split_samples(samples: Sequence[Sample]) -> tuple[list[Sample], list[Sample]
     return train, held
 
 
-def train(samples: Sequence[Sample], device: DeviceFacts, *, seed: int = 0,
+def train(samples: Sequence[Sample], device: DeviceProfile, *, seed: int = 0,
           say: Callable[[str], None] = lambda line: None) -> TrainReport:
     train_set, held = split_samples(samples)
     if len({s.group for s in train_set}) < 2:

@@ -18,7 +18,7 @@ from typing import Sequence
 import numpy as np
 
 from .cost_model import PARAMS, fit
-from .features import DeviceFacts
+from ..ir import DeviceProfile
 from .samples import Sample
 
 # The settings `cudal2 train` chooses among by cross-validation on the training shapes.
@@ -101,7 +101,7 @@ def score(ratios: dict[str, float]) -> Score:
     return Score(math.exp(sum(math.log(r) for r in v) / len(v)), sum(r >= 0.95 for r in v) / len(v), len(v))
 
 
-def cross_validate(samples: Sequence[Sample], device: DeviceFacts, params: dict, *, folds: int = 5,
+def cross_validate(samples: Sequence[Sample], device: DeviceProfile, params: dict, *, folds: int = 5,
                    seed: int = 0) -> Score:
     groups = sorted(by_shape(samples))
     random.Random(seed).shuffle(groups)
@@ -119,7 +119,7 @@ def cross_validate(samples: Sequence[Sample], device: DeviceFacts, params: dict,
     return Score(s.geomean, s.within5, s.shapes, float(np.std(residuals)) if residuals else float("nan"))
 
 
-def choose_params(samples: Sequence[Sample], device: DeviceFacts, grid=PARAM_GRID, *, seed: int = 0,
+def choose_params(samples: Sequence[Sample], device: DeviceProfile, grid=PARAM_GRID, *, seed: int = 0,
                   on_score=lambda params, s: None) -> tuple[dict, Score]:
     """The grid's settings with the best cross-validated top-1 geomean on these (training) samples,
     and that score."""

@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable, Iterable, Sequence
 
 from ..bench.results import BaselineResult, CandidateResult, Correctness, Environment, Timing
-from ..ir import GemmProblem, KernelSpec
+from ..ir import GemmProblem, KernelSpec, arch_limits
 
 Row = tuple[dict[str, Any], "float | str"]  # fields to match -> kernel ms, or a failure status
 
@@ -31,8 +31,9 @@ def synthetic_ms(problem: GemmProblem, spec: KernelSpec) -> float:
     eff *= 1.0 - 0.15 * abs(spec.num_warps - 8) / 8
     eff *= 1.0 - 0.08 * abs(spec.stages - 4)
     eff *= 1.0 - 0.1 * abs(spec.block_k - 64) / 64
-    waves = -(-(tiles_m * tiles_n * spec.split_k) // 132)
-    occupancy = (tiles_m * tiles_n * spec.split_k) / (waves * 132)
+    sms = arch_limits(spec.arch).sm_count
+    waves = -(-(tiles_m * tiles_n * spec.split_k) // sms)
+    occupancy = (tiles_m * tiles_n * spec.split_k) / (waves * sms)
     eff = max(eff, 0.02) * (0.3 + 0.7 * occupancy)
     return 2.0 * work / (eff * 700e12) * 1e3 + 0.004
 
@@ -98,7 +99,7 @@ class RecordedRunner:
                 for name, ms in table.items()}
 
     def environment(self) -> Environment | None:
-        return Environment(gpu_name="recorded", sm_count=132, driver="-", cuda="-", torch="-", triton="-",
+        return Environment(gpu_name="recorded", sm_count=arch_limits("sm_90a").sm_count, driver="-", cuda="-", torch="-", triton="-",
                            cudal2="-", extra={"runner": "RecordedRunner"})
 
 

@@ -52,7 +52,7 @@ def get_proposer(name: str, *, fatal: bool = False, fallback: str | Proposer | N
     if fallback == "default":
         fallback = DEFAULT_FALLBACK[name]
     if isinstance(fallback, str):
-        fallback = _construct(fallback, **{k: kw[k] for k in ("backends", "arch") if k in kw})
+        fallback = _construct(fallback, **{k: kw[k] for k in ("backends", "arch", "device") if k in kw})
     return FallbackProposer(proposer, fallback, warn=warn)
 
 

@@ -21,7 +21,7 @@ from typing import Sequence
 import numpy as np
 
 from ...bench.results import CandidateResult
-from ...ir import ARCHS, GemmProblem, KernelSpec, check_compatible, SpecError
+from ...ir import ARCHS, DeviceProfile, GemmProblem, KernelSpec, SpecError, check_compatible
 from ..proposal import Proposal, ProposerUnavailable
 
 MODELS = Path(__file__).resolve().parents[2] / "data" / "models"
@@ -59,7 +59,7 @@ class LearnedProposer:
     adaptive = True  # ask again after every batch: each batch learns from the ones before
 
     def __init__(self, backends: Sequence[str] = ("triton",), arch: str = "sm_90a", *, model=None,
-                 beta: float | None = None, seed: int = 0):
+                 beta: float | None = None, seed: int = 0, device: DeviceProfile | None = None):
         from ...learn import bandit
 
         if isinstance(backends, str):
@@ -69,6 +69,8 @@ class LearnedProposer:
         self.arch, self.backends, self.seed = arch, tuple(backends), seed
         self.beta = bandit.BETA if beta is None else beta
         self.model = load_model(model, arch)
+        # the features see the GPU the kernels will run on (the model was trained on model.device)
+        self.device = device or DeviceProfile.live(arch)
         self._cache: dict[str, tuple[list[KernelSpec], np.ndarray, np.ndarray]] = {}
 
     def __repr__(self) -> str:
@@ -94,7 +96,7 @@ class LearnedProposer:
                         continue
                     if be.supports(problem, spec):
                         specs.append(spec)
-            x = matrix(problem, specs, self.model.device)
+            x = matrix(problem, specs, self.device)
             self._cache = {key: (specs, self.model.predict_rows(x), self.model.leaves(x))}
         return self._cache[key]
 

@@ -56,6 +56,7 @@ class LLMProposer:
                  api_key: str | None = None, gpu_name: str | None = None,
                  baselines: dict[str, float] | None = None, structured: bool = True,
                  n_best: int = 4, n_worst: int = 2, n_failures: int = 4, advisor: Any = None, n_advice: int = 6,
+                 device: Any = None,
                  sleep: Callable[[float], None] = time.sleep, **client_options: Any):
         from ...codegen import get_backend
 
@@ -69,7 +70,8 @@ class LLMProposer:
         self.arch = arch
         self.config = LLMConfig.from_env(provider, model=model, base_url=base_url, api_key=api_key, **client_options)
         self.client = ChatClient(self.config, sleep=sleep)
-        self.gpu_name = gpu_name
+        self.gpu_name = gpu_name or (device.name if device is not None and not device.name.startswith("reference")
+                                     else None)
         self.baselines = dict(baselines or {})
         self.structured = structured
         self.n_best, self.n_worst, self.n_failures = n_best, n_worst, n_failures

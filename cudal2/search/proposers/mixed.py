@@ -20,12 +20,12 @@ class LlmWithLearned:
     adaptive = True  # both halves learn from each measured batch
 
     def __init__(self, backends: Sequence[str] = ("triton",), arch: str = "sm_90a", *, cost_model=None,
-                 **llm_options):
+                 device=None, **llm_options):
         from .learned import LearnedProposer
         from .llm import LLMProposer
 
-        self.learned = LearnedProposer(backends, arch, model=cost_model)  # model= names the LLM's model
-        self.llm = LLMProposer(backends, arch, advisor=self.learned, **llm_options)
+        self.learned = LearnedProposer(backends, arch, model=cost_model, device=device)  # model= is the LLM's
+        self.llm = LLMProposer(backends, arch, advisor=self.learned, device=device, **llm_options)
 
     def __getattr__(self, attr: str):
         # what only the LLM proposer has (rejected, last_analysis, turns, config) reads through

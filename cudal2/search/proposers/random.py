@@ -25,7 +25,8 @@ class RandomProposer:
 
     name = "random"
 
-    def __init__(self, backends: Sequence[str] = ("triton",), arch: str = "sm_90a", *, seed: int = 0):
+    def __init__(self, backends: Sequence[str] = ("triton",), arch: str = "sm_90a", *, seed: int = 0,
+                 device=None):  # device: taken for a uniform interface; a random draw needs none
         from ...codegen import get_backend
 
         if isinstance(backends, str):

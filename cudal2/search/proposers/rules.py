@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 from ...bench.results import CandidateResult
-from ...ir import ARCHS, DTYPE_BYTES, ArchLimits, GemmProblem
+from ...ir import ARCHS, DTYPE_BYTES, DeviceProfile, GemmProblem
 from ...ir.spec import OPERAND_BYTES, PRODUCER_WARPS, REGISTER_RESERVE, epilogue_smem_bytes, stage_bytes
 from ..proposal import Proposal
 from . import space
@@ -93,13 +93,12 @@ class RulesProposer:
     """Ranked, diverse, valid specs from expert heuristics; deterministic and offline.
 
     backends: which codegen backends to propose for; arch: the target (ARCHS key).
-    sm_count / l2_bytes: the live device's values when known (defaults: the ARCHS row)."""
+    device: the GPU's profile (default: the live device of arch, else the arch's reference part)."""
 
     name = "rules"
 
     def __init__(self, backends: Sequence[str] = ("triton",), arch: str = "sm_90a", *,
-                 sm_count: int | None = None, l2_bytes: int | None = None,
-                 preferences: Mapping[str, Preferences] | None = None):
+                 device: DeviceProfile | None = None, preferences: Mapping[str, Preferences] | None = None):
         from ...codegen import get_backend
 
         if isinstance(backends, str):
@@ -107,10 +106,9 @@ class RulesProposer:
         if arch not in ARCHS:
             raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
         self.arch = arch
-        hw = ARCHS[arch]
-        self.hw = ArchLimits(**{**hw.__dict__, "sm_count": sm_count or hw.sm_count,
-                                "l2_bytes": l2_bytes or hw.l2_bytes})
-        self.throughput = Throughput.of_arch(arch)
+        self.device = device or DeviceProfile.live(arch)
+        self.hw = self.device.limits
+        self.throughput = Throughput.of_device(self.device)
         self.preferences = {**PREFERENCES, **(preferences or {})}
         self.backends = []
         refused = []

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ...ir import DTYPE_BYTES, GemmProblem, arch_limits
+from ...ir import DTYPE_BYTES, DeviceProfile, GemmProblem, arch_limits
 
 
 @dataclass(frozen=True)
@@ -22,9 +22,8 @@ class Throughput:
     launch_us: float = 3.0  # launch + first-wave ramp
 
     @classmethod
-    def of_arch(cls, arch: str) -> "Throughput":
-        lim = arch_limits(arch)
-        return cls(tflops=lim.peak_tflops, dram_tbs=lim.dram_tbps, l2_tbs=lim.l2_tbps)
+    def of_device(cls, device: DeviceProfile) -> "Throughput":
+        return cls(tflops=device.peak_tflops, dram_tbs=device.dram_tbps, l2_tbs=arch_limits(device.arch).l2_tbps)
 
 
 @dataclass(frozen=True)
