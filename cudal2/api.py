@@ -85,7 +85,7 @@ def check_problem_fits(problem: GemmProblem, arch: str, runner: Any = None) -> N
 
 
 def resolve_proposer(proposer: Any, backends: Sequence[str], arch: str):
-    """A Proposer from a name ("rules", "learned", "llm", "random"), an object, or None (Optuna
+    """A Proposer from a name ("auto", "rules", "learned", "llm", "random"), an object, or None (Optuna
     only). A named one sees the live GPU's profile (its SMs and L2) when the GPU is of arch."""
     if proposer is None or not isinstance(proposer, str):
         return proposer
@@ -102,7 +102,7 @@ def resolve_store(store: Any):
 
 
 def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence[str] = ("triton",),
-           proposer: Any = "rules", budget: int | str = 64, modes: Sequence[str] = ("offline",),
+           proposer: Any = "auto", budget: int | str = 64, modes: Sequence[str] = ("offline",),
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
            n_proposals: int | None = None, seed: int | None = None, progress: bool = True, tag: str = "",
            batch_size: int = 4, confirm: Confirm | None = Confirm(), **problem_fields):

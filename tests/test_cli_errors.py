@@ -166,7 +166,7 @@ def test_choices_are_the_registries():
     from cudal2.search.refiner import SAMPLERS
 
     assert list(BackendName.__members__) == available_backends()
-    assert list(ProposerName.__members__) == [*available_proposers(), "none"]
+    assert list(ProposerName.__members__) == ["auto", *available_proposers(), "none"]
     assert list(SamplerName.__members__) == list(SAMPLERS) and list(ModeName.__members__) == list(MODES)
 
 

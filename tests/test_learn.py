@@ -182,3 +182,24 @@ def test_the_shipped_model_loads_and_says_where_its_data_came_from():
     data = m.info["data"]
     assert data["pairs"] > 1000 and data["shapes"] >= 20 and "H100" in next(iter(data["gpus"]))
     assert m.info["residual_sd"] > 0 and "validation" in m.info and shipped_model_path("sm_90a").stat().st_size < 5e6
+
+
+def test_auto_is_learned_where_a_model_exists_and_rules_elsewhere(monkeypatch, tmp_path, model):
+    from cudal2.search.proposers import default_proposer, get_proposer
+
+    monkeypatch.delenv("CUDAL2_COST_MODEL", raising=False)
+    assert default_proposer("sm_90a") == "learned" and default_proposer("sm_80") == "rules"
+    assert get_proposer("auto", arch="sm_80").name == "rules"
+    model.save(tmp_path / "m.json")
+    monkeypatch.setenv("CUDAL2_COST_MODEL", str(tmp_path / "m.json"))
+    assert default_proposer("sm_80") == "learned"
+
+
+def test_a_backend_without_a_catalog_gets_the_rules_proposals():
+    from cudal2.search.proposers import get_proposer
+
+    problem = GemmProblem(m=4096, n=4096, k=4096)
+    both = get_proposer("learned", backends=("triton", "cute_dsl"), arch="sm_90a").propose(problem, [], 6)
+    assert [(p.source, p.spec.backend) for p in both] == [("learned", "triton")] * 3 + [("rules", "cute_dsl")] * 3
+    alone = get_proposer("learned", backends=("cute_dsl",), arch="sm_90a").propose(problem, [], 2)
+    assert [p.source for p in alone] == ["rules", "rules"]

@@ -125,7 +125,7 @@ def _choices(name: str, values) -> type[Enum]:
 
 ModeName = _choices("ModeName", MODES)
 SamplerName = _choices("SamplerName", SAMPLERS)
-ProposerName = _choices("ProposerName", (*available_proposers(), "none"))
+ProposerName = _choices("ProposerName", ("auto", *available_proposers(), "none"))
 RunnerName = _choices("RunnerName", ("gpu", "recorded"))
 BackendName = _choices("BackendName", available_backends())
 PROPOSER_NAMES = ", ".join(ProposerName.__members__)

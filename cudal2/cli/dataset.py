@@ -16,7 +16,8 @@ from .common import (BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt,
 def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
                                                      help="one shape per line: 'M N K' or 'MxNxK'")],
           budget: BudgetOpt = "32",
-          proposer: Annotated[ProposerName, typer.Option(help="none: Optuna only")] = "rules",
+          proposer: Annotated[ProposerName, typer.Option(help=(
+              "auto: learned where a cost model exists for the arch, else rules; none: Optuna only"))] = "auto",
           backend: Backends = ["triton"],  # noqa: B006
           dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
           mode: Modes = ["offline"],  # noqa: B006

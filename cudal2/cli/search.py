@@ -17,7 +17,8 @@ from .common import (BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt,
 @app.command()
 def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")],
            budget: BudgetOpt = "64",
-           proposer: Annotated[ProposerName, typer.Option(help="none: Optuna only")] = "rules",
+           proposer: Annotated[ProposerName, typer.Option(help=(
+              "auto: learned where a cost model exists for the arch, else rules; none: Optuna only"))] = "auto",
            backend: Backends = ["triton"],  # noqa: B006 - typer reads the default
            dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="propose, validate, render and compile; "

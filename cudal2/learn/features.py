@@ -107,4 +107,6 @@ def features(problem: GemmProblem, spec: KernelSpec, device: DeviceProfile) -> l
 
 def matrix(problem: GemmProblem, specs: Sequence[KernelSpec], device: DeviceProfile) -> np.ndarray:
     """(len(specs), features) float64 rows for one problem."""
-    return np.array([features(problem, s, device) for s in specs], dtype=np.float64).reshape(len(specs), -1)
+    if not specs:
+        return np.zeros((0, len(feature_names())))
+    return np.array([features(problem, s, device) for s in specs], dtype=np.float64)

@@ -5,6 +5,8 @@
                                                                   # its endpoint fails: rules, then Optuna
     get_proposer("llm", model="...", fatal=True)                  # endpoint failures raise (LLMError)
     get_proposer("random", seed=0)                                # the baseline to beat
+    get_proposer("auto", arch="sm_90a")                           # learned where a cost model exists
+                                                                  # for the arch, else rules
     get_proposer("learned", arch="sm_90a")                        # a cost model trained on measured
                                                                   # speed, with a bandit over it
     get_proposer("llm+learned", model="...")                      # the LLM, shown the model's best,
@@ -37,6 +39,16 @@ def available_proposers() -> list[str]:
 DEFAULT_FALLBACK = {"llm": "rules", "llm+learned": "learned"}
 
 
+def default_proposer(arch: str) -> str:
+    """"learned" where a cost model for arch is at hand (one ships for sm_90a; $CUDAL2_COST_MODEL
+    names another), else "rules". What "auto", the default of cudal2.search and the CLI, means."""
+    import os
+
+    from .learned import ENV_MODEL, shipped_model_path
+
+    return "learned" if os.environ.get(ENV_MODEL) or shipped_model_path(arch).is_file() else "rules"
+
+
 def get_proposer(name: str, *, fatal: bool = False, fallback: str | Proposer | None = "default",
                  warn=None, **kw) -> Proposer:
     """A new proposer by name; other keyword arguments go to its constructor.
@@ -46,6 +58,8 @@ def get_proposer(name: str, *, fatal: bool = False, fallback: str | Proposer | N
     and the proposals of `fallback` instead: by default the "rules" proposer; a name or a
     Proposer; None for no proposals, Optuna alone then. fatal=True: the failure raises (an
     LLMError, a ProposerUnavailable), for benchmarking the LLM itself."""
+    if name == "auto":
+        name = default_proposer(kw.get("arch", "sm_90a"))
     proposer = _construct(name, **kw)
     if name not in DEFAULT_FALLBACK or fatal:
         return proposer
@@ -66,4 +80,4 @@ def _construct(name: str, **kw) -> Proposer:
 
 
 __all__ = ["PROPOSERS", "FallbackProposer", "Proposal", "Proposer", "ProposerUnavailable", "available_proposers",
-           "get_proposer"]
+           "default_proposer", "get_proposer"]

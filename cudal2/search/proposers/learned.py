@@ -6,8 +6,9 @@ bandit over its predictions picks each batch from what the search has measured s
 - Every later call sees the search's history: measured speeds correct the model's predictions for
   the specs it treats alike (cudal2/learn/bandit.py), and the next batch goes by upper confidence.
 - Candidates are the shape-generic specs of cudal2/search/catalog.py for each backend that has a
-  catalog, less those the problem or the backend refuses; a backend without one gets no proposals
-  here (Optuna still searches it).
+  catalog, less those the problem or the backend refuses. A backend without a catalog (the model
+  has never seen its kernels) gets the rules proposer's specs, half of each batch where both kinds
+  of backend are searched.
 
 The model is the one shipped for the arch (cudal2/data/models/), or a file from `cudal2 train`
 (passed as model=, or named by $CUDAL2_COST_MODEL).
@@ -72,6 +73,11 @@ class LearnedProposer:
         # the features see the GPU the kernels will run on (the model was trained on model.device)
         self.device = device or DeviceProfile.live(arch)
         self._cache: dict[str, tuple[list[KernelSpec], np.ndarray, np.ndarray]] = {}
+        from ..catalog import AXES
+        from .rules import RulesProposer
+
+        uncharted = [b for b in self.backends if b not in AXES]
+        self.rules = RulesProposer(uncharted, arch, device=self.device) if uncharted else None
 
     def __repr__(self) -> str:
         return f"LearnedProposer(backends={list(self.backends)}, arch={self.arch!r})"
@@ -108,10 +114,19 @@ class LearnedProposer:
         return [(specs[i], float(np.exp(mu[i]))) for i in order]
 
     def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:
+        specs = self.candidates(problem)[0]
+        if self.rules is None or not specs:
+            mine = n if specs else 0
+        else:
+            mine = max(1, n // 2)
+        ruled = self.rules.propose(problem, history, n - mine) if self.rules is not None and n > mine else []
+        return self._learned(problem, history, mine) + ruled
+
+    def _learned(self, problem: GemmProblem, history: Sequence[CandidateResult], n: int) -> list[Proposal]:
         from ...learn import bandit
 
         specs, mu, leaves = self.candidates(problem)
-        if not specs:
+        if not specs or n < 1:
             return []
         index = {_kernel_key(s): i for i, s in enumerate(specs)}
         measured, y, tried = [], [], set()
