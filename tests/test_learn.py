@@ -203,3 +203,16 @@ def test_a_backend_without_a_catalog_gets_the_rules_proposals():
     assert [(p.source, p.spec.backend) for p in both] == [("learned", "triton")] * 3 + [("rules", "cute_dsl")] * 3
     alone = get_proposer("learned", backends=("cute_dsl",), arch="sm_90a").propose(problem, [], 2)
     assert [p.source for p in alone] == ["rules", "rules"]
+
+
+def test_the_trainer_learns_from_each_update(split):
+    from cudal2.learn.cost_model import Trainer
+
+    train, held = split
+    t = Trainer(H100)
+    problem, specs = held[0].problem, [s.spec for s in held[:20]]
+    assert not t.predict(problem, specs).any()  # nothing learned yet: no preference
+    t.update(train[:400])
+    first = t.predict(problem, specs)
+    t.update(train[400:])
+    assert len(t.samples) == len(train) and not np.allclose(first, t.predict(problem, specs))

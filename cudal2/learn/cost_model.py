@@ -1,7 +1,8 @@
 """The cost model: predicts a spec's log speedup over torch.matmul on a shape.
 
 The interface is TVM MetaSchedule's: `update(samples)` learns from measurements, `predict(problem,
-specs)` scores candidates. `TreeModel` is gradient-boosted trees, trained with LightGBM and kept as
+specs)` scores candidates; `Trainer` implements it by refitting on everything it was given.
+`TreeModel`, what a fit makes, is gradient-boosted trees, trained with LightGBM and kept as
 plain arrays in a JSON file (`cudal2 train --out model.json`), so that scoring needs numpy alone:
 the op and the proposer load a model without LightGBM installed.
 
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -84,9 +84,6 @@ class TreeModel:
     def predict(self, problem: GemmProblem, specs: Sequence[KernelSpec],
                 device: DeviceProfile | None = None) -> np.ndarray:
         return self.predict_rows(matrix(problem, specs, device or self.device))
-
-    def update(self, samples: Sequence[Sample]) -> None:
-        raise NotImplementedError("a TreeModel is fitted once; use Trainer.update to learn from new samples")
 
     # --- files -------------------------------------------------------------------------------------
     def to_json(self) -> dict:
@@ -210,8 +207,3 @@ class Trainer:
         if self.model is None:
             return np.zeros(len(specs))
         return self.model.predict(problem, specs)
-
-
-def log_mean(values) -> float:
-    values = list(values)
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")

@@ -19,7 +19,7 @@ TIE = 0.01  # a win needs more than 1 % of speed: closer is measurement spread
 @dataclass
 class Arm:
     proposer: str
-    budget: int
+    budget: int | str  # evaluations, or GPU time ("120s")
     shape: str
     speedup: float | None  # best over torch.matmul, confirmed (None: nothing ran correctly)
 
@@ -62,7 +62,7 @@ def wins(arms: Sequence[Arm], budget: int) -> dict[str, dict[str, int]]:
 
 
 def markdown(arms: Sequence[Arm], best: dict[str, float], *, title: str, command: str, environment: str) -> str:
-    budgets = sorted({a.budget for a in arms})
+    budgets = list(dict.fromkeys(a.budget for a in arms))  # as given: 16 and "120s" do not sort
     names = list(dict.fromkeys(a.proposer for a in arms))
     lines = [f"# {title}", "", f"Command: `{command}`", "", environment, "",
              f"Best known: the best speed any arm found on the shape (or a sweep's). Reached: at least "
