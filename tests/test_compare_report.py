@@ -32,4 +32,5 @@ def test_a_win_needs_more_than_the_spread():
 def test_the_markdown_names_the_command_and_every_arm():
     text = markdown(arms(), best_known(arms()), title="t", command="cudal2 compare x", environment="GPU: test")
     assert "`cudal2 compare x`" in text and "GPU: test" in text
-    assert "| learned | 1 | 2 |" in text and "learned b16" in text and "| a | 1.100 | 1.050 |" in text
+    # budgets in the order the arms ran them: here 16, then 1
+    assert "| learned | 1 | 2 |" in text and "learned b16 | learned b1" in text and "| a | 1.100 | 1.100 | 1.050 |" in text
