@@ -12,7 +12,7 @@ def arms():
 
 def test_best_known_takes_the_best_arm_or_an_outside_figure():
     assert best_known(arms()) == {"a": 1.10, "b": 0.90}
-    assert best_known(arms(), {"b": 1.2, "c": 2.0}) == {"a": 1.10, "b": 1.2, "c": 2.0}
+    assert best_known(arms(), {"b": 1.2, "c": 2.0}) == {"a": 1.10, "b": 1.2}  # c: no arm ran it
 
 
 def test_summary_counts_shares_of_the_best_known_and_a_missing_result_as_nothing():
@@ -34,3 +34,36 @@ def test_the_markdown_names_the_command_and_every_arm():
     assert "`cudal2 compare x`" in text and "GPU: test" in text
     # budgets in the order the arms ran them: here 16, then 1
     assert "| learned | 1 | 2 |" in text and "learned b16 | learned b1" in text and "| a | 1.100 | 1.100 | 1.050 |" in text
+
+
+def test_compare_takes_a_sweeps_best_as_known(tmp_path):
+    import csv
+    import gzip
+    from pathlib import Path
+
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+
+    sample = Path(__file__).parent / "data" / "sweep_h100_sample.csv.gz"
+    row = next(r for r in csv.DictReader(gzip.open(sample, "rt")) if r["status"] == "ok")
+    row.update(m="256", n="512", k="128", layout="NN", **{"kernel_ms.offline": "0.001", "torch_ms.offline": "0.005"})
+    swept = tmp_path / "swept.csv"
+    with swept.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(row))
+        w.writeheader()
+        w.writerow(row)
+    out = tmp_path / "c.png"
+    r = CliRunner().invoke(app, ["compare", "256x512x128", "--proposers", "random", "--budget", "2", "--runner",
+                                 "recorded", "--out", str(out), "--store-dir", str(tmp_path / "s"),
+                                 "--best-known", str(swept)])
+    assert r.exit_code == 0, r.output
+    report = out.with_suffix(".md").read_text()
+    assert "| 256x512x128-float16-NN | 5.000 |" in report  # the sweep's 5x is the best known
+    assert "| random | 2 | 1 |" in report and "| 0% |" in report
+    bad = tmp_path / "bad.csv"
+    bad.write_text("status,m\nok,notanumber\n")
+    r = CliRunner().invoke(app, ["compare", "256x512x128", "--runner", "recorded", "--best-known", str(bad),
+                                 "--out", str(tmp_path / "never.png")])
+    assert r.exit_code == 2 and "--best-known" in r.output and "no measured pair" in r.output
+    assert not (tmp_path / "never.png").exists()  # refused before any search

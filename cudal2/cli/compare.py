@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -42,7 +43,10 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
             store_dir: Annotated[Optional[Path], typer.Option(file_okay=False, help="one store per proposer here "
                                                               "(default: a fresh temporary directory)")] = None,
             seed: int = 0, batch: BatchOpt = 4, arch: Optional[str] = None, runner: RunnerOpt = "gpu",
-            llm_fatal: LlmFatalOpt = False) -> None:
+            llm_fatal: LlmFatalOpt = False,
+            best_known: Annotated[Optional[list[Path]], typer.Option("--best-known", exists=True, dir_okay=False, help=(
+                "a sweep's export (cudal2 dataset export; repeatable): its best speed on a shape counts as known "
+                "too"))] = None) -> None:
     """Run proposers side by side at equal budgets; plot best speedup against evaluations and GPU time,
     and write a report (.md): share of the best known speed reached, and wins shape by shape. Each
     proposer and budget gets its own store, so none profits from another's measurements. The llm arm
@@ -61,6 +65,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
     budgets = [b.strip() for b in budget.split(",") if b.strip()]
     backend = _values(backend)
     problems = _compare_problems(shapes, dtype, layout, sample)
+    outside = _swept_best(best_known or [])
     arch = arch or default_arch()
     run = _runner(runner)
     root = store_dir or Path(tempfile.mkdtemp(prefix="cudal2-compare-"))
@@ -91,7 +96,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
             _plot_compare(curves, out, labels)
             (out.with_suffix(".json")).write_text(json.dumps(
                 {n: {s: [p.__dict__ for p in c] for s, c in per.items()} for n, per in curves.items()}, indent=1))
-            out.with_suffix(".md").write_text(cmp.markdown(arms, cmp.best_known(arms), title="Proposers at equal budget",
+            out.with_suffix(".md").write_text(cmp.markdown(arms, cmp.best_known(arms, outside), title="Proposers at equal budget",
                                                            command="cudal2 " + shlex.join(sys.argv[1:]),
                                                            environment=where))
     if hasattr(run, "close"):
@@ -115,6 +120,23 @@ def _compare_problems(shapes: list[str], dtype: str, layout: str, sample: int | 
         else:
             problems.append(_problem(text, dtype, layout))
     return problems
+
+
+def _swept_best(paths: list[Path]) -> dict[str, float]:
+    """problem label -> the best speedup over torch.matmul that these sweep exports measured."""
+    from ..learn.samples import from_csv
+
+    best: dict[str, float] = {}
+    for path in paths:
+        try:
+            samples = list(from_csv(path))
+        except (ValueError, OSError) as e:
+            _fail(f"--best-known {path}: {_one_line(e)}")
+        if not samples:
+            _fail(f"--best-known {path}: no measured pair with a torch time; give an export of 'cudal2 dataset export'")
+        for sample in samples:
+            best[sample.group] = max(best.get(sample.group, 0.0), math.exp(sample.log_speedup))
+    return best
 
 
 def _versions(env) -> str:

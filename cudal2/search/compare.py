@@ -25,7 +25,8 @@ class Arm:
 
 
 def best_known(arms: Sequence[Arm], outside: dict[str, float] | None = None) -> dict[str, float]:
-    best: dict[str, float] = dict(outside or {})
+    shapes = {a.shape for a in arms}
+    best: dict[str, float] = {k: v for k, v in (outside or {}).items() if k in shapes}
     for a in arms:
         if a.speedup is not None:
             best[a.shape] = max(best.get(a.shape, 0.0), a.speedup)
