@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from cudal2.ir import DeviceProfile  # noqa: E402
 from cudal2.learn.samples import from_csv  # noqa: E402
-from cudal2.learn.train import train  # noqa: E402
+from cudal2.learn.train import split_samples, train  # noqa: E402
 from cudal2.learn.validate import by_shape, random_replay, replay, top1_ratios  # noqa: E402
 
 BUDGETS = (1, 4, 8, 16)
@@ -50,10 +50,7 @@ def main() -> int:
     samples = [s for f in (*args.train, *args.validation) for s in from_csv(f)]
     report = train(samples, DeviceProfile.of_arch(args.arch), say=print)
     model = report.model
-    held = [s for f in args.validation for s in from_csv(f)]
-    from cudal2.learn.train import split_samples
-
-    held = split_samples(held)[1]  # only shapes of the validation split
+    held = split_samples(samples)[1]  # the pairs of validation-split shapes, as train() set them aside
     groups = by_shape(held)
     top1 = top1_ratios(model, held)
     rows = []
