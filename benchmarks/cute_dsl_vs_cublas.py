@@ -95,7 +95,7 @@ CONFIG_SETS = {
         "128x192x64 s5 c2x1": dict(block_n=192, stages=5, cluster_m=2),
         "128x192x64 s5 c2x1 stream-K": dict(block_n=192, stages=5, cluster_m=2, decomposition="stream_k"),
     },
-    # stream-K numbered along N on tall outputs, where the template's lanes then keep a row's tiles (A's
+    # stream-K numbered along N on tall outputs, where the kernel's lanes then keep a row's tiles (A's
     # panel, the larger operand) at the same k; along M they keep a column's (B's), so it uses one lane
     "streamk_lanes": {
         "128x128x64 s6 c1x2": dict(stages=6, cluster_n=2),

@@ -1,6 +1,6 @@
-"""CuTe DSL backend on the CPU: capabilities, supports() refusals, rendering, operand checks, and
-every template variant compiled for sm_90a without a GPU (CUTE_DSL_ARCH=sm_90a), exported to
-the disk cache and loaded back."""
+"""CuTe DSL backend on the CPU: capabilities, supports() refusals, the kernel's GemmConfig and the
+module that binds it, the stream-K work split, operand checks, and every kernel variant compiled for
+sm_90a without a GPU (CUTE_DSL_ARCH=sm_90a), exported to the disk cache and loaded back."""
 
 import os
 import subprocess
@@ -14,7 +14,8 @@ if not torch.cuda.is_available():
     # The DSL reads its target once, when first imported; without a GPU it needs this.
     os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
 
-from cudal2.codegen.cute_dsl import BARRIER_BYTES, CuteDslBackend, dsl_available, epilogue_stages  # noqa: E402
+from cudal2.codegen.cute_dsl import (BARRIER_BYTES, CuteDslBackend, dsl_available, epilogue_stages,  # noqa: E402
+                                     gemm_config)
 from cudal2.codegen.registry import get_backend  # noqa: E402
 from cudal2.ir import Epilogue, GemmProblem, KernelSpec, SpecError, arch_limits  # noqa: E402
 
@@ -69,26 +70,33 @@ def test_split_k_refusals():
     assert not ok and "workspace" in ok.reason
 
 
-def test_render_split_k():
+def _binding(problem, s):
+    """The GemmBinding the rendered module binds (plain Python: no DSL compile)."""
+    from cudal2.codegen.cute_sm90.binding import GemmBinding
+
+    return GemmBinding(gemm_config(problem, s))
+
+
+@needs_dsl
+def test_split_k_config_and_workspace():
     p = GemmProblem(m=100, n=136, k=1000, epilogue=Epilogue(beta=0.5, bias=True, activation="relu"))
-    src = CuteDslBackend().render(p, spec(decomposition="split_k", split_k=5, epilogue_path="registers"))
+    s = spec(decomposition="split_k", split_k=5, epilogue_path="registers")
+    src = CuteDslBackend().render(p, s)
     compile(src.text, "rendered", "exec")
-    for line in ("SPLIT_K = 5", "K_TILES = (K + TILE_K - 1) // TILE_K", "def reduce(", "WORKSPACE_SHAPE = (SPLIT_K, M, N)",
-                 "self.reduce(mWf, mCf, mDf, mBias)"):
+    for line in ("decomposition='split_k',", "split_k=5,", "beta=0.5,", "activation='relu',"):
         assert line in src.text, line
-    dp = CuteDslBackend().render(p, spec(epilogue_path="registers"))
-    assert "WORKSPACE_SHAPE = None" in dp.text and "def reduce(" not in dp.text
+    assert _binding(p, s).workspace_shape(100, 136) == (5, 100, 136)
+    assert _binding(p, spec(epilogue_path="registers")).workspace_shape(100, 136) is None
 
 
-def test_unit_extent_tma_modes_are_dynamic():
-    """M=1 (or N=1): the TMA'd tensor gets a dynamic extent there, else the DSL folds the mode out of
-    the copy and issues a 1-D TMA against a 2-D descriptor (illegal instruction on an H100)."""
-    b = CuteDslBackend()
-    one = b.render(GemmProblem(m=1, n=8, k=16), spec()).text
-    assert "make_layout((cutlass.Int32(M), K, 1)" in one and "mD_store = cute.make_tensor(d_ptr" in one
-    assert "cutlass.Int32(N)" in b.render(GemmProblem(m=64, n=1, k=64, layout="NT"),
-                                          spec(epilogue_path="registers")).text
-    assert "cutlass.Int32(" not in b.render(GemmProblem(m=8, n=8, k=8), spec()).text
+@needs_dsl
+def test_rendered_module_binds_the_config_it_was_rendered_for():
+    p = GemmProblem(m=1032, n=968, k=1048, layout="NT", epilogue=Epilogue(bias=True, activation="silu"))
+    s = spec(block_n=192, cluster_m=2, stages=3)
+    src = CuteDslBackend().render(p, s)
+    scope = {}
+    exec(compile(src.text, "rendered", "exec"), scope)  # imports cudal2.codegen.cute_sm90 (and the DSL)
+    assert scope["BINDING"].cfg == gemm_config(p, s)
 
 
 @pytest.mark.parametrize("layout, m, n, k, bad", [
@@ -169,25 +177,21 @@ def test_stream_k_refuses_pingpong_but_takes_clusters():
         assert CuteDslBackend().supports(p, spec(decomposition="stream_k", cluster_m=cm, cluster_n=cn))
 
 
-def test_stream_k_in_clusters_splits_work_by_cluster_and_slots_by_cta():
-    src = CuteDslBackend().render(GemmProblem(m=1024, n=16384, k=8192),
-                                  spec(decomposition="stream_k", block_m=256, cluster_m=2)).text
-    for line in ("CLUSTER_SIZE = CLUSTER_M * CLUSTER_N", "grid = (units * CLUSTER_M, CLUSTER_N, 1)",
-                 "unit = cute.arch.block_idx()[0] // CLUSTER_M", "slot = unit * CLUSTER_SIZE + rank",
-                 "peer_slot = peer * CLUSTER_SIZE + rank", "crd = _sk_tile(tile, cluster_crd)"):
-        assert line in src, line
+def _sk_plan(m, n, k, units, **kw):
+    """The kernel's stream-K plan (cute_sm90.scheduler, plain Python) for a grid of `units` clusters."""
+    from cudal2.codegen.cute_sm90 import scheduler
+
+    p = GemmProblem(m=m, n=n, k=k)
+    return scheduler.stream_k_plan(gemm_config(p, spec(decomposition="stream_k", **kw)), m, n, k, units)
 
 
 def _sk_plan_of(m, n, k, units, **kw):
-    """The rendered module's _sk_plan (plain Python over the module's constants), run on the CPU."""
-    src = CuteDslBackend().render(GemmProblem(m=m, n=n, k=k), spec(decomposition="stream_k", **kw)).text
-    head = src[src.index("TILES_M = "):src.index("def _sk_tile(")]
-    scope = {"M": m, "N": n, "K": k, "TILE_M": kw.get("block_m", 128), "TILE_N": kw.get("block_n", 128),
-             "CLUSTER_M": kw.get("cluster_m", 1), "CLUSTER_N": kw.get("cluster_n", 1)}
-    exec(head, scope)
-    return scope["_sk_plan"](units), scope["CTILES"]
+    plan = _sk_plan(m, n, k, units, **kw)
+    assert plan.units == units
+    return (plan.dp_waves, plan.sk_tiles), plan.ctiles
 
 
+@needs_dsl
 def test_stream_k_plan_keeps_a_nearly_full_last_wave_alone():
     # 1024x16384 in 256x128 tiles, 2x1 clusters: 256 cluster tiles on 66 clusters, 58 left over (0.88
     # of a wave) -> three data-parallel waves and the 58 alone; with the old plan (one more wave
@@ -207,43 +211,37 @@ def test_stream_k_plan_keeps_a_nearly_full_last_wave_alone():
 
 
 def _sk_walk(m, n, k, units, **kw):
-    """Every cluster's walk through the rendered module's stream-K split (_sk_plan, _sk_lanes, _sk_start,
-    _sk_segment: plain integer code, run on the CPU with the DSL's decorators stubbed out), and the peers
-    each owner of a shared tile adds, found as the template's owner loop finds them."""
-    import math
-    import types
+    """Every cluster's walk through the kernel's stream-K split (the scheduler's plan, and its
+    stream_k_start and stream_k_segment run as plain integer code, undecorated), and the peers each
+    owner of a shared tile adds, found as the kernel's owner loop finds them."""
+    from cudal2.codegen.cute_sm90 import scheduler
 
-    src = CuteDslBackend().render(GemmProblem(m=m, n=n, k=k), spec(decomposition="stream_k", **kw)).text
-    head = src[src.index("TILES_M = "):src.index("# Output pieces staged")]
-    scope = {"M": m, "N": n, "K": k, "TILE_M": kw.get("block_m", 128), "TILE_N": kw.get("block_n", 128),
-             "TILE_K": kw.get("block_k", 64), "CLUSTER_M": kw.get("cluster_m", 1), "CLUSTER_N": kw.get("cluster_n", 1),
-             "RASTER_ALONG_M": kw.get("raster_order", "along_m") == "along_m", "math": math,
-             "cute": types.SimpleNamespace(jit=lambda f: f),
-             "cutlass": types.SimpleNamespace(Constexpr=int, min=min)}
-    scope["K_TILES"] = -(-k // scope["TILE_K"])
-    exec(head, scope)
-    waves, sk_tiles = scope["_sk_plan"](units)
-    lanes = scope["_sk_lanes"](units)
-    start = lambda u: scope["_sk_start"](u, units, sk_tiles, lanes)  # noqa: E731
+    plan = _sk_plan(m, n, k, units, **kw)
+    start = lambda u: scheduler.stream_k_start.__wrapped__(u, units, plan.sk_tiles, plan.lanes, plan.k_tiles)  # noqa: E731
+    segment = scheduler.stream_k_segment.__wrapped__
     walks, owners = {}, {}
     for u in range(units):
-        first, end = start(u), start(u + lanes)
+        first, end = start(u), start(u + plan.lanes)
         it, steps = 0, []
-        while it < waves * scope["K_TILES"] + end - first:
-            tile, kt0, kts, g = scope["_sk_segment"](it, u, units, waves, sk_tiles, lanes, first, end)
+        while it < plan.dp_waves * plan.k_tiles + end - first:
+            tile, kt0, kts, g = segment(it, u, units, plan.dp_waves, plan.sk_tiles, plan.lanes, plan.k_tiles, plan.ctiles,
+                                        first, end)
             steps.append((it, tile, kt0, kts))
-            if kt0 == 0 and kts < scope["K_TILES"]:  # the owner of a shared tile: whose partials it adds
-                peers, peer = [], u + lanes
-                while start(peer) < g + scope["K_TILES"]:
-                    if start(peer + lanes) > start(peer):
+            if kt0 == 0 and kts < plan.k_tiles:  # the owner of a shared tile: whose partials it adds
+                peers, peer = [], u + plan.lanes
+                while start(peer) < g + plan.k_tiles:
+                    if start(peer + plan.lanes) > start(peer):
                         peers.append(peer)
-                    peer += lanes
+                    peer += plan.lanes
                 owners[tile] = (u, peers)
             it += kts
         walks[u] = steps
-    return scope, lanes, walks, owners
+    scope = {"K_TILES": plan.k_tiles, "CTILES": plan.ctiles, "CTILES_M": plan.ctiles_m, "CTILES_N": plan.ctiles_n,
+             "RASTER_ALONG_M": kw.get("raster_order", "along_m") == "along_m"}
+    return scope, plan.lanes, walks, owners
 
 
+@needs_dsl
 @pytest.mark.parametrize("shape, units, kw, lanes", [
     ((1024, 16384, 8192), 66, dict(block_m=256, cluster_m=2), 2),  # 2 cluster rows: a lane per row
     ((2048, 16384, 2048), 66, dict(block_m=256, cluster_m=2), 2),  # 4 cluster rows, 66 clusters: gcd 2
@@ -277,12 +275,12 @@ def test_stream_k_lanes_cover_every_k_step_once_and_keep_a_column_in_step(shape,
             assert len({s[2] for s in segments}) == 1 and len({s[1] // across for s in segments}) == 1
 
 
-def test_stream_k_renders_its_work_split_and_workspace():
-    src = CuteDslBackend().render(GemmProblem(m=256, n=12288, k=12288), spec(decomposition="stream_k", block_n=256))
-    for line in ("SK_MAX_CTAS = 132", "def _sk_plan(",
-                 "WORKSPACE_SHAPE = (SK_MAX_CTAS * TILE_ELEMS + SK_MAX_CTAS,)", "atomic_cas", "if kt0 == 0:"):
-        assert line in src.text, line
-    assert "def reduce(" not in src.text and "StaticPersistentTileScheduler.create" not in src.text
+@needs_dsl
+def test_stream_k_workspace_has_a_tile_and_a_flag_per_cta():
+    p, s = GemmProblem(m=256, n=12288, k=12288), spec(decomposition="stream_k", block_n=256)
+    cfg = gemm_config(p, s)
+    assert cfg.sm_count == 132 and cfg.tile_elems == 128 * 256
+    assert _binding(p, s).workspace_shape(p.m, p.n) == (132 * 128 * 256 + 132,)
 
 
 def test_split_k_refuses_pingpong():
@@ -301,12 +299,15 @@ def test_pingpong_tile_must_fit_one_warpgroup():
 def test_render_bakes_problem_and_spec_in():
     p = GemmProblem(m=1032, n=968, k=1048, layout="TN", dtype="bfloat16",
                     epilogue=Epilogue(alpha=0.5, beta=2.0, bias=True, activation="gelu"))
-    src = CuteDslBackend().render(p, spec(cluster_m=2, stages=3, raster_group=4, raster_order="along_n"))
+    s = spec(cluster_m=2, stages=3, raster_group=4, raster_order="along_n")
+    src = CuteDslBackend().render(p, s)
     compile(src.text, "rendered", "exec")  # valid Python
-    for line in ("M, N, K = 1032, 968, 1048", "AB_DTYPE = cutlass.BFloat16", "A_ROW_MAJOR = False",
-                 "B_ROW_MAJOR = True", "STAGES = 3", "CLUSTER_M, CLUSTER_N = 2, 1",
-                 "RASTER_GROUP = 1",  # 5 clusters along M (9 tiles of 128 in pairs): no group of 2..4 divides 5
-                 "RASTER_ALONG_M = False", "ALPHA = 0.5", "BETA = 2.0", "HAS_BIAS = True", "cute.erf"):
+    cfg = gemm_config(p, s)
+    assert (cfg.m, cfg.n, cfg.k, cfg.ab_dtype, cfg.a_row_major, cfg.b_row_major) == (1032, 968, 1048, "BFloat16", False, True)
+    assert (cfg.stages, cfg.cluster_m, cfg.cluster_n, cfg.raster_along_m) == (3, 2, 1, False)
+    assert cfg.raster_group == 1  # 5 clusters along M (9 tiles of 128 in pairs): no group of 2..4 divides 5
+    assert (cfg.alpha, cfg.beta, cfg.has_bias, cfg.activation) == (0.5, 2.0, True, "gelu")
+    for line in ("m=1032,", "stages=3,", "raster_group=1,", "activation='gelu',", f"spec key {s.key()}"):
         assert line in src.text, line
 
 
@@ -324,11 +325,12 @@ def test_swap_ab_renders_the_transposed_problem(layout, kernel_layout):
     src = CuteDslBackend().render(p, s)
     compile(src.text, "rendered", "exec")
     assert src.problem == p and src.spec == s  # the Source keeps what the caller asked for
-    for line in ("M, N, K = 256, 12288, 4096", "TILE_M, TILE_N, TILE_K = 128, 192, 64", "CLUSTER_M, CLUSTER_N = 2, 1",
-                 "SWAP_AB = True", "mBias[tCcD[i][0]]", f"spec key {s.key()}", f"for {p.label()}, swap_ab"):
+    cfg = gemm_config(p, s)
+    assert (cfg.m, cfg.n, cfg.k, cfg.tile_m, cfg.tile_n, cfg.tile_k) == (256, 12288, 4096, 128, 192, 64)
+    assert (cfg.cluster_m, cfg.cluster_n, cfg.swap_ab, cfg.has_bias) == (2, 1, True, True)
+    for line in (f"spec key {s.key()}", f"for {p.label()}, swap_ab", f"the problem {kp.label()}"):
         assert line in src.text, line
-    plain = CuteDslBackend().render(p, s.replace(swap_ab=False, block_m=256))
-    assert "SWAP_AB = False" in plain.text and "mBias[tCcD[i][1]]" in plain.text
+    assert not gemm_config(p, s.replace(swap_ab=False, block_m=256)).swap_ab
 
 
 def test_swap_ab_violations_name_the_specs_own_fields():
@@ -369,8 +371,7 @@ def test_swap_ab_refusals(pkw, skw, word):
 def test_raster_group_divides_the_clusters_across_the_raster(shape, kw, group):
     # the DSL's scheduler pads the cluster count across the raster to a multiple of the group and
     # computes the padding tiles: the rendered group must divide that count
-    src = CuteDslBackend().render(GemmProblem.parse(shape), spec(**{"stages": 3, **kw}))
-    assert f"RASTER_GROUP = {group}\n" in src.text
+    assert gemm_config(GemmProblem.parse(shape), spec(**{"stages": 3, **kw})).raster_group == group
 
 
 @needs_dsl
@@ -412,7 +413,7 @@ def test_epilogue_stages_shrink_to_make_room_for_main_loop_stages(backend, skw, 
     assert backend.supports(p, s), backend.supports(p, s).reason
     assert epilogue_stages(dict(s)) == pieces
     assert s.smem_bytes() + BARRIER_BYTES <= arch_limits("sm_90a").smem_per_block
-    assert f"EPI_STAGES = {pieces}\n" in backend.render(p, s).text
+    assert gemm_config(p, s).epi_stages == pieces
 
 
 def test_stages_that_do_not_fit_beside_the_smallest_epilogue_are_refused():
@@ -503,25 +504,36 @@ def test_split_k_compiles_for_sm90a(backend, pkw, skw):
     assert kernel.workspace_bytes == 4 * s.split_k * p.m * p.n
 
 
+# Every kernel's PTX is dumped under one name (the jit function's): a script keeps each one as kernel<i>.ptx.
+KEEP_PTX = textwrap.dedent("""
+    import glob, os
+    def keep_ptx(i):
+        dump = os.environ["CUTE_DSL_DUMP_DIR"]
+        (made,) = [f for f in glob.glob(os.path.join(dump, "*.ptx")) if not os.path.basename(f).startswith("kernel")]
+        os.replace(made, os.path.join(dump, f"kernel{i}.ptx"))
+""")
+
+
 @needs_dsl
 def test_unit_extent_compiles_to_2d_tma(tmp_path):
     """The PTX for M=1 (registers and TMA-store epilogues) and N=1 has no 1-D TMA (see above)."""
-    script = textwrap.dedent("""
+    script = KEEP_PTX + textwrap.dedent("""
         import os
         from cudal2.codegen.cute_dsl import CuteDslBackend
         from cudal2.ir import GemmProblem, KernelSpec
         be = CuteDslBackend()
         base = dict(backend="cute_dsl", num_warps=12, load_path="tma", warp_specialization="cooperative",
                     persistent=True, block_m=128, block_n=128, block_k=64, stages=4)
-        for (m, n, k, layout), path in (((1, 8, 16, "NN"), "registers"), ((1, 8, 16, "NN"), "tma_store"),
-                                        ((64, 1, 64, "NT"), "registers")):
+        for i, ((m, n, k, layout), path) in enumerate((((1, 8, 16, "NN"), "registers"), ((1, 8, 16, "NN"), "tma_store"),
+                                                       ((64, 1, 64, "NT"), "registers"))):
             p = GemmProblem(m=m, n=n, k=k, layout=layout)
             be.compile(be.render(p, KernelSpec(**base, epilogue_path=path)))
+            keep_ptx(i)
     """)
-    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP_PTX": "1", "CUTE_DSL_DUMP_DIR": str(tmp_path),
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path),
            "CUDAL2_CACHE_DIR": str(tmp_path / "cache"), "CUDAL2_CUTE_DSL_DISK_CACHE": "0"}
     subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True, timeout=600)
-    ptx = sorted(tmp_path.glob("*.ptx"))
+    ptx = sorted(tmp_path.glob("kernel*.ptx"))
     assert len(ptx) == 3
     for f in ptx:
         text = f.read_text()
@@ -533,20 +545,21 @@ def test_split_k_partials_of_whole_tiles_leave_in_pairs(tmp_path):
     """Element-by-element partial stores wrote each 32-byte sector in two halves (ncu on the H100,
     512x512x12288); when no tile crosses an edge, adjacent columns go out as one 8-byte store. An
     edge tile keeps the predicated element stores."""
-    script = textwrap.dedent("""
+    script = KEEP_PTX + textwrap.dedent("""
         from cudal2.codegen.cute_dsl import CuteDslBackend
         from cudal2.ir import GemmProblem, KernelSpec
         be = CuteDslBackend()
         base = dict(backend="cute_dsl", num_warps=8, load_path="tma", warp_specialization="cooperative",
                     persistent=True, block_m=64, block_n=128, block_k=64, stages=8, cluster_m=2,
                     decomposition="split_k", split_k=4, split_k_reduction="workspace", epilogue_path="registers")
-        for m, n, k in ((512, 512, 2048), (520, 504, 2048)):
+        for i, (m, n, k) in enumerate(((512, 512, 2048), (520, 504, 2048))):
             be.compile(be.render(GemmProblem(m=m, n=n, k=k), KernelSpec(**base)))
+            keep_ptx(i)
     """)
-    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP_PTX": "1", "CUTE_DSL_DUMP_DIR": str(tmp_path),
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path),
            "CUDAL2_CACHE_DIR": str(tmp_path / "cache"), "CUDAL2_CUTE_DSL_DISK_CACHE": "0"}
     subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True, timeout=600)
-    ptx = sorted(tmp_path.glob("*.ptx"), key=lambda f: f.stat().st_mtime)
+    ptx = sorted(tmp_path.glob("kernel*.ptx"))
     assert len(ptx) == 2
     whole, edge = (f.read_text() for f in ptx)
     # 64x128 tile over 128 consumer threads: 64 fp32 partials each

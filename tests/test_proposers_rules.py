@@ -363,7 +363,7 @@ def test_cute_dsl_rules_offer_stream_k_in_clusters_but_never_more_than_max():
 
 @pytest.mark.parametrize("shape, order", [((12288, 256, 16384), "along_n"), ((256, 12288, 12288), "along_m")])
 def test_cute_dsl_stream_k_numbers_its_tiles_so_lanes_keep_the_larger_operand_in_step(shape, order):
-    # the template's stream-K lanes keep a column's tiles (raster along M: B's panel) or a row's (along N:
+    # the CuTe DSL kernel's stream-K lanes keep a column's tiles (raster along M: B's panel) or a row's (along N:
     # A's) at the same k; on the tall 12288x256x16384 A is the large operand, so its rows must be the lanes
     from cudal2.api import resolve_proposer
 

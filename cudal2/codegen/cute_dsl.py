@@ -1,13 +1,14 @@
 """CuTe DSL backend (nvidia-cutlass-dsl) for Hopper, sm_90a.
 
-One template, `gemm_sm90_ws`: a persistent, warp-specialized kernel. A producer warpgroup
+One kernel, cudal2/codegen/cute_sm90 (DSL Python specialized with const_expr by a GemmConfig; the
+rendered module only binds that config): a persistent, warp-specialized kernel. A producer warpgroup
 issues TMA loads into swizzled shared memory through an mbarrier pipeline of `stages`
 stages (multicast across the CTAs of a cluster); one or two cooperative consumer warpgroups
 run WGMMA with fp32 accumulators; a static persistent tile scheduler walks the output tiles
 in grouped rasterization; the epilogue applies alpha, beta * C, bias and relu/gelu/silu on
 the fp32 fragment and stores either straight from registers (predicated) or through
-shared memory with a TMA store. The rendered module bakes every extent and choice in, so
-one compiled kernel serves exactly one (problem, spec).
+shared memory with a TMA store. The config bakes every extent and choice in, so one compiled
+kernel serves exactly one (problem, spec).
 
 Split-K (decomposition="split_k", split_k=S, reduction "workspace"): the scheduler's work units
 are (output tile, K slice) pairs; each stores its raw fp32 partial tile into an fp32 workspace
@@ -17,7 +18,7 @@ after on the same stream, sums the S slices in a fixed order and applies the epi
 Stream-K (decomposition="stream_k"): whole data-parallel waves, then the leftover tiles' k-iterations
 shared evenly by every cluster; the CTAs of a cluster walk the same k-range of neighbouring tiles, so
 their multicast loads stay in step. Partial tiles go through a per-CTA fp32 workspace slot and flag
-to the CTA that owns the tile's first k-iteration (the template's stream-K header says more).
+to the CTA that owns the tile's first k-iteration (cute_sm90/scheduler.py says more).
 
 Compiled kernels are cached in memory per process and on disk: the DSL can export a
 compiled function as an object file (`export_to_c`) and load it back in another process
@@ -25,9 +26,9 @@ compiled function as an object file (`export_to_c`) and load it back in another 
 sm_90a without a GPU when CUTE_DSL_ARCH=sm_90a is set (compile(), precompile() and the CPU
 tests set it when no GPU is visible).
 
-Why this module runs past 600 lines: it holds the backend's capability rules (what the template
-can render, with the reason for each refusal) next to the rendering they guard; the kernel itself
-is the template in templates/cute_dsl/.
+Why this module runs past 600 lines: it holds the backend's capability rules (what the kernel
+can compute, with the reason for each refusal) next to the config they guard; the kernel itself
+is the cute_sm90 package.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ MAX_WORKSPACE_BYTES = 1 << 30  # fp32 (split_k, M, N): also keeps every flat ind
 # the spec's main-loop stages. Two instead of four frees the shared memory that lets 192-wide tiles
 # (40 KiB a stage) run the 5 stages cuBLAS gives its 128x192 kernel on 12288x256x16384.
 EPILOGUE_STAGES = (4, 2)
-BARRIER_BYTES = 1024  # the template's mbarriers and scheduler words
+BARRIER_BYTES = 1024  # the kernel's mbarriers and scheduler words
 
 
 def _epilogue_piece_bytes(f: Mapping[str, Any]) -> int:
@@ -85,14 +86,14 @@ def epilogue_smem_bytes(f: Mapping[str, Any]) -> int:
     return _epilogue_piece_bytes(f) * epilogue_stages(f)
 
 
-# What the template implements; the IR validator refuses everything else for this backend.
+# What the kernel implements; the IR validator refuses everything else for this backend.
 CAPABILITIES = Capabilities(
     options=options(
         arch=["sm_90a"],
         # The kernel's M is cut in rows of 64 per consumer warpgroup (192 rows take three,
         # num_warps=16); its N takes any WGMMA width, and 32, 96 and 192 cut a dimension into tiles
         # that fill the SMs where 64/128/256 leave them idle. Which of D's dimensions is the
-        # kernel's M depends on swap_ab, so both list every width and _template_violations
+        # kernel's M depends on swap_ab, so both list every width and _kernel_violations
         # refuses what the kernel cannot split.
         block_m=[32, 64, 96, 128, 192, 256],
         block_n=[32, 64, 96, 128, 192, 256],
@@ -119,7 +120,7 @@ CAPABILITIES = Capabilities(
         stages=list(range(2, 17)),
         # setmaxnreg: the producer gives registers back (ptxas refuses a decrease above what the
         # program uses, "setmaxnreg.dec has register count ... which is larger than ...", so only
-        # counts that compile are declared), the consumers take them. None = the template's defaults
+        # counts that compile are declared), the consumers take them. None = the kernel's defaults
         # (40 / 232, or what three consumer warpgroups can have, default_consumer_registers).
         producer_registers=[None, 24, 32, 40, 48, 56],
         consumer_registers=[None, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240],
@@ -149,11 +150,11 @@ def effective_raster_group(problem: GemmProblem, spec: KernelSpec) -> int:
 
 
 def kernel_view(problem: GemmProblem, spec: KernelSpec) -> tuple[GemmProblem, KernelSpec]:
-    """The (problem, spec) the template computes. As given; or, with swap_ab, the transposed
+    """The (problem, spec) the kernel computes. As given; or, with swap_ab, the transposed
     product D^T = B^T A^T: M and N trade places, each operand becomes the other one transposed
     (NN -> TT, TT -> NN; NT and TN stay), and the tile, cluster and raster fields trade M for N.
     The kernel's output is then D^T in column-major order, which is D's own row-major memory, and
-    the bias runs along the kernel's M (the template's SWAP_AB branches)."""
+    the bias runs along the kernel's M (the kernel's swap_ab branches)."""
     if not spec.swap_ab:
         return problem, spec
     flip = {"N": "T", "T": "N"}
@@ -162,6 +163,50 @@ def kernel_view(problem: GemmProblem, spec: KernelSpec) -> tuple[GemmProblem, Ke
                          cluster_n=spec.cluster_m, swap_ab=False,
                          raster_order="along_n" if spec.raster_order == "along_m" else "along_m")
     return kproblem, kspec
+
+
+def gemm_config(problem: GemmProblem, spec: KernelSpec):
+    """The kernel's GemmConfig for a (problem, spec) pair: the kernel's view of both (kernel_view) and
+    the choices this backend derives for it."""
+    from .cute_sm90 import GemmConfig
+
+    kproblem, kspec = kernel_view(problem, spec)
+    e = kproblem.epilogue
+    sm_count = arch_limits(kspec.arch).sm_count
+    return GemmConfig(
+        m=kproblem.m, n=kproblem.n, k=kproblem.k,
+        ab_dtype=DSL_NAMES[kproblem.dtype], d_dtype=DSL_NAMES[kproblem.c_dtype],
+        a_row_major=kproblem.a_row_major, b_row_major=kproblem.b_row_major,
+        alpha=float(e.alpha), beta=float(e.beta), has_bias=bool(e.bias), activation=e.activation,
+        swap_ab=spec.swap_ab,
+        tile_m=kspec.block_m, tile_n=kspec.block_n, tile_k=kspec.block_k, stages=kspec.stages,
+        cluster_m=kspec.cluster_m, cluster_n=kspec.cluster_n, consumer_wgs=kspec.consumer_warps // 4,
+        pingpong=kspec.warp_specialization == "pingpong",
+        producer_regs=kspec.producer_registers or DEFAULT_PRODUCER_REGISTERS,
+        consumer_regs=kspec.consumer_registers or default_consumer_registers(kspec),
+        raster_group=effective_raster_group(kproblem, kspec), raster_along_m=kspec.raster_order == "along_m",
+        epilogue=kspec.epilogue_path, decomposition=kspec.decomposition, split_k=kspec.split_k,
+        epi_stages=epilogue_stages(dict(kspec)),
+        # split-K reduction: 4 outputs per thread once that still leaves two waves of blocks
+        red_vec=4 if kproblem.m * kproblem.n >= 2 * sm_count * 256 * 4 else 1,
+        # split-K partials leave unpredicated, adjacent columns together, when no tile crosses an edge
+        whole_tiles=kproblem.m % kspec.block_m == 0 and kproblem.n % kspec.block_n == 0,
+        sm_count=sm_count,
+    )
+
+
+@lru_cache(maxsize=1)
+def kernel_source_digest() -> str:
+    """A digest of the kernel package's source: part of every compiled kernel's cache key, so an
+    artifact compiled from other kernel code is never loaded."""
+    import hashlib
+
+    root = Path(__file__).with_name("cute_sm90")
+    h = hashlib.sha256()
+    for f in sorted(root.glob("*.py")):
+        h.update(f.name.encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _in_d_terms(v: Violation) -> Violation:
@@ -211,28 +256,32 @@ class CuteDslKernel:
 
     With c given, the result is written into c (which is also read when beta != 0);
     otherwise a new (M, N) row-major tensor is returned. No host synchronization, no
-    allocation beyond that output (and, with split-K, the workspace on a device's first
+    allocation beyond that output (and, with split-K or stream-K, the workspace on a device's first
     call); launches on torch's current stream."""
 
     source: Source
     _fn: Any
-    _module: Any
+    _binding: Any  # cute_sm90.GemmBinding: pointers, alignment and workspace of this kernel
     loaded_from_disk: bool = False
     _keepalive: Any = None  # the loaded binary module owns the execution engine behind _fn
-    _workspaces: dict = dataclasses.field(default_factory=dict)  # split-K: device -> fp32 tensor
+    _workspaces: dict = dataclasses.field(default_factory=dict)  # device -> fp32 tensor
+
+    def _workspace_shape(self):
+        cfg = self._binding.cfg
+        return self._binding.workspace_shape(cfg.m, cfg.n)
 
     @property
     def workspace_bytes(self) -> int:
-        """Bytes of the split-K workspace (allocated on the first call per device, then reused)."""
-        shape = getattr(self._module, "WORKSPACE_SHAPE", None)
+        """Bytes of the split-K or stream-K workspace (allocated on the first call per device, then reused)."""
+        shape = self._workspace_shape()
         return 0 if shape is None else 4 * math.prod(shape)
 
     def _workspace_for(self, device):
-        """The split-K fp32 workspace on device, allocated once and reused by every later call
-        (calls on one device must therefore be stream-ordered, as with cuBLAS's workspace)."""
+        """The fp32 workspace on device, allocated once and reused by every later call (calls on one
+        device must therefore be stream-ordered, as with cuBLAS's workspace)."""
         import torch
 
-        shape = self._module.WORKSPACE_SHAPE
+        shape = self._workspace_shape()
         if shape is None:
             return None
         key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
@@ -254,17 +303,14 @@ class CuteDslKernel:
         else:
             d = c_in = c
         bias_t = bias if bias is not None else d
-        align = self._module.ALIGN
+        align = self._binding.align
         for name, t in (("a", a), ("b", b), ("c", c_in), ("d", d), ("bias", bias_t)):
             if t.data_ptr() % align[name]:
                 raise ValueError(f"operand {name} starts at an address not aligned to {align[name]} bytes "
                                  f"(this kernel was compiled for it); pass a freshly allocated or .clone()d tensor")
         stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
         ws = self._workspace_for(a.device)
-        if ws is None:
-            self._fn(*self._module.pointer_args(a, b, c_in, d, bias_t), stream)
-        else:
-            self._fn(*self._module.pointer_args(a, b, c_in, d, bias_t, ws), stream)
+        self._fn(*self._binding.pointer_args(a, b, c_in, d, bias_t, ws), stream)
         return d
 
 
@@ -318,10 +364,10 @@ def _check_operands(p: GemmProblem, a, b, c, bias) -> None:
 
 class CuteDslBackend(Backend):
     name = "cute_dsl"
-    version = "1"
+    version = "2"
     language = "python"
     capabilities = CAPABILITIES
-    templates = {"sm90_ws": "gemm_sm90_ws.py.j2"}
+    templates = {"sm90_ws": "gemm_sm90.py.j2"}
 
     def __init__(self) -> None:
         self._compiled: dict[str, CuteDslKernel] = {}
@@ -335,7 +381,7 @@ class CuteDslBackend(Backend):
         bad = _swap_violations(problem, spec)
         if not bad:
             kproblem, kspec = kernel_view(problem, spec)
-            bad = _template_violations(kproblem, kspec)
+            bad = _kernel_violations(kproblem, kspec)
             if spec.swap_ab:
                 bad = [_in_d_terms(v) for v in bad]
         if bad:
@@ -347,36 +393,12 @@ class CuteDslBackend(Backend):
         return dataclasses.replace(super().render(problem, spec), entry="entry")
 
     def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
-        """The template sees the kernel's view (kernel_view): with swap_ab its problem and spec are
-        the transposed ones, and these flags say how its output and bias lie in D's memory."""
-        kproblem, kspec = kernel_view(problem, spec)
-        return {**self._kernel_context(kproblem, kspec), "problem": kproblem, "spec": kspec,
-                "swap_ab": spec.swap_ab, "d_problem_label": problem.label(), "d_spec_key": spec.key()}
-
-    def _kernel_context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
-        e = problem.epilogue
-        return {
-            "backend_version": self.version,
-            "epi_stages": epilogue_stages(dict(spec)),
-            "ab_dtype": DSL_NAMES[problem.dtype],
-            "d_dtype": DSL_NAMES[problem.c_dtype],
-            "consumer_wgs": spec.consumer_warps // 4,
-            "pingpong": spec.warp_specialization == "pingpong",
-            "producer_regs": spec.producer_registers or DEFAULT_PRODUCER_REGISTERS,
-            "consumer_regs": spec.consumer_registers or default_consumer_registers(spec),
-            "raster_along_m": spec.raster_order == "along_m",
-            "raster_group": effective_raster_group(problem, spec),
-            "sm_count": arch_limits(spec.arch).sm_count,
-            "alpha": float(e.alpha),
-            "beta": float(e.beta),
-            "has_bias": bool(e.bias),
-            "activation": e.activation,
-            "needs_coords": bool(e.bias) or e.beta != 0,
-            # split-K reduction: 4 outputs per thread once that still leaves two waves of blocks
-            "red_vec": 4 if problem.m * problem.n >= 2 * arch_limits(spec.arch).sm_count * 256 * 4 else 1,
-            # split-K partials leave unpredicated, adjacent columns together, when no tile crosses an edge
-            "whole_tiles": problem.m % spec.block_m == 0 and problem.n % spec.block_n == 0,
-        }
+        """The thin module binds the kernel's GemmConfig, built from the kernel's view (kernel_view):
+        with swap_ab its problem and spec are the transposed ones."""
+        config = gemm_config(problem, spec)
+        return {"backend_version": self.version, "d_problem_label": problem.label(), "d_spec_key": spec.key(),
+                "swap_ab": spec.swap_ab, "kernel_label": kernel_view(problem, spec)[0].label(),
+                "config": [(f.name, repr(getattr(config, f.name))) for f in dataclasses.fields(config)]}
 
     def toolchain_version(self) -> str:
         from importlib.metadata import PackageNotFoundError, version
@@ -387,7 +409,8 @@ class CuteDslBackend(Backend):
                 parts.append(f"{dist}=={version(dist)}")
             except PackageNotFoundError:
                 pass
-        return ",".join(parts) or "nvidia-cutlass-dsl (unpacked, version unknown)"
+        dsl = ",".join(parts) or "nvidia-cutlass-dsl (unpacked, version unknown)"
+        return f"{dsl},kernel={kernel_source_digest()}"
 
     # ---- compilation ----------------------------------------------------------------------------
     def _module_for(self, source: Source):
@@ -418,7 +441,7 @@ class CuteDslBackend(Backend):
     def _compile_module(self, module, mac: int):
         import cutlass.cute as cute
 
-        return cute.compile(module.entry(), *module.example_args(mac))
+        return cute.compile(module.BINDING.entry(), *module.BINDING.example_args(mac))
 
     def compile(self, source: Source) -> CuteDslKernel:
         _ensure_arch_for_cpu()  # before the DSL is first imported: it reads the arch once
@@ -446,7 +469,7 @@ class CuteDslBackend(Backend):
             if fn is None:
                 fn = self._compile_module(module, mac)
                 _export(fn, obj)
-            kernel = CuteDslKernel(source=source, _fn=fn, _module=module, loaded_from_disk=from_disk,
+            kernel = CuteDslKernel(source=source, _fn=fn, _binding=module.BINDING, loaded_from_disk=from_disk,
                                   _keepalive=binary)
             self._compiled[mem_key] = kernel
             return kernel
@@ -513,7 +536,7 @@ def register_pool(spec: KernelSpec) -> int:
 
 
 def default_consumer_registers(spec: KernelSpec) -> int:
-    """Registers per consumer thread when the spec leaves it to the template: 232, or what the pool
+    """Registers per consumer thread when the spec leaves it to the kernel: 232, or what the pool
     leaves each of three consumer warpgroups (152 next to a 40-register producer), or fewer next to
     a producer that keeps more than 40."""
     producer = spec.producer_registers or DEFAULT_PRODUCER_REGISTERS
@@ -524,7 +547,7 @@ def default_consumer_registers(spec: KernelSpec) -> int:
 def _swap_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
     """What swap_ab does not cover (yet): the split-K and stream-K workspaces and the split-K
     reduction index a row-major kernel output, and a vector D is not worth transposing
-    (the template's M=1 and N=1 TMA paths are written for a row-major D)."""
+    (the kernel's M=1 and N=1 TMA paths are written for a row-major D)."""
     if not spec.swap_ab:
         return []
     bad = []
@@ -539,14 +562,14 @@ def _swap_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
                              "column-major 192-row output tile, which the CuTe DSL compiler aborts on",
                              "use epilogue_path='registers', or num_warps=12 with swap_ab=True"))
     if problem.m == 1 or problem.n == 1:
-        bad.append(Violation("swap_ab", True, f"a {problem.m}x{problem.n} output is a vector; the template's "
+        bad.append(Violation("swap_ab", True, f"a {problem.m}x{problem.n} output is a vector; the kernel's "
                              "one-row and one-column TMA paths are written for the unswapped kernel",
                              "use swap_ab=False for a matrix-vector product"))
     return bad
 
 
-def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
-    """Limits of this template beyond the declared option sets."""
+def _kernel_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
+    """Limits of this kernel beyond the declared option sets."""
     bad: list[Violation] = []
     pingpong = spec.warp_specialization == "pingpong"
     wgs = 1 if pingpong else spec.consumer_warps // 4  # warpgroups sharing one tile
@@ -601,7 +624,7 @@ def _template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violati
 
 
 def _decomposition_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
-    """What this template's split-K and stream-K kernels cannot do."""
+    """What this kernel's split-K and stream-K decompositions cannot do."""
     bad: list[Violation] = []
     pingpong = spec.warp_specialization == "pingpong"
     if spec.decomposition == "split_k":

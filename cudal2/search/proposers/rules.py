@@ -406,8 +406,8 @@ class RulesProposer:
 
     def _stream_k_order(self, caps, problem: GemmProblem, order: str, note: str) -> tuple[str, str]:
         """The raster order a stream-K kernel numbers its tiles in: along M where B is the larger
-        operand, along N where A is, so that the template's stream-K lanes keep the tiles that share
-        the larger operand's panel at the same k (cute_dsl: _sk_lanes; lanes that share the smaller
+        operand, along N where A is, so that the CuTe DSL kernel's stream-K lanes keep the tiles that share
+        the larger operand's panel at the same k (cute_dsl: scheduler._lanes; lanes that share the smaller
         operand instead measured slower; docs/results.md)."""
         m, n, _ = problem.shape
         want = "along_m" if n >= m else "along_n"

@@ -71,7 +71,7 @@ PREFERENCES: dict[str, Preferences] = {
                             # The registers epilogue stores element by element; the TMA store writes
                             # whole tiles, which is what wide outputs need, so it comes first.
                             epilogue_path=("tma_store", "registers"),
-                            # the template's barriers; its epilogue buffers are counted apart
+                            # the kernel's barriers; its epilogue buffers are counted apart
                             smem_reserve=1024,
                             # each consumer warpgroup of a 256x128 tile issues two 64x128 WGMMAs
                             # per k-block where a 128x256 tile issues one 64x256 (less shared-

@@ -1,0 +1,118 @@
+"""GemmConfig: every compile-time choice of the Hopper GEMM kernel, as plain Python values.
+
+The kernel (gemm.py) reads these through `cutlass.const_expr`, so each field selects code at trace
+time and never costs an instruction. The backend (cudal2/codegen/cute_dsl.py) builds one from a
+(problem, spec) pair: the problem as the kernel sees it (with swap_ab, the transposed product), the
+spec's tile, pipeline and warp roles, and the few derived choices the backend makes for it.
+
+Extents: `m`, `n`, `k` hold the problem's extents for a kernel compiled for one shape, or None for a
+shape-generic kernel, which takes them at run time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+THREADS_PER_WG = 128
+SMEM_ALIGN = 1024  # 128B-swizzled TMA tiles want 1 KiB aligned buffers
+RED_THREADS = 256  # split-K reduction threads per block
+
+
+@dataclass(frozen=True)
+class GemmConfig:
+    # ---- the problem, in the kernel's view -------------------------------------------------------
+    m: int | None
+    n: int | None
+    k: int | None
+    ab_dtype: str  # the DSL's type name: "Float16" or "BFloat16"
+    d_dtype: str
+    a_row_major: bool  # A (M, K): row-major = K-major in shared memory
+    b_row_major: bool  # B (K, N): row-major = N-major; column-major = K-major
+    alpha: float
+    beta: float
+    has_bias: bool
+    activation: str  # "none", "relu", "gelu" or "silu"
+    # the kernel's A and B are the caller's B^T and A^T, its (M, N) output D^T is written column-major
+    # (which is the caller's row-major D), and the bias runs along its M
+    swap_ab: bool
+    # ---- the spec --------------------------------------------------------------------------------
+    tile_m: int
+    tile_n: int
+    tile_k: int
+    stages: int
+    cluster_m: int
+    cluster_n: int
+    consumer_wgs: int
+    # cooperative: the consumer warpgroups split each tile along M; ping-pong: two consumer warpgroups
+    # take alternate tiles, so one's epilogue overlaps the other's main loop
+    pingpong: bool
+    producer_regs: int  # setmaxnreg
+    consumer_regs: int
+    # clusters per rasterization group (a divisor of the clusters across the raster: the DSL's scheduler
+    # pads that count to a multiple of the group and runs the padding tiles)
+    raster_group: int
+    raster_along_m: bool
+    epilogue: str  # "registers": st.global from the fragment; "tma_store": through shared memory
+    decomposition: str  # "data_parallel", "split_k" or "stream_k"
+    split_k: int
+    # ---- choices the backend derives --------------------------------------------------------------
+    epi_stages: int  # output pieces staged in shared memory for the TMA store
+    red_vec: int  # split-K reduction: outputs per thread, RED_THREADS apart
+    whole_tiles: bool  # split-K partials: no tile crosses an edge, so adjacent columns leave together
+    sm_count: int  # stream-K: the most CTAs its workspace has slots for
+
+    def replace(self, **changes) -> "GemmConfig":
+        return dataclasses.replace(self, **changes)
+
+    # ---- derived ---------------------------------------------------------------------------------
+    @property
+    def mma_wgs(self) -> int:
+        """Warpgroups computing one tile: one with ping-pong, every consumer otherwise."""
+        return 1 if self.pingpong else self.consumer_wgs
+
+    @property
+    def threads(self) -> int:
+        return (1 + self.consumer_wgs) * THREADS_PER_WG
+
+    @property
+    def mma_threads(self) -> int:
+        return self.mma_wgs * THREADS_PER_WG
+
+    @property
+    def epi_buffers(self) -> int:
+        """Staged output pieces in shared memory: a set per consumer warpgroup with ping-pong."""
+        return self.epi_stages * (2 if self.pingpong else 1)
+
+    @property
+    def epi_tile(self) -> tuple[int, int]:
+        return (min(self.tile_m, 64 * self.mma_wgs), min(32, self.tile_n))
+
+    @property
+    def tma_store(self) -> bool:
+        return self.epilogue == "tma_store"
+
+    @property
+    def split(self) -> bool:
+        return self.decomposition == "split_k"
+
+    @property
+    def stream_k(self) -> bool:
+        return self.decomposition == "stream_k"
+
+    @property
+    def has_workspace(self) -> bool:
+        return self.split or self.stream_k
+
+    @property
+    def needs_coords(self) -> bool:
+        """The epilogue reads C or the bias at each output's coordinates."""
+        return self.has_bias or self.beta != 0
+
+    @property
+    def tile_elems(self) -> int:
+        return self.tile_m * self.tile_n
+
+    @property
+    def cluster_size(self) -> int:
+        return self.cluster_m * self.cluster_n

@@ -1,0 +1,150 @@
+"""Which output tiles (and which k-ranges of them) each persistent CTA of the Hopper GEMM computes.
+
+Data-parallel and split-K: the DSL's static persistent scheduler walks whole work units in grouped
+rasterization; split-K's units are (output tile, K slice) pairs, the slice being the scheduler's
+batch mode. Slice s covers k-tiles [s * k_tiles // split_k, (s + 1) * k_tiles // split_k): never
+empty, since 1 <= split_k <= k_tiles.
+
+Stream-K: data-parallel waves first, then stream-K for the rest (CUTLASS's hybrid). The work unit is
+a cluster: its CTAs take the same cluster tile (cluster_m x cluster_n output tiles) and the same
+k-range, so the operand tiles they multicast to each other stay in step. The cluster tiles left over
+after the last full wave are cut into k-iterations (tile-major, k_tiles each) and every cluster takes
+one contiguous, even range of them (of its lane's, below). When those leftovers fill less than half
+a wave, one full wave joins them (so no tile is shared by more than about three clusters); otherwise
+they go alone, which keeps the clusters working on one column of tiles at nearly the same k and so
+reading the same operand slabs from L2. A range starts and ends anywhere in a tile: a CTA whose first
+segment is not a tile's first k-iteration hands its fp32 partial over through its own workspace slot
+and flag; the CTA of the same cluster rank that holds the tile's first k-iteration (the owner) adds
+its peers' partials, in cluster order (deterministic), then runs the epilogue. Owners wait only at
+the end of their range, for segments their peers process first, so there are no wait chains; the grid
+never exceeds what is co-resident (one CTA per SM). All stream-K without the data-parallel waves is
+much slower: tiles done at the same time then lie far apart and share nothing in L2.
+
+The stream-K tiles are shared out in lanes: lane l takes the cluster tiles whose row across the
+raster is l modulo the lane count, and the clusters u with u % lanes == l split them among themselves
+alone. Clusters at the same place in different lanes then work on neighbouring tiles of one column
+(raster along N: one row) at the same k, and read its operand slab from L2 together. (In one lane,
+the cluster tiles of a column can run up to a tile of k apart and read B from DRAM twice; the
+measurements are in docs/results.md.)
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import cutlass
+import cutlass.cute as cute
+
+from .config import GemmConfig
+
+
+def split_range(s, k_tiles: int, split_k: int):
+    """(first k-tile, number of k-tiles) of K slice s (an Int32 in the kernel)."""
+    first = (s * k_tiles) // split_k
+    return first, ((s + 1) * k_tiles) // split_k - first
+
+
+@dataclass(frozen=True)
+class StreamKPlan:
+    """How a stream-K grid of `units` clusters shares the cluster tiles of one problem."""
+
+    units: int  # clusters in the grid
+    dp_waves: int  # whole data-parallel waves before the stream-K part
+    sk_tiles: int  # cluster tiles shared out by k-iteration
+    lanes: int  # lanes the stream-K tiles are shared out in
+    ctiles_m: int  # cluster tiles along M and N (a ragged edge runs out-of-bounds tiles)
+    ctiles_n: int
+    k_tiles: int  # k-tiles of one output tile
+
+    @property
+    def ctiles(self) -> int:
+        return self.ctiles_m * self.ctiles_n
+
+
+def stream_k_plan(cfg: GemmConfig, m: int, n: int, k: int, max_active_clusters: int) -> StreamKPlan:
+    """The plan for an m x n x k problem on a grid of at most max_active_clusters clusters."""
+    tiles_m = (m + cfg.tile_m - 1) // cfg.tile_m
+    tiles_n = (n + cfg.tile_n - 1) // cfg.tile_n
+    ctiles_m = (tiles_m + cfg.cluster_m - 1) // cfg.cluster_m
+    ctiles_n = (tiles_n + cfg.cluster_n - 1) // cfg.cluster_n
+    k_tiles = (k + cfg.tile_k - 1) // cfg.tile_k
+    ctiles = ctiles_m * ctiles_n
+    units = min(max_active_clusters, cfg.sm_count // cfg.cluster_size, ctiles * k_tiles)
+    dp_waves, sk_tiles = _waves_and_shared_tiles(ctiles, units)
+    lanes = _lanes(cfg, m, n, ctiles_m, ctiles_n, units)
+    return StreamKPlan(units, dp_waves, sk_tiles, lanes, ctiles_m, ctiles_n, k_tiles)
+
+
+def _waves_and_shared_tiles(ctiles: int, clusters: int) -> tuple[int, int]:
+    """(data-parallel waves, stream-K cluster tiles) for a grid of `clusters` clusters."""
+    rem = ctiles % clusters
+    if rem == 0:
+        return ctiles // clusters, 0
+    sk_tiles = rem if 2 * rem >= clusters else min(ctiles, rem + clusters)
+    return (ctiles - sk_tiles) // clusters, sk_tiles
+
+
+def _lanes(cfg: GemmConfig, m: int, n: int, ctiles_m: int, ctiles_n: int, clusters: int) -> int:
+    """Lanes the stream-K tiles are shared out in: the cluster-tile rows across the raster direction and
+    the clusters are both multiples of it, so every lane has as many tiles and clusters as every other
+    (the data-parallel waves, a multiple of `clusters` tiles, end on a lane boundary). Lanes keep the
+    operand panel that tiles of one column (raster along M: B's) or one row (along N: A's) share in step,
+    so they are used only where that operand is the larger one; otherwise a single lane keeps the larger
+    operand in step (on 12288x256x16384, raster along M, the two tiles of each row, which share A).
+    Lanes that share the smaller operand instead measured slower (docs/results.md)."""
+    shares_larger = n >= m if cfg.raster_along_m else m >= n
+    return math.gcd(ctiles_m if cfg.raster_along_m else ctiles_n, clusters) if shares_larger else 1
+
+
+def stream_k_tile(cfg: GemmConfig, plan: StreamKPlan, tile, cluster_crd):
+    """(m, n, l) output tile of this CTA (at cluster_crd in its cluster) in cluster tile number `tile`;
+    cluster tiles are numbered along the raster direction."""
+    if cutlass.const_expr(cfg.raster_along_m):
+        return (tile % plan.ctiles_m * cfg.cluster_m + cluster_crd[0],
+                tile // plan.ctiles_m * cfg.cluster_n + cluster_crd[1], 0)
+    return (tile // plan.ctiles_n * cfg.cluster_m + cluster_crd[0],
+            tile % plan.ctiles_n * cfg.cluster_n + cluster_crd[1], 0)
+
+
+@cute.jit
+def stream_k_start(unit, units: cutlass.Constexpr, sk_tiles: cutlass.Constexpr, lanes: cutlass.Constexpr,
+                   k_tiles: cutlass.Constexpr):
+    """The first stream-K iteration, counted in its lane, of cluster `unit`'s range (its range ends where
+    that of cluster unit + lanes, the next in its lane, starts): the one place the producer, the
+    consumers and the owners waiting on peers split the work."""
+    return ((unit // lanes) * (sk_tiles // lanes * k_tiles)) // (units // lanes)
+
+
+@cute.jit
+def stream_k_segment(it, unit, units: cutlass.Constexpr, dp_waves: cutlass.Constexpr, sk_tiles: cutlass.Constexpr,
+                     lanes: cutlass.Constexpr, k_tiles: cutlass.Constexpr, ctiles: cutlass.Constexpr,
+                     sk_first, sk_end):
+    """The segment at this cluster's local step `it`: (cluster tile number, first k-tile, k-tiles,
+    stream-K iteration of its start). Steps [0, dp_waves * k_tiles) are whole data-parallel tiles
+    unit, unit + units, ...; the rest walk the cluster's stream-K range [sk_first, sk_end) of its lane
+    (unit % lanes)."""
+    tile = it // k_tiles * units + unit
+    kt0 = it * 0
+    kts = kt0 + k_tiles
+    g = kt0
+    if it >= dp_waves * k_tiles:
+        g = sk_first + it - dp_waves * k_tiles
+        tile = ctiles - sk_tiles + g // k_tiles * lanes + unit % lanes
+        kt0 = g % k_tiles
+        kts = cutlass.min(k_tiles - kt0, sk_end - g)
+    return tile, kt0, kts, g
+
+
+def stream_k_range(plan: StreamKPlan, unit):
+    """Cluster `unit`'s share, which the producer and the consumers walk alike: the first and end
+    stream-K iterations of its range (in its lane), and its local steps (data-parallel ones first)."""
+    first = stream_k_start(unit, plan.units, plan.sk_tiles, plan.lanes, plan.k_tiles)
+    end = stream_k_start(unit + plan.lanes, plan.units, plan.sk_tiles, plan.lanes, plan.k_tiles)
+    return first, end, plan.dp_waves * plan.k_tiles + end - first
+
+
+def stream_k_segment_of(plan: StreamKPlan, it, unit, first, end):
+    """stream_k_segment with the plan's constants."""
+    return stream_k_segment(it, unit, plan.units, plan.dp_waves, plan.sk_tiles, plan.lanes, plan.k_tiles, plan.ctiles,
+                            first, end)
