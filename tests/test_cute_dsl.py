@@ -620,3 +620,122 @@ def test_register_splits_ptxas_rejects_and_single_stage_pipelines_are_refused():
         with pytest.raises(SpecError) as e:
             KernelSpec(**base, **bad)
         assert next(iter(bad)) in str(e.value)
+
+
+# ---- shape-generic kernels ------------------------------------------------------------------------------
+DYN = dict(shape_specialization="dynamic")
+
+
+def test_a_shape_generic_module_is_one_per_problem_class():
+    b = CuteDslBackend()
+    s = spec(**DYN)
+    one, two = GemmProblem(m=33, n=4096, k=4096, layout="NT"), GemmProblem(m=3001, n=1024, k=512, layout="NT")
+    assert b.render(one, s).text == b.render(two, s).text
+    assert b.shape_key(one, s) == b.shape_key(two, s) == one.class_key()
+    assert b.render(one, s).text != b.render(one.replace(layout="NN"), s).text
+    assert "MxNxK-float16-NT" in b.render(one, s).text and "m=None," in b.render(one, s).text
+    assert b.shape_key(one, spec()) == one.key()  # a static kernel's is the problem itself
+
+
+def test_shape_generic_split_k_is_compiled_per_variant():
+    b = CuteDslBackend()
+    s = spec(decomposition="split_k", split_k=4, epilogue_path="registers", **DYN)
+    whole, edge = GemmProblem(m=512, n=512, k=8192), GemmProblem(m=520, n=504, k=8192)
+    assert b.variant_key(whole, s) != b.variant_key(edge, s)
+    assert gemm_config(whole, s).whole_tiles and not gemm_config(edge, s).whole_tiles
+    assert b.variant_key(whole, spec(**DYN)) == ""  # data-parallel: one binary for the class
+
+
+def test_shape_generic_stream_k_is_refused():
+    ok = CuteDslBackend().supports(GemmProblem(m=256, n=4096, k=4096), spec(decomposition="stream_k", **DYN))
+    assert not ok and "one shape" in ok.reason and "static" in ok.reason
+
+
+@pytest.mark.parametrize("m, n, k, skw, words", [
+    (64, 4100, 4096, dict(layout="NT"), ("multiples of 8", "n")),  # B column-major: its rows are K; D's are N
+    (64, 4096, 4100, dict(layout="NT"), ("multiples of 8", "k")),
+    (0, 4096, 4096, dict(layout="NT"), ("empty",)),
+    (1, 4096, 4096, dict(layout="NT", swap_ab=True, block_m=192), ("vector",)),
+    (512, 512, 128, dict(decomposition="split_k", split_k=4, epilogue_path="registers"), ("k-tiles",)),
+    (520, 504, 8192, dict(decomposition="split_k", split_k=4, epilogue_path="registers"), ("edge tiles",)),
+])
+def test_a_shape_generic_kernel_says_which_shapes_it_cannot_serve(m, n, k, skw, words):
+    from cudal2.codegen.cute_sm90.kernel import shape_refusal
+
+    layout = skw.pop("layout", "NN")
+    compiled_for = GemmProblem(m=512, n=512, k=8192, layout=layout)  # whole tiles, every extent aligned
+    why = shape_refusal(gemm_config(compiled_for, spec(**DYN, **skw)), m, n, k)
+    assert why and all(w in why for w in words), why
+    assert not shape_refusal(gemm_config(compiled_for, spec(**DYN, **skw)), 512, 512, 8192)
+
+
+@pytest.mark.parametrize("ctiles_m, ctiles_n, group, splits", [
+    (5, 7, 3, 1), (4, 9, 8, 2), (1, 1, 8, 3), (13, 2, 4, 1), (2, 13, 8, 1), (6, 6, 1, 2), (48, 2, 8, 1)])
+@pytest.mark.parametrize("along_m", [True, False])
+@needs_dsl
+def test_grouped_walk_visits_every_unit_once_whatever_the_group(ctiles_m, ctiles_n, group, splits, along_m):
+    from cudal2.codegen.cute_sm90.scheduler import grouped_unit
+
+    units = [grouped_unit(w, ctiles_m, ctiles_n, group, along_m) for w in range(ctiles_m * ctiles_n * splits)]
+    assert sorted(units) == [(m, n, s) for m in range(ctiles_m) for n in range(ctiles_n) for s in range(splits)]
+
+
+@needs_dsl
+def test_grouped_walk_is_the_dsl_schedulers_where_the_group_divides():
+    """Where no padding arises the shape-generic walk takes the tiles in the DSL scheduler's order, so
+    a shape-generic kernel and one compiled for the shape visit them alike."""
+    import cutlass.cute as cute
+    import cutlass.utils as utils
+
+    from cudal2.codegen.cute_sm90.scheduler import grouped_unit
+
+    cases = [((6, 8), 4, True), ((6, 8), 2, False), ((5, 3), 1, True), ((6, 4), 3, False)]
+    got = {}
+
+    @cute.jit
+    def probe():
+        for (tm, tn), g, along in cases:
+            params = utils.PersistentTileSchedulerParams((tm, tn, 1), (1, 1, 1), g, along)
+            got[(tm, tn, g, along)] = [tuple(params.problem_layout_ncluster_mnl.get_flat_coord(w))[:2]
+                                       for w in range(tm * tn)]
+
+    cute.compile(probe)
+    for (tm, tn), g, along in cases:
+        assert got[(tm, tn, g, along)] == [grouped_unit(w, tm, tn, g, along)[:2] for w in range(tm * tn)]
+
+
+DYNAMIC_VARIANTS = [
+    ("NT-pingpong-c1x2-tma", dict(layout="NT"), dict(warp_specialization="pingpong", stages=5, cluster_n=2)),
+    ("NN-coop-c2x1-regs-bias", dict(layout="NN", epilogue=Epilogue(bias=True, activation="relu")),
+     dict(cluster_m=2, epilogue_path="registers")),
+    ("TN-bf16-192-16warps-raster-n", dict(layout="TN", dtype="bfloat16"),
+     dict(block_m=192, num_warps=16, raster_order="along_n", raster_group=4)),
+    ("TT-64x96-8warps-s6", dict(layout="TT"), dict(block_m=64, block_n=96, num_warps=8, stages=6)),
+    ("NT-swap-192-beta-tma", dict(layout="NT", epilogue=Epilogue(alpha=0.5, beta=0.25)),
+     dict(swap_ab=True, block_m=192, stages=4)),
+    ("NN-split3-edge", dict(m=520, n=504, k=4096, layout="NN"),
+     dict(decomposition="split_k", split_k=3, epilogue_path="registers", num_warps=8, block_m=64)),
+    ("NT-split4-whole-gelu", dict(m=512, n=512, k=8192, layout="NT", epilogue=Epilogue(bias=True, activation="gelu")),
+     dict(decomposition="split_k", split_k=4, epilogue_path="registers")),
+]
+
+
+@needs_dsl
+@pytest.mark.parametrize("pkw, skw", [v[1:] for v in DYNAMIC_VARIANTS], ids=[v[0] for v in DYNAMIC_VARIANTS])
+def test_shape_generic_kernels_compile_for_sm90a(backend, pkw, skw):
+    p = GemmProblem(**{"m": 1000, "n": 4096, "k": 1024, **pkw})
+    s = spec(**DYN, **skw)
+    assert backend.supports(p, s), backend.supports(p, s).reason
+    kernel = backend.compile(backend.render(p, s))
+    assert kernel.dynamic and kernel.source.problem == p
+
+
+@needs_dsl
+def test_shape_generic_kernel_checks_each_calls_shape(backend):
+    p = GemmProblem(m=1000, n=4096, k=1024, layout="NT")
+    kernel = backend.compile(backend.render(p, spec(**DYN)))
+    a = torch.randn(33, 1024, dtype=torch.float16)
+    with pytest.raises(ValueError, match="multiples of 8"):
+        kernel(a, torch.randn(4100, 1024, dtype=torch.float16).t())  # N=4100: D's rows are not 16-byte
+    with pytest.raises(ValueError, match="GPU"):  # a shape it serves gets as far as the device check
+        kernel(a, torch.randn(4096, 1024, dtype=torch.float16).t())

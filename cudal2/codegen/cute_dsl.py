@@ -36,12 +36,10 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import json
-import math
 import os
 import re
 import sys
 import threading
-from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
@@ -49,10 +47,10 @@ from typing import Any, Mapping
 from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, options
 from ..ir.spec import stage_bytes
 from .base import Backend, Source, Support
+from .cute_sm90.kernel import MAX_WORKSPACE_BYTES, CuteDslKernel, _same_strides  # noqa: F401 (re-exported)
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
 SPLIT_K_VALUES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64]
-MAX_WORKSPACE_BYTES = 1 << 30  # fp32 (split_k, M, N): also keeps every flat index within int32
 
 # Output pieces in flight through shared memory with the TMA store: the first count that fits beside
 # the spec's main-loop stages. Two instead of four frees the shared memory that lets 192-wide tiles
@@ -113,7 +111,10 @@ CAPABILITIES = Capabilities(
         epilogue_path=["registers", "tma_store"],
         epilogue_subtile=[1],
         swap_ab=[False, True],
-        shape_specialization=["auto", "static"],  # every extent is baked into the module (auto: static)
+        # static: every extent baked in; dynamic: one kernel for every M, N, K of the problem's class
+        # whose TMA'd leading dimensions are multiples of 8 (auto: static, until the GPU shows dynamic
+        # kernels within noise of static ones)
+        shape_specialization=["auto", "static", "dynamic"],
         # One stage hung on the H100: the producer/consumer pipeline needs two stages to overlap at
         # all, so one is not offered.
         # small tiles on deep K want deep pipelines: cuBLAS runs 64x32 tiles with 16 stages
@@ -173,8 +174,9 @@ def gemm_config(problem: GemmProblem, spec: KernelSpec):
     kproblem, kspec = kernel_view(problem, spec)
     e = kproblem.epilogue
     sm_count = arch_limits(kspec.arch).sm_count
+    dynamic = spec.shape_specialization == "dynamic"
     return GemmConfig(
-        m=kproblem.m, n=kproblem.n, k=kproblem.k,
+        m=None if dynamic else kproblem.m, n=None if dynamic else kproblem.n, k=None if dynamic else kproblem.k,
         ab_dtype=DSL_NAMES[kproblem.dtype], d_dtype=DSL_NAMES[kproblem.c_dtype],
         a_row_major=kproblem.a_row_major, b_row_major=kproblem.b_row_major,
         alpha=float(e.alpha), beta=float(e.beta), has_bias=bool(e.bias), activation=e.activation,
@@ -184,15 +186,27 @@ def gemm_config(problem: GemmProblem, spec: KernelSpec):
         pingpong=kspec.warp_specialization == "pingpong",
         producer_regs=kspec.producer_registers or DEFAULT_PRODUCER_REGISTERS,
         consumer_regs=kspec.consumer_registers or default_consumer_registers(kspec),
-        raster_group=effective_raster_group(kproblem, kspec), raster_along_m=kspec.raster_order == "along_m",
+        # (a shape-generic kernel's walk gives the last group what is left: no divisor needed)
+        raster_group=kspec.raster_group if dynamic else effective_raster_group(kproblem, kspec),
+        raster_along_m=kspec.raster_order == "along_m",
         epilogue=kspec.epilogue_path, decomposition=kspec.decomposition, split_k=kspec.split_k,
         epi_stages=epilogue_stages(dict(kspec)),
-        # split-K reduction: 4 outputs per thread once that still leaves two waves of blocks
-        red_vec=4 if kproblem.m * kproblem.n >= 2 * sm_count * 256 * 4 else 1,
-        # split-K partials leave unpredicated, adjacent columns together, when no tile crosses an edge
-        whole_tiles=kproblem.m % kspec.block_m == 0 and kproblem.n % kspec.block_n == 0,
+        **split_k_variant(kproblem, kspec),
         sm_count=sm_count,
     )
+
+
+def split_k_variant(kproblem: GemmProblem, kspec: KernelSpec) -> dict[str, Any]:
+    """The split-K choices that follow from the kernel's extents (a shape-generic kernel is compiled
+    once per combination: variant_key)."""
+    split = kspec.decomposition == "split_k"
+    sm_count = arch_limits(kspec.arch).sm_count
+    return {
+        # the reduction: 4 outputs per thread once that still leaves two waves of blocks
+        "red_vec": 4 if split and kproblem.m * kproblem.n >= 2 * sm_count * 256 * 4 else 1,
+        # partials leave unpredicated, adjacent columns together, when no tile crosses an edge
+        "whole_tiles": split and kproblem.m % kspec.block_m == 0 and kproblem.n % kspec.block_n == 0,
+    }
 
 
 @lru_cache(maxsize=1)
@@ -250,118 +264,6 @@ def _cache_root() -> Path:
     return paths.cache_dir() / "cute_dsl"
 
 
-@dataclass
-class CuteDslKernel:
-    """A compiled GEMM. kernel(a, b, c=None, bias=None) -> d (torch tensors on the GPU).
-
-    With c given, the result is written into c (which is also read when beta != 0);
-    otherwise a new (M, N) row-major tensor is returned. No host synchronization, no
-    allocation beyond that output (and, with split-K or stream-K, the workspace on a device's first
-    call); launches on torch's current stream."""
-
-    source: Source
-    _fn: Any
-    _binding: Any  # cute_sm90.GemmBinding: pointers, alignment and workspace of this kernel
-    loaded_from_disk: bool = False
-    _keepalive: Any = None  # the loaded binary module owns the execution engine behind _fn
-    _workspaces: dict = dataclasses.field(default_factory=dict)  # device -> fp32 tensor
-
-    def _workspace_shape(self):
-        cfg = self._binding.cfg
-        return self._binding.workspace_shape(cfg.m, cfg.n)
-
-    @property
-    def workspace_bytes(self) -> int:
-        """Bytes of the split-K or stream-K workspace (allocated on the first call per device, then reused)."""
-        shape = self._workspace_shape()
-        return 0 if shape is None else 4 * math.prod(shape)
-
-    def _workspace_for(self, device):
-        """The fp32 workspace on device, allocated once and reused by every later call (calls on one
-        device must therefore be stream-ordered, as with cuBLAS's workspace)."""
-        import torch
-
-        shape = self._workspace_shape()
-        if shape is None:
-            return None
-        key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
-        ws = self._workspaces.get(key)
-        if ws is None:
-            ws = torch.zeros(shape, dtype=torch.float32, device=device)  # stream-K flags start at 0
-            self._workspaces[key] = ws
-        return ws
-
-    def __call__(self, a, b, c=None, bias=None):
-        import torch
-        import cuda.bindings.driver as cuda
-
-        p = self.source.problem
-        _check_operands(p, a, b, c, bias)
-        if c is None:
-            d = torch.empty((p.m, p.n), dtype=_torch_dtype(p.c_dtype), device=a.device)
-            c_in = d
-        else:
-            d = c_in = c
-        bias_t = bias if bias is not None else d
-        align = self._binding.align
-        for name, t in (("a", a), ("b", b), ("c", c_in), ("d", d), ("bias", bias_t)):
-            if t.data_ptr() % align[name]:
-                raise ValueError(f"operand {name} starts at an address not aligned to {align[name]} bytes "
-                                 f"(this kernel was compiled for it); pass a freshly allocated or .clone()d tensor")
-        stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
-        ws = self._workspace_for(a.device)
-        self._fn(*self._binding.pointer_args(a, b, c_in, d, bias_t, ws), stream)
-        return d
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16}[name]
-
-
-def _same_strides(t, stride) -> bool:
-    """Strides equal where they matter: the stride of a size-1 dimension is never used to
-    address anything, and torch gives such views arbitrary ones (a (64, 1) view of a
-    contiguous (1, 64) tensor has strides (1, 1))."""
-    return all(have == want for have, want, size in zip(t.stride(), stride, t.shape) if size > 1)
-
-
-def _check_operands(p: GemmProblem, a, b, c, bias) -> None:
-    """Clear errors for tensors that do not match the problem this kernel was built for."""
-    want = _torch_dtype(p.dtype)
-    out = _torch_dtype(p.c_dtype)
-    a_shape_stride = ((p.m, p.k), (p.k, 1) if p.a_row_major else (1, p.m))
-    b_shape_stride = ((p.k, p.n), (p.n, 1) if p.b_row_major else (1, p.k))
-    for name, t, (shape, stride), fix in (
-        ("a", a, a_shape_stride, "a contiguous (M, K) tensor" if p.a_row_major else "At.t() of a contiguous (K, M)"),
-        ("b", b, b_shape_stride, "a contiguous (K, N) tensor" if p.b_row_major else "W.t() of a contiguous (N, K)"),
-    ):
-        if tuple(t.shape) != shape:
-            raise ValueError(f"operand {name} has shape {tuple(t.shape)}, the kernel was built for {shape} "
-                             f"({p.label()})")
-        if t.dtype != want:
-            raise ValueError(f"operand {name} is {t.dtype}, the kernel was built for {want}")
-        if not t.is_cuda:
-            raise ValueError(f"operand {name} is on {t.device}; move it to the GPU")
-        if not _same_strides(t, stride):
-            raise ValueError(f"operand {name} has strides {tuple(t.stride())}; layout {p.layout} needs {stride}: "
-                             f"pass {fix}")
-    if c is not None:
-        if tuple(c.shape) != (p.m, p.n) or c.dtype != out or not _same_strides(c, (p.n, 1)) or not c.is_cuda:
-            raise ValueError(f"c must be a contiguous ({p.m}, {p.n}) {out} CUDA tensor; got {tuple(c.shape)} "
-                             f"{c.dtype} strides {tuple(c.stride())} on {c.device}")
-    elif p.epilogue.beta != 0:
-        raise ValueError(f"the problem has beta={p.epilogue.beta:g}: pass c (it is read and overwritten)")
-    if p.epilogue.bias:
-        if bias is None:
-            raise ValueError("the problem has a bias: pass bias, a contiguous (N,) tensor")
-        if tuple(bias.shape) != (p.n,) or bias.dtype != out or not _same_strides(bias, (1,)):
-            raise ValueError(f"bias must be a contiguous ({p.n},) {out} tensor; got {tuple(bias.shape)} {bias.dtype}")
-    elif bias is not None:
-        raise ValueError("the problem has no bias but one was passed; build the kernel for a problem with bias=True")
-
-
 class CuteDslBackend(Backend):
     name = "cute_dsl"
     version = "2"
@@ -388,6 +290,20 @@ class CuteDslBackend(Backend):
             return Support(False, "; ".join(str(v) for v in bad))
         return Support(True)
 
+    @staticmethod
+    def dynamic(spec: KernelSpec) -> bool:
+        return spec.shape_specialization == "dynamic"
+
+    def shape_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
+        return problem.class_key() if self.dynamic(spec) else problem.key()
+
+    def variant_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
+        """A shape-generic split-K kernel is compiled per reduction width and tile evenness."""
+        if not self.dynamic(spec) or spec.decomposition != "split_k":
+            return ""
+        v = split_k_variant(*kernel_view(problem, spec))
+        return f"r{v['red_vec']}{'w' if v['whole_tiles'] else 'e'}"
+
     def render(self, problem: GemmProblem, spec: KernelSpec) -> Source:
         # the module's host entry is entry() (a kernel object for cute.compile), not a launcher
         return dataclasses.replace(super().render(problem, spec), entry="entry")
@@ -396,8 +312,11 @@ class CuteDslBackend(Backend):
         """The thin module binds the kernel's GemmConfig, built from the kernel's view (kernel_view):
         with swap_ab its problem and spec are the transposed ones."""
         config = gemm_config(problem, spec)
-        return {"backend_version": self.version, "d_problem_label": problem.label(), "d_spec_key": spec.key(),
-                "swap_ab": spec.swap_ab, "kernel_label": kernel_view(problem, spec)[0].label(),
+        kproblem = kernel_view(problem, spec)[0]
+        # a shape-generic module names the class it serves, so its text (the cache key) is one per class
+        label = (lambda p: p.class_label()) if self.dynamic(spec) else (lambda p: p.label())
+        return {"backend_version": self.version, "d_problem_label": label(problem), "d_spec_key": spec.key(),
+                "swap_ab": spec.swap_ab, "kernel_label": label(kproblem),
                 "config": [(f.name, repr(getattr(config, f.name))) for f in dataclasses.fields(config)]}
 
     def toolchain_version(self) -> str:
@@ -650,6 +569,9 @@ def _decomposition_violations(problem: GemmProblem, spec: KernelSpec) -> list[Vi
         why = None
         if pingpong:
             why = ("stream-K runs one tile at a time on both consumer warpgroups", "use warp_specialization='cooperative'")
+        elif spec.shape_specialization == "dynamic":
+            why = ("stream-K plans its work split for one shape at compile time",
+                   "use shape_specialization='static' with stream-K, or decomposition='data_parallel'")
         if why:
             bad.append(Violation("decomposition", "stream_k", *why))
         iters = -(-problem.m // spec.block_m) * -(-problem.n // spec.block_n) * -(-problem.k // spec.block_k)

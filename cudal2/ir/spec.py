@@ -86,7 +86,7 @@ class KernelSpec(IRModel):
     # dtype, layout and epilogue (what a sweep over many shapes and an op serving unseen shapes
     # want). A static one bakes the shape in. auto: the backend's choice, which is static for
     # both backends today (Triton's dynamic kernels measured 3% slower on the H100; the CuTe DSL
-    # backend has only static ones).
+    # backend's are not yet measured on a GPU).
     shape_specialization: Literal["auto", "dynamic", "static"] = Field(
         "auto", description="dynamic: one kernel for every M, N, K; static: compiled for one shape")
 

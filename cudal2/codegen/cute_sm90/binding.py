@@ -29,7 +29,7 @@ class GemmBinding:
         return Sm90Gemm(self.cfg)
 
     def workspace_shape(self, m: int, n: int) -> tuple[int, ...] | None:
-        """The fp32 workspace a call on an m x n output needs, or None. split-K: a (split_k, M, N)
+        """The fp32 workspace a call on the kernel's m x n output (kernel_extents) needs, or None. split-K: a (split_k, M, N)
         partial sum per K slice, written then read by every call. stream-K: one partial tile per CTA
         followed by one Int32 flag per CTA; the flags must start at zero (each is raised once and
         reset by the tile's owner)."""
@@ -41,28 +41,35 @@ class GemmBinding:
         return None
 
     def _pointers(self, a, b, c, d, bias, w=None):
+        """The kernel's pointer arguments from addresses: the workspace and the stream-K flags point at
+        D where a kernel has none (never read)."""
         cfg, align = self.cfg, self.align
         ab, dt = dsl_type(cfg.ab_dtype), dsl_type(cfg.d_dtype)
         gmem = cute.AddressSpace.gmem
         ptrs = [make_ptr(ab, a, gmem, assumed_align=align["a"]), make_ptr(ab, b, gmem, assumed_align=align["b"]),
                 make_ptr(dt, c, gmem, assumed_align=align["c"]), make_ptr(dt, d, gmem, assumed_align=align["d"]),
                 make_ptr(dt, bias, gmem, assumed_align=align["bias"])]
-        workspace = flags = None
-        if cfg.has_workspace:
-            workspace = make_ptr(cutlass.Float32, w, gmem, assumed_align=align["w"])
-        if cfg.stream_k:
-            flags = make_ptr(cutlass.Int32, w + 4 * cfg.sm_count * cfg.tile_elems, gmem, assumed_align=4)
-        return (*ptrs, workspace, flags)
+        w = d if w is None else w
+        flags = w + 4 * cfg.sm_count * cfg.tile_elems if cfg.stream_k else w
+        return (*ptrs, make_ptr(cutlass.Float32, w, gmem, assumed_align=align.get("w", 2)),
+                make_ptr(cutlass.Int32, flags, gmem, assumed_align=4 if cfg.stream_k else 2))
 
     def example_args(self, max_active_clusters: int):
-        """Arguments that compile the kernel without a GPU (the addresses are never dereferenced)."""
-        return (*self._pointers(256, 256, 256, 256, 256, 256), max_active_clusters, cuda.CUstream(0))
+        """Arguments that compile the kernel without a GPU (the addresses are never dereferenced; a
+        shape-generic kernel's extents are run-time values, any will do)."""
+        return (*self._pointers(256, 256, 256, 256, 256, 256), 128, 128, 128, max_active_clusters, cuda.CUstream(0))
 
-    def pointer_args(self, a, b, c, d, bias, w=None):
-        """Device addresses of torch tensors as DSL pointers: no dlpack, no host sync. w: the workspace
-        (workspace_shape, fp32), ignored without one. With swap_ab the kernel's A is the caller's B (and
-        its B the caller's A): the same memory."""
+    def kernel_extents(self, m: int, n: int, k: int) -> tuple[int, int, int]:
+        """(M, N, K) as the kernel sees them: with swap_ab it computes D^T, N x M."""
+        return (n, m, k) if self.cfg.swap_ab else (m, n, k)
+
+    def call_args(self, a, b, c, d, bias, w=None):
+        """The compiled kernel's arguments (less the stream) for torch tensors: device addresses as DSL
+        pointers (no dlpack, no host sync) and the kernel's extents. w: the workspace, None without one.
+        With swap_ab the kernel's A is the caller's B (and its B the caller's A): the same memory."""
+        extents = self.kernel_extents(a.shape[0], b.shape[1], a.shape[1])
         if self.cfg.swap_ab:
             a, b = b, a
-        return self._pointers(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), bias.data_ptr(),
+        ptrs = self._pointers(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), bias.data_ptr(),
                               w.data_ptr() if w is not None else None)
+        return (*ptrs, *extents)

@@ -116,3 +116,18 @@ class GemmConfig:
     @property
     def cluster_size(self) -> int:
         return self.cluster_m * self.cluster_n
+
+    @property
+    def dynamic(self) -> bool:
+        """Shape-generic: M, N and K are run-time values."""
+        return self.m is None
+
+    @property
+    def tma_leading_extents(self) -> frozenset[str]:
+        """The extents ("m", "n", "k") that are the leading dimension of a TMA'd tensor: A's, B's, and
+        D's with the TMA store. TMA wants rows of a multiple of 16 bytes, so a shape-generic kernel
+        serves only shapes where these are multiples of 8 elements (and is compiled knowing it)."""
+        lead = {"k" if self.a_row_major else "m", "n" if self.b_row_major else "k"}
+        if self.tma_store:
+            lead.add("m" if self.swap_ab else "n")  # swap_ab: the kernel's D is column-major
+        return frozenset(lead)

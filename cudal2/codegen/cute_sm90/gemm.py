@@ -48,10 +48,23 @@ class Sm90Gemm:
     # ---- host side: tensors from pointers, TMA descriptors, grid, launch -----------------------------
     @cute.jit
     def __call__(self, a_ptr: cute.Pointer, b_ptr: cute.Pointer, c_ptr: cute.Pointer, d_ptr: cute.Pointer,
-                 bias_ptr: cute.Pointer, w_ptr: Optional[cute.Pointer], flags_ptr: Optional[cute.Pointer],
+                 bias_ptr: cute.Pointer, w_ptr: cute.Pointer, flags_ptr: cute.Pointer,
+                 m: cutlass.Int32, n: cutlass.Int32, k: cutlass.Int32,
                  max_active_clusters: cutlass.Constexpr, stream: cuda.CUstream):
+        """Launch on stream. w_ptr, flags_ptr: the split-K or stream-K workspace and the stream-K flags
+        (any address where there is none). m, n, k: the extents of a shape-generic kernel; a kernel
+        compiled for one shape uses its own and ignores them."""
         cfg = self.cfg
-        m, n, k = cfg.m, cfg.n, cfg.k
+        if cutlass.const_expr(cfg.dynamic):
+            if cutlass.const_expr(cfg.stream_k):
+                raise ValueError("stream-K plans its work split for one shape; compile it with static extents")
+            # TMA needs rows of a multiple of 16 bytes: the shape class guarantees 8-element multiples
+            lead = cfg.tma_leading_extents
+            m = cute.assume(m, divby=8) if "m" in lead else m
+            n = cute.assume(n, divby=8) if "n" in lead else n
+            k = cute.assume(k, divby=8) if "k" in lead else k
+        else:
+            m, n, k = cfg.m, cfg.n, cfg.k
         mA, mB, mC, mD, mBias = self._operands(a_ptr, b_ptr, c_ptr, d_ptr, bias_ptr, m, n, k)
         mW, mFlags = self._workspace(w_ptr, flags_ptr, m, n)
 
@@ -71,7 +84,7 @@ class Sm90Gemm:
         if cutlass.const_expr(cfg.tma_store):
             sD_layout = epi.staged_output_layout(cfg, d_layout)
             mD_store = mD
-            if cutlass.const_expr(m == 1):
+            if cutlass.const_expr(not cfg.dynamic and m == 1):
                 mD_store = cute.make_tensor(d_ptr, cute.make_layout((cutlass.Int32(m), n, 1), stride=(n, 1, m * n)))
             tma_d, gD = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileS2GOp(), mD_store, cute.slice_(sD_layout, (None, None, 0)), cfg.epi_tile)
@@ -84,9 +97,13 @@ class Sm90Gemm:
         else:
             tiled = mW if cutlass.const_expr(cfg.split) else mD  # split-K: (m, n, slice) work units
             tiles_mnl = cute.zipped_divide(tiled, tiler=(cfg.tile_m, cfg.tile_n))[(0, (None, None, None))].shape
-            sched_params = utils.PersistentTileSchedulerParams(
-                tiles_mnl, self.cluster_mnk, cfg.raster_group, cfg.raster_along_m)
-            grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched_params, max_active_clusters)
+            if cutlass.const_expr(cfg.dynamic):
+                sched_params = scheduler.GroupedTileParams(cfg, tiles_mnl[0], tiles_mnl[1])
+                grid = sched_params.grid(max_active_clusters)
+            else:
+                sched_params = utils.PersistentTileSchedulerParams(
+                    tiles_mnl, self.cluster_mnk, cfg.raster_group, cfg.raster_along_m)
+                grid = utils.StaticPersistentTileScheduler.get_grid_shape(sched_params, max_active_clusters)
 
         self.shared = self._shared_storage(sA_layout, sB_layout, sD_layout)
         self.kernel(tma_a, gA, tma_b, gB, mC, mD, mBias, tiled_mma, sA_layout, sB_layout, sched_params,
@@ -108,8 +125,8 @@ class Sm90Gemm:
         keeps its 2-D box (a 1-D cp.async.bulk.tensor against a 2-D tensor map: "illegal instruction"
         on an H100 for M=1), so such an extent is made dynamic (an Int32 holding 1)."""
         cfg = self.cfg
-        m_tma = cutlass.Int32(m) if m == 1 else m
-        n_tma = cutlass.Int32(n) if n == 1 else n
+        m_tma = cutlass.Int32(m) if not cfg.dynamic and m == 1 else m
+        n_tma = cutlass.Int32(n) if not cfg.dynamic and n == 1 else n
         if cutlass.const_expr(cfg.a_row_major):
             mA = cute.make_tensor(a_ptr, cute.make_layout((m_tma, k, 1), stride=(k, 1, m * k)))
         else:
@@ -174,7 +191,7 @@ class Sm90Gemm:
     def kernel(self, tma_a: cute.CopyAtom, mA: cute.Tensor, tma_b: cute.CopyAtom, mB: cute.Tensor,
                mC: cute.Tensor, mD: cute.Tensor, mBias: cute.Tensor, tiled_mma: cute.TiledMma,
                sA_layout: cute.ComposedLayout, sB_layout: cute.ComposedLayout,
-               sched_params: Optional[utils.PersistentTileSchedulerParams],
+               sched_params,  # the DSL's PersistentTileSchedulerParams, GroupedTileParams, or None (stream-K)
                tma_d: Optional[cute.CopyAtom], mD_tma: Optional[cute.Tensor],
                sD_layout: Optional[cute.ComposedLayout], mW: Optional[cute.Tensor], mFlags: Optional[cute.Tensor]):
         cfg = self.cfg
@@ -264,6 +281,13 @@ class Sm90Gemm:
             turn = turns.state
         return mainloop, turns, turn
 
+    def _tile_scheduler(self, params):
+        """The persistent walk over work units: the DSL's for a kernel compiled for one shape, the
+        grouped one (scheduler.GroupedTileScheduler) for a shape-generic kernel."""
+        if cutlass.const_expr(self.cfg.dynamic):
+            return scheduler.GroupedTileScheduler.create(params, cute.arch.block_idx(), cute.arch.grid_dim())
+        return utils.StaticPersistentTileScheduler.create(params, cute.arch.block_idx(), cute.arch.grid_dim())
+
     @cute.jit
     def _produce(self, mainloop, tma_a, tma_b, tAgA, tAsA, tBgB, tBsB, a_mask, b_mask, k_tiles, sched_params,
                  walk, cluster_crd):
@@ -283,8 +307,7 @@ class Sm90Gemm:
                                            b_mask, kt0, kts)
                 it = it + kts
         else:
-            sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(),
-                                                               cute.arch.grid_dim())
+            sched = self._tile_scheduler(sched_params)
             work = sched.initial_work_tile_info()
             while work.is_valid_tile:
                 crd = work.tile_idx
@@ -347,8 +370,7 @@ class Sm90Gemm:
                     epilogues = epilogues + 1
                 it = it + kts
         else:
-            sched = utils.StaticPersistentTileScheduler.create(sched_params, cute.arch.block_idx(),
-                                                               cute.arch.grid_dim())
+            sched = self._tile_scheduler(sched_params)
             if cutlass.const_expr(cfg.pingpong):
                 # warpgroup 1 starts one tile later: skip warpgroup 0's tile and its k-stages
                 sched.advance_to_next_work(advance_count=c.mwg)

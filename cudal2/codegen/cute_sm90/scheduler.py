@@ -1,9 +1,12 @@
 """Which output tiles (and which k-ranges of them) each persistent CTA of the Hopper GEMM computes.
 
-Data-parallel and split-K: the DSL's static persistent scheduler walks whole work units in grouped
-rasterization; split-K's units are (output tile, K slice) pairs, the slice being the scheduler's
-batch mode. Slice s covers k-tiles [s * k_tiles // split_k, (s + 1) * k_tiles // split_k): never
-empty, since 1 <= split_k <= k_tiles.
+Data-parallel and split-K: a persistent walk over whole work units in grouped rasterization;
+split-K's units are (output tile, K slice) pairs, the slice being the walk's batch mode. Slice s
+covers k-tiles [s * k_tiles // split_k, (s + 1) * k_tiles // split_k): never empty, since
+1 <= split_k <= k_tiles. A kernel compiled for one shape uses the DSL's static persistent scheduler,
+whose raster group the backend cuts to a divisor of the clusters across the raster (it pads that
+count to a multiple of the group and runs the padding tiles); a shape-generic kernel cannot know
+that count, so it walks with GroupedTileScheduler, whose last group is as wide as what is left.
 
 Stream-K: data-parallel waves first, then stream-K for the rest (CUTLASS's hybrid). The work unit is
 a cluster: its CTAs take the same cluster tile (cluster_m x cluster_n output tiles) and the same
@@ -35,6 +38,8 @@ from dataclasses import dataclass
 
 import cutlass
 import cutlass.cute as cute
+from cutlass.cutlass_dsl import Int32, extract_mlir_values, new_from_mlir_values
+from cutlass.utils.static_persistent_tile_scheduler import WorkTileInfo
 
 from .config import GemmConfig
 
@@ -148,3 +153,104 @@ def stream_k_segment_of(plan: StreamKPlan, it, unit, first, end):
     """stream_k_segment with the plan's constants."""
     return stream_k_segment(it, unit, plan.units, plan.dp_waves, plan.sk_tiles, plan.lanes, plan.k_tiles, plan.ctiles,
                             first, end)
+
+
+# ---- the walk of a shape-generic kernel ---------------------------------------------------------------
+class GroupedTileParams:
+    """What the persistent walk of a shape-generic kernel needs from the host: the clusters of output
+    tiles along M and N (run-time values); the splits, group width and raster direction are compile-time."""
+
+    def __init__(self, cfg: GemmConfig, tiles_m, tiles_n):
+        self.cfg = cfg
+        self.ctiles_m = Int32((tiles_m + cfg.cluster_m - 1) // cfg.cluster_m)
+        self.ctiles_n = Int32((tiles_n + cfg.cluster_n - 1) // cfg.cluster_n)
+
+    @property
+    def splits(self) -> int:
+        return self.cfg.split_k if self.cfg.split else 1
+
+    def work_units(self):
+        """Clusters' worth of work: output cluster tiles times K slices."""
+        return self.ctiles_m * self.ctiles_n * self.splits
+
+    def grid(self, max_active_clusters: int):
+        """(cluster_m, cluster_n, persistent clusters): one cluster per work unit, at most a wave."""
+        return (self.cfg.cluster_m, self.cfg.cluster_n, cutlass.min(self.work_units(), max_active_clusters))
+
+    def __extract_mlir_values__(self):
+        return extract_mlir_values(self.ctiles_m) + extract_mlir_values(self.ctiles_n)
+
+    def __new_from_mlir_values__(self, values):
+        new = object.__new__(GroupedTileParams)
+        new.cfg = self.cfg
+        new.ctiles_m = new_from_mlir_values(self.ctiles_m, values[:1])
+        new.ctiles_n = new_from_mlir_values(self.ctiles_n, values[1:2])
+        return new
+
+
+class GroupedTileScheduler:
+    """The persistent walk of a shape-generic kernel, with the interface of the DSL's static persistent
+    scheduler. Work unit w (cluster z of the grid takes z, z + clusters, ...) is K slice
+    w // (ctiles_m * ctiles_n) of a cluster tile in grouped rasterization: raster along M cuts the
+    cluster-tile columns into groups of raster_group and walks each group down M, a row of the group
+    at a time (along N: the transpose). The last group holds what is left, so no unit falls outside
+    the output whatever the shape."""
+
+    def __init__(self, params: GroupedTileParams, linear, executed, cta_crd, clusters):
+        self.params = params
+        self._linear = linear
+        self._executed = executed
+        self.cta_crd = cta_crd
+        self.clusters = clusters
+
+    @staticmethod
+    def create(params: GroupedTileParams, block_idx, grid_dim) -> "GroupedTileScheduler":
+        cfg = params.cfg
+        bidx, bidy, bidz = block_idx
+        cta = (Int32(bidx % cfg.cluster_m), Int32(bidy % cfg.cluster_n))
+        return GroupedTileScheduler(params, Int32(bidz), Int32(0), cta, Int32(grid_dim[2]))
+
+    def get_current_work(self) -> WorkTileInfo:
+        p, cfg = self.params, self.params.cfg
+        valid = self._linear < p.work_units()
+        cm, cn, s = grouped_unit(self._linear, p.ctiles_m, p.ctiles_n, cfg.raster_group, cfg.raster_along_m)
+        crd = (cm * cfg.cluster_m + self.cta_crd[0], cn * cfg.cluster_n + self.cta_crd[1], s)
+        return WorkTileInfo(tuple(cute.arch.make_warp_uniform(Int32(x)) for x in crd),
+                            cute.arch.make_warp_uniform(valid))
+
+    def initial_work_tile_info(self) -> WorkTileInfo:
+        return self.get_current_work()
+
+    def advance_to_next_work(self, advance_count=1) -> None:
+        self._linear = self._linear + Int32(advance_count) * self.clusters
+        self._executed = self._executed + Int32(1)
+
+    @property
+    def num_tiles_executed(self):
+        return self._executed
+
+    def __extract_mlir_values__(self):
+        return (extract_mlir_values(self._linear) + extract_mlir_values(self._executed)
+                + extract_mlir_values(self.cta_crd[0]) + extract_mlir_values(self.cta_crd[1])
+                + extract_mlir_values(self.clusters) + extract_mlir_values(self.params))
+
+    def __new_from_mlir_values__(self, values):
+        linear, executed, c0, c1, clusters = (new_from_mlir_values(like, [v]) for like, v in zip(
+            (self._linear, self._executed, self.cta_crd[0], self.cta_crd[1], self.clusters), values[:5]))
+        return GroupedTileScheduler(new_from_mlir_values(self.params, values[5:]), linear, executed, (c0, c1),
+                                    clusters)
+
+
+def grouped_unit(w, ctiles_m, ctiles_n, group: int, along_m: bool):
+    """Work unit w of the grouped walk: (cluster tile along M, along N, K slice). Plain integer
+    arithmetic, so the kernel runs it on Int32 values and tests on Python ints."""
+    per_slice = ctiles_m * ctiles_n
+    s = w // per_slice
+    r = w - s * per_slice
+    along, across = (ctiles_m, ctiles_n) if along_m else (ctiles_n, ctiles_m)
+    g = r // (group * along)
+    within = r - g * group * along
+    width = cutlass.min(group, across - g * group)
+    step = within // width  # along the raster
+    lane = g * group + within - step * width  # across it
+    return (step, lane, s) if along_m else (lane, step, s)

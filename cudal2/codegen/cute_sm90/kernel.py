@@ -1,0 +1,182 @@
+"""CuteDslKernel: a compiled Hopper GEMM as a torch callable, kernel(a, b, c=None, bias=None) -> d.
+
+A kernel compiled for one shape serves that problem; a shape-generic one every M, N, K of its
+problem's class (dtypes, layout, epilogue) whose TMA'd leading dimensions are multiples of 8
+elements: the extents are read off a and b, and a shape the kernel cannot serve is a ValueError
+that says why, before anything is launched.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ...ir import GemmProblem
+from ..base import Source
+
+# fp32 (split_k, M, N): also keeps every flat index within int32
+MAX_WORKSPACE_BYTES = 1 << 30
+MAX_ELEMENTS = 2**31 - 1  # a shape-generic kernel indexes each operand with 32-bit extents and strides
+
+
+@dataclass
+class CuteDslKernel:
+    """With c given, the result is written into c (which is also read when beta != 0); otherwise a
+    new (M, N) row-major tensor is returned. No host synchronization, no allocation beyond that
+    output (and, with split-K or stream-K, the workspace on a device's first call, grown when a
+    shape-generic kernel meets a larger output); launches on torch's current stream."""
+
+    source: Source
+    _fn: Any
+    _binding: Any  # cute_sm90.binding.GemmBinding: pointers, alignment and workspace of this kernel
+    loaded_from_disk: bool = False
+    _keepalive: Any = None  # the loaded binary module owns the execution engine behind _fn
+    _workspaces: dict = dataclasses.field(default_factory=dict)  # device -> fp32 tensor
+
+    @property
+    def dynamic(self) -> bool:
+        return self._binding.cfg.dynamic
+
+    def _workspace_shape(self, m: int, n: int, k: int):
+        km, kn, _ = self._binding.kernel_extents(m, n, k)
+        return self._binding.workspace_shape(km, kn)
+
+    @property
+    def workspace_bytes(self) -> int:
+        """Bytes of the split-K or stream-K workspace for the problem the kernel was built for."""
+        shape = self._workspace_shape(*self.source.problem.shape)
+        return 0 if shape is None else 4 * math.prod(shape)
+
+    def _workspace_for(self, device, m: int, n: int, k: int):
+        """The fp32 workspace on device, allocated once (grown for a larger output) and reused by every
+        later call (calls on one device must therefore be stream-ordered, as with cuBLAS's workspace)."""
+        import torch
+
+        shape = self._workspace_shape(m, n, k)
+        if shape is None:
+            return None
+        key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
+        ws = self._workspaces.get(key)
+        if ws is None or ws.numel() < math.prod(shape):
+            self._workspaces.pop(key, None)  # let go of the smaller buffer first
+            ws = torch.zeros(math.prod(shape), dtype=torch.float32, device=device)  # stream-K flags start at 0
+            self._workspaces[key] = ws
+        return ws
+
+    def __call__(self, a, b, c=None, bias=None):
+        import torch
+        import cuda.bindings.driver as cuda
+
+        p = self.source.problem
+        m, n, k = self._extents(a, b)
+        _check_operands(p, a, b, c, bias, (m, n, k))
+        if c is None:
+            d = torch.empty((m, n), dtype=_torch_dtype(p.c_dtype), device=a.device)
+            c_in = d
+        else:
+            d = c_in = c
+        bias_t = bias if bias is not None else d
+        align = self._binding.align
+        for name, t in (("a", a), ("b", b), ("c", c_in), ("d", d), ("bias", bias_t)):
+            if t.data_ptr() % align[name]:
+                raise ValueError(f"operand {name} starts at an address not aligned to {align[name]} bytes "
+                                 f"(this kernel was compiled for it); pass a freshly allocated or .clone()d tensor")
+        stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
+        ws = self._workspace_for(a.device, m, n, k)
+        self._fn(*self._binding.call_args(a, b, c_in, d, bias_t, ws), stream)
+        return d
+
+    def _extents(self, a, b) -> tuple[int, int, int]:
+        """(M, N, K) of this call: the problem's, or a shape-generic kernel's a's and b's, once this
+        kernel can serve them."""
+        p = self.source.problem
+        if not self.dynamic:
+            return p.m, p.n, p.k
+        if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+            raise ValueError(f"cute_dsl kernel for {p.class_label()}: a {tuple(a.shape)} and b {tuple(b.shape)} "
+                             "are not (M, K) and (K, N) matrices")
+        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        why = shape_refusal(self._binding.cfg, m, n, k)
+        if why:
+            raise ValueError(f"cute_dsl kernel for {p.class_label()} cannot run {m}x{n}x{k}: {why}")
+        return m, n, k
+
+
+def shape_refusal(cfg, m: int, n: int, k: int) -> str:
+    """Why a shape-generic kernel of config cfg cannot compute an m x n x k product, or "". The
+    checks the backend makes for a (problem, spec) pair that depend on the extents, plus the variant
+    the kernel was compiled for."""
+    if min(m, n, k) < 1:
+        return "an empty product (call torch)"
+    km, kn, kk = (n, m, k) if cfg.swap_ab else (m, n, k)
+    extent = {"m": km, "n": kn, "k": kk}
+    odd = sorted(name for name in cfg.tma_leading_extents if extent[name] % 8)
+    if odd:
+        return (f"TMA needs the leading dimensions ({', '.join(odd)} of the kernel's {km}x{kn}x{kk}) to be "
+                "multiples of 8 elements; use a kernel compiled for this shape or the registers epilogue")
+    if max(km * kk, kn * kk, km * kn) > MAX_ELEMENTS:
+        return f"an operand of over {MAX_ELEMENTS} elements (the kernel indexes with 32-bit extents)"
+    if cfg.swap_ab and (m == 1 or n == 1):
+        return "a vector output, which the swapped kernel does not cover; use swap_ab=False"
+    if cfg.split:
+        if -(-kk // cfg.tile_k) < cfg.split_k:
+            return f"K={kk} has fewer than split_k={cfg.split_k} k-tiles of {cfg.tile_k}"
+        if 4 * cfg.split_k * km * kn > MAX_WORKSPACE_BYTES:
+            return f"the split-K workspace would pass {MAX_WORKSPACE_BYTES >> 20} MiB"
+        if cfg.whole_tiles and (km % cfg.tile_m or kn % cfg.tile_n):
+            return (f"this variant stores whole {cfg.tile_m}x{cfg.tile_n} partial tiles and {km}x{kn} has "
+                    "edge tiles; compile the variant for this shape")
+    return ""
+
+
+def _torch_dtype(name: str):
+    import torch
+
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16}[name]
+
+
+def _same_strides(t, stride) -> bool:
+    """Strides equal where they matter: the stride of a size-1 dimension is never used to
+    address anything, and torch gives such views arbitrary ones (a (64, 1) view of a
+    contiguous (1, 64) tensor has strides (1, 1))."""
+    return all(have == want for have, want, size in zip(t.stride(), stride, t.shape) if size > 1)
+
+
+def _check_operands(p: GemmProblem, a, b, c, bias, shape: tuple[int, int, int]) -> None:
+    """Clear errors for tensors that do not match the problem this kernel was built for, at the
+    call's extents (a shape-generic kernel's differ from p's)."""
+    m, n, k = shape
+    want = _torch_dtype(p.dtype)
+    out = _torch_dtype(p.c_dtype)
+    label = p.label() if (m, n, k) == p.shape else p.class_label()
+    a_shape_stride = ((m, k), (k, 1) if p.a_row_major else (1, m))
+    b_shape_stride = ((k, n), (n, 1) if p.b_row_major else (1, k))
+    for name, t, (want_shape, stride), fix in (
+        ("a", a, a_shape_stride, "a contiguous (M, K) tensor" if p.a_row_major else "At.t() of a contiguous (K, M)"),
+        ("b", b, b_shape_stride, "a contiguous (K, N) tensor" if p.b_row_major else "W.t() of a contiguous (N, K)"),
+    ):
+        if tuple(t.shape) != want_shape:
+            raise ValueError(f"operand {name} has shape {tuple(t.shape)}, the kernel was built for {want_shape} "
+                             f"({label})")
+        if t.dtype != want:
+            raise ValueError(f"operand {name} is {t.dtype}, the kernel was built for {want}")
+        if not t.is_cuda:
+            raise ValueError(f"operand {name} is on {t.device}; move it to the GPU")
+        if not _same_strides(t, stride):
+            raise ValueError(f"operand {name} has strides {tuple(t.stride())}; layout {p.layout} needs {stride}: "
+                             f"pass {fix}")
+    if c is not None:
+        if tuple(c.shape) != (m, n) or c.dtype != out or not _same_strides(c, (n, 1)) or not c.is_cuda:
+            raise ValueError(f"c must be a contiguous ({m}, {n}) {out} CUDA tensor; got {tuple(c.shape)} "
+                             f"{c.dtype} strides {tuple(c.stride())} on {c.device}")
+    elif p.epilogue.beta != 0:
+        raise ValueError(f"the problem has beta={p.epilogue.beta:g}: pass c (it is read and overwritten)")
+    if p.epilogue.bias:
+        if bias is None:
+            raise ValueError("the problem has a bias: pass bias, a contiguous (N,) tensor")
+        if tuple(bias.shape) != (n,) or bias.dtype != out or not _same_strides(bias, (1,)):
+            raise ValueError(f"bias must be a contiguous ({n},) {out} tensor; got {tuple(bias.shape)} {bias.dtype}")
+    elif bias is not None:
+        raise ValueError("the problem has no bias but one was passed; build the kernel for a problem with bias=True")
