@@ -15,6 +15,7 @@ ENTRY_POINT_GROUP = "cudal2.backends"
 BUILTIN = {
     "triton": "cudal2.codegen.triton:TritonBackend",
     "cute_dsl": "cudal2.codegen.cute_dsl:CuteDslBackend",
+    "cuda_cpp": "cudal2.codegen.cuda_cpp:CudaCppBackend",
 }
 
 _lock = RLock()
