@@ -105,7 +105,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
            proposer: Any = "auto", budget: int | str = 64, modes: Sequence[str] = ("offline",),
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
            n_proposals: int | None = None, seed: int | None = None, progress: bool = True, tag: str = "",
-           batch_size: int = 4, confirm: Confirm | None = Confirm(), **problem_fields):
+           batch_size: int = 4, confirm: Confirm | None = Confirm(), cluster: Any = None, **problem_fields):
     """Search kernels for one GEMM and return a SearchResult.
 
     shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time
@@ -120,6 +120,12 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     The search resumes a study of the same problem and backends found in the store.
     A problem whose operands and output do not fit the target GPU's free memory (with no GPU,
     the target arch's largest part) is refused first: MemoryFitError, a SpecError.
+    cluster: run the search on a worker of a Dask cluster (`pip install 'cudal2[dask]'`): a
+    distributed.Client, a scheduler address ("tcp://host:8786"), or "auto" / a number (a local
+    cluster, one worker per GPU, started for this call). The worker times on its own GPU (with
+    runner=..., a copy of that runner) and writes the trials into the store, which it must reach
+    (SQLite on one host, PostgreSQL across hosts). One search runs on one GPU; to search many
+    shapes on all of them at once, cudal2.dataset.cluster.run_searches. docs/scale_out.md.
     """
     from .search.loop import run_search
 
@@ -128,6 +134,10 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     else:
         problem = GemmProblem.parse(shape, dtype=dtype, layout=layout, **problem_fields)
     backends = tuple(backends)
+    if cluster is not None:
+        return _search_on_cluster(problem, cluster, runner, store, backends=backends, proposer=proposer, arch=arch,
+                                  budget=budget, modes=tuple(modes), n_proposals=n_proposals, sampler=sampler,
+                                  seed=seed, tag=tag, batch_size=batch_size, confirm=confirm)
     arch = arch or default_arch()
     own_runner = runner is None
     runner = default_runner() if own_runner else runner
@@ -141,3 +151,17 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     finally:
         if own_runner and hasattr(runner, "close"):
             runner.close()  # the GPU worker and compile pool we started
+
+
+def _search_on_cluster(problem: GemmProblem, cluster: Any, runner: Any, store: Any, **options):
+    """cudal2.search on one worker of a cluster (see search's cluster argument)."""
+    import functools
+
+    from .dataset import cluster as dask_cluster
+
+    dask_cluster.require_dask("cluster=")
+    from .dataset.cluster_worker import given_runner, gpu_runner
+
+    make_runner = functools.partial(given_runner, runner) if runner is not None else gpu_runner
+    with dask_cluster.open_cluster(cluster, gpus=runner is None, what="cluster=") as client:
+        return dask_cluster.run_searches([problem], client, make_runner, resolve_store(store).url, **options)[0]

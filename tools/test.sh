@@ -25,7 +25,7 @@ printf '*\n' > .venv-lowest/.gitignore  # git (and what copies the work tree) le
 .venv-lowest/bin/python -m pip install -q --no-deps "$TORCH"
 .venv/bin/uv pip install -q --python .venv-lowest/bin/python --resolution lowest-direct -e ".[test]" "$TORCH"
 .venv/bin/uv pip list --python .venv-lowest/bin/python 2>/dev/null \
-    | grep -i -E '^(torch|pydantic|jinja2|numpy|optuna|sqlalchemy|typer|click|rich|httpx|matplotlib|platformdirs|pytest|pytest-timeout|triton|openai|anthropic|hypothesis|lightgbm) ' \
+    | grep -i -E '^(torch|pydantic|jinja2|numpy|optuna|sqlalchemy|typer|click|rich|httpx|matplotlib|platformdirs|pytest|pytest-timeout|triton|openai|anthropic|hypothesis|lightgbm|dask|distributed) ' \
     | awk '{printf "%s==%s  ", $1, $2} END {print ""}' || true
 echo "== set up in $((SECONDS - start)) s; pytest's closing line gives the tests' time =="
 . .venv-lowest/bin/activate  # a test that runs `cudal2` or `python` finds this environment's

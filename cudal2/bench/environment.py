@@ -2,7 +2,9 @@
 
 Clocks come from NVML (the nvidia-ml-py package, imported as pynvml) when it is present,
 else from `nvidia-smi --query-gpu`, else they are left empty. Reading them at the start and
-at the end of an evaluation shows throttling during it.
+at the end of an evaluation shows throttling during it. The GPU is named by model and by UUID:
+a process may see its GPU as cuda:0 while NVML numbers every GPU of the host (Dask-CUDA gives each
+worker its own CUDA_VISIBLE_DEVICES), so NVML and nvidia-smi are asked by UUID where it is known.
 """
 
 from __future__ import annotations
@@ -29,14 +31,15 @@ def _module_version(name: str) -> str:
         return ""
 
 
-def clocks(index: int = 0) -> dict[str, float]:
-    """Current SM and memory clocks in MHz (and temperature, power when NVML gives them)."""
+def clocks(index: int = 0, uuid: str = "") -> dict[str, float]:
+    """Current SM and memory clocks in MHz (and temperature, power when NVML gives them) of the GPU
+    with this UUID, else of NVML's GPU `index`."""
     try:
         import pynvml
 
         pynvml.nvmlInit()
         try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(index)
+            h = pynvml.nvmlDeviceGetHandleByUUID(uuid) if uuid else pynvml.nvmlDeviceGetHandleByIndex(index)
             out = {"sm": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)),
                    "mem": float(pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_MEM))}
             try:
@@ -51,8 +54,9 @@ def clocks(index: int = 0) -> dict[str, float]:
         pass
     if shutil.which("nvidia-smi"):
         try:
-            q = subprocess.run(["nvidia-smi", f"--id={index}", "--query-gpu=clocks.sm,clocks.mem,temperature.gpu",
-                                "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+            q = subprocess.run(["nvidia-smi", f"--id={uuid or index}",
+                                "--query-gpu=clocks.sm,clocks.mem,temperature.gpu", "--format=csv,noheader,nounits"],
+                               capture_output=True, text=True, timeout=10)
             sm, mem, temp = (float(x) for x in q.stdout.strip().split(",")[:3])
             return {"sm": sm, "mem": mem, "temp_c": temp}
         except Exception:  # noqa: BLE001
@@ -82,6 +86,13 @@ def _driver() -> str:
     return ""
 
 
+def gpu_uuid(props) -> str:
+    """The UUID of a device as nvidia-smi writes it ("GPU-8c3f..."), from torch's properties; ""
+    where torch does not give one."""
+    text = str(getattr(props, "uuid", "") or "")
+    return text if not text or text.startswith(("GPU-", "MIG-")) else f"GPU-{text}"
+
+
 def capture(device="cuda:0") -> Environment:
     """The environment of `device` now (clocks_end is filled by finish())."""
     import torch
@@ -92,17 +103,17 @@ def capture(device="cuda:0") -> Environment:
     if dev.type == "cuda" and torch.cuda.is_available():
         idx = dev.index or 0
         props = torch.cuda.get_device_properties(idx)
-        gpu, sms = props.name, props.multi_processor_count
-        clk = clocks(idx)
+        gpu, sms, uuid = props.name, props.multi_processor_count, gpu_uuid(props)
+        clk = clocks(idx, uuid)
     else:
-        gpu, sms, clk, idx = "cpu", 0, {}, 0
+        gpu, sms, clk, idx, uuid = "cpu", 0, {}, 0, ""
     extra = {k: v for k, v in {"nvmath-python": _version("nvmath-python"),
                                "nvidia-cutlass-dsl": _version("nvidia-cutlass-dsl"),
                                "python": __import__("platform").python_version()}.items() if v}
     return Environment(gpu_name=gpu, sm_count=sms, driver=_driver() if gpu != "cpu" else "",
                        cuda=str(torch.version.cuda or ""), torch=torch.__version__,
                        triton=_module_version("triton"), cudal2=cudal2.__version__,
-                       clocks_start=clk, clocks_end={}, extra=extra)
+                       clocks_start=clk, clocks_end={}, extra=extra, gpu_uuid=uuid)
 
 
 def finish(env: Environment, device="cuda:0") -> Environment:
@@ -112,5 +123,5 @@ def finish(env: Environment, device="cuda:0") -> Environment:
     import torch
 
     dev = torch.device(device)
-    end = clocks(dev.index or 0) if dev.type == "cuda" else {}
+    end = clocks(dev.index or 0, env.gpu_uuid) if dev.type == "cuda" else {}
     return replace(env, clocks_end=end)

@@ -94,6 +94,9 @@ class Environment:
     clocks_start: dict[str, float] = field(default_factory=dict)  # MHz: sm, mem
     clocks_end: dict[str, float] = field(default_factory=dict)
     extra: dict[str, str] = field(default_factory=dict)  # nvmath, cutlass-dsl, ... versions
+    # The physical GPU ("GPU-8c3f..."): one model's cards differ a little, and a sweep over several
+    # GPUs says which one timed each pair. Empty where none was (a CPU run, the recorded runner).
+    gpu_uuid: str = ""
 
 
 @dataclass(frozen=True)

@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import time
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Callable, Iterator, Optional
 
 import typer
+
+from ..dataset import draw_shapes, resolve_shapes, run_sweep
+from ..dataset.cluster import ClusterError
+from ..search.store import StoreError
 
 from .common import (BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, Modes,
                      ProposerName, RunnerOpt, StoreOpt, _confirm, _fail, _llm_fatal, _one_line, _parse_shapes_file,
@@ -62,6 +68,9 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
 
 # ---- dataset -----------------------------------------------------------------------------------
 SpecsOpt = Annotated[str, typer.Option("--specs", help="'all' specs of the catalog, or N drawn with a fixed seed")]
+WorkersOpt = Annotated[Optional[str], typer.Option("--workers", help=(
+    "measure on a Dask cluster (needs cudal2's dask extra): auto (one worker per GPU here), N workers, or a "
+    "scheduler's address tcp://host:8786; default: one process on GPU 0"))]
 
 
 @app.command()
@@ -74,17 +83,13 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
           limit: Annotated[Optional[int], typer.Option(min=1, help="only the first N shapes")] = None,
           sample: Annotated[Optional[int], typer.Option(min=1, help=(
               "only N shapes drawn with a fixed seed (after --max-gflop; the same N draws the same shapes)"))] = None,
-          runner: RunnerOpt = "gpu") -> None:
+          runner: RunnerOpt = "gpu", workers: WorkersOpt = None) -> None:
     """Measure many specs on many shapes into the store: one row per (spec, shape) pair, resumable
     (pairs the store holds are not measured again). `cudal2 dataset export` writes them out."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
     from ..api import default_arch
-    from ..bench.timing import TimingConfig
-    from ..dataset import resolve_shapes, run_sweep
     from ..search import catalog
 
-    backend, modes = _value(backend), _values(mode)
+    backend, modes, runner = _value(backend), _values(mode), _value(runner)
     try:
         problems = resolve_shapes(shapes, dtype)
     except (ValueError, OSError) as e:
@@ -92,8 +97,6 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
     if max_gflop is not None:
         problems = [p for p in problems if p.flops / 1e9 <= max_gflop]
     if sample is not None and sample < len(problems):
-        from ..dataset import draw_shapes
-
         problems = draw_shapes(problems, sample)
     problems = problems[:limit] if limit else problems
     if not problems:
@@ -104,34 +107,81 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
     except ValueError as e:
         _fail(f"--specs {specs}: {e}")
     s = _store(store)
-    run = _runner(runner, timing=TimingConfig.sweep()) if _value(runner) == "gpu" else _runner(runner)
     total = len(problems) * len(catalog_specs)
-    console.print(f"sweep: {len(catalog_specs)} {backend} specs x {len(problems)} shapes = {total} pairs "
-                  f"into {_shown_url(s)}")
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[rate]}"), TimeRemainingColumn())
-    import time
-
-    with Progress(*columns, console=err_console, transient=False) as bar:
-        task = bar.add_task("pairs", total=total, rate="")
-        started, measured = time.monotonic(), [0]
-
-        def advance(n: int, label: str) -> None:
-            bar.advance(task, n)
-            measured[0] += n
-            rate = measured[0] / max(time.monotonic() - started, 1e-9)
-            bar.update(task, description=label, rate=f"{rate:.1f} pairs/s")
-
-        try:
-            summary = run_sweep(problems, catalog_specs, run, s, modes=modes, on_pairs=advance)
-        finally:
-            if hasattr(run, "close"):
-                run.close()
+    started = time.monotonic()
+    try:
+        if workers is None:
+            summary = _sweep_here(problems, catalog_specs, runner, s, modes, total, backend)
+        else:
+            summary = _sweep_on_cluster(workers, problems, catalog_specs, runner, s, modes, total, backend)
+    except (ClusterError, StoreError) as e:
+        _fail(f"sweep: {e}")
     seconds = time.monotonic() - started
     console.print(f"{summary.measured} pairs measured ({summary.correct} correct) in {seconds:.0f} s = "
                   f"{summary.measured / max(seconds, 1e-9):.1f} pairs/s; {summary.already} were in the store already")
     for line in summary.skipped:
         _warning(f"not measured: {line}")
+
+
+@contextlib.contextmanager
+def _progress(total: int) -> Iterator[Callable[[int, str], None]]:
+    """A progress bar on stderr (shape, pairs done, pairs/s, time left); yields the on_pairs callback."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TextColumn("{task.fields[rate]}"), TimeRemainingColumn())
+    with Progress(*columns, console=err_console, transient=False) as bar:
+        task = bar.add_task("pairs", total=total, rate="")
+        started, done = time.monotonic(), [0]
+
+        def advance(n: int, label: str) -> None:
+            bar.advance(task, n)
+            done[0] += n
+            rate = done[0] / max(time.monotonic() - started, 1e-9)
+            bar.update(task, description=label, rate=f"{rate:.1f} pairs/s")
+
+        yield advance
+
+
+def _sweep_here(problems, specs, runner_name: str, store, modes, total: int, backend: str):
+    """The sweep in this process, on GPU 0 (or the recorded runner)."""
+    from ..bench.timing import TimingConfig
+
+    run = _runner(runner_name, timing=TimingConfig.sweep()) if runner_name == "gpu" else _runner(runner_name)
+    console.print(f"sweep: {len(specs)} {backend} specs x {len(problems)} shapes = {total} pairs "
+                  f"into {_shown_url(store)}")
+    try:
+        with _progress(total) as advance:
+            return run_sweep(problems, specs, run, store, modes=modes, on_pairs=advance)
+    finally:
+        if hasattr(run, "close"):
+            run.close()
+
+
+def _sweep_on_cluster(workers: str, problems, specs, runner_name: str, store, modes, total: int, backend: str):
+    """The sweep on the workers of a Dask cluster, each with its own runner (one per GPU)."""
+    import functools
+
+    from ..bench.timing import TimingConfig
+    from ..dataset import cluster
+
+    request = cluster.parse_workers(workers)
+    cluster.require_dask()
+    from ..dataset.cluster_sweep import run_sweep_on_cluster
+    from ..dataset.cluster_worker import gpu_runner
+
+    if runner_name == "recorded":
+        from ..search.recorded import RecordedRunner
+
+        console.print("[yellow]runner 'recorded': synthetic numbers from a model, not GPU measurements[/yellow]")
+        make_runner = RecordedRunner
+    else:
+        make_runner = functools.partial(gpu_runner, timing=TimingConfig.sweep())
+    with cluster.open_cluster(request, gpus=runner_name == "gpu") as client:
+        console.print(f"sweep: {len(specs)} {backend} specs x {len(problems)} shapes = {total} pairs on "
+                      f"{cluster.worker_count(client)} workers ({request.where}) into {_shown_url(store)}")
+        with _progress(total) as advance:
+            return run_sweep_on_cluster(problems, specs, client, make_runner, store, modes=modes, on_pairs=advance)
 
 
 def _count(text: str) -> int:
@@ -148,13 +198,15 @@ app.add_typer(dataset_app, name="dataset")
 @dataset_app.command("export")
 def dataset_export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False,
                                                      help="a .csv file, or .parquet (needs pandas and pyarrow)")],
-                   store: StoreOpt = None) -> None:
+                   store: StoreOpt = None,
+                   gpu: Annotated[Optional[str], typer.Option("--gpu", help=(
+                       "the GPU model whose pairs to export, for a store that holds several"))] = None) -> None:
     """One row per measured pair: shape, split, spec fields, kernel times per mode, baselines, GPU, versions."""
     from ..dataset import export_rows, write_rows
 
     s = _store(store)
     try:
-        n = write_rows(export_rows(s), out)
+        n = write_rows(export_rows(s, gpu=gpu), out)
     except (RuntimeError, ValueError, OSError) as e:
         _fail(f"dataset export: {_one_line(e)}")
     console.print(f"wrote {n} rows to {out}")

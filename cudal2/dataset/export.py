@@ -1,7 +1,8 @@
 """The export of a store's measurements: one row per measured (spec, shape) pair, with the shape,
 its place in the train/validation split, the spec's fields, the kernel's times per mode, the
-baselines timed on the shape, the GPU and the versions. CSV always; Parquet where pandas and
-pyarrow are installed."""
+baselines timed on the shape, the GPU (model and UUID) and the versions. CSV always; Parquet where
+pandas and pyarrow are installed. An export holds one GPU model's timings: a store that holds
+several is exported one model at a time (gpu=...), so that no table or training set mixes them."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ COLUMNS = (
     *(f"{what}_ms.{mode}" for mode in MODES for what in ("kernel", "call")),
     "spread.offline", "timing_groups.offline",
     *(f"{b}_ms.{mode}" for b in BASELINES for mode in MODES),
-    "speedup_vs_torch.offline", "rel_error", "gpu", "driver", "cuda", "torch", "triton", "cudal2", "created",
+    "speedup_vs_torch.offline", "rel_error", "gpu", "gpu_uuid", "driver", "cuda", "torch", "triton", "cudal2",
+    "created",
 )
 
 
@@ -38,17 +40,39 @@ def _split_of() -> dict[str, tuple[str, str]]:
     return out
 
 
-def export_rows(store: Store) -> Iterator[dict[str, Any]]:
-    """One dict per measured pair, keys COLUMNS (a missing figure is None)."""
+def gpu_model_of(store: Store, gpu: str | None = None) -> str | None:
+    """The GPU model whose pairs to export: gpu, checked against the store, or the store's one
+    model (None for a store whose records name no GPU). Raises ValueError, naming the models and
+    the fix, for a store of several models and no gpu, or a gpu it does not hold."""
+    models = store.gpu_models()
+    held = ", ".join(f"{m!r} ({n} pairs)" for m, n in sorted(models.items()))
+    if gpu is not None:
+        if gpu not in models:
+            raise ValueError(f"the store holds no timings of GPU {gpu!r}; it holds {held or 'none that name a GPU'}")
+        return gpu
+    if len(models) > 1:
+        raise ValueError(f"the store holds timings of {len(models)} GPU models, {held}, which one table must not mix; "
+                         "export one at a time with --gpu NAME")
+    return next(iter(models), None)
+
+
+def export_rows(store: Store, gpu: str | None = None) -> Iterator[dict[str, Any]]:
+    """One dict per measured pair, keys COLUMNS (a missing figure is None), of one GPU model
+    (gpu_model_of: raises ValueError for a store of several and no gpu)."""
+    model = gpu_model_of(store, gpu)
+    mixed = len(store.gpu_models()) > 1
     where = _split_of()
     stored_baselines: dict[str, dict] = {}
     for rec in store.kernels():
+        env = rec["environment"] or {}
+        gpu_name = env.get("gpu_name")
+        if model is not None and gpu_name != model and (mixed or gpu_name):
+            continue  # another model's pair (and, in a store of several, one that names none)
         p, r = rec["problem"], rec["result"]
         label = p.label()
         if label not in stored_baselines:
             stored_baselines[label] = store.baselines(p)
         base = rec["baselines"] or stored_baselines[label]
-        env = rec["environment"] or {}
         row: dict[str, Any] = {c: None for c in COLUMNS}
         row.update(m=p.m, n=p.n, k=p.k, dtype=p.dtype, layout=p.layout, epilogue=p.epilogue.model_dump_json(),
                    status=r.status, reason=(r.reason or "")[:200], spec_key=r.spec.key(),
@@ -67,8 +91,8 @@ def export_rows(store: Store) -> Iterator[dict[str, Any]]:
             row["speedup_vs_torch.offline"] = row["torch_ms.offline"] / row["kernel_ms.offline"]
         if r.correctness is not None:
             row["rel_error"] = r.correctness.rel_error
-        row.update(gpu=env.get("gpu_name"), driver=env.get("driver"), cuda=env.get("cuda"), torch=env.get("torch"),
-                   triton=env.get("triton"), cudal2=env.get("cudal2"))
+        row.update(gpu=gpu_name, gpu_uuid=env.get("gpu_uuid") or None, driver=env.get("driver"), cuda=env.get("cuda"),
+                   torch=env.get("torch"), triton=env.get("triton"), cudal2=env.get("cudal2"))
         yield row
 
 

@@ -3,7 +3,7 @@
 Every shape is measured in chunks of specs, one evaluator call each; a chunk's pairs are in the
 store when the next chunk starts, so a kill loses at most the chunk in flight and a second run
 measures only the pairs the store lacks. A shape's baselines are timed once, interleaved with its
-first chunk, and stored beside its kernels.
+first chunk, and stored beside its kernels. The same sweep over many GPUs is cluster_sweep.py.
 """
 
 from __future__ import annotations
@@ -76,9 +76,13 @@ def run_sweep(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], runn
               modes: tuple[str, ...] = ("offline",), chunk: int = CHUNK,
               on_pairs: Callable[[int, str], None] = lambda n, label: None) -> SweepSummary:
     """Measure every spec on every problem that the store does not hold yet. on_pairs(n, label) is
-    told of each n pairs done (measured or found in the store) and the shape they were on."""
+    told of each n pairs done (measured or found in the store) and the shape they were on. Raises
+    StoreError, before measuring, if the store holds timings of another GPU model. One process, one
+    runner; over the GPUs of a Dask cluster: cluster_sweep.run_sweep_on_cluster."""
     summary = SweepSummary()
     environment = runner.environment()
+    if environment is not None:
+        store.check_gpu_model(environment.gpu_name)
     for problem in problems:
         summary.shapes += 1
         done = store.measured_spec_keys(problem)

@@ -51,3 +51,14 @@ class SpecError(ValueError):
     @property
     def fields(self) -> list[str]:
         return [v.field for v in self.violations]
+
+    def __reduce__(self):
+        # Pickled by its message and attributes, whatever a subclass's __init__ takes: an error
+        # raised in a worker process (a Dask worker's search, say) reaches the caller as itself.
+        return _rebuilt, (type(self), self.args), self.__dict__
+
+
+def _rebuilt(cls: type, args: tuple) -> SpecError:
+    error = cls.__new__(cls)
+    Exception.__init__(error, *args)
+    return error

@@ -4,7 +4,7 @@ a store or from `cudal2 dataset export` files.
 The reward is the log speedup over torch.matmul on the same shape, on the same GPU, in offline
 mode: log(torch_ms / kernel_ms). A pair that failed, was refused, or whose shape has no torch time
 is left out: the IR's own checks keep a proposer from refused specs, and a wrong kernel is never a
-candidate to rank.
+candidate to rank. A cost model learns one GPU model's speed: one_gpu_model refuses a mix.
 """
 
 from __future__ import annotations
@@ -95,6 +95,18 @@ def _epilogue(text) -> Epilogue:
     if not text:
         return Epilogue()
     return Epilogue(**json.loads(text)) if isinstance(text, str) else text
+
+
+def one_gpu_model(samples: Iterable[Sample]) -> str:
+    """The one GPU model the samples were measured on ("" where none names one). Raises ValueError,
+    naming the models and the fix, for samples of several: a speed learned from two GPUs is
+    neither's, so a model is trained on one GPU's measurements."""
+    counts = Counter(s.gpu for s in samples if s.gpu)
+    if len(counts) > 1:
+        held = ", ".join(f"{gpu!r} ({n} pairs)" for gpu, n in sorted(counts.items()))
+        raise ValueError(f"the measurements come from {len(counts)} GPU models, {held}; train on one: export it "
+                         "alone with 'cudal2 dataset export --gpu NAME' and give that file")
+    return next(iter(counts), "")
 
 
 def provenance(samples: list[Sample]) -> dict:

@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from .cost_model import TreeModel, fit
 from ..ir import DeviceProfile
-from .samples import Sample
+from .samples import Sample, one_gpu_model
 from .validate import Score, choose_params, score, top1_ratios
 
 
@@ -42,6 +42,7 @@ def split_samples(samples: Sequence[Sample]) -> tuple[list[Sample], list[Sample]
 
 def train(samples: Sequence[Sample], device: DeviceProfile, *, seed: int = 0,
           say: Callable[[str], None] = lambda line: None) -> TrainReport:
+    one_gpu_model(samples)  # ValueError for measurements of several GPU models
     train_set, held = split_samples(samples)
     if len({s.group for s in train_set}) < 2:
         raise ValueError(f"{len(train_set)} training pairs on {len({s.group for s in train_set})} shape(s): "

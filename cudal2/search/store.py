@@ -4,9 +4,13 @@ row per measured baseline, and one per confirmation (a search leader timed again
 named the winner).
 
 SQLite under the user cache directory by default (one file, nothing to start); any SQLAlchemy
-URL (PostgreSQL) for many workers. The kernel table is the source of truth for measurements:
-the search loop writes a measurement here before it tells Optuna, so a process killed between
-the two loses nothing, and a spec already measured for a problem is never measured again.
+URL (PostgreSQL) for many workers. Many processes may write at once: SQLite runs in WAL mode with
+a busy timeout, every write is one transaction, and a write that still meets a locked file is
+retried (docs/scale_out.md). One store holds the timings of one GPU model (check_gpu_model).
+
+The kernel table is the source of truth for measurements: the search loop writes a measurement
+here before it tells Optuna, so a process killed between the two loses nothing, and a spec
+already measured for a problem is never measured again.
 
 `optuna-dashboard <store url>` shows the studies of a store.
 """
@@ -439,13 +443,17 @@ class Store:
     def record_confirmation(self, problem: GemmProblem, result: CandidateResult,
                             baselines: dict[str, BaselineResult], environment: Environment | None = None) -> None:
         t = self._table("cudal2_confirmations")
-        with self.engine.begin() as conn:
-            conn.execute(t.insert().values(
-                problem_key=problem.key(), spec_key=result.spec.key(), status=result.status,
-                measurements=result_to_json(result),
-                baselines=json.dumps({k: baseline_to_dict(b) for k, b in baselines.items()}, sort_keys=True),
-                environment=json.dumps(asdict(environment) if environment else None),
-                created=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)))
+        values = dict(problem_key=problem.key(), spec_key=result.spec.key(), status=result.status,
+                      measurements=result_to_json(result),
+                      baselines=json.dumps({k: baseline_to_dict(b) for k, b in baselines.items()}, sort_keys=True),
+                      environment=json.dumps(asdict(environment) if environment else None),
+                      created=_dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None))
+
+        def write() -> None:
+            with self.engine.begin() as conn:
+                conn.execute(t.insert().values(**values))
+
+        _retry(write)  # a SQLite file another writer holds past the busy timeout
 
     def confirmations(self, problem: GemmProblem) -> list[dict[str, Any]]:
         """Confirmation rows of problem (result and the baselines timed with it), oldest first."""
@@ -463,11 +471,15 @@ class Store:
         t = self._table("cudal2_baselines")
         now = _dt.datetime.now(_dt.timezone.utc).replace(tzinfo=None)
         env = json.dumps(asdict(environment) if environment else None)
-        with self.engine.begin() as conn:
-            for name, b in baselines.items():
-                conn.execute(t.insert().values(problem_key=problem.key(), problem=problem.to_json(), name=name,
-                                               measurements=json.dumps(baseline_to_dict(b), sort_keys=True),
-                                               environment=env, created=now))
+
+        def write() -> None:  # one transaction: all of them or none
+            with self.engine.begin() as conn:
+                for name, b in baselines.items():
+                    conn.execute(t.insert().values(problem_key=problem.key(), problem=problem.to_json(), name=name,
+                                                   measurements=json.dumps(baseline_to_dict(b), sort_keys=True),
+                                                   environment=env, created=now))
+
+        _retry(write)  # a SQLite file another writer holds past the busy timeout
 
     def baselines(self, problem: GemmProblem) -> dict[str, BaselineResult]:
         """The latest stored measurement of each baseline for problem."""
@@ -475,6 +487,33 @@ class Store:
         with self.engine.connect() as conn:
             rows = conn.execute(t.select().where(t.c.problem_key == problem.key()).order_by(t.c.id)).mappings().all()
         return {r["name"]: baseline_from_dict(json.loads(r["measurements"])) for r in rows}
+
+    # ---- GPU models ---------------------------------------------------------------------------------
+    def gpu_models(self) -> dict[str, int]:
+        """GPU model -> kernel records measured on it, from the environment each record keeps
+        (records that name no GPU are left out). One run writes one environment on all its
+        records, so this groups few distinct texts, however many records there are."""
+        import sqlalchemy as sa
+
+        t = self._table("cudal2_kernels")
+        with self.engine.connect() as conn:
+            rows = conn.execute(sa.select(t.c.environment, sa.func.count()).group_by(t.c.environment)).all()
+        out: dict[str, int] = {}
+        for text, n in rows:
+            name = (json.loads(text or "null") or {}).get("gpu_name")
+            if name:
+                out[name] = out.get(name, 0) + n
+        return out
+
+    def check_gpu_model(self, gpu_name: str) -> None:
+        """Raise StoreError unless the store holds timings of gpu_name alone (or none): a spec
+        measured on one model would be skipped as measured on another, and a table or a model
+        trained on both would mix two GPUs' speeds."""
+        others = {m: n for m, n in self.gpu_models().items() if m != gpu_name}
+        if others:
+            held = ", ".join(f"{m} ({n} pairs)" for m, n in sorted(others.items()))
+            raise StoreError(f"store {display_url(self.url)} holds timings of {held}, and this run measures on "
+                             f"{gpu_name}; one store keeps one GPU model's timings: give another --store")
 
     # ---- studies --------------------------------------------------------------------------------------
     def study_names(self) -> list[str]:
