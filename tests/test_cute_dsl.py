@@ -739,3 +739,122 @@ def test_shape_generic_kernel_checks_each_calls_shape(backend):
         kernel(a, torch.randn(4100, 1024, dtype=torch.float16).t())  # N=4100: D's rows are not 16-byte
     with pytest.raises(ValueError, match="GPU"):  # a shape it serves gets as far as the device check
         kernel(a, torch.randn(4096, 1024, dtype=torch.float16).t())
+
+
+# ---- the widths and register budgets the hardware allows -------------------------------------------------
+# quack-kernels' sm90 autotuning list (a peer's published configs, read as facts): cooperative tiles
+# 256x{128,160,192,208}, 128x224, 128x256; ping-pong 128x{128,160,192,208}, 192x128; clusters 1x2 and
+# 2x1; swap_ab off and on. quack names the tile and cluster of the kernel it runs, which computes D^T
+# when swapped; the IR names D's, so a swapped config's M and N trade places here.
+PEER_TILES = [(256, n, False) for n in (128, 160, 192, 208)] + [(128, 224, False), (128, 256, False)] + \
+    [(128, n, True) for n in (128, 160, 192, 208)] + [(192, 128, True)]
+
+
+def _peer_specs():
+    for (tm, tn, pingpong) in PEER_TILES:
+        for cm, cn in ((1, 2), (2, 1)):
+            for swap in (False, True):
+                bm, bn, cm_d, cn_d = (tn, tm, cn, cm) if swap else (tm, tn, cm, cn)
+                yield dict(block_m=bm, block_n=bn, cluster_m=cm_d, cluster_n=cn_d, swap_ab=swap, num_warps=12,
+                           warp_specialization="pingpong" if pingpong else "cooperative")
+
+
+def _deepest(backend, problem, fields):
+    """The spec with the most stages that this backend takes for problem, or None."""
+    for stages in range(8, 1, -1):
+        try:
+            s = spec(**{**fields, "stages": stages})
+        except SpecError:
+            continue
+        if backend.supports(problem, s):
+            return s
+    return None
+
+
+@pytest.mark.parametrize("shape", ["4096x4096x4096-NT", "8192x8192x4096-NN", "13824x5120x640-NT",
+                                   "5120x5120x5120-NT", "3000x8192x8192-TN"])
+def test_every_peer_config_is_expressible_without_opting_in(shape):
+    dims, layout = shape.split("-")
+    p = GemmProblem.parse(dims, layout=layout)
+    b = CuteDslBackend()
+    configs = list(_peer_specs())
+    assert len(configs) == 44
+    missing = [c for c in configs if _deepest(b, p, c) is None]
+    assert not missing, missing
+
+
+@pytest.mark.parametrize("fields, producer, consumer", [
+    (dict(block_m=128, block_n=208, warp_specialization="pingpong"), 24, 240),  # 208 accumulators
+    (dict(block_m=256, block_n=208), 24, 240),
+    (dict(block_m=128, block_n=192, warp_specialization="pingpong"), 40, 232),  # 192 fit beside 40/232
+    (dict(block_m=128, block_n=128), 40, 232),
+    (dict(block_m=192, block_n=128, num_warps=16), 40, 152),  # three consumer warpgroups keep 40
+])
+def test_tiles_get_the_registers_their_accumulators_need(fields, producer, consumer):
+    from cudal2.codegen.cute_dsl import default_consumer_registers, default_producer_registers
+
+    s = spec(**fields, stages=3)
+    assert (default_producer_registers(s), default_consumer_registers(s)) == (producer, consumer)
+    assert CuteDslBackend().supports(GemmProblem(m=4096, n=4096, k=4096), s)
+
+
+def test_a_tile_past_the_largest_register_budget_is_refused_with_the_budget():
+    b, p = CuteDslBackend(), GemmProblem(m=4096, n=4096, k=4096)
+    ok = b.supports(p, spec(block_m=128, block_n=256, warp_specialization="pingpong", stages=3))  # 256 > 240 - 32
+    assert not ok and "ping-pong gives each consumer warpgroup a whole tile" in ok.reason and "256" in ok.reason
+    ok = b.supports(p, spec(block_m=128, block_n=208, warp_specialization="pingpong", stages=3,
+                            producer_registers=40, consumer_registers=232))  # the spec's own counts are kept
+    assert not ok and "producer_registers=24 with consumer_registers=240" in ok.reason
+
+
+def test_widths_step_by_sixteen_and_pieces_divide_them():
+    from cudal2.codegen.cute_dsl import CAPABILITIES, KERNEL_WIDTHS, epilogue_piece_width
+
+    assert KERNEL_WIDTHS == list(range(16, 257, 16))
+    assert CAPABILITIES.allowed("block_n", "sm_90a") == frozenset(KERNEL_WIDTHS)
+    for w in KERNEL_WIDTHS:
+        assert w % epilogue_piece_width(w) == 0
+    assert (epilogue_piece_width(208), epilogue_piece_width(192), epilogue_piece_width(16)) == (16, 32, 16)
+    with pytest.raises(SpecError):
+        spec(block_n=200)  # a WGMMA width, but not one the epilogue stores in whole pieces
+
+
+NEW_FAMILIES = [  # (id, spec fields): the tiles the widths and register budgets add, as the kernel sees them
+    ("pingpong-128x160", dict(block_m=128, block_n=160, warp_specialization="pingpong")),
+    ("pingpong-128x192", dict(block_m=128, block_n=192, warp_specialization="pingpong")),
+    ("pingpong-128x208-regs", dict(block_m=128, block_n=208, warp_specialization="pingpong",
+                                   epilogue_path="registers")),
+    ("pingpong-192x128", dict(block_m=192, block_n=128, warp_specialization="pingpong")),
+    ("coop-256x208", dict(block_m=256, block_n=208)),
+    ("coop-128x224-c2x1", dict(block_m=128, block_n=224, cluster_m=2)),
+    ("coop-swap-160x256", dict(block_m=160, block_n=256, swap_ab=True)),  # the kernel's tile: 256x160
+    ("coop-128x80-8warps", dict(block_m=128, block_n=80, num_warps=8)),
+]
+
+
+@needs_dsl
+@pytest.mark.parametrize("fields", [f for _, f in NEW_FAMILIES], ids=[i for i, _ in NEW_FAMILIES])
+def test_new_tile_families_compile_without_spills(tmp_path, fields):
+    """Each compiles for sm_90a; where ptxas is on the PATH, its report of the kernel's PTX shows no
+    spills (setmaxnreg hands the consumers the registers the accumulators need)."""
+    import shutil
+
+    p = GemmProblem(m=4096, n=4096, k=4096, layout="NT")
+    s = _deepest(CuteDslBackend(), p, {**fields, "stages": 3})
+    assert s is not None, fields
+    script = KEEP_PTX + textwrap.dedent(f"""
+        from cudal2.codegen.cute_dsl import CuteDslBackend
+        from cudal2.ir import GemmProblem, KernelSpec
+        be = CuteDslBackend()
+        be.compile(be.render(GemmProblem.parse("4096x4096x4096", layout="NT"), KernelSpec.from_json({s.to_json()!r})))
+        keep_ptx(0)
+    """)
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path),
+           "CUDAL2_CACHE_DIR": str(tmp_path / "cache"), "CUDAL2_CUTE_DSL_DISK_CACHE": "0"}
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True, timeout=600)
+    if shutil.which("ptxas") is None:
+        pytest.skip("compiled; ptxas is not on the PATH to report spills")
+    report = subprocess.run(["ptxas", "-arch=sm_90a", "-v", str(tmp_path / "kernel0.ptx"), "-o", os.devnull],
+                            capture_output=True, text=True, timeout=600)
+    assert report.returncode == 0, report.stderr[-2000:]
+    assert "0 bytes spill stores, 0 bytes spill loads" in report.stderr, report.stderr[-2000:]

@@ -45,12 +45,25 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, options
+from ..ir.hardware import TILE_WIDTHS
 from ..ir.spec import stage_bytes
 from .base import Backend, Source, Support
 from .cute_sm90.kernel import MAX_WORKSPACE_BYTES, CuteDslKernel, _same_strides  # noqa: F401 (re-exported)
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
 SPLIT_K_VALUES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64]
+
+# Tile widths the kernel takes along its N: every WGMMA width (hardware.TILE_WIDTHS) that its TMA-store
+# epilogue cuts into whole pieces of 16 or 32 columns (stmatrix stores 16 at the finest).
+KERNEL_WIDTHS = [w for w in TILE_WIDTHS if w % 16 == 0]
+
+
+def epilogue_piece_width(tile_n: int) -> int:
+    """Columns of one staged output piece: 32, or 16 for a width 32 does not divide (208, 240, ...)."""
+    from .cute_sm90.config import epilogue_piece_width as width
+
+    return width(tile_n)
+
 
 # Output pieces in flight through shared memory with the TMA store: the first count that fits beside
 # the spec's main-loop stages. Two instead of four frees the shared memory that lets 192-wide tiles
@@ -65,7 +78,7 @@ def _epilogue_piece_bytes(f: Mapping[str, Any]) -> int:
     pingpong = f["warp_specialization"] == "pingpong"
     wgs = 1 if pingpong else f["num_warps"] // 4 - 1  # warpgroups sharing a tile, less the producer
     rows, cols = (f["block_n"], f["block_m"]) if f.get("swap_ab") else (f["block_m"], f["block_n"])
-    return min(rows, 64 * wgs) * min(32, cols) * 2 * (2 if pingpong else 1)
+    return min(rows, 64 * wgs) * epilogue_piece_width(cols) * 2 * (2 if pingpong else 1)
 
 
 def epilogue_stages(f: Mapping[str, Any]) -> int:
@@ -88,13 +101,12 @@ def epilogue_smem_bytes(f: Mapping[str, Any]) -> int:
 CAPABILITIES = Capabilities(
     options=options(
         arch=["sm_90a"],
-        # The kernel's M is cut in rows of 64 per consumer warpgroup (192 rows take three,
-        # num_warps=16); its N takes any WGMMA width, and 32, 96 and 192 cut a dimension into tiles
-        # that fill the SMs where 64/128/256 leave them idle. Which of D's dimensions is the
-        # kernel's M depends on swap_ab, so both list every width and _kernel_violations
-        # refuses what the kernel cannot split.
-        block_m=[32, 64, 96, 128, 192, 256],
-        block_n=[32, 64, 96, 128, 192, 256],
+        # The kernel's N takes any WGMMA width its epilogue stores in whole pieces (KERNEL_WIDTHS);
+        # its M is cut in rows of 64 per consumer warpgroup (192 rows take three, num_warps=16).
+        # Which of D's dimensions is the kernel's M depends on swap_ab, so both list every width and
+        # _kernel_violations refuses what the kernel cannot split.
+        block_m=KERNEL_WIDTHS,
+        block_n=KERNEL_WIDTHS,
         block_k=[32, 64, 128],
         num_warps=[8, 12, 16],  # 1 producer warpgroup + 1, 2 or 3 consumer warpgroups
         mma=["auto", "wgmma"],
@@ -122,7 +134,8 @@ CAPABILITIES = Capabilities(
         # setmaxnreg: the producer gives registers back (ptxas refuses a decrease above what the
         # program uses, "setmaxnreg.dec has register count ... which is larger than ...", so only
         # counts that compile are declared), the consumers take them. None = the kernel's defaults
-        # (40 / 232, or what three consumer warpgroups can have, default_consumer_registers).
+        # (default_producer_registers, default_consumer_registers: 40 / 232, 24 / 240 for a tile whose
+        # accumulators need it, or what three consumer warpgroups can have).
         producer_registers=[None, 24, 32, 40, 48, 56],
         consumer_registers=[None, 160, 168, 176, 184, 192, 200, 208, 216, 224, 232, 240],
         **{"problem.accumulator": ["float32"], "problem.dtype": ["float16", "bfloat16"]},
@@ -132,9 +145,13 @@ CAPABILITIES = Capabilities(
 
 DEFAULT_PRODUCER_REGISTERS = 40
 DEFAULT_CONSUMER_REGISTERS = 232
+# A producer warpgroup issues TMA loads and needs few registers: 24 frees 16 more per thread for each of
+# two consumer warpgroups (240), what a 128x208 ping-pong or a 256x208 cooperative tile needs.
+LEAN_PRODUCER_REGISTERS = 24
+MAX_CONSUMER_REGISTERS = 240
+ACC_RESERVE = 32  # registers a consumer thread keeps beside its accumulators: addresses, loop state, epilogue
 REGISTERS_PER_SM = 65536
 MAX_REGISTERS_PER_THREAD = 255
-PINGPONG_MAX_ACC_REGS = 128  # of the 232 a consumer thread gets: 128x128 and 64x256 tiles
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
 
 def effective_raster_group(problem: GemmProblem, spec: KernelSpec) -> int:
@@ -184,7 +201,7 @@ def gemm_config(problem: GemmProblem, spec: KernelSpec):
         tile_m=kspec.block_m, tile_n=kspec.block_n, tile_k=kspec.block_k, stages=kspec.stages,
         cluster_m=kspec.cluster_m, cluster_n=kspec.cluster_n, consumer_wgs=kspec.consumer_warps // 4,
         pingpong=kspec.warp_specialization == "pingpong",
-        producer_regs=kspec.producer_registers or DEFAULT_PRODUCER_REGISTERS,
+        producer_regs=kspec.producer_registers or default_producer_registers(kspec),
         consumer_regs=kspec.consumer_registers or default_consumer_registers(kspec),
         # (a shape-generic kernel's walk gives the last group what is left: no divisor needed)
         raster_group=kspec.raster_group if dynamic else effective_raster_group(kproblem, kspec),
@@ -454,13 +471,36 @@ def register_pool(spec: KernelSpec) -> int:
     return per_thread * threads
 
 
+def accumulators(spec: KernelSpec) -> int:
+    """fp32 accumulator registers per consumer thread: the tile over the threads that compute it (one
+    warpgroup with ping-pong, every consumer warpgroup cooperatively)."""
+    mma_warps = 4 if spec.warp_specialization == "pingpong" else spec.consumer_warps
+    return spec.block_m * spec.block_n // (32 * mma_warps)
+
+
+def _consumer_share(spec: KernelSpec, producer: int, cap: int) -> int:
+    """What the register pool leaves each consumer thread next to a producer of `producer`, at most cap."""
+    return min(cap, (register_pool(spec) - 128 * producer) // (32 * spec.consumer_warps) // 8 * 8)
+
+
+def default_producer_registers(spec: KernelSpec) -> int:
+    """The producer's count when the spec leaves it to the kernel: 40, or 24 for two consumer
+    warpgroups when the spec sets no consumer count either and the tile's accumulators need the
+    registers that frees. (Three consumer warpgroups launch with 128 registers a thread, and ptxas
+    refused a 192x256 tile there even with 160 after setmaxnreg: "Insufficient registers (128)".)"""
+    if spec.consumer_registers is None and spec.consumer_warps == 8 and accumulators(spec) + ACC_RESERVE > \
+            _consumer_share(spec, DEFAULT_PRODUCER_REGISTERS, DEFAULT_CONSUMER_REGISTERS):
+        return LEAN_PRODUCER_REGISTERS
+    return DEFAULT_PRODUCER_REGISTERS
+
+
 def default_consumer_registers(spec: KernelSpec) -> int:
-    """Registers per consumer thread when the spec leaves it to the kernel: 232, or what the pool
-    leaves each of three consumer warpgroups (152 next to a 40-register producer), or fewer next to
-    a producer that keeps more than 40."""
-    producer = spec.producer_registers or DEFAULT_PRODUCER_REGISTERS
-    share = (register_pool(spec) - 128 * producer) // (32 * spec.consumer_warps) // 8 * 8
-    return min(DEFAULT_CONSUMER_REGISTERS, share)
+    """Registers per consumer thread when the spec leaves it to the kernel: 232 next to a 40-register
+    producer, 240 next to a 24-register one, or what the pool leaves each of three consumer
+    warpgroups (152 next to a 40-register producer), or fewer next to a producer that keeps more."""
+    producer = spec.producer_registers or default_producer_registers(spec)
+    cap = MAX_CONSUMER_REGISTERS if producer <= LEAN_PRODUCER_REGISTERS else DEFAULT_CONSUMER_REGISTERS
+    return _consumer_share(spec, producer, cap)
 
 
 def _swap_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
@@ -502,8 +542,8 @@ def _kernel_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation
     if pingpong and spec.consumer_warps != 8:
         bad.append(Violation("num_warps", spec.num_warps, "ping-pong has exactly two consumer warpgroups",
                              "use num_warps=12 with warp_specialization='pingpong'"))
-    producer = spec.producer_registers or DEFAULT_PRODUCER_REGISTERS
-    most = default_consumer_registers(spec)  # what the pool leaves each consumer thread, at most 232
+    producer = spec.producer_registers or default_producer_registers(spec)
+    most = default_consumer_registers(spec)  # what the pool leaves each consumer thread
     consumer = spec.consumer_registers or most
     total = 128 * producer + 32 * spec.consumer_warps * consumer
     if total > register_pool(spec):
@@ -512,19 +552,17 @@ def _kernel_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation
                              f"producer thread), more than the {register_pool(spec)} the block is launched with "
                              "(the kernel would wait forever for the rest)",
                              f"use consumer_registers <= {most} or leave it None"))
-    # (ping-pong's own, lower limit follows)
-    acc = spec.block_m * spec.block_n // (32 * spec.consumer_warps)
-    if not pingpong and acc > consumer - 32:
+    acc = accumulators(spec)
+    if acc > consumer - ACC_RESERVE:
+        holder = "ping-pong gives each consumer warpgroup a whole tile" if pingpong else \
+            f"{spec.consumer_warps // 4} consumer warpgroups share the tile"
+        roomier = [] if consumer >= MAX_CONSUMER_REGISTERS else [
+            f"producer_registers={LEAN_PRODUCER_REGISTERS} with consumer_registers={MAX_CONSUMER_REGISTERS}"]
         bad.append(Violation("block_m*block_n", spec.block_m * spec.block_n,
-                             f"{acc} fp32 accumulators per consumer thread leave fewer than 32 of its {consumer} "
-                             "registers for addresses and the epilogue",
-                             "use a smaller tile or more consumer warpgroups"))
-    if pingpong and spec.block_m * spec.block_n // 128 > PINGPONG_MAX_ACC_REGS:
-        bad.append(Violation("block_m*block_n", spec.block_m * spec.block_n,
-                             f"ping-pong gives each consumer warpgroup a whole tile: "
-                             f"{spec.block_m * spec.block_n // 128} fp32 accumulator registers per thread "
-                             f"exceed {PINGPONG_MAX_ACC_REGS}",
-                             "use a 128x128 or 64x256 tile, or warp_specialization='cooperative'"))
+                             f"{holder}: {acc} fp32 accumulators per consumer thread leave fewer than "
+                             f"{ACC_RESERVE} of its {consumer} registers for addresses and the epilogue",
+                             "use " + ", ".join(roomier + ["a smaller tile", "more consumer warpgroups" if not pingpong
+                                                           else "warp_specialization='cooperative'"])))
     if problem.dtype != problem.c_dtype and problem.c_dtype not in DSL_NAMES:
         bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
                              "use out_dtype float16 or bfloat16"))

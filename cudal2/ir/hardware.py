@@ -100,6 +100,13 @@ ARCHS: dict[str, ArchLimits] = {
     ),
 }
 
+# Widths a block may have along M or N: a WGMMA's N is any multiple of 8 up to 256, and mma.sync's
+# tiles are multiples of 8 too. Which of them a backend's kernel can split among its warps, and which
+# its loads and epilogue serve, each backend declares from these (its Capabilities).
+TILE_WIDTH_STEP = 8
+TILE_WIDTH_MAX = 256
+TILE_WIDTHS = tuple(range(2 * TILE_WIDTH_STEP, TILE_WIDTH_MAX + 1, TILE_WIDTH_STEP))  # 16, 24, ..., 256
+
 # Bytes per element of each dtype the IR knows.
 DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
 

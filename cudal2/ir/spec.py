@@ -14,7 +14,7 @@ from pydantic import Field, model_validator
 
 from . import capabilities
 from .errors import SpecError, Violation
-from .hardware import DTYPE_BYTES, ArchLimits, arch_limits
+from .hardware import DTYPE_BYTES, TILE_WIDTHS, ArchLimits, arch_limits
 from .model import IRModel
 from .problem import GemmProblem
 
@@ -24,11 +24,11 @@ REGISTER_RESERVE = 40
 PRODUCER_WARPS = 4  # one warpgroup loads for warp-specialized kernels
 
 Arch = Literal["sm_80", "sm_90", "sm_90a"]
-# 96 and 192 are not powers of two: a WGMMA's N is any multiple of 8 up to 256, and a tile of 192
-# (or 96) cuts a 256-wide (or 128-wide) dimension into tiles that fill the SMs where 128 leaves them
-# idle (what cuBLAS picks on H100 for 256x12288x12288, 12288x256x16384 and 12288x128x12288).
-# Backends that need powers of two (Triton) do not declare them.
-Block = Literal[16, 32, 64, 96, 128, 192, 256]
+# Every width the hardware's MMA takes (hardware.TILE_WIDTHS): widths that are not powers of two cut
+# a dimension into tiles that fill the SMs where 128 leaves them idle (cuBLAS runs 192 on H100 for
+# 256x12288x12288, 12288x256x16384 and 12288x128x12288; quack's autotuner 160 and 208). Backends
+# declare the subset their kernels serve (Triton: powers of two).
+Block = Literal[TILE_WIDTHS]
 
 
 class KernelSpec(IRModel):

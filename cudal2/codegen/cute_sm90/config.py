@@ -19,6 +19,12 @@ SMEM_ALIGN = 1024  # 128B-swizzled TMA tiles want 1 KiB aligned buffers
 RED_THREADS = 256  # split-K reduction threads per block
 
 
+def epilogue_piece_width(tile_n: int) -> int:
+    """Columns of one staged output piece of the TMA-store epilogue: 32, or 16 where 32 does not
+    divide the tile's width (208, 240, ...), so every piece lies inside its tile."""
+    return 32 if tile_n % 32 == 0 else min(16, tile_n)
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     # ---- the problem, in the kernel's view -------------------------------------------------------
@@ -86,7 +92,7 @@ class GemmConfig:
 
     @property
     def epi_tile(self) -> tuple[int, int]:
-        return (min(self.tile_m, 64 * self.mma_wgs), min(32, self.tile_n))
+        return (min(self.tile_m, 64 * self.mma_wgs), epilogue_piece_width(self.tile_n))
 
     @property
     def tma_store(self) -> bool:
