@@ -26,9 +26,25 @@ def test_catalog_is_valid_shape_generic_and_sampled_reproducibly():
     assert sample(40) == sample(40) and sample(40)[:10] == sample(10)
     assert sample(40) != sample(40, seed=1)
     with pytest.raises(ValueError, match="no spec catalog"):
-        catalog("cute_dsl")
+        catalog("cuda_cpp")
     with pytest.raises(ValueError, match="positive"):
         sample(0)
+
+
+def test_cute_dsl_catalog_spans_the_declared_space_and_every_spec_runs_somewhere():
+    from cudal2.codegen import get_backend
+    from cudal2.ir import GemmProblem
+
+    specs = catalog("cute_dsl", "sm_90a")
+    assert len(specs) > 1000 and len({s.key() for s in specs}) == len(specs)
+    assert all(s.shape_specialization == "dynamic" and s.backend == "cute_dsl" for s in specs)
+    assert {s.warp_specialization for s in specs} == {"cooperative", "pingpong"}
+    assert {s.swap_ab for s in specs} == {False, True} and {s.decomposition for s in specs} == {"data_parallel",
+                                                                                                  "split_k"}
+    assert {160, 208, 224} <= {s.block_n for s in specs}  # widths beyond powers of two and cuBLAS's 192
+    be, big = get_backend("cute_dsl"), GemmProblem(m=4096, n=4096, k=4096)
+    assert all(be.supports(big, s) for s in specs[::50])
+    assert sample(30, "cute_dsl") == sample(30, "cute_dsl") and sample(30, "cute_dsl") != sample(30)
 
 
 def test_shapes_by_set_file_or_list(tmp_path):

@@ -110,8 +110,9 @@ def one_gpu_model(samples: Iterable[Sample]) -> str:
 
 
 def provenance(samples: list[Sample]) -> dict:
-    """What a model trained on these samples learned from: GPUs, shapes, pairs, dates."""
+    """What a model trained on these samples learned from: GPUs, backends, shapes, pairs, dates."""
     dates = sorted(s.created[:10] for s in samples if s.created)
     return {"pairs": len(samples), "shapes": len({s.group for s in samples}),
             "specs": len({s.spec.key() for s in samples}), "gpus": dict(Counter(s.gpu for s in samples)),
+            "backends": dict(Counter(s.spec.backend for s in samples)),
             "measured": [dates[0], dates[-1]] if dates else []}

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from functools import lru_cache
 from typing import Any
 
 from ..ir import KernelSpec, SpecError, capabilities
@@ -32,17 +33,41 @@ AXES: dict[str, dict[str, tuple]] = {
         "raster_group": (1, 8),
         "split_k": (1, 4),
     },
+    # Hopper warp-specialized kernels: the widths the hardware's MMA takes (quack's and cuBLAS's among
+    # them), every warp arrangement, clusters of one and two, swap_ab, both epilogues. "warps" is
+    # (num_warps, warp_specialization); "cluster" is (cluster_m, cluster_n).
+    "cute_dsl": {
+        "tile": ((64, 64), (64, 128), (64, 256), (128, 64), (128, 128), (128, 160), (128, 192), (128, 208),
+                 (128, 224), (128, 256), (192, 128), (192, 192), (256, 128), (256, 160), (256, 192), (256, 208)),
+        "warps": ((8, "cooperative"), (12, "cooperative"), (16, "cooperative"), (12, "pingpong")),
+        "cluster": ((1, 1), (1, 2), (2, 1)),
+        "block_k": (64,),
+        "stages": (3, 4, 5, 6),
+        "epilogue_path": ("tma_store", "registers"),
+        "swap_ab": (False, True),
+        "raster_group": (1, 8),
+        "split_k": (1, 4),
+        "load_path": ("tma",),
+        "persistent": (True,),
+    },
 }
+# A spec the backend refuses on this problem (large, every extent aligned) is refused on any: it is
+# not in the catalog.
+REFERENCE_PROBLEM = "4096x4096x4096"
 SEED = 20261125
 
 
 def _spec(backend: str, arch: str, values: dict[str, Any]) -> KernelSpec | None:
     (bm, bn) = values.pop("tile")
     split = values.pop("split_k", 1)
+    if "warps" in values:
+        values["num_warps"], values["warp_specialization"] = values.pop("warps")
+    if "cluster" in values:
+        values["cluster_m"], values["cluster_n"] = values.pop("cluster")
     fields = dict(backend=backend, arch=arch, block_m=bm, block_n=bn, shape_specialization="dynamic", **values)
     if split > 1:
-        if fields.get("persistent"):
-            return None  # one decomposition at a time: split-K tiles are not persistent here
+        if fields.get("persistent") and backend == "triton":
+            return None  # one decomposition at a time: Triton's split-K tiles are not persistent
         fields.update(decomposition="split_k", split_k=split, split_k_reduction="workspace")
     try:
         return KernelSpec(**fields)
@@ -52,18 +77,28 @@ def _spec(backend: str, arch: str, values: dict[str, Any]) -> KernelSpec | None:
 
 def catalog(backend: str = "triton", arch: str = "sm_90a") -> list[KernelSpec]:
     """Every valid spec of the backend's axes on arch, in a fixed order (each once)."""
-    axes = AXES.get(backend)
-    if axes is None:
+    if backend not in AXES:
         raise ValueError(f"no spec catalog for backend {backend!r}; the sweep knows {', '.join(AXES)}")
+    return list(_catalog(backend, arch))
+
+
+@lru_cache(maxsize=None)
+def _catalog(backend: str, arch: str) -> tuple[KernelSpec, ...]:
+    from ..codegen import get_backend
+    from ..ir import GemmProblem
+
+    axes = AXES[backend]
     caps = capabilities.resolve(backend)
+    be = get_backend(backend)
+    reference = GemmProblem.parse(REFERENCE_PROBLEM)
     names = list(axes)
     out: dict[str, KernelSpec] = {}
     for combo in itertools.product(*(axes[n] for n in names)):
         spec = _spec(backend, arch, dict(zip(names, combo)))
-        if spec is None or (caps is not None and _refused(caps, spec, arch)):
+        if spec is None or (caps is not None and _refused(caps, spec, arch)) or not be.supports(reference, spec):
             continue
         out.setdefault(spec.key(), spec)
-    return list(out.values())
+    return tuple(out.values())
 
 
 def _refused(caps, spec: KernelSpec, arch: str) -> bool:

@@ -55,6 +55,13 @@ def load_model(model=None, arch: str = "sm_90a"):
     return model
 
 
+def trained_backends(model) -> frozenset[str]:
+    """The backends whose measurements a cost model was trained on, from its provenance (a model
+    trained before provenance named them learned from the Triton sweep alone)."""
+    backends = ((getattr(model, "info", None) or {}).get("data") or {}).get("backends")
+    return frozenset(backends) if backends else frozenset({"triton"})
+
+
 class LearnedProposer:
     name = "learned"
     adaptive = True  # ask again after every batch: each batch learns from the ones before
@@ -73,11 +80,19 @@ class LearnedProposer:
         # the features see the GPU the kernels will run on (the model was trained on model.device)
         self.device = device or DeviceProfile.live(arch)
         self._cache: dict[str, tuple[list[KernelSpec], np.ndarray, np.ndarray]] = {}
-        from ..catalog import AXES
         from .rules import RulesProposer
 
-        uncharted = [b for b in self.backends if b not in AXES]
+        uncharted = [b for b in self.backends if b not in self.charted]
         self.rules = RulesProposer(uncharted, arch, device=self.device) if uncharted else None
+
+    @property
+    def charted(self) -> tuple[str, ...]:
+        """The backends this proposer ranks itself: those with a spec catalog whose measurements the
+        model was trained on (a model that never saw a backend's kernels cannot rank them); the rules
+        propose for the others."""
+        from ..catalog import AXES
+
+        return tuple(b for b in self.backends if b in AXES and b in trained_backends(self.model))
 
     def __repr__(self) -> str:
         return f"LearnedProposer(backends={list(self.backends)}, arch={self.arch!r})"
@@ -88,12 +103,10 @@ class LearnedProposer:
         if key not in self._cache:
             from ...codegen import get_backend
             from ...learn.features import matrix
-            from ..catalog import AXES, catalog
+            from ..catalog import catalog
 
             specs: list[KernelSpec] = []
-            for backend in self.backends:
-                if backend not in AXES:
-                    continue
+            for backend in self.charted:
                 be = get_backend(backend)
                 for spec in catalog(backend, self.arch):
                     try:
