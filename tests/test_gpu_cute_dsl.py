@@ -467,3 +467,27 @@ def test_one_shape_generic_kernel_is_correct_on_every_shape(backend, pkw, skw):
             compiled[key] = backend.compile(backend.render(p, s))
         run_checked(compiled[key], p, seed=m)
     assert compiled, "no shape of the list was supported"
+
+
+# ---- the tiles the hardware's widths and register budgets add -------------------------------------------
+NEW_TILES = [  # (id, spec fields): quack's autotuned families among them
+    ("pingpong-128x160", dict(block_m=128, block_n=160, warp_specialization="pingpong", stages=4)),
+    ("pingpong-128x192", dict(block_m=128, block_n=192, warp_specialization="pingpong", stages=4)),
+    ("pingpong-128x208", dict(block_m=128, block_n=208, warp_specialization="pingpong", stages=3)),
+    ("pingpong-192x128", dict(block_m=192, block_n=128, warp_specialization="pingpong", stages=4)),
+    ("coop-256x208-c1x2", dict(block_m=256, block_n=208, stages=3, cluster_n=2)),
+    ("coop-128x224-c2x1", dict(block_m=128, block_n=224, stages=4, cluster_m=2)),
+    ("coop-swap-160x256", dict(block_m=160, block_n=256, stages=3, swap_ab=True)),
+    ("coop-128x80-8warps-regs", dict(block_m=128, block_n=80, num_warps=8, stages=6, epilogue_path="registers")),
+]
+
+
+@pytest.mark.parametrize("layout", ["NT", "NN"])
+@pytest.mark.parametrize("skw", [f for _, f in NEW_TILES], ids=[i for i, _ in NEW_TILES])
+def test_new_tiles_are_correct_on_edge_shapes(backend, skw, layout):
+    """Widths that are not powers of two and accumulators past 128 a thread, on a shape that leaves
+    partial tiles along every dimension, with bias and an activation."""
+    p = GemmProblem(m=1032, n=976, k=1048, layout=layout, epilogue=Epilogue(bias=True, activation="silu"))
+    s = spec(**skw)
+    assert backend.supports(p, s), backend.supports(p, s).reason
+    run_checked(backend.compile(backend.render(p, s)), p)
