@@ -1,6 +1,7 @@
 """The hand-picked cute_dsl configurations of benchmarks/cute_dsl_vs_cublas.py are valid specs that
-the backend takes on the shapes each set was made for (a typo there would cost a GPU run), and
-benchmarks/cublas_kernels.py names kernels briefly."""
+the backend takes on the shapes each set was made for (a typo there would cost a GPU run),
+benchmarks/cublas_kernels.py names kernels briefly, and benchmarks/peer_parity.py counts the quack
+configs our IR expresses and stops in one line without quack."""
 
 from __future__ import annotations
 
@@ -8,6 +9,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 
@@ -104,3 +107,25 @@ def test_retime_winners_times_each_winner_in_every_mode_and_resumes(tmp_path):
     bad.write_text(json.dumps([{"M": 1}]))
     with pytest.raises(SystemExit, match="search_48.py .json report"):
         retime_winners.main([str(bad), str(out), "--device", "cpu"])
+
+
+def test_peer_parity_says_in_one_line_when_quack_is_missing(tmp_path):
+    """Without quack-kernels the peer benchmark is skipped with a clear line, not a traceback."""
+    import importlib.util
+    import subprocess
+
+    if importlib.util.find_spec("quack") is not None:
+        pytest.skip("quack-kernels is installed here")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "peer_parity.py"), str(tmp_path / "p.md")],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "quack-kernels is not importable" in out.stdout and "Traceback" not in out.stdout + out.stderr
+
+
+def test_our_ir_expresses_every_quack_config_on_validation_shapes():
+    from peer_parity import expressible  # benchmarks/ is on sys.path (above)
+
+    from cudal2.dataset.sweep import draw_shapes, resolve_shapes
+
+    problems = draw_shapes(resolve_shapes("serving:validation"), 4)
+    assert expressible(problems) == (44, 44)

@@ -742,21 +742,11 @@ def test_shape_generic_kernel_checks_each_calls_shape(backend):
 
 
 # ---- the widths and register budgets the hardware allows -------------------------------------------------
-# quack-kernels' sm90 autotuning list (a peer's published configs, read as facts): cooperative tiles
-# 256x{128,160,192,208}, 128x224, 128x256; ping-pong 128x{128,160,192,208}, 192x128; clusters 1x2 and
-# 2x1; swap_ab off and on. quack names the tile and cluster of the kernel it runs, which computes D^T
-# when swapped; the IR names D's, so a swapped config's M and N trade places here.
-PEER_TILES = [(256, n, False) for n in (128, 160, 192, 208)] + [(128, 224, False), (128, 256, False)] + \
-    [(128, n, True) for n in (128, 160, 192, 208)] + [(192, 128, True)]
-
-
 def _peer_specs():
-    for (tm, tn, pingpong) in PEER_TILES:
-        for cm, cn in ((1, 2), (2, 1)):
-            for swap in (False, True):
-                bm, bn, cm_d, cn_d = (tn, tm, cn, cm) if swap else (tm, tn, cm, cn)
-                yield dict(block_m=bm, block_n=bn, cluster_m=cm_d, cluster_n=cn_d, swap_ab=swap, num_warps=12,
-                           warp_specialization="pingpong" if pingpong else "cooperative")
+    """quack's 44 sm90 configs as this backend's spec fields (less stages)."""
+    from cudal2.bench.peers import quack_sm90_configs
+
+    return [{k: v for k, v in c.to_spec_fields().items() if k not in BASE or v != BASE[k]} for c in quack_sm90_configs()]
 
 
 def _deepest(backend, problem, fields):
@@ -777,8 +767,8 @@ def test_every_peer_config_is_expressible_without_opting_in(shape):
     dims, layout = shape.split("-")
     p = GemmProblem.parse(dims, layout=layout)
     b = CuteDslBackend()
-    configs = list(_peer_specs())
-    assert len(configs) == 44
+    configs = _peer_specs()
+    assert len(configs) == len({str(sorted(c.items())) for c in configs}) == 44
     missing = [c for c in configs if _deepest(b, p, c) is None]
     assert not missing, missing
 
@@ -858,3 +848,14 @@ def test_new_tile_families_compile_without_spills(tmp_path, fields):
                             capture_output=True, text=True, timeout=600)
     assert report.returncode == 0, report.stderr[-2000:]
     assert "0 bytes spill stores, 0 bytes spill loads" in report.stderr, report.stderr[-2000:]
+
+
+def test_peer_configs_map_to_specs_and_back():
+    from cudal2.bench.peers import PeerConfig, quack_sm90_configs
+
+    for c in quack_sm90_configs():
+        s = _deepest(CuteDslBackend(), GemmProblem(m=4096, n=4096, k=4096), c.to_spec_fields())
+        assert s is not None and PeerConfig.from_spec(s) == c
+    swapped = PeerConfig(256, 160, False, 2, 1, True).to_spec_fields()
+    assert (swapped["block_m"], swapped["block_n"], swapped["cluster_m"], swapped["cluster_n"]) == (160, 256, 1, 2)
+    assert PeerConfig.from_spec(spec(decomposition="split_k", split_k=2, epilogue_path="registers")) is None
