@@ -33,9 +33,10 @@ def test_space_derives_from_capabilities_and_round_trips_specs():
     assert space["block_m"].choices == (16, 32, 64, 128, 256)  # the IR's widths, narrowed to powers of two
     assert (space["stages"].low, space["stages"].high) == (1, 8)  # the IR allows 16
     both = {o.name: o for o in search_space(("triton", "cute_dsl"), "sm_90a")}
-    assert both["block_n"].choices == tuple(range(16, 257, 16))  # the union: CuTe DSL's steps of 16
-    assert (both["stages"].low, both["stages"].high) == (1, 16)
-    assert space["split_k"].when == ("decomposition", ("split_k",))
+    assert both["cute_dsl:block_n"].choices == tuple(range(16, 257, 16))  # each backend's own widths
+    assert both["triton:block_n"].choices == (16, 32, 64, 128, 256)
+    assert (both["cute_dsl:stages"].low, both["cute_dsl:stages"].high) == (2, 16)
+    assert space["split_k"].when == (("decomposition", ("split_k",)),)
     sm80 = {o.name: o for o in search_space(("triton",), "sm_80")}
     assert sm80["load_path"].constant  # sm_80: pointer loads only
     spec = KernelSpec(block_m=64, decomposition="split_k", split_k=4, stages=2)
@@ -225,12 +226,35 @@ def test_objective_is_the_kernel_time_over_the_torch_timed_with_it(tmp_path):
     assert res.study.study_name.endswith("|relative")
 
 
-def test_space_over_two_backends_is_the_union():
+def test_space_over_two_backends_samples_each_backends_own_values():
     space = {o.name: o for o in search_space(("triton", "cute_dsl"), "sm_90a")}
     assert space["backend"].choices == ("triton", "cute_dsl")
-    assert {"none", "cooperative", "pingpong"} <= set(space["warp_specialization"].choices)
-    assert space["split_k"].choices is None and space["split_k"].log  # Triton takes the IR's range
-    assert space["consumer_registers"].contains(232) and space["consumer_registers"].contains(None)
+    assert space["triton:warp_specialization"].constant  # "none": Triton has no warp roles to choose
+    assert set(space["cute_dsl:warp_specialization"].choices) == {"cooperative", "pingpong"}
+    assert space["triton:split_k"].choices is None and space["triton:split_k"].log  # Triton takes the IR's range
+    assert space["cute_dsl:split_k"].when == (("backend", ("cute_dsl",)), ("decomposition", ("split_k",)))
+    assert space["cute_dsl:consumer_registers"].contains(232) and space["cute_dsl:consumer_registers"].contains(None)
+    assert space["cute_dsl:load_path"].constant and space["cute_dsl:load_path"].choices == ("tma",)
+    # a spec of either backend round-trips through its params
+    opts = search_space(("triton", "cute_dsl"), "sm_90a")
+    for spec in (KernelSpec(backend="cute_dsl", num_warps=12, load_path="tma", warp_specialization="pingpong",
+                            persistent=True, stages=5, cluster_n=2),
+                 KernelSpec(backend="triton", block_m=64, decomposition="split_k", split_k=4, stages=2)):
+        params = params_of(spec, opts)
+        assert all(k == "backend" or k.startswith(spec.backend + ":") for k in params)
+        assert KernelSpec(**fields_from(params, opts, "sm_90a")) == spec
+
+
+def test_a_two_backend_search_samples_few_specs_its_backends_refuse(tmp_path):
+    """Sampled field by field over the union, a triton+cute_dsl study of 24 measured trials pruned 101
+    to 152 refused combinations (seeds 0-2); over each backend's own values, 18 to 25."""
+    import collections
+
+    res = run_search(GemmProblem(m=255, n=6144, k=4096, layout="NT"), backends=("triton", "cute_dsl"), arch="sm_90a",
+                     proposer=ListProposer([FAST]), runner=RecordedRunner(), store=Store(tmp_path / "s.db"), budget=24,
+                     seed=0, progress=False)
+    states = collections.Counter(t.user_attrs.get("status") for t in res.study.trials)
+    assert states["ok"] == 24 and states["invalid"] <= 2 * 24, states
 
 
 def test_next_batch_is_asked_and_prefetched_while_the_current_one_is_measured(tmp_path):

@@ -30,7 +30,7 @@ from typing import Any, Sequence
 
 from ..ir import GemmProblem, KernelSpec, SpecError, Violation, check_compatible
 from .proposal import Proposal
-from .space import Option, params_of, search_space
+from .space import Option, choose, params_of, search_space
 from .store import Store
 
 SAMPLERS = ("tpe", "gp", "random")
@@ -158,16 +158,8 @@ class Refiner:
     def suggest(self, trial) -> KernelSpec:
         """The spec of a trial (fixed params for enqueued proposals, sampled otherwise).
         Raises SpecError when the combination is invalid."""
-        fields: dict[str, Any] = {"arch": self.arch}
-        for o in self.space:
-            if o.constant:
-                fields[o.name] = o.choices[0] if o.choices is not None else o.low
-            elif not o.active(fields):
-                continue
-            elif o.choices is not None:
-                fields[o.name] = trial.suggest_categorical(o.name, list(o.choices))
-            else:
-                fields[o.name] = trial.suggest_int(o.name, o.low, o.high, log=o.log)
+        fields = choose(self.space, self.arch, lambda o: trial.suggest_categorical(o.name, list(o.choices))
+                        if o.choices is not None else trial.suggest_int(o.name, o.low, o.high, log=o.log))
         spec = KernelSpec(**fields)
         validate(self.problem, spec)
         return spec
