@@ -101,7 +101,7 @@ def resolve_store(store: Any):
     return store if isinstance(store, Store) else Store(store)
 
 
-def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence[str] = ("triton",),
+def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence[str] | None = None,
            proposer: Any = "auto", budget: int | str = 64, modes: Sequence[str] = ("offline",),
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
            n_proposals: int | None = None, seed: int | None = None, progress: bool = True, tag: str = "",
@@ -110,6 +110,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
 
     shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time
     ("120s"). modes: timing modes ("offline", "server", "sustained"); the objective is offline kernel time.
+    backends: the codegen backends searched together (default: every backend that declares the arch
+    and can compile on this machine: triton and cute_dsl on Hopper; cudal2.codegen.default_backends).
     store: a Store, a SQLAlchemy URL or a file path (default: the user cache store, or
     $CUDAL2_STORE). runner: an evaluator (default: cudal2.bench's GPU evaluator).
     problem_fields: further GemmProblem fields (accumulator, out_dtype, epilogue).
@@ -133,6 +135,10 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
         problem = shape
     else:
         problem = GemmProblem.parse(shape, dtype=dtype, layout=layout, **problem_fields)
+    if backends is None:
+        from .codegen.registry import default_backends
+
+        backends = default_backends(arch or default_arch())
     backends = tuple(backends)
     if cluster is not None:
         return _search_on_cluster(problem, cluster, runner, store, backends=backends, proposer=proposer, arch=arch,

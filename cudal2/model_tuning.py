@@ -63,7 +63,8 @@ def tune_model(model, *example_inputs, budget: int | str = 16, proposer: Any = "
                backends: Sequence[str] | None = None, store: Any = None, runner: Any = None,
                progress: bool = True, **search_options):
     """Search every GEMM of the model's nn.Linear layers (see linear_gemms) with `budget` each, and
-    use the results from now on (cudal2.set_table). Returns the TunedTable, which holds every
+    use the results from now on (cudal2.set_table). backends: as cudal2.search's (default: every
+    backend that declares the arch and can compile here). Returns the TunedTable, which holds every
     problem the store has. A shape the GPU cannot hold is skipped with a warning."""
     import warnings
 
@@ -73,7 +74,11 @@ def tune_model(model, *example_inputs, budget: int | str = 16, proposer: Any = "
 
     gemms = linear_gemms(model, *example_inputs)
     arch = search_options.pop("arch", None) or api.default_arch()
-    backends = tuple(backends or ("triton",))
+    if not backends:
+        from .codegen.registry import default_backends
+
+        backends = default_backends(arch)
+    backends = tuple(backends)
     proposer = api.resolve_proposer(proposer, backends, arch)  # once: a learned one loads its model
     store = api.resolve_store(store)
     own_runner = runner is None

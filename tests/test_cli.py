@@ -39,7 +39,7 @@ def test_search_without_gpu_says_so_and_offers_dry_run():
 def test_search_dry_run_with_rules_proposer_and_triton_backend():
     if not _triton_renders():
         pytest.skip("the Triton backend cannot render yet")
-    r = runner.invoke(app, ["search", "512x256x128", "--dry-run", "--n", "3"])
+    r = runner.invoke(app, ["search", "512x256x128", "--dry-run", "--n", "3", "--backend", "triton"])
     assert r.exit_code == 0, r.output
     assert "dry run" in r.output and "nothing timed" in r.output
     rows = [line for line in r.output.splitlines() if "triton" in line and "│" in line]

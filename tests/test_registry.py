@@ -98,3 +98,16 @@ def test_toy_backend_gone_after_uninstall(toy_distribution, monkeypatch, tmp_pat
     assert "toy" not in available_backends()
     with pytest.raises(SpecError, match="unknown backend"):
         KernelSpec(backend="toy")
+
+
+def test_a_search_covers_every_backend_that_declares_the_arch_and_can_compile_here(monkeypatch):
+    from cudal2.codegen import get_backend
+    from cudal2.codegen.registry import default_backends
+
+    usable = {name: get_backend(name).usable()[0] for name in ("triton", "cute_dsl", "cuda_cpp")}
+    want_hopper = tuple(b for b in ("triton", "cute_dsl") if usable[b])
+    assert default_backends("sm_90a") == (want_hopper or ("triton",))  # cuda_cpp declares sm_80 only
+    assert default_backends("sm_80") == (tuple(b for b in ("triton", "cuda_cpp") if usable[b]) or ("triton",))
+    # a backend that cannot compile here is left out, with the reason it gives
+    monkeypatch.setattr(type(get_backend("cute_dsl")), "usable", lambda self: (False, "no DSL here"))
+    assert "cute_dsl" not in default_backends("sm_90a")

@@ -29,8 +29,8 @@ def test_search_end_to_end_with_rules_proposer_and_recorded_runner(tmp_path):
     # again (the runner sees 4 new specs, then confirmation rounds for whichever leaders lack them)
     confirmations = len(Store(store).confirmations(res.problem))
     runner2 = RecordedRunner(baselines={"torch": 0.05, "cublaslt_autotune": 0.045})
-    res2 = cudal2.search((1024, 768, 512), layout="NT", proposer="rules", budget=12, store=store, runner=runner2,
-                         progress=False, seed=0, modes=("offline", "server"))
+    res2 = cudal2.search((1024, 768, 512), layout="NT", backends=("triton",), proposer="rules", budget=12, store=store,
+                         runner=runner2, progress=False, seed=0, modes=("offline", "server"))
     new = {s.key() for s in runner2.calls} - {r.spec.key() for r in res.history}
     assert res2.evaluations == 12 and len(new) == 4
     assert len(runner2.calls) == 4 + len(Store(store).confirmations(res.problem)) - confirmations

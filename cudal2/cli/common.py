@@ -151,7 +151,15 @@ def _budget(value: str) -> str:
     return value
 
 
-Backends = Annotated[list[BackendName], typer.Option("--backend", "-b", help="codegen backend(s) to search (repeat)")]
+Backends = Annotated[list[BackendName], typer.Option("--backend", "-b", help=(
+    "codegen backend(s) to search (repeat; default: every backend that declares the arch and can compile here)"))]
+
+
+def _backends(chosen, arch: str) -> list[str]:
+    """The --backend values, or every backend that declares arch and can compile here."""
+    from ..codegen.registry import default_backends
+
+    return list(_values(chosen)) or list(default_backends(arch))
 Modes = Annotated[list[ModeName], typer.Option("--mode", "-m", help="timing mode(s) (repeat)")]
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="SQLAlchemy URL or SQLite file "
                                                  "(default: $CUDAL2_STORE or the user cache store)")]

@@ -11,8 +11,8 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from .common import (Backends, BatchOpt, LlmFatalOpt, PROPOSER_NAMES, ProposerName, RunnerOpt, _budget, _fail,
-                     _llm_fatal, _one_line, _problem, _proposer, _runner, _values, _x, app, console)
+from .common import (_backends, Backends, BatchOpt, LlmFatalOpt, PROPOSER_NAMES, ProposerName, RunnerOpt, _budget, _fail,
+                     _llm_fatal, _one_line, _problem, _proposer, _runner, _x, app, console)
 
 def _proposer_list(value: str) -> str:
     unknown = [n for n in (p.strip() for p in value.split(",")) if n and n not in ProposerName.__members__]
@@ -34,7 +34,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
                                                    callback=_proposer_list)] = "rules,random",
             budget: Annotated[str, typer.Option(help="GPU measurements (64), GPU time (120s), or several: 1,16,32",
                                                 callback=_budgets)] = "32",
-            backend: Backends = ["triton"],  # noqa: B006
+            backend: Backends = [],  # noqa: B006
             dtype: str = "float16", layout: str = "NN",
             sample: Annotated[Optional[int], typer.Option(min=1, help=(
                 "of a shape set, only N shapes drawn with a fixed seed"))] = None,
@@ -63,10 +63,10 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
 
     names = [p.strip() for p in proposers.split(",") if p.strip()]
     budgets = [b.strip() for b in budget.split(",") if b.strip()]
-    backend = _values(backend)
     problems = _compare_problems(shapes, dtype, layout, sample)
     outside = _swept_best(best_known or [])
     arch = arch or default_arch()
+    backend = _backends(backend, arch)
     run = _runner(runner)
     root = store_dir or Path(tempfile.mkdtemp(prefix="cudal2-compare-"))
     root.mkdir(parents=True, exist_ok=True)

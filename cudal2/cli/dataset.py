@@ -13,7 +13,7 @@ from ..dataset import draw_shapes, resolve_shapes, run_sweep
 from ..dataset.cluster import ClusterError
 from ..search.store import StoreError
 
-from .common import (BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, Modes,
+from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, Modes,
                      ProposerName, RunnerOpt, StoreOpt, _confirm, _fail, _llm_fatal, _one_line, _parse_shapes_file,
                      _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      err_console)
@@ -24,7 +24,7 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
           budget: BudgetOpt = "32",
           proposer: Annotated[ProposerName, typer.Option(help=(
               "auto: learned where a cost model exists for the arch, else rules; none: Optuna only"))] = "auto",
-          backend: Backends = ["triton"],  # noqa: B006
+          backend: Backends = [],  # noqa: B006
           dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
           mode: Modes = ["offline"],  # noqa: B006
           out: Annotated[Optional[Path], typer.Option("--out", "-o", help="markdown report to write")] = None,
@@ -36,10 +36,11 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
     from ..search.aggregates import aggregate, markdown
     from ..search.loop import run_search
 
-    backend, mode, proposer = _values(backend), _values(mode), _value(proposer)
+    mode, proposer = _values(mode), _value(proposer)
     problems = [_problem(s, dtype, layout) for s in _parse_shapes_file(shapes_file)]
     s = _store(store)
     arch = arch or default_arch()
+    backend = _backends(backend, arch)
     run = _runner(runner)
     prop = _proposer(proposer, backend, arch, llm_fatal=llm_fatal)
     with _llm_fatal(prop):

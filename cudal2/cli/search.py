@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from .common import (BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
+from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
                      Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StoreOpt, _confirm, _fail, _llm_fatal,
                      _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _x, app, console)
 
@@ -19,7 +19,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            budget: BudgetOpt = "64",
            proposer: Annotated[ProposerName, typer.Option(help=(
               "auto: learned where a cost model exists for the arch, else rules; none: Optuna only"))] = "auto",
-           backend: Backends = ["triton"],  # noqa: B006 - typer reads the default
+           backend: Backends = [],  # noqa: B006 - typer reads the default
            dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="propose, validate, render and compile; "
                                                  "no GPU timing")] = False,
@@ -35,9 +35,10 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
     from ..api import default_arch
     from ..search.loop import run_search
 
-    backend, mode, proposer, sampler = _values(backend), _values(mode), _value(proposer), _value(sampler)
+    mode, proposer, sampler = _values(mode), _value(proposer), _value(sampler)
     problem = _problem(shape, dtype, layout)
     arch = arch or default_arch()
+    backend = _backends(backend, arch)
     if dry_run:
         _dry_run(problem, backend, arch, proposer, n)
         return

@@ -76,6 +76,10 @@ class Backend:
         """Version of the compiler stack; part of the compiled-kernel cache key."""
         return "none"
 
+    def usable(self) -> tuple[bool, str]:
+        """Whether this machine has what the backend needs to compile its kernels, and why not."""
+        return True, ""
+
     def shape_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
         """What of the problem a compiled kernel depends on: the problem itself (its shape baked
         in), or, for a backend whose kernel takes the shape at run time, the problem's class."""

@@ -247,6 +247,14 @@ class CudaCppBackend(Backend):
                       entry=KERNEL, meta=meta)
 
     # ---- compiling -----------------------------------------------------------------------------
+    def usable(self) -> tuple[bool, str]:
+        try:
+            toolchain.find_nvcc()
+            toolchain.cutlass_include_dir()
+        except toolchain.ToolchainMissing as e:
+            return False, str(e)
+        return True, ""
+
     def toolchain_version(self) -> str:
         try:
             nvcc = toolchain.find_nvcc()

@@ -336,6 +336,9 @@ class CuteDslBackend(Backend):
                 "swap_ab": spec.swap_ab, "kernel_label": label(kproblem),
                 "config": [(f.name, repr(getattr(config, f.name))) for f in dataclasses.fields(config)]}
 
+    def usable(self) -> tuple[bool, str]:
+        return dsl_available()
+
     def toolchain_version(self) -> str:
         from importlib.metadata import PackageNotFoundError, version
 

@@ -57,6 +57,21 @@ def available_backends() -> list[str]:
     return sorted(_discover())
 
 
+def default_backends(arch: str) -> tuple[str, ...]:
+    """Every registered backend that declares arch and can compile here, in registration order (the
+    built-ins first): what a search covers unless told otherwise. Triton where none can."""
+    out = []
+    for name in _discover():
+        try:
+            backend = get_backend(name)
+        except Exception:  # noqa: BLE001 - a broken third-party backend is left out, not fatal
+            continue
+        archs = backend.capabilities.allowed("arch", arch)
+        if (archs is None or arch in archs) and backend.usable()[0]:
+            out.append(name)
+    return tuple(out) or ("triton",)
+
+
 def get_backend(name: str) -> Backend:
     with _lock:
         if name in _instances:

@@ -213,6 +213,13 @@ class TritonBackend(Backend):
         )
 
     # --- compiling ------------------------------------------------------------------------
+    def usable(self) -> tuple[bool, str]:
+        import importlib.util
+
+        if importlib.util.find_spec("triton") is None:
+            return False, "triton is not installed; pip install 'cudal2[triton]'"
+        return True, ""
+
     def toolchain_version(self) -> str:
         import triton
 
