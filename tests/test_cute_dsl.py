@@ -603,11 +603,11 @@ def test_call_rejects_mismatched_operands(backend):
 def test_operand_check_ignores_the_strides_of_unit_dimensions():
     import torch
 
-    from cudal2.codegen.cute_dsl import _same_strides
+    from cudal2.codegen.operands import same_strides
 
     w = torch.zeros(1, 64)  # N=1, K=64: W.t() is (64, 1) with strides (1, 1), laid out as (1, 64) wants
-    assert _same_strides(w.t(), (1, 64))
-    assert not _same_strides(torch.zeros(64, 8).t(), (1, 64))  # a real mismatch is still caught
+    assert same_strides(w.t(), (1, 64))
+    assert not same_strides(torch.zeros(64, 8).t(), (1, 64))  # a real mismatch is still caught
 
 
 def test_register_splits_ptxas_rejects_and_single_stage_pipelines_are_refused():

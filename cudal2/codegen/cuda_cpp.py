@@ -26,6 +26,7 @@ from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, options
 from ..ir.spec import stage_bytes
 from . import cuda_cpp_toolchain as toolchain
 from .base import Backend, Source, Support
+from .operands import call_extents, device_errors, operand_errors, torch_dtype
 
 SWIZZLE_BITS = {"none": 0, "32B": 1, "64B": 2, "128B": 3}
 ELEMENT = {"float16": "cute::half_t", "bfloat16": "cute::bfloat16_t"}
@@ -335,7 +336,7 @@ class CudaCppKernel:
         import torch
 
         m, n, k = _check_operands(self.problem, self.variant, a, b, c, bias)
-        d = c if c is not None else torch.empty((m, n), dtype=_torch_dtype(self.problem.c_dtype), device=a.device)
+        d = c if c is not None else torch.empty((m, n), dtype=torch_dtype(self.problem.c_dtype), device=a.device)
         device = a.device.index if a.device.index is not None else torch.cuda.current_device()
         ws = self._workspace(a.device, m, n)
         p = self.problem
@@ -358,24 +359,14 @@ def _round_up(x: int, to: int) -> int:
     return -(-x // to) * to
 
 
-def _torch_dtype(name: str):
-    import torch
-
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16}[name]
-
-
 def _check_operands(p: GemmProblem, compiled: tuple[int, int, int], a, b, c, bias) -> tuple[int, int, int]:
     """(M, N, K) of a call, or a ValueError naming every mismatch with the problem class."""
     label = f"cuda_cpp kernel for {p.class_label()}"
-    for name, t in (("a", a), ("b", b), ("c", c), ("bias", bias)):
+    for name, t in (("c", c), ("bias", bias)):
         if t is not None and not (hasattr(t, "shape") and hasattr(t, "stride") and hasattr(t, "data_ptr")):
             raise ValueError(f"{label}: {name} is a {type(t).__name__}, expected a torch.Tensor")
-    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-        raise ValueError(f"{label}: a {tuple(a.shape)} and b {tuple(b.shape)} are not (M, K) and (K, N) matrices")
-    m, k, n = a.shape[0], a.shape[1], b.shape[1]
-    if min(m, n, k) < 1:
-        raise ValueError(f"{label}: empty operands (M={m}, N={n}, K={k}); call torch for an empty product")
-    errors = _tensor_errors(p, a, b, c, bias, m, n, k)
+    m, n, k = call_extents(label, a, b)
+    errors = operand_errors(p, a, b, c, bias, m, n, k)
     shape = p.replace(m=m, n=n, k=k) if not errors else None
     if shape is not None:
         have = variant(shape)
@@ -387,43 +378,7 @@ def _check_operands(p: GemmProblem, compiled: tuple[int, int, int], a, b, c, bia
             if t is not None and t.data_ptr() % (2 * width):
                 errors.append(f"{name} starts at an address not aligned to {2 * width} bytes (the kernel reads it in "
                               f"{width}-element vectors); pass a freshly allocated or .clone()d tensor")
-    errors += _device_errors([a, b, c, bias])
+    errors += device_errors([a, b, c, bias])
     if errors:
         raise ValueError(f"{label}: " + "; ".join(errors))
     return m, n, k
-
-
-def _tensor_errors(p: GemmProblem, a, b, c, bias, m: int, n: int, k: int) -> list[str]:
-    dt, out = _torch_dtype(p.dtype), _torch_dtype(p.c_dtype)
-    want = {"a": ((m, k), (k, 1) if p.a_row_major else (1, m), dt),
-            "b": ((k, n), (n, 1) if p.b_row_major else (1, k), dt),
-            "c": ((m, n), (n, 1), out), "bias": ((n,), (1,), out)}
-    errors = []
-    for name, t in (("a", a), ("b", b), ("c", c), ("bias", bias)):
-        if t is None:
-            continue
-        shape, strides, dtype = want[name]
-        if tuple(t.shape) != shape:
-            errors.append(f"{name} has shape {tuple(t.shape)}, expected {shape}")
-        elif any(size > 1 and got != w for size, got, w in zip(t.shape, t.stride(), strides)):
-            how = {"a": f"layout {p.layout} wants A {'row' if p.a_row_major else 'column'}-major",
-                   "b": f"layout {p.layout} wants B {'row' if p.b_row_major else 'column'}-major"}.get(name, "contiguous")
-            errors.append(f"{name} has strides {tuple(t.stride())}, expected {strides} ({how})")
-        if t.dtype != dtype:
-            errors.append(f"{name} has dtype {t.dtype}, expected {dtype}")
-    if c is None and p.epilogue.beta != 0.0:
-        errors.append(f"beta={p.epilogue.beta:g} reads C, but c is None: pass c (shape ({m}, {n}))")
-    if p.epilogue.bias and bias is None:
-        errors.append(f"the problem has a bias: pass bias of shape ({n},) and dtype {out}")
-    elif bias is not None and not p.epilogue.bias:
-        errors.append("bias given but the problem has none: render with epilogue.bias=True or drop it")
-    return errors
-
-
-def _device_errors(tensors) -> list[str]:
-    devices = {str(t.device) for t in tensors if t is not None}
-    if len(devices) > 1:
-        return [f"tensors are on different devices: {sorted(devices)}"]
-    if tensors[0].device.type != "cuda":
-        return [f"tensors are on {tensors[0].device}; the kernel runs on a CUDA GPU"]
-    return []

@@ -48,7 +48,7 @@ from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, 
 from ..ir.hardware import TILE_WIDTHS
 from ..ir.spec import stage_bytes
 from .base import Backend, Source, Support
-from .cute_sm90.kernel import MAX_WORKSPACE_BYTES, CuteDslKernel, _same_strides  # noqa: F401 (re-exported)
+from .cute_sm90.kernel import MAX_WORKSPACE_BYTES, CuteDslKernel
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
 SPLIT_K_VALUES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64]

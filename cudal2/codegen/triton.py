@@ -30,6 +30,7 @@ from typing import Any
 
 from ..ir import ARCHS, Capabilities, GemmProblem, KernelSpec, options
 from .base import Backend, Source
+from .operands import call_extents, operand_errors
 
 _ALL_BLOCKS = [16, 32, 64, 128, 256]
 _ACTIVATION_TEXT = {"none": "{}", "relu": "relu({})", "gelu": "gelu({})", "silu": "silu({})"}
@@ -433,35 +434,13 @@ class TritonKernel:
         """(m, n, k): the problem's, or for a dynamic kernel a's and b's (once they agree)."""
         if not self.dynamic or not (hasattr(a, "shape") and hasattr(b, "shape")):
             return self.problem.shape
-        if len(a.shape) != 2 or len(b.shape) != 2 or a.shape[1] != b.shape[0]:
-            raise ValueError(f"triton kernel for {self.problem.class_label()}: a {tuple(a.shape)} and b "
-                             f"{tuple(b.shape)} are not (M, K) and (K, N) matrices")
-        m, k, n = a.shape[0], a.shape[1], b.shape[1]
-        if min(m, n, k) < 1:
-            raise ValueError(f"triton kernel for {self.problem.class_label()}: empty operands "
-                             f"(M={m}, N={n}, K={k}); call torch for an empty product")
-        return m, n, k
+        return call_extents(f"triton kernel for {self.problem.class_label()}", a, b)
 
     def _check(self, a, b, c, bias) -> tuple[int, int, int]:
         p = self.problem
         m, n, k = self._shape_of(a, b)
         label = p.class_label() if self.dynamic else p.label()
-        want_a = ((m, k), (k, 1) if p.a_row_major else (1, m))
-        want_b = ((k, n), (n, 1) if p.b_row_major else (1, k))
-        errors = []
-        for name, t, (shape, strides), dtype in (("a", a, want_a, self._in_dtype), ("b", b, want_b, self._in_dtype),
-                                                 ("c", c, ((m, n), (n, 1)), self._out_dtype)):
-            if t is None:
-                continue
-            errors += _tensor_errors(name, t, shape, strides, dtype, p)
-        if c is None and p.epilogue.beta != 0.0:
-            errors.append(f"beta={p.epilogue.beta} reads C, but c is None: pass c (shape ({m}, {n}))")
-        if p.epilogue.bias and bias is None:
-            errors.append(f"the problem has a bias: pass bias of shape ({n},) and dtype {p.c_dtype}")
-        elif bias is not None and not p.epilogue.bias:
-            errors.append("bias given but the problem has none: render with epilogue.bias=True or drop it")
-        elif bias is not None:
-            errors += _tensor_errors("bias", bias, (n,), (1,), self._out_dtype, p)
+        errors = operand_errors(p, a, b, c, bias, m, n, k)
         if not errors:
             devices = {t.device for t in (a, b, c, bias) if t is not None}
             if len(devices) > 1:
@@ -480,19 +459,3 @@ class TritonKernel:
         if errors:
             raise ValueError(f"triton kernel for {label}: " + "; ".join(errors))
         return m, n, k
-
-
-def _tensor_errors(name, t, shape, strides, dtype, p: GemmProblem) -> list[str]:
-    if not hasattr(t, "stride") or not hasattr(t, "dtype"):
-        return [f"{name} is a {type(t).__name__}, expected a torch.Tensor"]
-    out = []
-    if tuple(t.shape) != shape:
-        out.append(f"{name} has shape {tuple(t.shape)}, expected {shape}")
-    elif any(size > 1 and got != want for size, got, want in zip(t.shape, t.stride(), strides)):
-        hint = {"a": f"layout {p.layout} wants A {'row' if p.a_row_major else 'column'}-major",
-                "b": f"layout {p.layout} wants B {'row' if p.b_row_major else 'column'}-major",
-                }.get(name, "it must be contiguous")
-        out.append(f"{name} has strides {tuple(t.stride())}, expected {strides} ({hint})")
-    if t.dtype != dtype:
-        out.append(f"{name} has dtype {t.dtype}, expected {dtype}")
-    return out

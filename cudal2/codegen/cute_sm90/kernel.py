@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-from ...ir import GemmProblem
 from ..base import Source
+from ..operands import call_extents, device_errors, operand_errors, torch_dtype
 
 # fp32 (split_k, M, N): also keeps every flat index within int32
 MAX_WORKSPACE_BYTES = 1 << 30
@@ -71,9 +71,13 @@ class CuteDslKernel:
 
         p = self.source.problem
         m, n, k = self._extents(a, b)
-        _check_operands(p, a, b, c, bias, (m, n, k))
+        errors = operand_errors(p, a, b, c, bias, m, n, k)
+        errors += device_errors([a, b, c, bias]) if not errors else []
+        if errors:
+            label = p.label() if (m, n, k) == p.shape else p.class_label()
+            raise ValueError(f"cute_dsl kernel for {label}: " + "; ".join(errors))
         if c is None:
-            d = torch.empty((m, n), dtype=_torch_dtype(p.c_dtype), device=a.device)
+            d = torch.empty((m, n), dtype=torch_dtype(p.c_dtype), device=a.device)
             c_in = d
         else:
             d = c_in = c
@@ -94,10 +98,7 @@ class CuteDslKernel:
         p = self.source.problem
         if not self.dynamic:
             return p.m, p.n, p.k
-        if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
-            raise ValueError(f"cute_dsl kernel for {p.class_label()}: a {tuple(a.shape)} and b {tuple(b.shape)} "
-                             "are not (M, K) and (K, N) matrices")
-        m, k, n = a.shape[0], a.shape[1], b.shape[1]
+        m, n, k = call_extents(f"cute_dsl kernel for {p.class_label()}", a, b)
         why = shape_refusal(self._binding.cfg, m, n, k)
         if why:
             raise ValueError(f"cute_dsl kernel for {p.class_label()} cannot run {m}x{n}x{k}: {why}")
@@ -108,7 +109,7 @@ def shape_refusal(cfg, m: int, n: int, k: int) -> str:
     """Why a shape-generic kernel of config cfg cannot compute an m x n x k product, or "". The
     checks the backend makes for a (problem, spec) pair that depend on the extents, plus the variant
     the kernel was compiled for."""
-    if min(m, n, k) < 1:
+    if min(m, n, k) < 1:  # (call_extents refuses these before a call gets here)
         return "an empty product (call torch)"
     km, kn, kk = (n, m, k) if cfg.swap_ab else (m, n, k)
     extent = {"m": km, "n": kn, "k": kk}
@@ -129,54 +130,3 @@ def shape_refusal(cfg, m: int, n: int, k: int) -> str:
             return (f"this variant stores whole {cfg.tile_m}x{cfg.tile_n} partial tiles and {km}x{kn} has "
                     "edge tiles; compile the variant for this shape")
     return ""
-
-
-def _torch_dtype(name: str):
-    import torch
-
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16}[name]
-
-
-def _same_strides(t, stride) -> bool:
-    """Strides equal where they matter: the stride of a size-1 dimension is never used to
-    address anything, and torch gives such views arbitrary ones (a (64, 1) view of a
-    contiguous (1, 64) tensor has strides (1, 1))."""
-    return all(have == want for have, want, size in zip(t.stride(), stride, t.shape) if size > 1)
-
-
-def _check_operands(p: GemmProblem, a, b, c, bias, shape: tuple[int, int, int]) -> None:
-    """Clear errors for tensors that do not match the problem this kernel was built for, at the
-    call's extents (a shape-generic kernel's differ from p's)."""
-    m, n, k = shape
-    want = _torch_dtype(p.dtype)
-    out = _torch_dtype(p.c_dtype)
-    label = p.label() if (m, n, k) == p.shape else p.class_label()
-    a_shape_stride = ((m, k), (k, 1) if p.a_row_major else (1, m))
-    b_shape_stride = ((k, n), (n, 1) if p.b_row_major else (1, k))
-    for name, t, (want_shape, stride), fix in (
-        ("a", a, a_shape_stride, "a contiguous (M, K) tensor" if p.a_row_major else "At.t() of a contiguous (K, M)"),
-        ("b", b, b_shape_stride, "a contiguous (K, N) tensor" if p.b_row_major else "W.t() of a contiguous (N, K)"),
-    ):
-        if tuple(t.shape) != want_shape:
-            raise ValueError(f"operand {name} has shape {tuple(t.shape)}, the kernel was built for {want_shape} "
-                             f"({label})")
-        if t.dtype != want:
-            raise ValueError(f"operand {name} is {t.dtype}, the kernel was built for {want}")
-        if not t.is_cuda:
-            raise ValueError(f"operand {name} is on {t.device}; move it to the GPU")
-        if not _same_strides(t, stride):
-            raise ValueError(f"operand {name} has strides {tuple(t.stride())}; layout {p.layout} needs {stride}: "
-                             f"pass {fix}")
-    if c is not None:
-        if tuple(c.shape) != (m, n) or c.dtype != out or not _same_strides(c, (n, 1)) or not c.is_cuda:
-            raise ValueError(f"c must be a contiguous ({m}, {n}) {out} CUDA tensor; got {tuple(c.shape)} "
-                             f"{c.dtype} strides {tuple(c.stride())} on {c.device}")
-    elif p.epilogue.beta != 0:
-        raise ValueError(f"the problem has beta={p.epilogue.beta:g}: pass c (it is read and overwritten)")
-    if p.epilogue.bias:
-        if bias is None:
-            raise ValueError("the problem has a bias: pass bias, a contiguous (N,) tensor")
-        if tuple(bias.shape) != (n,) or bias.dtype != out or not _same_strides(bias, (1,)):
-            raise ValueError(f"bias must be a contiguous ({n},) {out} tensor; got {tuple(bias.shape)} {bias.dtype}")
-    elif bias is not None:
-        raise ValueError("the problem has no bias but one was passed; build the kernel for a problem with bias=True")
