@@ -261,7 +261,11 @@ def dsl_available() -> tuple[bool, str]:
 
 
 def _ensure_arch_for_cpu() -> None:
-    """The DSL compiles for the GPU it sees; without one it needs CUTE_DSL_ARCH."""
+    """Settings the DSL reads once, when first imported. Its IR cache goes under cudal2's cache folder
+    unless the caller names one ($CUTE_DSL_CACHE_DIR; the DSL's own default is a folder it makes in
+    $TMPDIR), and it compiles for the GPU it sees, or without one for CUTE_DSL_ARCH (sm_90a)."""
+    if not os.environ.get("CUTE_DSL_CACHE_DIR"):
+        os.environ["CUTE_DSL_CACHE_DIR"] = str(_cache_root() / "ir")
     if os.environ.get("CUTE_DSL_ARCH"):
         return
     try:
@@ -337,7 +341,11 @@ class CuteDslBackend(Backend):
                 "config": [(f.name, repr(getattr(config, f.name))) for f in dataclasses.fields(config)]}
 
     def usable(self) -> tuple[bool, str]:
-        return dsl_available()
+        """Whether the DSL is installed (found without importing it: importing fixes its target
+        arch and cache folder, which compile() sets first)."""
+        if importlib.util.find_spec("cutlass") is None:
+            return False, "nvidia-cutlass-dsl is not installed; pip install 'cudal2[cute]'"
+        return True, ""
 
     def toolchain_version(self) -> str:
         from importlib.metadata import PackageNotFoundError, version
