@@ -17,15 +17,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..codegen.operands import torch_dtype
 from ..ir import DTYPE_BYTES, GemmProblem
 
 GUARD_MIN_ELEMENTS = 16384  # 32 KiB of fp16 either side; more for wide rows (see guard_elements)
-
-
-def torch_dtype(name: str):
-    import torch
-
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
 
 
 def _generator(seed: int, device):

@@ -48,6 +48,7 @@ from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, 
 from ..ir.hardware import TILE_WIDTHS
 from ..ir.spec import stage_bytes
 from .base import Backend, Source, Support
+from .cute_sm90.config import GemmConfig, epilogue_piece_width
 from .cute_sm90.kernel import MAX_WORKSPACE_BYTES, CuteDslKernel
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
@@ -56,13 +57,6 @@ SPLIT_K_VALUES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64]
 # Tile widths the kernel takes along its N: every WGMMA width (hardware.TILE_WIDTHS) that its TMA-store
 # epilogue cuts into whole pieces of 16 or 32 columns (stmatrix stores 16 at the finest).
 KERNEL_WIDTHS = [w for w in TILE_WIDTHS if w % 16 == 0]
-
-
-def epilogue_piece_width(tile_n: int) -> int:
-    """Columns of one staged output piece: 32, or 16 for a width 32 does not divide (208, 240, ...)."""
-    from .cute_sm90.config import epilogue_piece_width as width
-
-    return width(tile_n)
 
 
 # Output pieces in flight through shared memory with the TMA store: the first count that fits beside
@@ -183,11 +177,9 @@ def kernel_view(problem: GemmProblem, spec: KernelSpec) -> tuple[GemmProblem, Ke
     return kproblem, kspec
 
 
-def gemm_config(problem: GemmProblem, spec: KernelSpec):
+def gemm_config(problem: GemmProblem, spec: KernelSpec) -> GemmConfig:
     """The kernel's GemmConfig for a (problem, spec) pair: the kernel's view of both (kernel_view) and
     the choices this backend derives for it."""
-    from .cute_sm90 import GemmConfig
-
     kproblem, kspec = kernel_view(problem, spec)
     e = kproblem.epilogue
     sm_count = arch_limits(kspec.arch).sm_count

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 from ..ir import GemmProblem
 
-_TORCH_DTYPES = {"float16": "float16", "bfloat16": "bfloat16"}
-
-
 def torch_dtype(name: str):
+    """The torch dtype of an IR dtype name ("float16", "bfloat16", "float32")."""
     import torch
 
-    return getattr(torch, _TORCH_DTYPES[name])
+    return {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}[name]
 
 
 def call_extents(label: str, a, b) -> tuple[int, int, int]:

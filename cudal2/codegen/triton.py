@@ -30,7 +30,7 @@ from typing import Any
 
 from ..ir import ARCHS, Capabilities, GemmProblem, KernelSpec, options
 from .base import Backend, Source
-from .operands import call_extents, operand_errors
+from .operands import call_extents, operand_errors, torch_dtype
 
 _ALL_BLOCKS = [16, 32, 64, 128, 256]
 _ACTIVATION_TEXT = {"none": "{}", "relu": "relu({})", "gelu": "gelu({})", "silu": "silu({})"}
@@ -266,11 +266,10 @@ class TritonBackend(Backend):
         if not torch.cuda.is_available():
             self.compile_ahead(source)
             return
-        dt = _torch_dtypes(torch)
         p = source.problem
         split = source.spec.decomposition == "split_k"
-        self.module(source).warmup(dt[p.dtype], dt[p.dtype], dt[p.c_dtype],
-                                   dt[p.c_dtype] if p.epilogue.bias else None,
+        self.module(source).warmup(torch_dtype(p.dtype), torch_dtype(p.dtype), torch_dtype(p.c_dtype),
+                                   torch_dtype(p.c_dtype) if p.epilogue.bias else None,
                                    torch.float32 if split else None, *p.shape)
 
     def compile_ahead(self, source: Source, arch: str | None = None) -> dict[str, Any]:
@@ -285,7 +284,7 @@ class TritonBackend(Backend):
             raise RuntimeError("compile_ahead needs TRITON_INTERPRET unset (the interpreter replaces triton.jit)")
         p, spec = source.problem, source.spec
         target = GPUTarget("cuda", {"sm_80": 80, "sm_90": 90, "sm_90a": 90}[arch or spec.arch], 32)
-        dt = _torch_dtypes(torch)
+        dt = {name: torch_dtype(name) for name in (p.dtype, p.c_dtype)}
         split = spec.decomposition == "split_k"
         # tensors by dtype (None for None), the extents by value (their alignment class is part of
         # the specialization; a static kernel's are constexprs)
@@ -348,10 +347,6 @@ def _jit_source(fn, args: list, launch_options: dict, target):
         return ASTSource(fn, signature, constexprs, attrs), launch_options
 
 
-def _torch_dtypes(torch) -> dict:
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
 class TritonKernel:
     """kernel(a, b, c=None, bias=None) -> c.
 
@@ -370,8 +365,7 @@ class TritonKernel:
         self.dynamic = source.spec.shape_specialization == "dynamic"
         self._launch = module.launch
         self._torch = torch
-        dt = _torch_dtypes(torch)
-        self._in_dtype, self._out_dtype = dt[p.dtype], dt[p.c_dtype]
+        self._out_dtype = torch_dtype(p.c_dtype)
         self._split = self.spec.split_k if self.spec.decomposition == "split_k" else 1
         self._workspace = None
         self._scratch = None  # global scratch for device-side TMA descriptors

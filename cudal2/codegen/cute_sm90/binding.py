@@ -29,10 +29,10 @@ class GemmBinding:
         return Sm90Gemm(self.cfg)
 
     def workspace_shape(self, m: int, n: int) -> tuple[int, ...] | None:
-        """The fp32 workspace a call on the kernel's m x n output (kernel_extents) needs, or None. split-K: a (split_k, M, N)
-        partial sum per K slice, written then read by every call. stream-K: one partial tile per CTA
-        followed by one Int32 flag per CTA; the flags must start at zero (each is raised once and
-        reset by the tile's owner)."""
+        """The fp32 workspace a call on the kernel's m x n output (kernel_extents) needs, or None.
+        split-K: a (split_k, M, N) partial sum per K slice, written then read by every call. stream-K:
+        one partial tile per CTA followed by one Int32 flag per CTA; the flags must start at zero
+        (each is raised once and reset by the tile's owner)."""
         cfg = self.cfg
         if cfg.split:
             return (cfg.split_k, m, n)
