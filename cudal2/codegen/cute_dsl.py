@@ -7,8 +7,10 @@ stages (multicast across the CTAs of a cluster); one or two cooperative consumer
 run WGMMA with fp32 accumulators; a static persistent tile scheduler walks the output tiles
 in grouped rasterization; the epilogue applies alpha, beta * C, bias and relu/gelu/silu on
 the fp32 fragment and stores either straight from registers (predicated) or through
-shared memory with a TMA store. The config bakes every extent and choice in, so one compiled
-kernel serves exactly one (problem, spec).
+shared memory with a TMA store. With shape_specialization="static" the config bakes every extent in
+and one compiled kernel serves one (problem, spec); with "dynamic" M, N, K and the leading dimensions
+are runtime values and one compiled kernel serves every shape of its dtype, layout, alignment class
+and epilogue (shape_refusal() says which calls it cannot take).
 
 Split-K (decomposition="split_k", split_k=S, reduction "workspace"): the scheduler's work units
 are (output tile, K slice) pairs; each stores its raw fp32 partial tile into an fp32 workspace
