@@ -859,3 +859,36 @@ def test_peer_configs_map_to_specs_and_back():
     swapped = PeerConfig(256, 160, False, 2, 1, True).to_spec_fields()
     assert (swapped["block_m"], swapped["block_n"], swapped["cluster_m"], swapped["cluster_n"]) == (160, 256, 1, 2)
     assert PeerConfig.from_spec(spec(decomposition="split_k", split_k=2, epilogue_path="registers")) is None
+
+
+def test_quack_is_forced_to_its_own_sm90_config_not_the_bare_defaults(monkeypatch):
+    """quack's GemmConfig defaults to its dynamic persistent scheduler, which its own sm90 list turns
+    off: the peer kernel must run the config quack's autotuner would run."""
+    import sys
+    import types
+    from dataclasses import asdict, dataclass
+
+    from cudal2.bench.peers import quack_config, quack_sm90_configs
+
+    @dataclass
+    class FakeConfig:
+        tile_m: int = 128
+        tile_n: int = 192
+        pingpong: bool = True
+        cluster_m: int = 2
+        cluster_n: int = 1
+        swap_ab: bool = False
+        is_dynamic_persistent: bool = True
+        device_capacity: int = 9
+
+    listed = [FakeConfig(**asdict(c), is_dynamic_persistent=False) for c in quack_sm90_configs()]
+    module = types.SimpleNamespace(get_all_configs=lambda: [FakeConfig(device_capacity=10)] + listed)
+    monkeypatch.setitem(sys.modules, "quack", types.ModuleType("quack"))
+    monkeypatch.setitem(sys.modules, "quack.gemm_config", module)
+    want = quack_sm90_configs()[5]
+    got = quack_config(FakeConfig, asdict(want))
+    assert got in listed and not got.is_dynamic_persistent and got.device_capacity == 9
+    assert (got.tile_m, got.tile_n, got.swap_ab) == (want.tile_m, want.tile_n, want.swap_ab)
+    module.get_all_configs = lambda: []  # a quack without that config: built with the sm90 flags
+    built = quack_config(FakeConfig, asdict(want))
+    assert not built.is_dynamic_persistent and built.device_capacity == 9

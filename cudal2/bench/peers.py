@@ -92,5 +92,18 @@ class QuackAtConfig:
 
         out = c if c is not None else torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
         run = getattr(gemm_tuned, "fn", gemm_tuned)  # the function under quack's autotuner
-        run(a, b, out, bias=bias, config=GemmConfig(**self.config))
+        run(a, b, out, bias=bias, config=quack_config(GemmConfig, self.config))
         return out
+
+
+def quack_config(config_type, fields: dict[str, Any]):
+    """quack's own sm90 config with these fields, as its autotuner would run it (its list sets flags
+    that the bare GemmConfig defaults differently, e.g. no dynamic persistent scheduler on sm90)."""
+    try:
+        from quack.gemm_config import get_all_configs
+    except ImportError:
+        get_all_configs = list
+    for cfg in get_all_configs():
+        if getattr(cfg, "device_capacity", 9) == 9 and all(getattr(cfg, k) == v for k, v in fields.items()):
+            return cfg
+    return config_type(**fields, device_capacity=9, is_dynamic_persistent=False)
