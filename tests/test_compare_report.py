@@ -67,3 +67,14 @@ def test_compare_takes_a_sweeps_best_as_known(tmp_path):
                                  "--out", str(tmp_path / "never.png")])
     assert r.exit_code == 2 and "--best-known" in r.output and "no measured pair" in r.output
     assert not (tmp_path / "never.png").exists()  # refused before any search
+
+
+def test_compare_takes_shapes_with_their_layouts_a_list_and_a_file(tmp_path):
+    from cudal2.cli.compare import _compare_problems
+
+    listed = _compare_problems(["7x16384x3072-NT,64x256x1024"], "float16", "NN", None)
+    assert [p.label() for p in listed] == ["7x16384x3072-float16-NT", "64x256x1024-float16-NN"]
+    f = tmp_path / "shapes.txt"
+    f.write_text("# validation\n512x2048x12288-NN\n1x16384x3072-NT\n")
+    assert [p.layout for p in _compare_problems([str(f), "4096x4096x4096"], "float16", "TN", 1)] == ["NN", "NT", "TN"]
+    assert len(_compare_problems(["serving:validation"], "float16", "NN", 3)) == 3

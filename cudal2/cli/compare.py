@@ -29,7 +29,8 @@ def _budgets(value: str) -> str:
 
 @app.command()
 def compare(shapes: Annotated[list[str], typer.Argument(help=(
-                "shapes (4096x4096x4096 512x16384x1024), or a set: serving:validation, grid, all:validation"))],
+                "shapes (4096x4096x4096 512x16384x1024-NT: a layout after '-' overrides --layout), a comma list or a "
+                "file of them, or a set: serving:validation, grid, all:validation"))],
             proposers: Annotated[str, typer.Option(help=f"comma-separated proposers: {PROPOSER_NAMES}",
                                                    callback=_proposer_list)] = "rules,random",
             budget: Annotated[str, typer.Option(help="GPU measurements (64), GPU time (120s), or several: 1,16,32",
@@ -106,17 +107,19 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
 
 
 def _compare_problems(shapes: list[str], dtype: str, layout: str, sample: int | None) -> list:
-    """Each argument a shape (with --layout) or a shape set (of which --sample draws N)."""
+    """Each argument a shape (with --layout unless it names its own), a comma list or file of shapes, or a
+    shape set (of which --sample draws N)."""
     from ..dataset import draw_shapes, resolve_shapes
 
     problems = []
     for text in shapes:
-        if text.partition(":")[0] in ("grid", "serving", "all"):
+        is_set = text.partition(":")[0] in ("grid", "serving", "all")
+        if is_set or "," in text or "-" in text or Path(text).is_file():  # a set, a list or a file of shapes
             try:
                 found = resolve_shapes(text, dtype)
             except ValueError as e:
                 _fail(f"compare {text}: {_one_line(e)}")
-            problems += draw_shapes(found, sample) if sample else found
+            problems += draw_shapes(found, sample) if sample and is_set else found
         else:
             problems.append(_problem(text, dtype, layout))
     return problems
