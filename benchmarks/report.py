@@ -35,6 +35,7 @@ class Experiment:
     kind: str  # a key of READERS
     what: str  # one sentence: what was measured and how
     parts: tuple[str, ...] = ()  # tune_speed: which of its parts (static, tune, sweep) are current
+    against: str = ""  # retime_against: the run of the same winners with the code it is compared with
 
 
 
@@ -87,6 +88,55 @@ def read_retime(path: Path) -> tuple[str, list[str], str]:
         body.append(f"- {mode}: geometric mean over torch.matmul **{g:.3f}**, min {worst:.3f}, "
                     f"{sum(1 for x in sp if x < 1)} of {len(sp)} slower")
     return f"{'; '.join(heads)} ({len(rows)} shapes)", body, "versions as in the report"
+
+
+def read_retime_against(path: Path, against: Path) -> tuple[str, list[str], str]:
+    """Two retime_winners.py runs of the same winners on one machine, with two versions of the code:
+    kernel time of the other run over this one's, shape by shape (above 1: this run's kernel is faster)."""
+    now = {(r["m"], r["n"], r["k"]): r for r in json.loads(path.read_text()) if r.get("status") == "ok"}
+    old = {(r["m"], r["n"], r["k"]): r for r in json.loads(against.read_text()) if r.get("status") == "ok"}
+    pairs = [(shape, old[shape]["kernel_ms"]["offline"] / r["kernel_ms"]["offline"], r)
+             for shape, r in now.items() if shape in old]
+    g = geomean(x for _, x, _ in pairs)
+    long = [x for _, x, r in pairs if r["kernel_ms"]["offline"] >= 0.05]
+    cute = [x for _, x, r in pairs if r["backend"] == "cute_dsl"]
+    vs = lambda rows: geomean(r["speedup"]["offline"].get("torch") for r in rows.values())  # noqa: E731
+    head = (f"kernel time before / now: geomean {g:.3f} over {len(pairs)} winners, {geomean(long):.3f} over the "
+            f"{len(long)} of 50 us or more")
+    body = [f"- kernel time of {against.name} over this run's, geomean: {g:.3f} over {len(pairs)} winners "
+            f"({len(cute)} CuTe DSL: {geomean(cute):.3f}; {len(long)} kernels of 50 us or more: "
+            f"{geomean(long):.3f}); lowest {min(x for _, x, _ in pairs):.3f}, highest {max(x for _, x, _ in pairs):.3f}",
+            f"- over torch.matmul, each run against its own torch timings: this run {vs(now):.3f}, "
+            f"{against.name} {vs(old):.3f}", "",
+            "| shape | winner | us | us before | before / now |", "|---|---|---:|---:|---:|"]
+    for (m, n, k), x, r in sorted(pairs, key=lambda p: p[1])[:8]:
+        body.append(f"| {m}x{n}x{k} | `{r['spec']}` | {r['kernel_ms']['offline'] * 1e3:.1f} | "
+                    f"{old[(m, n, k)]['kernel_ms']['offline'] * 1e3:.1f} | {x:.3f} |")
+    body.append("\n(the eight lowest ratios: where this run's kernel was slowest against the other's)")
+    return head, body, "versions as in both reports"
+
+
+def read_peer_parity(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/peer_parity.py: our CuTe DSL kernel against quack's, config for config."""
+    d = json.loads(path.read_text())
+    shapes = d["shapes"]
+    at_quack = geomean(s["a"].get("ours_over_quack") for s in shapes if s.get("a"))
+    ours = geomean(s["b"].get("ours_vs_torch") for s in shapes if s.get("b"))
+    quack = geomean(s["a"].get("quack_vs_torch") for s in shapes if s.get("a"))
+    head = (f"ours at quack's autotuned configs {at_quack:.3f}x quack; our search {ours:.3f}x torch against "
+            f"quack's autotune {quack:.3f}x ({len(shapes)} shapes)")
+    body = [f"- our kernel at quack's autotuned config, over quack's kernel at it: geomean {at_quack:.3f}",
+            f"- over torch.matmul: our search's winner {ours:.3f}, quack's autotuned kernel {quack:.3f} (geomeans)",
+            f"- quack sm90 configs our IR expresses on these shapes: {d['expressible'][0]} of {d['expressible'][1]}",
+            "", "| shape | quack's pick | ours / quack there | ours vs torch there | our search's pick | "
+            "ours vs torch | quack autotuned vs torch |", "|---|---|---:|---:|---|---:|---:|"]
+    fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+    for s in shapes:
+        a, b = s.get("a") or {}, s.get("b") or {}
+        body.append(f"| {s['shape']} | {a.get('config', '-')} | {fmt(a.get('ours_over_quack'))} | "
+                    f"{fmt(a.get('ours_vs_torch'))} | `{b.get('spec', '-')}` | {fmt(b.get('ours_vs_torch'))} | "
+                    f"{fmt(a.get('quack_vs_torch'))} |")
+    return head, body, f"{d.get('gpu', '?')}, quack-kernels 0.6.5"
 
 
 def read_crosscheck(path: Path) -> tuple[str, list[str], str]:
@@ -179,15 +229,25 @@ def read_compare(path: Path) -> tuple[str, list[str], str]:
 
 READERS = {"search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
-           "compare": read_compare}
+           "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
     Experiment("The 48 probe shapes, both backends", "search_48_both_backends_h100_2026-11-23.json", "search",
                f"`cudal2.search` with the Triton and CuTe DSL backends on {PROBE48}: the rules' 12 proposals per "
                "shape, the three leaders timed three more times, the winner's median round (offline)."),
-    Experiment("The same 48 winners timed again", "retime_48_offline_h100_2026-11-23.json", "retime",
-               "The winners above, timed again in one more evaluator call each (offline), right after."),
+    Experiment("The same 48 winners timed again", "retime_48_offline_h100_2026-11-26.json", "retime",
+               "The winners above, timed again in one evaluator call each (offline) with the CuTe DSL kernel as "
+               "DSL Python (cudal2/codegen/cute_sm90), three days after the search."),
+    Experiment("The CuTe DSL kernel as DSL Python against the Jinja template it replaced, H100",
+               "retime_48_offline_h100_2026-11-26.json", "retime_against",
+               "The 48 winners timed with today's code and then, on the same machine, with a checkout of git "
+               "4a79754 (the Jinja-template kernel); a PTX comparison finds the two the same program for every "
+               "compile variant (tools/ptx_equivalence.py).", against="retime_48_jinja_template_h100_2026-11-26.json"),
+    Experiment("The CuTe DSL kernel as DSL Python against the Jinja template it replaced, H200",
+               "retime_48_offline_h200_2026-11-25.json", "retime_against",
+               "As above, on an H200 (winners picked on an H100; compare these two runs with each other only).",
+               against="retime_48_jinja_template_h200_2026-11-25.json"),
     Experiment("Four large shapes, offline", "large4_offline_h100_2026-11-23.json", "search",
                "4096^3, 8192^3, 16384x16384x4096 and 1024x16384x8192, both backends, budget 16, confirmed."),
     Experiment("Four large shapes, sustained", "large4_sustained_h100_2026-11-23.json", "search",
@@ -214,11 +274,31 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("The shipped learned proposer against rules, one run", "compare_validation_learned_rules_h100_2026-11-25.json",
                "compare", "`cudal2 compare serving:validation grid:validation --sample 4 --proposers learned,rules "
                "--budget 16`: the same 8 validation shapes, the shipped model, both arms in one run."),
+    Experiment("Proposers at equal budget on more validation shapes (4)", "compare_validation_more4_h100_2026-11-26.json",
+               "compare", "`cudal2 compare` with learned, rules and random at budgets 1 and 16, Triton backend, the "
+               "shipped model, on the validation shapes drawn 5th and 6th from each set (the runs above took the "
+               "first four of each)."),
+    Experiment("Proposers at equal budget on more validation shapes (6)", "compare_validation_more6_h100_2026-11-26.json",
+               "compare", "As above, on the shapes drawn 7th to 9th from each set."),
+    Experiment("Our CuTe DSL kernels against quack's on two large shapes, H100", "peer_parity_named_h100_2026-11-26.json",
+               "peer_parity", "`benchmarks/peer_parity.py --shapes 5120x5120x5120,13824x5120x640 --budget 32`: quack's "
+               "autotuner (44 sm90 configs) and `cudal2.search` over cute_dsl at budget 32 on each shape (layout NT); "
+               "each pick timed as ours and as quack's kernel in one evaluator call with torch."),
+    Experiment("Our CuTe DSL kernels against quack's on two large shapes, H200", "peer_parity_named_h200_2026-11-25.json",
+               "peer_parity", "As above, on an H200."),
+    Experiment("Our CuTe DSL kernels against quack's on validation serving shapes, H200",
+               "peer_parity_validation_h200_2026-11-26.json", "peer_parity",
+               "`benchmarks/peer_parity.py --sample 8 --budget 16 --max-seconds 360`: the first 5 validation serving "
+               "shapes drawn (layout NT) before the time ran out, our search at budget 16."),
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
     Experiment("Dynamic-shape Triton kernels against static ones", "tune_speed_h100_2026-11-25.json", "tune_speed",
                f"The rules' first two proposals on {PROBE48}, rendered static and dynamic, timed in one call.",
+               parts=("static",)),
+    Experiment("Dynamic-shape CuTe DSL kernels against static ones, H200", "tune_speed_static_cute_dsl_h200_2026-11-26.json",
+               "tune_speed", f"The rules' first two CuTe DSL proposals on the first 23 of {PROBE48}, rendered static and "
+               "dynamic, timed in one evaluator call per shape (`--part static --backend cute_dsl --max-seconds 90`).",
                parts=("static",)),
     Experiment("Checked pairs per second in a sweep", "tune_speed_bulk_h100_2026-11-25.json", "tune_speed",
                "`cudal2 sweep`'s loop: 128 catalog specs on 14 train serving shapes of at most 1 GFLOP.",
@@ -266,7 +346,8 @@ def render(experiments: list[Experiment]) -> str:
             lines.append(f"| {e.title} | missing: {e.file} | | |")
             continue
         reader = READERS[e.kind]
-        head, body, env = reader(path, e.parts) if e.parts else reader(path)
+        extra = {"parts": e.parts} if e.parts else {"against": RESULTS / e.against} if e.against else {}
+        head, body, env = reader(path, **extra)
         lines.append(f"| {e.title} | {head} | {_date(e.file)} | [{e.file}](../benchmarks/results/{e.file}) |")
         report = path.with_suffix(".md") if path.suffix == ".json" else None
         where = f"[{report.name}](../benchmarks/results/{report.name})" if report and report.exists() else e.file
