@@ -1,6 +1,7 @@
 """The project reads as a user's guide: docs/results.md is what benchmarks/report.py writes from the
 results on disk, every experiment's file exists, README.md stays short, and no file carries a
-sequence label ("session 12", "issue 5", a file name ending in _s14) instead of a date."""
+sequence label (the word session or issue before a number, or a file name ending in _s and a number)
+instead of a date."""
 
 import importlib.util
 import re
@@ -8,7 +9,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-LABEL = re.compile(r"session [0-9]|sessions [0-9]|issue [0-9]|_s[0-9]+[a-z]?\.", re.IGNORECASE)
+# the patterns are spelled with a character class around their space, so this file does not match them itself
+LABEL = re.compile(r"session[ ][0-9]|sessions[ ][0-9]|issue[ ][0-9]|_s[0-9]+[a-z]?\.", re.IGNORECASE)
 
 
 def _report():
@@ -37,7 +39,7 @@ def test_no_sequence_labels_and_a_short_readme():
             found.append(f"{rel} (file name)")
         if path.suffix in (".py", ".md", ".j2"):
             for i, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
-                if LABEL.search(line) and path.name != "test_results_report.py":
+                if LABEL.search(line):
                     found.append(f"{rel}:{i}")
     assert not found, found[:20]
     assert len((ROOT / "README.md").read_text().splitlines()) <= 150
