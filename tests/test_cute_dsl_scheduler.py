@@ -1,0 +1,209 @@
+"""CuTe DSL backend on the CPU, its tile scheduler (cudal2/codegen/cute_sm90/scheduler.py): the stream-K
+plan and the walk of each CTA over it, the workspace it needs, and the grouped rasterization of the
+data-parallel walk, checked as plain integer code against what the kernel's owners and the DSL's own
+persistent scheduler do."""
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # the DSL reads its target once, when first imported
+
+from cudal2.codegen.cute_dsl import dsl_available, gemm_config  # noqa: E402
+from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
+
+DSL_OK, DSL_WHY = dsl_available()
+needs_dsl = pytest.mark.skipif(not DSL_OK, reason=f"compile tests skipped: {DSL_WHY}")
+
+BASE = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
+            persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store")
+
+
+def spec(**kw) -> KernelSpec:
+    return KernelSpec(**{**BASE, **kw})
+
+
+def _sk_plan(m, n, k, units, **kw):
+    """The kernel's stream-K plan (cute_sm90.scheduler, plain Python) for a grid of `units` clusters."""
+    from cudal2.codegen.cute_sm90 import scheduler
+
+    p = GemmProblem(m=m, n=n, k=k)
+    return scheduler.stream_k_plan(gemm_config(p, spec(decomposition="stream_k", **kw)), m, n, k, units)
+
+
+def _sk_plan_of(m, n, k, units, **kw):
+    plan = _sk_plan(m, n, k, units, **kw)
+    assert plan.units == units
+    return (plan.dp_waves, plan.sk_tiles), plan.ctiles
+
+
+@needs_dsl
+def test_stream_k_plan_keeps_a_nearly_full_last_wave_alone():
+    # 1024x16384 in 256x128 tiles, 2x1 clusters: 256 cluster tiles on 66 clusters, 58 left over (0.88
+    # of a wave) -> three data-parallel waves and the 58 alone; with the old plan (one more wave
+    # joined them) a column's two cluster tiles ran a whole tile of k apart
+    (waves, sk), ctiles = _sk_plan_of(1024, 16384, 8192, 66, block_m=256, cluster_m=2)
+    assert (ctiles, waves, sk) == (256, 3, 58)
+    # a small remainder (10 of 132) takes one full wave with it, so no tile is cut into 14 pieces
+    (waves, sk), ctiles = _sk_plan_of(128 * 142, 128, 8192, 132)
+    assert (ctiles, waves, sk) == (142, 0, 142)
+    (waves, sk), ctiles = _sk_plan_of(128 * 274, 128, 8192, 132)
+    assert (ctiles, waves, sk) == (274, 1, 142)
+    # fewer cluster tiles than clusters: all of them stream-K; an even grid: none
+    assert _sk_plan_of(256, 4096, 4096, 132)[0] == (0, 64)
+    assert _sk_plan_of(128 * 264, 128, 4096, 132)[0] == (2, 0)
+    # a ragged cluster edge: 9 tile rows in 2x1 clusters make 5 cluster rows
+    assert _sk_plan_of(1032, 968, 1048, 66, cluster_m=2)[1] == 5 * 8
+
+
+def _sk_walk(m, n, k, units, **kw):
+    """Every cluster's walk through the kernel's stream-K split (the scheduler's plan, and its
+    stream_k_start and stream_k_segment run as plain integer code, undecorated), and the peers each
+    owner of a shared tile adds, found as the kernel's owner loop finds them."""
+    from cudal2.codegen.cute_sm90 import scheduler
+
+    plan = _sk_plan(m, n, k, units, **kw)
+    start = lambda u: scheduler.stream_k_start.__wrapped__(u, units, plan.sk_tiles, plan.lanes, plan.k_tiles)  # noqa: E731
+    segment = scheduler.stream_k_segment.__wrapped__
+    walks, owners = {}, {}
+    for u in range(units):
+        first, end = start(u), start(u + plan.lanes)
+        it, steps = 0, []
+        while it < plan.dp_waves * plan.k_tiles + end - first:
+            tile, kt0, kts, g = segment(it, u, units, plan.dp_waves, plan.sk_tiles, plan.lanes, plan.k_tiles, plan.ctiles,
+                                        first, end)
+            steps.append((it, tile, kt0, kts))
+            if kt0 == 0 and kts < plan.k_tiles:  # the owner of a shared tile: whose partials it adds
+                peers, peer = [], u + plan.lanes
+                while start(peer) < g + plan.k_tiles:
+                    if start(peer + plan.lanes) > start(peer):
+                        peers.append(peer)
+                    peer += plan.lanes
+                owners[tile] = (u, peers)
+            it += kts
+        walks[u] = steps
+    scope = {"K_TILES": plan.k_tiles, "CTILES": plan.ctiles, "CTILES_M": plan.ctiles_m, "CTILES_N": plan.ctiles_n,
+             "RASTER_ALONG_M": kw.get("raster_order", "along_m") == "along_m"}
+    return scope, plan.lanes, walks, owners
+
+
+@needs_dsl
+@pytest.mark.parametrize("shape, units, kw, lanes", [
+    ((1024, 16384, 8192), 66, dict(block_m=256, cluster_m=2), 2),  # 2 cluster rows: a lane per row
+    ((2048, 16384, 2048), 66, dict(block_m=256, cluster_m=2), 2),  # 4 cluster rows, 66 clusters: gcd 2
+    ((1032, 968, 1048), 66, dict(cluster_m=2), 1),  # 5 cluster rows: one lane
+    ((256, 12288, 12288), 132, dict(block_n=256), 2),
+    ((4096, 1024, 4096), 66, dict(cluster_n=2, raster_order="along_n"), 2),  # lanes across N
+    # lanes only where the panel they keep in step is the larger operand's: B (8 MB) here is not
+    ((12288, 256, 16384), 66, dict(cluster_m=2), 1),
+    ((12288, 256, 16384), 66, dict(cluster_m=2, raster_order="along_n"), 2),  # A's rows in step
+])
+def test_stream_k_lanes_cover_every_k_step_once_and_keep_a_column_in_step(shape, units, kw, lanes):
+    scope, got_lanes, walks, owners = _sk_walk(*shape, units, **kw)
+    assert got_lanes == lanes
+    kt = scope["K_TILES"]
+    done = {}
+    for u, steps in walks.items():
+        for it, tile, kt0, kts in steps:
+            for kk in range(kt0, kt0 + kts):
+                assert (tile, kk) not in done, f"tile {tile} k {kk} twice (units {done[(tile, kk)]} and {u})"
+                done[(tile, kk)] = u
+    assert len(done) == scope["CTILES"] * kt  # every k-step of every cluster tile, once
+    # a shared tile's owner adds exactly the clusters that computed its other k-steps
+    for tile, (owner, peers) in owners.items():
+        assert sorted({done[(tile, kk)] for kk in range(kt)} - {owner}) == peers
+    # clusters at the same place in different lanes: one column of tiles (or one row, across N), same k
+    along_m = scope["RASTER_ALONG_M"]
+    across = scope["CTILES_M"] if along_m else scope["CTILES_N"]
+    for u in range(0, len(walks), lanes):
+        group = [walks[u + lane] for lane in range(lanes)]
+        for segments in zip(*group):
+            assert len({s[2] for s in segments}) == 1 and len({s[1] // across for s in segments}) == 1
+
+
+@needs_dsl
+def test_stream_k_workspace_has_a_tile_and_a_flag_per_cta():
+    p, s = GemmProblem(m=256, n=12288, k=12288), spec(decomposition="stream_k", block_n=256)
+    cfg = gemm_config(p, s)
+    assert cfg.sm_count == 132 and cfg.tile_elems == 128 * 256
+    from cudal2.codegen.cute_sm90.binding import GemmBinding
+
+    assert GemmBinding(cfg).workspace_shape(p.m, p.n) == (132 * 128 * 256 + 132,)
+
+
+@pytest.mark.parametrize("shape, kw, group", [
+    ("12288x256x16384", dict(block_m=256), 2),  # 2 N-tiles across the M raster: group 8 padded them to 8
+    ("16384x128x128", {}, 1),
+    ("256x12288x12288", dict(block_n=256), 8),  # 48 N-tiles
+    ("8192x8192x4096", dict(block_n=256, cluster_n=2), 8),  # 32 tiles = 16 clusters
+    ("8192x1536x4096", dict(block_n=256), 6),  # 6 N-tiles: the largest divisor <= 8
+    ("1024x8192x4096", dict(raster_order="along_n", raster_group=4), 4),  # 8 M-tiles across an N raster
+    ("1000x8192x4096", dict(raster_order="along_n", cluster_m=2), 4),  # 8 tiles = 4 clusters
+])
+def test_raster_group_divides_the_clusters_across_the_raster(shape, kw, group):
+    # the DSL's scheduler pads the cluster count across the raster to a multiple of the group and
+    # computes the padding tiles: the rendered group must divide that count
+    assert gemm_config(GemmProblem.parse(shape), spec(**{"stages": 3, **kw})).raster_group == group
+
+
+@needs_dsl
+def test_the_dsl_scheduler_runs_no_padding_tiles_with_the_rendered_group():
+    # The DSL's StaticPersistentTileScheduler pads the cluster count across the raster to a multiple
+    # of the group and schedules the padding too (its size is what is_valid_tile tests against).
+    # Pin both facts: with group 8 a 48x2 tile grid becomes 384 work units; with the group the
+    # backend renders, exactly the 96 real tiles. If a DSL release stops padding, the first assert
+    # says that effective_raster_group() is no longer needed.
+    import cutlass.cute as cute
+    import cutlass.utils as utils
+
+    from cudal2.codegen.cute_dsl import effective_raster_group
+
+    p, s = GemmProblem(m=12288, n=256, k=4096), spec(block_m=256, stages=3)
+    group = effective_raster_group(p, s)
+    sizes = []
+
+    @cute.jit
+    def probe():
+        for g in (8, group):
+            params = utils.PersistentTileSchedulerParams((48, 2, 1), (1, 1, 1), g, True)
+            sizes.append(cute.size(params.problem_layout_ncluster_mnl))
+
+    cute.compile(probe)
+    assert sizes == [384, 96]
+
+
+@pytest.mark.parametrize("ctiles_m, ctiles_n, group, splits", [
+    (5, 7, 3, 1), (4, 9, 8, 2), (1, 1, 8, 3), (13, 2, 4, 1), (2, 13, 8, 1), (6, 6, 1, 2), (48, 2, 8, 1)])
+@pytest.mark.parametrize("along_m", [True, False])
+@needs_dsl
+def test_grouped_walk_visits_every_unit_once_whatever_the_group(ctiles_m, ctiles_n, group, splits, along_m):
+    from cudal2.codegen.cute_sm90.scheduler import grouped_unit
+
+    units = [grouped_unit(w, ctiles_m, ctiles_n, group, along_m) for w in range(ctiles_m * ctiles_n * splits)]
+    assert sorted(units) == [(m, n, s) for m in range(ctiles_m) for n in range(ctiles_n) for s in range(splits)]
+
+
+@needs_dsl
+def test_grouped_walk_is_the_dsl_schedulers_where_the_group_divides():
+    """Where no padding arises the shape-generic walk takes the tiles in the DSL scheduler's order, so
+    a shape-generic kernel and one compiled for the shape visit them alike."""
+    import cutlass.cute as cute
+    import cutlass.utils as utils
+
+    from cudal2.codegen.cute_sm90.scheduler import grouped_unit
+
+    cases = [((6, 8), 4, True), ((6, 8), 2, False), ((5, 3), 1, True), ((6, 4), 3, False)]
+    got = {}
+
+    @cute.jit
+    def probe():
+        for (tm, tn), g, along in cases:
+            params = utils.PersistentTileSchedulerParams((tm, tn, 1), (1, 1, 1), g, along)
+            got[(tm, tn, g, along)] = [tuple(params.problem_layout_ncluster_mnl.get_flat_coord(w))[:2]
+                                       for w in range(tm * tn)]
+
+    cute.compile(probe)
+    for (tm, tn), g, along in cases:
+        assert got[(tm, tn, g, along)] == [grouped_unit(w, tm, tn, g, along)[:2] for w in range(tm * tn)]
