@@ -286,6 +286,10 @@ EXPERIMENTS: list[Experiment] = [
                "each pick timed as ours and as quack's kernel in one evaluator call with torch."),
     Experiment("Our CuTe DSL kernels against quack's on two large shapes, H200", "peer_parity_named_h200_2026-11-25.json",
                "peer_parity", "As above, on an H200."),
+    Experiment("Our CuTe DSL kernels against quack's on validation serving shapes, H100",
+               "peer_parity_validation_h100_2026-11-26.json", "peer_parity",
+               "`benchmarks/peer_parity.py --sample 8 --budget 16 --max-seconds 230`: the first 3 validation serving "
+               "shapes drawn (layout NT) before the time ran out, our search at budget 16."),
     Experiment("Our CuTe DSL kernels against quack's on validation serving shapes, H200",
                "peer_parity_validation_h200_2026-11-26.json", "peer_parity",
                "`benchmarks/peer_parity.py --sample 8 --budget 16 --max-seconds 360`: the first 5 validation serving "
@@ -296,10 +300,9 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("Dynamic-shape Triton kernels against static ones", "tune_speed_h100_2026-11-25.json", "tune_speed",
                f"The rules' first two proposals on {PROBE48}, rendered static and dynamic, timed in one call.",
                parts=("static",)),
-    Experiment("Dynamic-shape CuTe DSL kernels against static ones, H200", "tune_speed_static_cute_dsl_h200_2026-11-26.json",
-               "tune_speed", f"The rules' first two CuTe DSL proposals on the first 23 of {PROBE48}, rendered static and "
-               "dynamic, timed in one evaluator call per shape (`--part static --backend cute_dsl --max-seconds 90`).",
-               parts=("static",)),
+    Experiment("Dynamic-shape CuTe DSL kernels against static ones", "tune_speed_static_cute_dsl_h100_2026-11-26.json",
+               "tune_speed", f"The rules' first two CuTe DSL proposals on {PROBE48}, rendered static and dynamic, timed "
+               "in one evaluator call per shape (`--part static --backend cute_dsl`).", parts=("static",)),
     Experiment("Checked pairs per second in a sweep", "tune_speed_bulk_h100_2026-11-25.json", "tune_speed",
                "`cudal2 sweep`'s loop: 128 catalog specs on 14 train serving shapes of at most 1 GFLOP.",
                parts=("sweep",)),
