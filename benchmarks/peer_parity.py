@@ -13,7 +13,7 @@ Per shape, in one evaluator call each:
 - (c) torch.matmul, as the evaluator's baseline.
 The report gives ours / quack per config (kernel time of quack over ours: above 1, ours is faster),
 their geomeans, and how many of quack's sm90 configs our IR expresses (cudal2.bench.peers). Without
-quack-kernels installed it says so in one line and exits 0. Written to run on an H100; not yet run.
+quack-kernels installed it says so in one line and exits 0. Its runs are in docs/results.md.
 """
 
 from __future__ import annotations
