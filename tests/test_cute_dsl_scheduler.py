@@ -3,7 +3,9 @@ plan and the walk of each CTA over it, the workspace it needs, and the grouped r
 data-parallel walk, checked as plain integer code against what the kernel's owners and the DSL's own
 persistent scheduler do."""
 
+import ast
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -58,6 +60,18 @@ def test_stream_k_plan_keeps_a_nearly_full_last_wave_alone():
     assert _sk_plan_of(1032, 968, 1048, 66, cluster_m=2)[1] == 5 * 8
 
 
+def _undecorated(module, name: str):
+    """module.name as plain Python, without its cute.jit decorator, built from the module's source: once
+    a kernel that calls it has been compiled in this process, the DSL's rewritten body (its `if` turned
+    into MLIR regions) is what the decorated function's __wrapped__ runs, and that needs an MLIR context."""
+    tree = ast.parse(Path(module.__file__).read_text())
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    fn.decorator_list = []
+    scope = dict(vars(module))
+    exec(compile(ast.Module(body=[fn], type_ignores=[]), module.__file__, "exec"), scope)
+    return scope[name]
+
+
 def _sk_walk(m, n, k, units, **kw):
     """Every cluster's walk through the kernel's stream-K split (the scheduler's plan, and its
     stream_k_start and stream_k_segment run as plain integer code, undecorated), and the peers each
@@ -65,8 +79,9 @@ def _sk_walk(m, n, k, units, **kw):
     from cudal2.codegen.cute_sm90 import scheduler
 
     plan = _sk_plan(m, n, k, units, **kw)
-    start = lambda u: scheduler.stream_k_start.__wrapped__(u, units, plan.sk_tiles, plan.lanes, plan.k_tiles)  # noqa: E731
-    segment = scheduler.stream_k_segment.__wrapped__
+    stream_k_start = _undecorated(scheduler, "stream_k_start")
+    start = lambda u: stream_k_start(u, units, plan.sk_tiles, plan.lanes, plan.k_tiles)  # noqa: E731
+    segment = _undecorated(scheduler, "stream_k_segment")
     walks, owners = {}, {}
     for u in range(units):
         first, end = start(u), start(u + plan.lanes)
