@@ -4,27 +4,15 @@ data-parallel walk, checked as plain integer code against what the kernel's owne
 persistent scheduler do."""
 
 import ast
-import os
 from pathlib import Path
 
 import pytest
-import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")  # the DSL reads its target once, when first imported
+# test_cute_dsl sets the DSL's target for a machine without a GPU before anything imports the DSL
+from test_cute_dsl import needs_dsl, spec
 
-from cudal2.codegen.cute_dsl import dsl_available, gemm_config  # noqa: E402
-from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
-
-DSL_OK, DSL_WHY = dsl_available()
-needs_dsl = pytest.mark.skipif(not DSL_OK, reason=f"compile tests skipped: {DSL_WHY}")
-
-BASE = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
-            persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store")
-
-
-def spec(**kw) -> KernelSpec:
-    return KernelSpec(**{**BASE, **kw})
+from cudal2.codegen.cute_dsl import gemm_config
+from cudal2.ir import GemmProblem
 
 
 def _sk_plan(m, n, k, units, **kw):

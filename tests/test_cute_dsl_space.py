@@ -10,23 +10,11 @@ import textwrap
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    # The DSL reads its target once, when first imported; without a GPU it needs this.
-    os.environ.setdefault("CUTE_DSL_ARCH", "sm_90a")
+# test_cute_dsl sets the DSL's target for a machine without a GPU before anything imports the DSL
+from test_cute_dsl import BASE, KEEP_PTX, needs_dsl, spec
 
-from cudal2.codegen.cute_dsl import CuteDslBackend, dsl_available, gemm_config  # noqa: E402
-from cudal2.ir import Epilogue, GemmProblem, KernelSpec, SpecError  # noqa: E402
-from test_cute_dsl import KEEP_PTX  # noqa: E402  (the script lines that keep each compile's PTX)
-
-DSL_OK, DSL_WHY = dsl_available()
-needs_dsl = pytest.mark.skipif(not DSL_OK, reason=f"compile tests skipped: {DSL_WHY}")
-
-BASE = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
-            persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store")
-
-
-def spec(**kw) -> KernelSpec:
-    return KernelSpec(**{**BASE, **kw})
+from cudal2.codegen.cute_dsl import CuteDslBackend, gemm_config
+from cudal2.ir import Epilogue, GemmProblem, KernelSpec, SpecError
 
 
 @pytest.fixture(scope="module")
