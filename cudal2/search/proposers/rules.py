@@ -33,8 +33,8 @@ from . import space
 from .rules_data import DEFAULT_PREFERENCES, PREFERENCES, Preferences, Throughput, _cdiv, _measured_factor
 
 
-# How much a candidate's score grows for each earlier pick that shares its tile (or its
-# whole variant); this is what keeps a ranked list diverse.
+# How much a candidate's score grows for each earlier pick that shares its tile size class
+# (_width_class) or its whole variant; this is what keeps a ranked list diverse.
 SAME_TILE_PENALTY = 0.25
 SAME_VARIANT_PENALTY = 0.05
 # Statuses that say "this configuration is broken here", not "it is slow".
@@ -53,6 +53,12 @@ EXHAUSTIVE = WIDEN[-1]
 
 def _pow2_at_least(x: int) -> int:
     return 1 << max(0, (x - 1).bit_length())
+
+
+def _width_class(width: int) -> int:
+    """A width's step on a half-octave scale (..., 64, 96, 128, 192, 256): each of those widths has its
+    own, and a width between them shares the nearest one's (160-208 with 192, 224 and 240 with 256)."""
+    return round(2 * math.log2(width))
 
 
 @dataclass(frozen=True)
@@ -76,6 +82,13 @@ class _Candidate:
     def tile(self) -> tuple:
         f = self.fields
         return (f["backend"], f["block_m"], f["block_n"], f.get("swap_ab", False))
+
+    @property
+    def size_class(self) -> tuple:
+        """The tile up to neighbouring widths: what the diversity penalty counts, so that a list drawn
+        from every width spans tile sizes rather than 224, 240 and 256 of one."""
+        f = self.fields
+        return (f["backend"], _width_class(f["block_m"]), _width_class(f["block_n"]), f.get("swap_ab", False))
 
     @property
     def variant(self) -> tuple:
@@ -154,7 +167,7 @@ class RulesProposer:
                 have = {c.fields["backend"] for c in pool}
                 turn = min(have, key=lambda b: (picks[b], self.backends.index(b)))
                 i = min((j for j in range(len(pool)) if pool[j].fields["backend"] == turn), key=lambda j: (
-                    pool[j].time_us * (1 + SAME_TILE_PENALTY * tiles[pool[j].tile]
+                    pool[j].time_us * (1 + SAME_TILE_PENALTY * tiles[pool[j].size_class]
                                        + SAME_VARIANT_PENALTY * variants[pool[j].variant]), j))
                 cand = pool.pop(i)
                 stream_k = cand.fields["decomposition"] == "stream_k"
@@ -170,7 +183,7 @@ class RulesProposer:
                 taken.add(key)
                 picks[spec.backend] += 1
                 stream_k_picks += stream_k
-                tiles[cand.tile] += 1
+                tiles[cand.size_class] += 1
                 variants[cand.variant] += 1
                 out.append(Proposal(spec=spec, source=self.name,
                                     reasoning="; ".join(cand.notes + [f"model {cand.time_us:.1f} us"])))
@@ -192,8 +205,8 @@ class RulesProposer:
         m, n, k = problem.shape
         # a tile larger than the next power of two of a dimension only pads
         cap_m, cap_n, cap_k = (max(16, _pow2_at_least(x)) * widen for x in (m, n, k))
-        bms = [b for b in space.prefer(caps, "block_m", arch, pref.block_mn) if b <= cap_m]
-        bns = [b for b in space.prefer(caps, "block_n", arch, pref.block_mn) if b <= cap_n]
+        bms = [b for b in space.widths(caps, "block_m", arch, pref.block_mn) if b <= cap_m]
+        bns = [b for b in space.widths(caps, "block_n", arch, pref.block_mn) if b <= cap_n]
         bks = [b for b in space.prefer(caps, "block_k", arch, pref.block_k) if b <= cap_k]
         # fall back to the smallest allowed sizes when the caps leave nothing
         bms = bms or sorted(space.domain(caps, "block_m", arch))[:1]
@@ -201,6 +214,10 @@ class RulesProposer:
         bks = bks or sorted(space.domain(caps, "block_k", arch))[:1]
         warps = space.prefer(caps, "num_warps", arch, pref.num_warps) or list(space.domain(caps, "num_warps", arch))
         loads = self._load_paths(problem, caps, pref)
+        # With every declared width in play (pref.block_mn None) most tiles are ones the kernel cannot
+        # split (cute_dsl cuts its M in rows of 64 per warpgroup): the backend is asked once per tile,
+        # at the fewest stages (shared memory only grows with more), not once per variant.
+        fewest = min(space.domain(caps, "stages", arch) or (base["stages"],))
 
         # Tall outputs (M >= 4N) also get swapped kernels (D^T = B^T A^T), cuBLAS's orientation for
         # them: the tensor core's M (rows of 64 per warpgroup) then runs along the short N and its N
@@ -218,6 +235,8 @@ class RulesProposer:
                 continue
             acc = bm * bn // (consumer * 32)
             if acc > hw.regs_per_thread - REGISTER_RESERVE or acc < pref.min_acc_registers:
+                continue
+            if pref.block_mn is None and space.validate(problem, {**tile, "stages": fewest})[0] is None:
                 continue
             for load, load_note in loads:
                 out.extend(self._variants(problem, caps, pref, {**tile, "load_path": load}, load_note,

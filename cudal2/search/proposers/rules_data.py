@@ -30,7 +30,9 @@ class Throughput:
 class Preferences:
     """A backend's search options, in preference order; filtered by its Capabilities."""
 
-    block_mn: tuple[int, ...] = (256, 128, 64, 32, 16)
+    # tile widths (block_m and block_n) in preference order; None: every width the backend declares,
+    # so that the wave model, not a list, picks among them
+    block_mn: tuple[int, ...] | None = (256, 128, 64, 32, 16)
     block_k: tuple[int, ...] = (64, 32, 128)
     num_warps: tuple[int, ...] = (4, 8, 2)
     max_stages: int = 5
@@ -64,9 +66,11 @@ PREFERENCES: dict[str, Preferences] = {
     # block_m >= 64 with whole warpgroups; 8 warps carry the 128x256 tiles.
     "triton": Preferences(),
     # CuTe DSL Hopper kernels: TMA + wgmma, warp-specialized, one producer warpgroup.
-    # The 192/96/32 widths are cuBLAS's answer to grids that 64/128/256 leave ragged, and small tiles
-    # on deep K want deep pipelines (cuBLAS runs 64x32 tiles with 16 stages); docs/results.md.
-    "cute_dsl": Preferences(block_mn=(256, 192, 128, 96, 64, 32), block_k=(64, 128), num_warps=(12, 8, 16),
+    # Every width the kernel declares (multiples of 16 up to 256): widths between the powers of two
+    # (cuBLAS's 192 and 96, quack's 160 and 208) are the answer to grids that 64/128/256 leave ragged,
+    # and which one fills the waves best is the model's to say. Small tiles on deep K want deep
+    # pipelines (cuBLAS runs 64x32 tiles with 16 stages); docs/results.md.
+    "cute_dsl": Preferences(block_mn=None, block_k=(64, 128), num_warps=(12, 8, 16),
                             max_stages=16, fixed={"warp_specialization": "cooperative"},
                             # The registers epilogue stores element by element; the TMA store writes
                             # whole tiles, which is what wide outputs need, so it comes first.

@@ -56,6 +56,14 @@ def prefer(caps: Capabilities, name: str, arch: str, preferred: Sequence) -> lis
     return [v for v in preferred if allows(caps, name, v, arch)]
 
 
+def widths(caps: Capabilities, name: str, arch: str, preferred: Sequence | None) -> list:
+    """A tile width field's values to try: the preferred ones the backend allows, in preference
+    order, or with no preference every value it declares, largest first."""
+    if preferred is None:
+        return sorted(domain(caps, name, arch) or (), reverse=True)
+    return prefer(caps, name, arch, preferred)
+
+
 def base_fields(backend: str, caps: Capabilities, arch: str) -> dict[str, Any]:
     """A starting point for every field: the IR default where the backend allows it,
     otherwise the first value the backend declares (e.g. load_path='tma' for a TMA-only
