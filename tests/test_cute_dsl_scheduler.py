@@ -177,15 +177,60 @@ def test_the_dsl_scheduler_runs_no_padding_tiles_with_the_rendered_group():
     assert sizes == [384, 96]
 
 
+def _grouped_walk(ctiles_m, ctiles_n, group, splits, along_m):
+    """The shape-generic kernel's walk over every work unit: the scheduler's grouped_unit run as plain
+    integer code (undecorated) on the divisors its host side makes."""
+    from cudal2.codegen.cute_sm90 import scheduler
+
+    grouped_unit = _undecorated(scheduler, "grouped_unit")
+    divisors = scheduler.grouped_walk_divisors(ctiles_m, ctiles_n, group, along_m)
+    return [grouped_unit(w, *divisors, group, splits, along_m) for w in range(ctiles_m * ctiles_n * splits)]
+
+
+def _grouped_order(ctiles_m, ctiles_n, group, splits, along_m):
+    """Grouped rasterization spelled out: K slice by K slice, the cluster tiles across the raster cut
+    into groups of `group` (the last one what is left), each group walked along the raster a row of
+    the group at a time."""
+    along, across = (ctiles_m, ctiles_n) if along_m else (ctiles_n, ctiles_m)
+    order = []
+    for s in range(splits):
+        for first in range(0, across, group):
+            for step in range(along):
+                for lane in range(first, min(first + group, across)):
+                    order.append((step, lane, s) if along_m else (lane, step, s))
+    return order
+
+
 @pytest.mark.parametrize("ctiles_m, ctiles_n, group, splits", [
     (5, 7, 3, 1), (4, 9, 8, 2), (1, 1, 8, 3), (13, 2, 4, 1), (2, 13, 8, 1), (6, 6, 1, 2), (48, 2, 8, 1)])
 @pytest.mark.parametrize("along_m", [True, False])
 @needs_dsl
 def test_grouped_walk_visits_every_unit_once_whatever_the_group(ctiles_m, ctiles_n, group, splits, along_m):
-    from cudal2.codegen.cute_sm90.scheduler import grouped_unit
-
-    units = [grouped_unit(w, ctiles_m, ctiles_n, group, along_m) for w in range(ctiles_m * ctiles_n * splits)]
+    units = _grouped_walk(ctiles_m, ctiles_n, group, splits, along_m)
     assert sorted(units) == [(m, n, s) for m in range(ctiles_m) for n in range(ctiles_n) for s in range(splits)]
+
+
+@needs_dsl
+def test_grouped_walk_takes_the_units_in_grouped_order_for_any_problem():
+    """The walk's divisions by fast divisors made once per launch (and by the compile-time group width
+    in full groups) take the same units in the same order as grouped rasterization spelled out, over
+    problems, tiles, clusters, groups and K slices where groups divide, do not, or are one wide."""
+    def ceil(a, b):
+        return -(-a // b)
+
+    cases = 0
+    for m, n in ((1, 1), (64, 4096), (1000, 968), (4096, 4096), (12288, 256), (3001, 1024), (520, 8200)):
+        for tile_m, tile_n, cluster_m, cluster_n in ((128, 128, 1, 1), (128, 256, 2, 1), (256, 128, 1, 2),
+                                                     (64, 32, 2, 2), (192, 96, 1, 1)):
+            ctiles_m, ctiles_n = ceil(ceil(m, tile_m), cluster_m), ceil(ceil(n, tile_n), cluster_n)
+            for group in (1, 2, 3, 4, 8):
+                for splits in (1, 3):
+                    for along_m in (True, False):
+                        want = _grouped_order(ctiles_m, ctiles_n, group, splits, along_m)
+                        assert _grouped_walk(ctiles_m, ctiles_n, group, splits, along_m) == want, \
+                            (m, n, tile_m, tile_n, cluster_m, cluster_n, group, splits, along_m)
+                        cases += 1
+    assert cases == 7 * 5 * 5 * 2 * 2
 
 
 @needs_dsl
@@ -194,8 +239,6 @@ def test_grouped_walk_is_the_dsl_schedulers_where_the_group_divides():
     a shape-generic kernel and one compiled for the shape visit them alike."""
     import cutlass.cute as cute
     import cutlass.utils as utils
-
-    from cudal2.codegen.cute_sm90.scheduler import grouped_unit
 
     cases = [((6, 8), 4, True), ((6, 8), 2, False), ((5, 3), 1, True), ((6, 4), 3, False)]
     got = {}
@@ -209,4 +252,5 @@ def test_grouped_walk_is_the_dsl_schedulers_where_the_group_divides():
 
     cute.compile(probe)
     for (tm, tn), g, along in cases:
-        assert got[(tm, tn, g, along)] == [grouped_unit(w, tm, tn, g, along)[:2] for w in range(tm * tn)]
+        assert got[(tm, tn, g, along)] == [u[:2] for u in _grouped_walk(tm, tn, g, 1, along)]
+

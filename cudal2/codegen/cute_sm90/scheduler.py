@@ -156,14 +156,31 @@ def stream_k_segment_of(plan: StreamKPlan, it, unit, first, end):
 
 
 # ---- the walk of a shape-generic kernel ---------------------------------------------------------------
+def grouped_walk_divisors(ctiles_m, ctiles_n, group: int, along_m: bool):
+    """What the grouped walk divides by: (work units of one K slice, units of one full group, width of
+    the last group, cluster tiles across the raster). Plain integer arithmetic: the host computes them
+    once per launch on Int32 values, tests on Python ints."""
+    along, across = (ctiles_m, ctiles_n) if along_m else (ctiles_n, ctiles_m)
+    return ctiles_m * ctiles_n, group * along, (across - 1) % group + 1, across
+
+
 class GroupedTileParams:
     """What the persistent walk of a shape-generic kernel needs from the host: the clusters of output
-    tiles along M and N (run-time values); the splits, group width and raster direction are compile-time."""
+    tiles along M and N (run-time values) and the walk's divisors, made into fast divisors once per
+    launch: the producer and every consumer warpgroup decode a work unit per tile, and a run-time
+    division is a long instruction sequence where a fast divisor is a multiply-high and two shifts.
+    The splits, group width and raster direction are compile-time."""
 
     def __init__(self, cfg: GemmConfig, tiles_m, tiles_n):
         self.cfg = cfg
         self.ctiles_m = Int32((tiles_m + cfg.cluster_m - 1) // cfg.cluster_m)
         self.ctiles_n = Int32((tiles_n + cfg.cluster_n - 1) // cfg.cluster_n)
+        slice_units, group_units, last_width, self.across = grouped_walk_divisors(
+            self.ctiles_m, self.ctiles_n, cfg.raster_group, cfg.raster_along_m)
+        # a divisor the walk never divides by (one K slice, groups one tile wide) is not made
+        self.slice_units = cute.fast_divmod_create_divisor_v2(slice_units) if self.splits > 1 else None
+        self.group_units = cute.fast_divmod_create_divisor_v2(group_units)
+        self.last_width = cute.fast_divmod_create_divisor_v2(last_width) if cfg.raster_group > 1 else None
 
     @property
     def splits(self) -> int:
@@ -177,14 +194,22 @@ class GroupedTileParams:
         """(cluster_m, cluster_n, persistent clusters): one cluster per work unit, at most a wave."""
         return (self.cfg.cluster_m, self.cfg.cluster_n, cutlass.min(self.work_units(), max_active_clusters))
 
+    def _fields(self):
+        """The run-time fields, in the order they cross into the kernel (None: not made for this config)."""
+        return (self.ctiles_m, self.ctiles_n, self.across, self.slice_units, self.group_units, self.last_width)
+
     def __extract_mlir_values__(self):
-        return extract_mlir_values(self.ctiles_m) + extract_mlir_values(self.ctiles_n)
+        return [v for f in self._fields() if f is not None for v in extract_mlir_values(f)]
 
     def __new_from_mlir_values__(self, values):
         new = object.__new__(GroupedTileParams)
         new.cfg = self.cfg
-        new.ctiles_m = new_from_mlir_values(self.ctiles_m, values[:1])
-        new.ctiles_n = new_from_mlir_values(self.ctiles_n, values[1:2])
+        rebuilt = []
+        for like in self._fields():
+            n = 0 if like is None else len(extract_mlir_values(like))
+            rebuilt.append(None if like is None else new_from_mlir_values(like, values[:n]))
+            values = values[n:]
+        new.ctiles_m, new.ctiles_n, new.across, new.slice_units, new.group_units, new.last_width = rebuilt
         return new
 
 
@@ -213,7 +238,8 @@ class GroupedTileScheduler:
     def get_current_work(self) -> WorkTileInfo:
         p, cfg = self.params, self.params.cfg
         valid = self._linear < p.work_units()
-        cm, cn, s = grouped_unit(self._linear, p.ctiles_m, p.ctiles_n, cfg.raster_group, cfg.raster_along_m)
+        cm, cn, s = grouped_unit(self._linear, p.slice_units, p.group_units, p.last_width, p.across,
+                                 cfg.raster_group, p.splits, cfg.raster_along_m)
         crd = (cm * cfg.cluster_m + self.cta_crd[0], cn * cfg.cluster_n + self.cta_crd[1], s)
         return WorkTileInfo(tuple(cute.arch.make_warp_uniform(Int32(x)) for x in crd),
                             cute.arch.make_warp_uniform(valid))
@@ -241,16 +267,22 @@ class GroupedTileScheduler:
                                     clusters)
 
 
-def grouped_unit(w, ctiles_m, ctiles_n, group: int, along_m: bool):
-    """Work unit w of the grouped walk: (cluster tile along M, along N, K slice). Plain integer
-    arithmetic, so the kernel runs it on Int32 values and tests on Python ints."""
-    per_slice = ctiles_m * ctiles_n
-    s = w // per_slice
-    r = w - s * per_slice
-    along, across = (ctiles_m, ctiles_n) if along_m else (ctiles_n, ctiles_m)
-    g = r // (group * along)
-    within = r - g * group * along
-    width = cutlass.min(group, across - g * group)
-    step = within // width  # along the raster
-    lane = g * group + within - step * width  # across it
+@cute.jit
+def grouped_unit(w, slice_units, group_units, last_width, across, group: cutlass.Constexpr,
+                 splits: cutlass.Constexpr, along_m: cutlass.Constexpr):
+    """Work unit w of the grouped walk: (cluster tile along M, along N, K slice). The divisors are
+    grouped_walk_divisors' (in the kernel fast divisors, in tests Python ints); a full group's width is
+    the compile-time `group`, so only the last group's takes a run-time divisor, and a walk with one K
+    slice divides by none for it."""
+    s, r = w * 0, w
+    if cutlass.const_expr(splits > 1):
+        s, r = divmod(w, slice_units)
+    g, within = divmod(r, group_units)
+    step, lane = within, w * 0  # along the raster, across it (in the group)
+    if cutlass.const_expr(group > 1):
+        step = within // group
+        lane = within - step * group
+        if (g + 1) * group > across:  # the last group, narrower where the group does not divide
+            step, lane = divmod(within, last_width)
+    lane = g * group + lane
     return (step, lane, s) if along_m else (lane, step, s)
