@@ -13,6 +13,8 @@ _LAZY = {
     "linear": ("cudal2.ops", "linear"),
     "set_table": ("cudal2.ops", "set_table"),
     "tune_model": ("cudal2.model_tuning", "tune_model"),
+    "tune_untuned": ("cudal2.model_tuning", "tune_untuned"),
+    "untuned_problems": ("cudal2.ops", "untuned_problems"),
     "SearchResult": ("cudal2.search.outcome", "SearchResult"),
     "Store": ("cudal2.search.store", "Store"),
     "TunedTable": ("cudal2.search.table", "TunedTable"),
@@ -36,4 +38,4 @@ def __dir__():
 
 __all__ = ["Epilogue", "GemmProblem", "KernelSpec", "SearchResult", "SpecError", "Store", "TunedTable",
            "__version__", "available_backends", "get_backend", "linear", "matmul", "search", "set_table",
-           "tune_model"]
+           "tune_model", "tune_untuned", "untuned_problems"]

@@ -66,13 +66,33 @@ def tune_model(model, *example_inputs, budget: int | str = 16, proposer: Any = "
     use the results from now on (cudal2.set_table). backends: as cudal2.search's (default: every
     backend that declares the arch and can compile here). Returns the TunedTable, which holds every
     problem the store has. A shape the GPU cannot hold is skipped with a warning."""
+    gemms = linear_gemms(model, *example_inputs)
+    return _tune([(g.problem, f"{len(g.layers)} layer(s)") for g in gemms], budget=budget, proposer=proposer,
+                 backends=backends, store=store, runner=runner, progress=progress, **search_options)
+
+
+def tune_untuned(budget: int | str = 1, proposer: Any = "learned", backends: Sequence[str] | None = None,
+                 store: Any = None, runner: Any = None, progress: bool = True, **search_options):
+    """Measure the shapes cudal2.matmul/linear have run without a tuned kernel (ops.untuned_problems):
+    at budget 1, the learned model's pick among its shape-generic kernels, timed by the evaluator
+    against torch.matmul; more budget searches further. The table then serves each shape whose kernel
+    won, and torch keeps the rest. Returns the TunedTable."""
+    from . import ops
+
+    problems = ops.untuned_problems()
+    return _tune([(p, "seen untuned") for p in problems], budget=budget, proposer=proposer, backends=backends,
+                 store=store, runner=runner, progress=progress, **search_options)
+
+
+def _tune(problems: list[tuple[GemmProblem, str]], *, budget, proposer, backends, store, runner, progress,
+          **search_options):
+    """Search each problem, then load the store's table into cudal2.matmul/linear."""
     import warnings
 
     from . import api, ops
     from .ir import SpecError
     from .search.table import TunedTable
 
-    gemms = linear_gemms(model, *example_inputs)
     arch = search_options.pop("arch", None) or api.default_arch()
     if not backends:
         from .codegen.registry import default_backends
@@ -84,12 +104,12 @@ def tune_model(model, *example_inputs, budget: int | str = 16, proposer: Any = "
     own_runner = runner is None
     runner = api.default_runner() if own_runner else runner
     try:
-        for gemm in _progress(gemms, progress):
+        for problem, what in _progress(problems, progress):
             try:
-                api.search(gemm.problem, backends=backends, proposer=proposer, budget=budget, store=store,
+                api.search(problem, backends=backends, proposer=proposer, budget=budget, store=store,
                            runner=runner, arch=arch, progress=False, **search_options)
             except SpecError as e:
-                warnings.warn(f"{gemm.problem.label()} ({', '.join(gemm.layers)}) not tuned: {e}", stacklevel=2)
+                warnings.warn(f"{problem.label()} ({what}) not tuned: {e}", stacklevel=3)
     finally:
         if own_runner and hasattr(runner, "close"):
             runner.close()
@@ -98,15 +118,15 @@ def tune_model(model, *example_inputs, budget: int | str = 16, proposer: Any = "
     return table
 
 
-def _progress(gemms: list[LinearGemm], enabled: bool):
+def _progress(problems: list[tuple[GemmProblem, str]], enabled: bool):
     if not enabled:
-        yield from gemms
+        yield from problems
         return
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()) as bar:
-        task = bar.add_task("tuning", total=len(gemms))
-        for gemm in gemms:
-            bar.update(task, description=f"{gemm.problem.label()} ({len(gemm.layers)} layer(s))")
-            yield gemm
+        task = bar.add_task("tuning", total=len(problems))
+        for problem, what in problems:
+            bar.update(task, description=f"{problem.label()} ({what})")
+            yield problem, what
             bar.advance(task)

@@ -1,22 +1,34 @@
-"""cudal2.matmul and cudal2.linear: run the tuned kernel for a shape, or torch where none is
-tuned. Registered as torch custom ops (cudal2::matmul, cudal2::linear) with fake (meta)
-implementations, so torch.compile traces through them as single opaque nodes.
+"""cudal2.matmul and cudal2.linear: run the tuned kernel for a shape, or torch where none is tuned.
 
 Never slower: a tuned kernel is used only where the table records a measured speedup over
 torch.matmul above 1 on this GPU. Everything else (CPU tensors, dtypes other than fp16/bf16,
-non-2D operands, strides that are neither row- nor column-major, shapes never tuned, shapes the
-IR refuses, such as one no GPU cudal2 targets could hold) runs torch.matmul /
-torch.nn.functional.linear. So does a call whose tuned kernel runs out of device memory (its
-split-K workspace, say): torch, which needs no workspace of ours, gets the call.
+batched or strided operands, shapes never tuned, shapes the IR refuses, operands not 16-byte
+aligned) runs torch.matmul / torch.nn.functional.linear. Shapes called without a tuned kernel are
+remembered (untuned_problems()); cudal2.tune_untuned() measures the learned model's pick for each and
+the table then serves those where it won.
+
+Per-call cost. The first call of a (shape, strides, dtype, device, bias) builds a launcher (table
+lookup, compile or disk-cache load, workspace) and keeps it in a dict; every later call is that
+one dict access, an output allocation and the launch (TVM-FFI for CuTe DSL kernels: plain ints,
+about a microsecond). The eager path calls no torch op of its own: a dispatcher round trip into
+Python costs more than the whole launch.
+
+torch.compile. The decision is made while tracing, where the shapes are known: a shape the table
+does not serve traces to plain F.linear / torch.matmul (inductor's own code, nothing of ours at run
+time); a served one to the custom op cudal2::linear / cudal2::matmul, registered with a fake
+implementation so the graph stays whole. Gradients go through an autograd.Function whose backward
+calls cudal2::matmul (so training shapes are served too), and CUDA-graph capture records the
+launches like any other kernel's (build launchers by calling once before capture).
 """
 
 from __future__ import annotations
 
 import os
 from threading import Lock
-from typing import Optional
+from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
 
 from .ir import Epilogue, GemmProblem, SpecError
 from .search.table import TunedTable
@@ -24,8 +36,10 @@ from .search.table import TunedTable
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 _lock = Lock()
 _table: TunedTable | None = None
-# (m, n, k, dtype, layout, bias, device index) -> compiled kernel, or None for "use torch"
-_kernels: dict[tuple, object] = {}
+_UNSEEN = object()
+# call key (see _matmul_key, _linear_key) -> launcher(a, b, bias) -> output or None, or None for torch
+_launchers: dict[tuple, Optional[Callable]] = {}
+_untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no tuned kernel, first-seen order
 
 
 def tuned_table() -> TunedTable:
@@ -33,49 +47,78 @@ def tuned_table() -> TunedTable:
     global _table
     with _lock:
         if _table is None:
-            _table = TunedTable.default()
+            try:
+                _table = TunedTable.default()
+            except (OSError, ValueError) as e:  # a missing or corrupt table: say so once, then torch
+                _warn(f"cudal2: {e}; cudal2.matmul/linear run torch until set_table() is given a valid table")
+                _table = TunedTable()
         return _table
 
 
 def set_table(table: TunedTable | str | os.PathLike | None) -> None:
-    """Use this table (or JSON file) from now on; None reloads the default on next use."""
+    """Use this table (or JSON file) from now on; None reloads the default on next use. Graphs
+    torch.compile traced before keep the choices they were traced with."""
     global _table
     with _lock:
         _table = TunedTable.load(table) if isinstance(table, (str, os.PathLike)) else table
-        _kernels.clear()
+        _launchers.clear()
 
 
+def untuned_problems() -> list[GemmProblem]:
+    """GEMM problems cudal2.matmul/linear ran on a GPU without a tuned kernel (torch served them)."""
+    return list(_untuned.values())
+
+
+# ---- from a call to its problem and launcher (once per call key) -------------------------------------
 def _layout_letter(t: torch.Tensor) -> str | None:
     if t.is_contiguous():
         return "N"
-    if t.t().is_contiguous():
+    if t.dim() == 2 and t.t().is_contiguous():
         return "T"
     return None
 
 
-def _kernel_for(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None):
-    """The tuned kernel for a @ b (+ bias), or None to run torch."""
-    if a.device.type != "cuda" or a.dtype not in _DTYPES or b.dtype != a.dtype or b.device != a.device:
+def _call_class(a: torch.Tensor, b_layout: str | None, m: int, n: int, k: int, other: tuple,
+                bias: torch.Tensor | None) -> tuple | None:
+    """What of a call picks its kernel, as plain values: (m, n, k, dtype, layout, bias, device type,
+    device index); or None where torch must serve it: another dtype, mixed devices or dtypes, a
+    layout or bias the kernels do not take, an empty product. (Plain values, so that torch.compile
+    can hand them to _table_serves while tracing.)"""
+    if a.dtype not in _DTYPES or any(t.dtype != a.dtype or t.device != a.device for t in other):
         return None
-    if bias is not None and (bias.dtype != a.dtype or bias.dim() != 1 or not bias.is_contiguous()):
+    if bias is not None and (bias.dim() != 1 or not bias.is_contiguous() or bias.shape[0] != n):
         return None
-    la, lb = _layout_letter(a), _layout_letter(b)
-    if la is None or lb is None:
+    a_layout = _layout_letter(a) if a.dim() == 2 else ("N" if a.is_contiguous() else None)
+    if a_layout is None or b_layout is None or min(m, n, k) < 1:
         return None
-    m, k = a.shape
-    n = b.shape[1]
-    key = (m, n, k, a.dtype, la + lb, bias is not None, a.device.index)
-    if key in _kernels:
-        return _kernels[key]
+    return (m, n, k, _DTYPES[a.dtype], a_layout + b_layout, bias is not None, a.device.type, a.device.index)
+
+
+def _linear_class(x, weight, bias) -> tuple | None:
+    if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
+        return None
+    n, k = weight.shape
+    m = x.numel() // k if k else 0
+    w_layout = "T" if weight.is_contiguous() else ("N" if weight.t().is_contiguous() else None)  # B = weight.T
+    return _call_class(x, w_layout, m, n, k, (weight,) + ((bias,) if bias is not None else ()), bias)
+
+
+def _matmul_class(a, b) -> tuple | None:
+    if a.dim() != 2 or b.dim() != 2 or a.shape[1] != b.shape[0]:
+        return None
+    return _call_class(a, _layout_letter(b), a.shape[0], b.shape[1], a.shape[1], (b,), None)
+
+
+def _problem_of(call: tuple | None) -> GemmProblem | None:
+    """The GEMM problem of a CUDA call's class, or None (CPU tensors; a shape the IR refuses, which
+    cudal2 never tuned)."""
+    if call is None or call[6] != "cuda":
+        return None
+    m, n, k, dtype, layout, bias = call[:6]
     try:
-        problem = GemmProblem(m=m, n=n, k=k, dtype=_DTYPES[a.dtype], layout=la + lb,
-                              epilogue=Epilogue(bias=bias is not None))
-    except SpecError:  # a shape the IR refuses (cudal2 never tuned it): torch serves it
-        _kernels[key] = None
+        return GemmProblem(m=m, n=n, k=k, dtype=dtype, layout=layout, epilogue=Epilogue(bias=bias))
+    except SpecError:
         return None
-    kernel = tuned_kernel(problem, torch.cuda.get_device_name(a.device))
-    _kernels[key] = kernel
-    return kernel
 
 
 def tuned_kernel(problem: GemmProblem, gpu: str | None):
@@ -90,94 +133,181 @@ def tuned_kernel(problem: GemmProblem, gpu: str | None):
         backend = get_backend(entry.spec.backend)
         return backend.compile(backend.render(problem, entry.spec))
     except Exception as e:  # noqa: BLE001 - the table may name a backend this install cannot build
-        import warnings
-
-        warnings.warn(f"cudal2: tuned kernel for {problem.label()} could not be built ({e}); using torch",
-                      RuntimeWarning, stacklevel=3)
+        _warn(f"cudal2: tuned kernel for {problem.label()} could not be built ({e}); using torch")
         return None
 
 
-def _out_of_memory(what: str, e: Exception) -> None:
+def _warn(message: str) -> None:
     import warnings
 
-    warnings.warn(f"cudal2: the tuned kernel for {what} ran out of device memory ({str(e).splitlines()[0][:200]}); "
-                  f"using torch for this call", RuntimeWarning, stacklevel=3)
+    warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-@torch.library.custom_op("cudal2::matmul", mutates_args=())
-def _matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    kernel = _kernel_for(a, b, None)
-    if kernel is not None:
-        try:
-            return kernel(a, b)
-        except torch.OutOfMemoryError as e:
-            _out_of_memory(f"{a.shape[0]}x{b.shape[1]}x{a.shape[1]}", e)
-    return torch.matmul(a, b)
+def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device) -> Optional[Callable]:
+    """Build and keep the launcher of one call key: run(a, b, bias) -> output, or None where a call's
+    operands are not 16-byte aligned (then torch serves that call)."""
+    with _lock:
+        if key in _launchers:
+            return _launchers[key]
+    launcher = None
+    if problem is not None:
+        kernel = tuned_kernel(problem, torch.cuda.get_device_name(device))
+        if kernel is None:
+            _untuned.setdefault(problem.key(), problem)
+        else:
+            launcher = _launcher(kernel, problem, out_shape, device)
+    with _lock:
+        _launchers[key] = launcher
+    return launcher
 
 
-@_matmul.register_fake
+def _launcher(kernel, problem: GemmProblem, out_shape: tuple, device) -> Optional[Callable]:
+    from .codegen.operands import torch_dtype
+
+    try:
+        run = kernel.bind(problem.m, problem.n, problem.k, device)
+    except torch.OutOfMemoryError as e:  # its split-K workspace, say: torch needs none of ours
+        _warn(f"cudal2: the tuned kernel for {problem.label()} ran out of device memory "
+              f"({str(e).splitlines()[0][:200]}); using torch")
+        return None
+    except ValueError as e:
+        _warn(f"cudal2: the tuned kernel for {problem.label()} cannot run it ({e}); using torch")
+        return None
+    dtype, empty = torch_dtype(problem.c_dtype), torch.empty
+
+    def launch(a, b, bias):
+        if (a.data_ptr() | b.data_ptr()) & 15:  # TMA loads need 16-byte aligned operands
+            return None
+        d = empty(out_shape, dtype=dtype, device=device)
+        run(a, b, d, bias)
+        return d
+    return launch
+
+
+# ---- the eager paths ---------------------------------------------------------------------------------
+def _matmul_key(a, b) -> tuple:
+    return ("mm", a.shape, a.stride(), b.shape, b.stride(), a.dtype, b.dtype, a.get_device(), b.get_device())
+
+
+def _linear_key(x, weight, bias) -> tuple:
+    return ("linear", x.shape, x.stride(), weight.shape, weight.stride(), x.dtype, weight.dtype, x.get_device(),
+            weight.get_device(), None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()))
+
+
+def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    launch = _launchers.get(_matmul_key(a, b), _UNSEEN)
+    if launch is _UNSEEN:
+        launch = _bind(_matmul_key(a, b), _problem_of(_matmul_class(a, b)), (a.shape[0], b.shape[1]), a.device)
+    out = launch(a, b, None) if launch is not None else None
+    return out if out is not None else torch.matmul(a, b)
+
+
+def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    key = _linear_key(x, weight, bias)
+    launch = _launchers.get(key, _UNSEEN)
+    if launch is _UNSEEN:
+        launch = _bind(key, _problem_of(_linear_class(x, weight, bias)), (*x.shape[:-1], weight.shape[0]), x.device)
+    out = launch(x, weight, bias) if launch is not None else None
+    return out if out is not None else F.linear(x, weight, bias)
+
+
+# ---- the custom ops: what a traced graph calls for a shape the table serves ------------------------
+_lib = torch.library.Library("cudal2", "DEF")
+_lib.define("matmul(Tensor a, Tensor b) -> Tensor")
+_lib.define("linear(Tensor x, Tensor weight, Tensor? bias) -> Tensor")
+_lib.impl("matmul", _run_matmul, "CompositeExplicitAutograd")
+_lib.impl("linear", _run_linear, "CompositeExplicitAutograd")
+
+
+@torch.library.register_fake("cudal2::matmul")
 def _(a, b):
     return a.new_empty((a.shape[0], b.shape[1]))
 
 
-def _matmul_setup(ctx, inputs, output):
-    ctx.save_for_backward(*inputs)
-
-
-def _matmul_backward(ctx, grad):
-    a, b = ctx.saved_tensors
-    ga = _matmul(grad, b.t()) if ctx.needs_input_grad[0] else None
-    gb = _matmul(a.t(), grad) if ctx.needs_input_grad[1] else None
-    return ga, gb
-
-
-_matmul.register_autograd(_matmul_backward, setup_context=_matmul_setup)
-
-
-@torch.library.custom_op("cudal2::linear", mutates_args=())
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor]) -> torch.Tensor:
-    kernel = _kernel_for(x, weight.t(), bias)
-    if kernel is not None:
-        try:
-            return kernel(x, weight.t(), bias=bias)
-        except torch.OutOfMemoryError as e:
-            _out_of_memory(f"{x.shape[0]}x{weight.shape[0]}x{x.shape[1]}", e)
-    return torch.nn.functional.linear(x, weight, bias)
-
-
-@_linear.register_fake
+@torch.library.register_fake("cudal2::linear")
 def _(x, weight, bias):
-    return x.new_empty((x.shape[0], weight.shape[0]))
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-def _linear_setup(ctx, inputs, output):
-    x, weight, bias = inputs
-    ctx.save_for_backward(x, weight)
-    ctx.has_bias = bias is not None
+class _Matmul(torch.autograd.Function):
+    @staticmethod
+    def forward(a, b):
+        return torch.ops.cudal2.matmul(a, b)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)
+
+    @staticmethod
+    def backward(ctx, grad):
+        a, b = ctx.saved_tensors
+        ga = torch.ops.cudal2.matmul(grad, b.t()) if ctx.needs_input_grad[0] else None
+        gb = torch.ops.cudal2.matmul(a.t(), grad) if ctx.needs_input_grad[1] else None
+        return ga, gb
 
 
-def _linear_backward(ctx, grad):
-    x, weight = ctx.saved_tensors
-    gx = _matmul(grad, weight) if ctx.needs_input_grad[0] else None
-    gw = _matmul(grad.t(), x) if ctx.needs_input_grad[1] else None
-    gb = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
-    return gx, gw, gb
+class _Linear(torch.autograd.Function):
+    @staticmethod
+    def forward(x, weight, bias):
+        return torch.ops.cudal2.linear(x, weight, bias)
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        x, weight, bias = inputs
+        ctx.save_for_backward(x, weight)
+        ctx.has_bias = bias is not None
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, weight = ctx.saved_tensors
+        g = grad.reshape(-1, grad.shape[-1])
+        gx = torch.ops.cudal2.matmul(g, weight).reshape(x.shape) if ctx.needs_input_grad[0] else None
+        gw = torch.ops.cudal2.matmul(g.t(), x.reshape(-1, x.shape[-1])) if ctx.needs_input_grad[1] else None
+        gb = g.sum(0) if ctx.has_bias and ctx.needs_input_grad[2] else None
+        return gx, gw, gb
 
 
-_linear.register_autograd(_linear_backward, setup_context=_linear_setup)
+def _needs_grad(*tensors) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+@torch.compiler.assume_constant_result
+def _table_serves(call: tuple | None) -> bool:
+    """Whether the table serves a call of this class: run while torch.compile traces, its answer
+    becomes a constant of the graph."""
+    problem = _problem_of(call)
+    return problem is not None and tuned_table().lookup(problem, gpu=torch.cuda.get_device_name(call[7])) is not None
+
+
+def _served_when_traced(class_of: Callable, *tensors) -> bool:
+    """While torch.compile traces: whether the table serves this call. Symbolic shapes are left to
+    the op, which decides at run time."""
+    if any(not isinstance(s, int) for t in tensors if t is not None for s in t.shape):
+        return True
+    return _table_serves(class_of(*tensors))
+
+
+# ---- the public functions ------------------------------------------------------------------------
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b with the tuned kernel where one beats torch.matmul, else torch.matmul."""
-    if a.dim() == 2 and b.dim() == 2:
-        return torch.ops.cudal2.matmul(a, b)
-    return torch.matmul(a, b)
+    if a.dim() != 2 or b.dim() != 2:
+        return torch.matmul(a, b)
+    if torch.compiler.is_compiling():
+        if not _served_when_traced(_matmul_class, a, b):
+            return torch.matmul(a, b)
+        return _Matmul.apply(a, b) if _needs_grad(a, b) else torch.ops.cudal2.matmul(a, b)
+    if _needs_grad(a, b):
+        return _Matmul.apply(a, b)
+    return _run_matmul(a, b)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."""
-    if x.dim() < 2 or weight.dim() != 2:
-        return torch.nn.functional.linear(x, weight, bias)
-    lead = x.shape[:-1]
-    out = torch.ops.cudal2.linear(x.reshape(-1, x.shape[-1]), weight, bias)
-    return out.reshape(*lead, weight.shape[0])
+    if torch.compiler.is_compiling():
+        if not _served_when_traced(_linear_class, x, weight, bias):
+            return F.linear(x, weight, bias)
+        return _Linear.apply(x, weight, bias) if _needs_grad(x, weight, bias) else \
+            torch.ops.cudal2.linear(x, weight, bias)
+    if _needs_grad(x, weight, bias):
+        return _Linear.apply(x, weight, bias)
+    return _run_linear(x, weight, bias)

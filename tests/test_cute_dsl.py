@@ -438,6 +438,27 @@ def test_disk_cache_round_trip(backend):
     assert again.loaded_from_disk
 
 
+@needs_dsl
+def test_launches_through_tvm_ffi_where_it_is_installed_and_the_artifacts_stay_apart(backend, monkeypatch):
+    """With apache-tvm-ffi the kernel is compiled with the DSL's TVM-FFI option: its function takes the
+    addresses, extents and stream handle as plain ints (cudal2.matmul's per-call cost). An object file
+    of either kind never loads as the other: the file name carries the TVM-FFI version."""
+    pytest.importorskip("tvm_ffi")
+    import tvm_ffi
+
+    p = GemmProblem(m=256, n=256, k=256, layout="NT")
+    src = backend.render(p, spec(shape_specialization="dynamic"))
+    kernel = CuteDslBackend().compile(src)
+    assert kernel.ffi
+    loaded = CuteDslBackend().compile(src)
+    assert loaded.loaded_from_disk and loaded.ffi and isinstance(loaded._fn, tvm_ffi.Function)
+    monkeypatch.setenv("CUDAL2_TVM_FFI", "0")
+    plain = CuteDslBackend().compile(src)
+    assert not plain.ffi and not plain.loaded_from_disk and not isinstance(plain._fn, tvm_ffi.Function)
+    with pytest.raises(ValueError, match="multiples of 8"):  # bind makes the call's checks once
+        kernel.bind(256, 250, 256, torch.device("cpu"))
+
+
 # ---- operand checks in the call path (before anything is launched) ----------------------------------
 @needs_dsl
 def test_call_rejects_mismatched_operands(backend):

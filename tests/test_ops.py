@@ -85,7 +85,7 @@ def test_matmul_and_linear_fall_back_to_torch_on_cpu(dtype):
     # batched operands are not GEMM problems of the table: plain torch.matmul
     bt = torch.randn(2, 96, 64, dtype=dtype)
     torch.testing.assert_close(cudal2.matmul(bt, b), torch.matmul(bt, b), rtol=0, atol=0)
-    assert ops._kernel_for(a, b, None) is None
+    assert ops._launchers[ops._matmul_key(a, b)] is None  # decided once: torch serves CPU tensors
 
 
 def test_custom_ops_trace_under_torch_compile_fullgraph():
@@ -144,3 +144,149 @@ def test_gpu_matmul_uses_tuned_kernel_and_matches_torch():
     assert (got.float() - want).norm() / want.norm() < 1e-3
     compiled = torch.compile(lambda a, b: cudal2.matmul(a, b), fullgraph=True)
     assert (compiled(a, b).float() - want).norm() / want.norm() < 1e-3
+
+
+# ---- the launch path: one launcher per call key --------------------------------------------------
+def _triton_kernel(problem, **spec):
+    pytest.importorskip("triton")
+    ops.set_table(TunedTable([_entry(problem=problem, gpu="", **spec)]))
+    kernel = ops.tuned_kernel(problem, gpu="any")
+    assert kernel is not None
+    return kernel
+
+
+def test_launcher_runs_the_bound_kernel_on_views_of_the_operands():
+    """The launcher a call key keeps (kernel.bind, no per-call checks) computes F.linear for a 3-D x and
+    its weight as they are, under the Triton interpreter; a call with an operand off 16-byte alignment
+    returns None, so that torch serves it."""
+    problem = GemmProblem(m=2 * 24, n=40, k=32, layout="NT", epilogue=Epilogue(bias=True))
+    kernel = _triton_kernel(problem)
+    launch = ops._launcher(kernel, problem, (2, 24, 40), torch.device("cpu"))
+    x, w, bias = torch.randn(2, 24, 32).half(), torch.randn(40, 32).half(), torch.randn(40).half()
+    got = launch(x, w, bias)
+    want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
+    assert got.shape == (2, 24, 40) and (got.float() - want).norm() / want.norm() < 1e-2
+    off = torch.randn(2 * 24 * 32 + 1).half()[1:].view(2, 24, 32)  # 2 bytes past an aligned start
+    assert off.data_ptr() % 16 and launch(off, w, bias) is None
+
+
+def test_bind_refuses_a_shape_a_static_kernel_was_not_built_for():
+    problem = GemmProblem(m=48, n=40, k=32, layout="NT")
+    kernel = _triton_kernel(problem)
+    with pytest.raises(ValueError, match="compiled for its shape"):
+        kernel.bind(64, 40, 32, torch.device("cpu"))
+    with pytest.warns(RuntimeWarning, match="cannot run it"):  # the op says so once, and torch serves the key
+        assert ops._launcher(kernel, GemmProblem(m=64, n=40, k=32, layout="NT"), (64, 40), torch.device("cpu")) is None
+
+
+def test_a_call_key_is_decided_once_and_set_table_forgets_it():
+    a, b = torch.randn(96, 64), torch.randn(64, 80)
+    cudal2.matmul(a, b)
+    key = ops._matmul_key(a, b)
+    assert key in ops._launchers and ops._launchers[key] is None
+    assert ops._matmul_key(a, b.t().contiguous().t()) != key  # another layout is another key
+    ops.set_table(TunedTable())
+    assert key not in ops._launchers
+
+
+@pytest.mark.parametrize("content, says", [
+    (None, "does not exist"), ("{not json", "not valid JSON"), ('{"format": "other"}', "not a cudal2 tuned table"),
+    ('{"format": "cudal2.tuned_table", "version": 1, "entries": [{"spec": {}}]}', "malformed entry"),
+])
+def test_a_missing_or_corrupt_table_warns_once_then_torch_serves(tmp_path, monkeypatch, content, says):
+    path = tmp_path / "table.json"
+    if content is not None:
+        path.write_text(content)
+    monkeypatch.setenv("CUDAL2_TABLE", str(path))
+    ops.set_table(None)
+    with pytest.warns(RuntimeWarning, match=says) as caught:
+        first, again = ops.tuned_table(), ops.tuned_table()  # what each call's lookup does
+    assert len([w for w in caught if "cudal2" in str(w.message)]) == 1
+    assert first is again and len(first) == 0  # an empty table: torch serves every call
+    assert str(caught[0].message).count("\n") == 0
+
+
+# ---- tracing: the decision is taken with the shapes torch.compile sees ----------------------------------
+def test_the_table_decides_while_tracing_fake_cuda_tensors(monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    served = GemmProblem(m=16, n=256, k=128, layout="NT")
+    ops.set_table(TunedTable([_entry(problem=served, gpu="")]))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    with FakeTensorMode():  # (a CPU build of torch fakes CUDA tensors, but runs no op on them)
+        def cuda(*shape, dtype=torch.float16):
+            return torch.empty(*shape, device="cuda", dtype=dtype)
+
+        x, w = cuda(2, 8, 128), cuda(256, 128)
+        assert ops._served_when_traced(ops._linear_class, x, w, None)
+        assert not ops._served_when_traced(ops._linear_class, cuda(1, 8, 128), w, None)  # 8x256x128: never tuned
+        assert not ops._served_when_traced(ops._linear_class, x, w, cuda(256))  # with a bias: another problem
+        assert not ops._served_when_traced(ops._linear_class, cuda(2, 8, 128, dtype=torch.float32),
+                                           cuda(256, 128, dtype=torch.float32), None)
+
+
+def _graph_of(f, *args):
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    out = torch.compile(f, backend=backend, fullgraph=True)(*args)
+    return out, "\n".join(str(n.target) for g in graphs for n in g.graph.nodes)
+
+
+@pytest.fixture
+def cpu_as_gpu(monkeypatch):
+    """CPU calls classed as an H100's, so that the table's entries (Triton kernels, run by the
+    interpreter) serve them: the traced decision and the launch path run end to end on the CPU."""
+    pytest.importorskip("triton")
+    problem_of = ops._problem_of
+    monkeypatch.setattr(ops, "_problem_of", lambda call: None if call is None else problem_of(
+        call[:6] + ("cuda", call[7])))
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+
+
+@pytest.mark.parametrize("served", [False, True])
+def test_compiled_graph_holds_the_op_only_where_the_table_serves(cpu_as_gpu, served):
+    problem = GemmProblem(m=4 * 6, n=48, k=64, layout="NT", epilogue=Epilogue(bias=True))
+    ops.set_table(TunedTable([_entry(problem=problem if served else P, gpu="")]))
+    x, w, bias = torch.randn(4, 6, 64).half(), torch.randn(48, 64).half(), torch.randn(48).half()
+    out, targets = _graph_of(lambda x, w, b: cudal2.linear(x, w, b), x, w, bias)
+    want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
+    assert (out.float() - want).norm() / want.norm() < 1e-2
+    assert ("cudal2.linear" in targets) is served
+    assert (ops._launchers.get(ops._linear_key(x, w, bias)) is not None) is served  # the tuned kernel ran
+
+
+def test_compiled_training_step_runs_the_ops_backward(cpu_as_gpu):
+    problem = GemmProblem(m=5, n=48, k=64, layout="NT", epilogue=Epilogue(bias=True))
+    ops.set_table(TunedTable([_entry(problem=problem, gpu="")]))
+    x = torch.randn(5, 64).half().requires_grad_()
+    w, bias = torch.randn(48, 64).half().requires_grad_(), torch.randn(48).half().requires_grad_()
+    step = torch.compile(lambda x, w, b: cudal2.linear(x, w, b).float().square().sum(), backend="aot_eager",
+                         fullgraph=True)
+    step(x, w, bias).backward()
+    got = [t.grad.clone() for t in (x, w, bias)]
+    for t in (x, w, bias):
+        t.grad = None
+    torch.nn.functional.linear(x, w, bias).float().square().sum().backward()
+    for g, t in zip(got, (x, w, bias)):
+        assert (g.float() - t.grad.float()).norm() / t.grad.float().norm() < 2e-2
+
+
+# ---- shapes never tuned -----------------------------------------------------------------------------
+def test_untuned_shapes_are_remembered_and_tune_untuned_measures_them(tmp_path, monkeypatch):
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    ops._untuned.clear()
+    problem = GemmProblem(m=6, n=256, k=64, layout="NT")
+    assert ops._bind(("test", 1), problem, (6, 256), torch.device("cuda")) is None  # no entry: torch, remembered
+    assert cudal2.untuned_problems() == [problem]
+    runner = RecordedRunner()
+    try:
+        table = cudal2.tune_untuned(budget=1, store=tmp_path / "s.db", runner=runner, progress=False)
+        assert {e.problem.label() for e in table} == {problem.label()}
+        assert len(runner.calls) >= 1
+    finally:
+        ops._untuned.clear()
+        cudal2.set_table(None)

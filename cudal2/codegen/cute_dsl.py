@@ -379,10 +379,13 @@ class CuteDslBackend(Backend):
         (A grid larger than what fits stays correct but runs its extra clusters as a second wave.)"""
         return _max_active_clusters(spec.cluster_m * spec.cluster_n, arch_limits(spec.arch).sm_count)
 
-    def _compile_module(self, module, mac: int):
+    def _compile_module(self, module, mac: int, ffi: bool = False):
         import cutlass.cute as cute
 
-        return cute.compile(module.BINDING.entry(), *module.BINDING.example_args(mac))
+        args = module.BINDING.example_args(mac)
+        if ffi:
+            return cute.compile(module.BINDING.entry(), *args, options="--enable-tvm-ffi")
+        return cute.compile(module.BINDING.entry(), *args)
 
     def compile(self, source: Source) -> CuteDslKernel:
         _ensure_arch_for_cpu()  # before the DSL is first imported: it reads the arch once
@@ -391,27 +394,29 @@ class CuteDslBackend(Backend):
             raise RuntimeError(f"cute_dsl backend unavailable: {why}")
         mac = self._max_active_clusters(source.spec)
         module, key, root = self._module_for(source)
-        mem_key = f"{key}-{mac}"
+        ffi = tvm_ffi_version()
+        suffix = f"_ffi{re.sub(r'[^0-9A-Za-z]', '_', ffi)}" if ffi else ""
+        mem_key = f"{key}-{mac}{suffix}"
         with self._lock:
             hit = self._compiled.get(mem_key)
             if hit is not None:
                 return hit
-            obj = root / f"gemm_{key}_c{mac}.o"
+            obj = root / f"gemm_{key}_c{mac}{suffix}.o"
             fn, from_disk, binary = None, False, None
             if obj.exists() and os.environ.get("CUDAL2_CUTE_DSL_DISK_CACHE", "1") != "0":
                 try:
                     import cutlass.cute as cute
 
-                    binary = cute.runtime.load_module(str(obj))
+                    binary = cute.runtime.load_module(str(obj), enable_tvm_ffi=bool(ffi))
                     fn = binary.gemm
                     from_disk = True
                 except Exception:  # stale or foreign artifact: compile afresh
                     fn, binary = None, None
             if fn is None:
-                fn = self._compile_module(module, mac)
-                _export(fn, obj)
+                fn = self._compile_module(module, mac, ffi=bool(ffi))
+                _export(fn, obj, ffi=bool(ffi))
             kernel = CuteDslKernel(source=source, _fn=fn, _binding=module.BINDING, loaded_from_disk=from_disk,
-                                  _keepalive=binary)
+                                  _keepalive=binary, ffi=bool(ffi))
             self._compiled[mem_key] = kernel
             return kernel
 
@@ -451,14 +456,30 @@ def _max_active_clusters(cluster_size: int, table_sm_count: int) -> int:
         return table_sm_count // cluster_size
 
 
-def _export(fn, obj: Path) -> None:
+def tvm_ffi_version() -> str:
+    """The apache-tvm-ffi version kernels are compiled against, or "" to use the DSL's own executor:
+    without the package, or with CUDAL2_TVM_FFI=0. Through TVM-FFI a launch takes plain ints and
+    costs about a microsecond of host time; the DSL's executor converts each argument in Python."""
+    if os.environ.get("CUDAL2_TVM_FFI", "1") == "0":
+        return ""
+    try:
+        import tvm_ffi
+    except ImportError:
+        return ""
+    return str(getattr(tvm_ffi, "__version__", "unknown"))
+
+
+def _export(fn, obj: Path, ffi: bool = False) -> None:
     """Export the compiled function as an object file next to its source (best effort)."""
     if os.environ.get("CUDAL2_CUTE_DSL_DISK_CACHE", "1") == "0":
         return
     try:
         tmpdir = obj.parent
         stem = obj.stem + f".{os.getpid()}"
-        fn.export_to_c(file_path=str(tmpdir), file_name=stem, function_prefix="gemm")
+        if ffi:
+            fn.export_to_c(str(tmpdir / f"{stem}.o"), function_name="gemm")
+        else:
+            fn.export_to_c(file_path=str(tmpdir), file_name=stem, function_prefix="gemm")
         os.replace(tmpdir / f"{stem}.o", obj)
         (tmpdir / f"{stem}.h").unlink(missing_ok=True)
     except Exception:

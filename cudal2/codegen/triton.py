@@ -424,6 +424,27 @@ class TritonKernel:
             self._set_allocator(self._tma_scratch)
         return self._launch(a, b, c, bias, self._workspace_for(a.device, m, n), self.num_sms)
 
+    def bind(self, m: int, n: int, k: int, device):
+        """A launcher for calls of exactly m x n x k on device: run(a, b, d, bias) enqueues the GEMM
+        into d on the current stream. The caller vouches once for what __call__ checks each time (see
+        CuteDslKernel.bind); a and b may be any view of the operands' memory in the problem's layout."""
+        p = self.problem
+        if not self.dynamic and (m, n, k) != p.shape:
+            raise ValueError(f"triton kernel for {p.label()} cannot run {m}x{n}x{k}: it was compiled for its shape")
+        ws = self._workspace_for(device, m, n)
+        if self.num_sms is None:
+            self.num_sms = self._torch.cuda.get_device_properties(device).multi_processor_count
+        a_strides = (k, 1) if p.a_row_major else (1, m)
+        b_strides = (n, 1) if p.b_row_major else (1, k)
+        launch, num_sms, set_allocator = self._launch, self.num_sms, self._set_allocator
+        self._device = device
+
+        def run(a, b, d, bias):
+            if set_allocator is not None:
+                set_allocator(self._tma_scratch)
+            launch(a.as_strided((m, k), a_strides), b.as_strided((k, n), b_strides), d.view(m, n), bias, ws, num_sms)
+        return run
+
     def _shape_of(self, a, b) -> tuple[int, int, int]:
         """(m, n, k): the problem's, or for a dynamic kernel a's and b's (once they agree)."""
         if not self.dynamic or not (hasattr(a, "shape") and hasattr(b, "shape")):

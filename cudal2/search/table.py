@@ -106,13 +106,19 @@ class TunedTable:
             data = json.loads(Path(path).read_text())
         except FileNotFoundError:
             raise FileNotFoundError(f"tuned table {path} does not exist; write one with `cudal2 export --out {path}`")
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"tuned table {path} is not valid JSON ({e}); write it again with `cudal2 export`") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{path} is not a cudal2 tuned table (expected \"format\": \"{FORMAT}\"); "
                              "write one with `cudal2 export`")
         if data.get("version") != VERSION:
             raise ValueError(f"{path} has tuned-table version {data.get('version')}, this cudal2 reads {VERSION}; "
                              "export it again with this version")
-        return cls([TunedEntry.from_dict(d) for d in data["entries"]])
+        try:
+            return cls([TunedEntry.from_dict(d) for d in data["entries"]])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"tuned table {path} has a malformed entry ({type(e).__name__}: {e}); "
+                             "write it again with `cudal2 export`") from None
 
     @classmethod
     def from_store(cls, store=None, mode: str = "offline") -> "TunedTable":

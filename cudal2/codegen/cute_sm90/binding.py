@@ -40,17 +40,21 @@ class GemmBinding:
             return (cfg.sm_count * cfg.tile_elems + cfg.sm_count,)
         return None
 
+    def workspace_addresses(self, d: int, w: int | None = None) -> tuple[int, int]:
+        """(workspace, stream-K flags) addresses: the flags follow the per-CTA partial tiles; both point
+        at D where the kernel has no workspace (never read)."""
+        w = d if w is None else w
+        return w, (w + 4 * self.cfg.sm_count * self.cfg.tile_elems if self.cfg.stream_k else w)
+
     def _pointers(self, a, b, c, d, bias, w=None):
-        """The kernel's pointer arguments from addresses: the workspace and the stream-K flags point at
-        D where a kernel has none (never read)."""
+        """The kernel's pointer arguments as DSL pointers, from addresses."""
         cfg, align = self.cfg, self.align
         ab, dt = dsl_type(cfg.ab_dtype), dsl_type(cfg.d_dtype)
         gmem = cute.AddressSpace.gmem
         ptrs = [make_ptr(ab, a, gmem, assumed_align=align["a"]), make_ptr(ab, b, gmem, assumed_align=align["b"]),
                 make_ptr(dt, c, gmem, assumed_align=align["c"]), make_ptr(dt, d, gmem, assumed_align=align["d"]),
                 make_ptr(dt, bias, gmem, assumed_align=align["bias"])]
-        w = d if w is None else w
-        flags = w + 4 * cfg.sm_count * cfg.tile_elems if cfg.stream_k else w
+        w, flags = self.workspace_addresses(d, w)
         return (*ptrs, make_ptr(cutlass.Float32, w, gmem, assumed_align=align.get("w", 2)),
                 make_ptr(cutlass.Int32, flags, gmem, assumed_align=4 if cfg.stream_k else 2))
 
@@ -63,13 +67,16 @@ class GemmBinding:
         """(M, N, K) as the kernel sees them: with swap_ab it computes D^T, N x M."""
         return (n, m, k) if self.cfg.swap_ab else (m, n, k)
 
-    def call_args(self, a, b, c, d, bias, w=None):
-        """The compiled kernel's arguments (less the stream) for torch tensors: device addresses as DSL
-        pointers (no dlpack, no host sync) and the kernel's extents. w: the workspace, None without one.
-        With swap_ab the kernel's A is the caller's B (and its B the caller's A): the same memory."""
+    def call_args(self, a, b, c, d, bias, w=None, *, addresses: bool = False):
+        """The compiled kernel's arguments (less the stream) for torch tensors: device addresses (as DSL
+        pointers, or as plain ints for a kernel compiled with TVM-FFI; no dlpack, no host sync) and the
+        kernel's extents. w: the workspace, None without one. With swap_ab the kernel's A is the
+        caller's B (and its B the caller's A): the same memory."""
         extents = self.kernel_extents(a.shape[0], b.shape[1], a.shape[1])
         if self.cfg.swap_ab:
             a, b = b, a
-        ptrs = self._pointers(a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), bias.data_ptr(),
-                              w.data_ptr() if w is not None else None)
-        return (*ptrs, *extents)
+        raw = (a.data_ptr(), b.data_ptr(), c.data_ptr(), d.data_ptr(), bias.data_ptr(),
+               w.data_ptr() if w is not None else None)
+        if addresses:
+            return (*raw[:5], *self.workspace_addresses(raw[3], raw[5]), *extents)
+        return (*self._pointers(*raw), *extents)

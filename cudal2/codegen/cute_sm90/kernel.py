@@ -34,6 +34,9 @@ class CuteDslKernel:
     loaded_from_disk: bool = False
     _keepalive: Any = None  # the loaded binary module owns the execution engine behind _fn
     _workspaces: dict = dataclasses.field(default_factory=dict)  # device -> fp32 tensor
+    # compiled with TVM-FFI: _fn takes addresses and extents as plain ints and the stream as its handle,
+    # a call of about a microsecond; without it the DSL's own executor converts every argument
+    ffi: bool = False
 
     @property
     def dynamic(self) -> bool:
@@ -87,10 +90,56 @@ class CuteDslKernel:
             if t.data_ptr() % align[name]:
                 raise ValueError(f"operand {name} starts at an address not aligned to {align[name]} bytes "
                                  f"(this kernel was compiled for it); pass a freshly allocated or .clone()d tensor")
-        stream = cuda.CUstream(torch.cuda.current_stream(a.device).cuda_stream)
+        raw_stream = torch.cuda.current_stream(a.device).cuda_stream
         ws = self._workspace_for(a.device, m, n, k)
-        self._fn(*self._binding.call_args(a, b, c_in, d, bias_t, ws), stream)
+        if self.ffi:
+            self._fn(*self._binding.call_args(a, b, c_in, d, bias_t, ws, addresses=True), raw_stream)
+        else:
+            self._fn(*self._binding.call_args(a, b, c_in, d, bias_t, ws), cuda.CUstream(raw_stream))
         return d
+
+    def bind(self, m: int, n: int, k: int, device):
+        """A launcher for calls of exactly m x n x k on device: run(a, b, d, bias) enqueues the GEMM
+        into d on the current stream and returns nothing. The caller vouches, once, for what a call
+        would check each time: a and b hold the problem's operands in its layout (any view of that
+        memory; only addresses are read), d is a fresh row-major output, bias is None or the
+        problem's, all on device, a and b 16-byte aligned. Nothing is checked per call: this is the
+        path of cudal2.matmul/linear, whose per-call cost must stay at torch's."""
+        import torch
+
+        p = self.source.problem
+        if self.dynamic:
+            why = shape_refusal(self._binding.cfg, m, n, k)
+            if why:
+                raise ValueError(f"cute_dsl kernel for {p.class_label()} cannot run {m}x{n}x{k}: {why}")
+        elif (m, n, k) != p.shape:
+            raise ValueError(f"cute_dsl kernel for {p.label()} cannot run {m}x{n}x{k}: it was compiled for its shape")
+        ws = self._workspace_for(device, m, n, k)
+        fn, binding, swap = self._fn, self._binding, self._binding.cfg.swap_ab
+        km, kn, kk = binding.kernel_extents(m, n, k)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if not self.ffi or current_stream is None:
+            def run(a, b, d, bias):  # the DSL's executor: correct, not fast
+                a2 = a.as_strided((m, k), (k, 1) if p.a_row_major else (1, m))
+                b2 = b.as_strided((k, n), (n, 1) if p.b_row_major else (1, k))
+                self(a2, b2, d.view(m, n), bias=bias)
+            return run
+        if ws is not None:
+            w, flags = binding.workspace_addresses(0, ws.data_ptr())
+
+            def run(a, b, d, bias):
+                pa, pb, pd = (b.data_ptr(), a.data_ptr(), d.data_ptr()) if swap else \
+                    (a.data_ptr(), b.data_ptr(), d.data_ptr())
+                fn(pa, pb, pd, pd, pd if bias is None else bias.data_ptr(), w, flags, km, kn, kk,
+                   current_stream(index))
+            return run
+
+        def run(a, b, d, bias):  # no workspace: its two pointers point at D and are never read
+            pa, pb, pd = (b.data_ptr(), a.data_ptr(), d.data_ptr()) if swap else \
+                (a.data_ptr(), b.data_ptr(), d.data_ptr())
+            fn(pa, pb, pd, pd, pd if bias is None else bias.data_ptr(), pd, pd, km, kn, kk, current_stream(index))
+        return run
 
     def _extents(self, a, b) -> tuple[int, int, int]:
         """(M, N, K) of this call: the problem's, or a shape-generic kernel's a's and b's, once this
