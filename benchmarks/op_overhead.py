@@ -1,0 +1,196 @@
+"""The per-call cost of cudal2.matmul / cudal2.linear against torch's, as a user calls them: fp16,
+layout NT (x @ W^T), back-to-back calls from Python, eager and under torch.compile.
+
+    python benchmarks/op_overhead.py OUT.md [--shapes 1x4096x4096,16x14336x4096] [--budget 8]
+        [--backends cute_dsl] [--store PATH]
+
+1. Each shape is searched (cudal2.search at --budget, layout NT) and the store's table is loaded into
+   the op, as a user's tuned table would be: the op serves a shape only where the search's kernel
+   beat torch.matmul.
+2. Per shape and path, two figures, each the median of 7 rounds of 200 calls:
+   - host us: Python time per call with the GPU left to run behind (no synchronization inside the
+     round; 200 launches stay within the launch queue). This is the op's overhead: what a host-bound
+     model (small token counts, eager) pays per GEMM.
+   - wall us: time per call of the same round including its synchronization (GPU-bound at large shapes).
+   Paths: torch's call (F.linear, torch.matmul) and ours, eager and compiled (torch.compile of a module
+   holding the weight; default mode, fullgraph, no_grad). "route" says what ours ran: the tuned kernel,
+   or torch where the table does not serve the shape.
+3. Where the table does not serve a shape, the eager kernel route is also timed with the search's
+   best kernel installed as that call's launcher (what a table hit installs): an overhead figure
+   only, not a speed claim.
+The overhead is ours minus torch's host time. JSON next to OUT.md holds every figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+ROUNDS, CALLS = 7, 200
+
+
+def per_call_us(fn) -> tuple[float, float]:
+    """(host us, wall us) per call: medians over ROUNDS rounds of CALLS back-to-back calls."""
+    import torch
+
+    for _ in range(20):
+        fn()
+    torch.cuda.synchronize()
+    host, wall = [], []
+    for _ in range(ROUNDS):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(CALLS):
+            fn()
+        queued = time.perf_counter()
+        torch.cuda.synchronize()
+        done = time.perf_counter()
+        host.append((queued - start) / CALLS * 1e6)
+        wall.append((done - start) / CALLS * 1e6)
+    return statistics.median(host), statistics.median(wall)
+
+
+def _modules(weight):
+    import torch
+
+    import cudal2
+
+    class Torch(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(weight, requires_grad=False)
+
+        def forward(self, x):
+            return torch.nn.functional.linear(x, self.weight)
+
+    class Ours(Torch):
+        def forward(self, x):
+            return cudal2.linear(x, self.weight)
+
+    return Torch(), Ours()
+
+
+def measure_shape(m: int, n: int, k: int, store) -> dict:
+    import torch
+
+    import cudal2
+    from cudal2 import ops
+    from cudal2.ir import GemmProblem
+
+    problem = GemmProblem(m=m, n=n, k=k, layout="NT")
+    x = torch.randn(m, k, device="cuda", dtype=torch.float16)
+    w = torch.randn(n, k, device="cuda", dtype=torch.float16) / k ** 0.5
+    entry = ops.tuned_table().lookup(problem, gpu=torch.cuda.get_device_name())
+    row = {"shape": f"{m}x{n}x{k}", "served": entry is not None,
+           "table_speedup": entry.speedup("torch") if entry else None,
+           "spec": entry.spec.key() if entry else None}
+    with torch.no_grad():
+        want = x.float() @ w.float().t()
+        got = cudal2.linear(x, w)
+        row["rel_error"] = float((got.float() - want).norm() / want.norm())
+        paths = {"F.linear": lambda: torch.nn.functional.linear(x, w),
+                 "cudal2.linear": lambda: cudal2.linear(x, w),
+                 "torch.matmul": lambda: torch.matmul(x, w.t()),
+                 "cudal2.matmul": lambda: cudal2.matmul(x, w.t())}
+        plain, ours = _modules(w)
+        paths["compiled nn.Linear"] = lambda f=torch.compile(plain, fullgraph=True): f(x)
+        paths["compiled cudal2.linear"] = lambda f=torch.compile(ours, fullgraph=True): f(x)
+        if entry is None:
+            forced = _forced_kernel_route(problem, store, x, w)
+            if forced is not None:
+                paths["cudal2.linear, kernel installed"] = forced
+        row["paths"] = {name: dict(zip(("host_us", "wall_us"), per_call_us(fn))) for name, fn in paths.items()}
+    return row
+
+
+def _forced_kernel_route(problem, store, x, w):
+    """The op's eager path with the store's best kernel for problem installed as the call's launcher,
+    or None when the store has no kernel for it."""
+    from cudal2 import ops
+    from cudal2.codegen import get_backend
+    from cudal2.search.table import TunedTable
+
+    best = [e for e in TunedTable.from_store(store) if e.problem.key() == problem.key()]
+    if not best:
+        return None
+    backend = get_backend(best[0].spec.backend)
+    kernel = backend.compile(backend.render(problem, best[0].spec))
+    ops._launchers[ops._linear_key(x, w, None)] = ops._launcher(kernel, problem, (problem.m, problem.n), x.device)
+    import cudal2
+
+    return lambda: cudal2.linear(x, w)
+
+
+def report(rows: list[dict], env: dict, command: str) -> str:
+    lines = [f"# Per-call cost of cudal2.linear / cudal2.matmul against torch ({env.get('date', '')})", "",
+             f"`{command}`", "",
+             f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
+             f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}.", "",
+             "Host us: Python time per call with the GPU running behind (the op's overhead). Wall us: per call "
+             "including the GPU (median of 7 rounds of 200 back-to-back calls).", "",
+             "| shape | route | path | host us | wall us | host over torch's |", "|---|---|---|---:|---:|---:|"]
+    pairs = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul",
+             "compiled cudal2.linear": "compiled nn.Linear", "cudal2.linear, kernel installed": "F.linear"}
+    for row in rows:
+        route = (f"tuned kernel ({row['table_speedup']:.3f}x torch in the search)" if row["served"]
+                 else "torch (the search found nothing faster)")
+        for name, t in row["paths"].items():
+            base = row["paths"].get(pairs.get(name, ""))
+            over = f"{t['host_us'] - base['host_us']:+.2f}" if base else ""
+            lines.append(f"| {row['shape']} | {route if name.startswith(('cudal2', 'compiled cudal2')) else 'torch'} "
+                         f"| {name} | {t['host_us']:.2f} | {t['wall_us']:.2f} | {over} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--shapes", default="1x4096x4096,16x14336x4096")
+    ap.add_argument("--budget", type=int, default=8)
+    ap.add_argument("--backends", default="cute_dsl")
+    ap.add_argument("--store", default=None, help="store for the searches (default: a file next to OUT)")
+    args = ap.parse_args()
+
+    import torch
+
+    import cudal2
+    from cudal2 import ops
+    from cudal2.bench.environment import capture
+    from cudal2.search.table import TunedTable
+
+    store = args.store or str(args.out.with_suffix(".db"))
+    shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
+    for m, n, k in shapes:
+        cudal2.search((m, n, k), layout="NT", backends=args.backends.split(","), budget=args.budget, store=store,
+                      progress=False)
+    ops.set_table(TunedTable.from_store(store))
+    rows = [measure_shape(m, n, k, store) for m, n, k in shapes]
+    env = dataclasses.asdict(capture())
+    env.update(date=time.strftime("%Y-%m-%d"), tvm_ffi=_version("apache-tvm-ffi"),
+               cutlass_dsl=_version("nvidia-cutlass-dsl"), torch=torch.__version__)
+    command = "python3 benchmarks/op_overhead.py " + " ".join(sys.argv[1:])
+    args.out.write_text(report(rows, env, command))
+    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "rows": rows},
+                                                        indent=1, default=str))
+    print(args.out.read_text())
+
+
+def _version(dist: str) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return "not installed"
+
+
+if __name__ == "__main__":
+    main()
