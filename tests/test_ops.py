@@ -290,3 +290,37 @@ def test_untuned_shapes_are_remembered_and_tune_untuned_measures_them(tmp_path, 
     finally:
         ops._untuned.clear()
         cudal2.set_table(None)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("swap_ab", [False, True])
+def test_gpu_linear_runs_a_cute_dsl_kernel_eager_compiled_and_in_a_graph(swap_ab):
+    """The CuTe DSL launch path (TVM-FFI where installed) through cudal2.linear: eager, under
+    torch.compile (the traced graph holds the op) and captured in a CUDA graph, each against fp32."""
+    pytest.importorskip("cutlass")
+    problem = GemmProblem(m=2 * 64, n=384, k=256, layout="NT", epilogue=Epilogue(bias=True))
+    spec = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
+                persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store",
+                shape_specialization="dynamic", swap_ab=swap_ab)
+    ops.set_table(TunedTable([_entry(problem=problem, gpu="", **spec)]))
+    x = torch.randn(2, 64, 256, device="cuda", dtype=torch.float16)
+    w = torch.randn(384, 256, device="cuda", dtype=torch.float16) / 16
+    bias = torch.randn(384, device="cuda", dtype=torch.float16)
+    want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
+
+    def close(got):
+        return got.shape == want.shape and float((got.float() - want).norm() / want.norm()) < 1e-3
+
+    with torch.no_grad():
+        assert close(cudal2.linear(x, w, bias))
+        assert ops._launchers[ops._linear_key(x, w, bias)] is not None  # the kernel ran, not torch
+        out, targets = _graph_of(lambda x, w, b: cudal2.linear(x, w, b), x, w, bias)
+        assert close(out) and "cudal2.linear" in targets
+        graph, static_out = torch.cuda.CUDAGraph(), None
+        with torch.cuda.graph(graph):
+            static_out = cudal2.linear(x, w, bias)
+        x.copy_(torch.randn_like(x))
+        want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert close(static_out)
