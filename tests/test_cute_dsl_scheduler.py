@@ -4,12 +4,17 @@ data-parallel walk, checked as plain integer code against what the kernel's owne
 persistent scheduler do."""
 
 import ast
+import os
+import re
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import pytest
 
 # test_cute_dsl sets the DSL's target for a machine without a GPU before anything imports the DSL
-from test_cute_dsl import needs_dsl, spec
+from test_cute_dsl import BASE, KEEP_PTX, needs_dsl, spec
 
 from cudal2.codegen.cute_dsl import gemm_config
 from cudal2.ir import GemmProblem
@@ -254,3 +259,33 @@ def test_grouped_walk_is_the_dsl_schedulers_where_the_group_divides():
     for (tm, tn), g, along in cases:
         assert got[(tm, tn, g, along)] == [u[:2] for u in _grouped_walk(tm, tn, g, 1, along)]
 
+
+@needs_dsl
+def test_shape_generic_walk_divides_by_no_run_time_divisor(tmp_path):
+    """The shape-generic walk's per-tile divisions (work unit into K slice, group and place in the group)
+    are fast divisors made on the host and compile-time widths: a data-parallel kernel and a split-K
+    one hold no integer division or remainder instruction, as the kernels compiled for one shape hold
+    none (the walk's code runs in the producer's and the consumers' loops, 12 divisions before)."""
+    kernels = [
+        (dict(m=64, n=4096, k=4096, layout="NT"), dict(block_m=32, block_n=128, num_warps=8, stages=8, swap_ab=True)),
+        (dict(m=4096, n=4096, k=4096, layout="NT"), dict(warp_specialization="pingpong", stages=5)),
+        (dict(m=512, n=512, k=8192), dict(num_warps=8, block_m=64, stages=8, cluster_m=2, decomposition="split_k",
+                                          split_k=4, epilogue_path="registers")),
+    ]
+    specs = [(pkw, {**BASE, **skw, "shape_specialization": "dynamic"}) for pkw, skw in kernels]
+    script = KEEP_PTX + textwrap.dedent(f"""
+        from cudal2.codegen.cute_dsl import CuteDslBackend
+        from cudal2.ir import GemmProblem, KernelSpec
+        be = CuteDslBackend()
+        for i, (pkw, skw) in enumerate({specs!r}):
+            be.compile(be.render(GemmProblem(**pkw), KernelSpec(**skw)))
+            keep_ptx(i)
+    """)
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path),
+           "CUDAL2_CACHE_DIR": str(tmp_path / "cache"), "CUDAL2_CUTE_DSL_DISK_CACHE": "0"}
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True, timeout=600)
+    ptx = sorted(tmp_path.glob("kernel*.ptx"))
+    assert len(ptx) == len(kernels)
+    for f in ptx:
+        divisions = re.findall(r"^\s*(?:div|rem)\.[su]\d+.*$", f.read_text(), flags=re.MULTILINE)
+        assert divisions == [], (f.name, divisions)
