@@ -10,8 +10,9 @@ causal attention over the tokens (F.scaled_dot_product_attention), the output pr
 and a SwiGLU MLP (14336 wide). No biases. Both layers hold the same weights.
 
 1. cudal2.tune_model searches the layer's GEMMs at each token count (4 distinct shapes per count) at
-   --budget, the store resuming earlier runs, until --max-tune-seconds; the op then serves a shape
-   only where its kernel beat torch.matmul. Untuned shapes run torch.
+   --budget, the store resuming earlier runs, until --max-tune-seconds (--budget 0: no search, the
+   store's results as they are); the op then serves a shape only where its kernel beat torch.matmul.
+   Untuned shapes run torch.
 2. Per token count and mode, the layer's time per call: eager and compiled (torch.compile, default
    mode, static shapes) as the median of 5 rounds of 20 back-to-back calls; graph as CUDA-graph
    replays (20 layer calls a graph, median of 5). tokens/s = tokens / time.
@@ -226,12 +227,15 @@ def main() -> None:
 
     import torch
 
+    from cudal2 import ops
     from cudal2.bench.environment import capture
+    from cudal2.search.table import TunedTable
 
     tokens = [int(t) for t in args.tokens.split(",")]
     store = args.store or str(args.out.with_suffix(".db"))
     plain, ours = layers()
     tuned = tune(ours, tokens, args.budget, store, args.max_tune_seconds) if args.budget > 0 else {}
+    ops.set_table(TunedTable.from_store(store))  # with --budget 0: what earlier runs put in the store
     rows = [measure(t, plain, ours) for t in tokens]
     env = dataclasses.asdict(capture())
     env.update(date=time.strftime("%Y-%m-%d"), torch=torch.__version__, tvm_ffi=_version("apache-tvm-ffi"),

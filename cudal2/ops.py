@@ -98,7 +98,9 @@ def _linear_class(x, weight, bias) -> tuple | None:
     if weight.dim() != 2 or x.dim() < 1 or x.shape[-1] != weight.shape[1]:
         return None
     n, k = weight.shape
-    m = x.numel() // k if k else 0
+    m = 1
+    for extent in x.shape[:-1]:  # (not numel(), which torch.compile's tracer holds as a symbol)
+        m *= extent
     w_layout = "T" if weight.is_contiguous() else ("N" if weight.t().is_contiguous() else None)  # B = weight.T
     return _call_class(x, w_layout, m, n, k, (weight,) + ((bias,) if bias is not None else ()), bias)
 
