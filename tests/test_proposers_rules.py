@@ -488,3 +488,39 @@ def test_warp_specialized_depth_counts_the_ctas_whole_walk():
     triton = RulesProposer(backends=("triton",))
     assert all(x.spec.stages <= 2 for x in triton.propose(GemmProblem(m=16384, n=512, k=128), [], 12)
                if x.spec.block_k == 64)
+
+
+# ---- cute_dsl: every declared width, ranked by the wave model ---------------------------------------
+
+ODD_SHAPES = ["7x16384x3072", "1x4096x4096", "13824x5120x640", "5120x5120x5120", "128x8192x3584", "127x40x4104",
+              "12288x256x16384", "1000x1000x1000", "3x24x65536"]  # TMA: 16-byte aligned leading dims
+
+
+@pytest.mark.parametrize("shape", ODD_SHAPES)
+def test_cute_dsl_proposals_from_every_width_are_valid(shape):
+    problem = GemmProblem.parse(shape)
+    assert_valid_and_distinct(problem, RulesProposer(backends=("cute_dsl",)).propose(problem, [], n=16), 16)
+
+
+@pytest.mark.parametrize("shape", ["4096x4096x4096", "5120x5120x5120", "8192x8192x4096", "13824x5120x640"])
+def test_cute_dsl_rules_reach_widths_between_the_powers_of_two_on_large_grids(shape):
+    # 5120 in 128x128 tiles is 1600 tiles, 12.1 waves of 132 SMs; widths such as 160 or 224 fill the last
+    # wave better, and the model (waves rounded up times per-tile time) ranks them into the first picks
+    from cudal2.codegen import get_backend
+    from cudal2.search.proposers import space
+
+    declared = set(space.domain(get_backend("cute_dsl").capabilities, "block_n", "sm_90a"))
+    specs = [x.spec for x in RulesProposer(backends=("cute_dsl",)).propose(GemmProblem.parse(shape), [], n=12)]
+    between = [s for s in specs[:8] if {s.block_m, s.block_n} - {64, 128, 256}]
+    assert between and all({s.block_m, s.block_n} <= declared for s in specs), [s.summary() for s in specs]
+
+
+def test_cute_dsl_small_m_keeps_its_smallest_tiles_and_spans_tile_sizes():
+    rules = RulesProposer(backends=("cute_dsl",))
+    for shape in ("7x16384x3072", "1x4096x4096", "16x8192x8192"):
+        specs = [x.spec for x in rules.propose(GemmProblem.parse(shape), [], n=8)]
+        assert all(s.block_m == 64 for s in specs), (shape, [s.summary() for s in specs])  # the kernel's fewest rows
+    # every tile of 7x16384x3072 sits at the DRAM floor; the size classes keep the list from being 256, 240,
+    # 224, ... wide: it spans the sizes the old list had (256 down to 32)
+    specs = [x.spec for x in rules.propose(GemmProblem.parse("7x16384x3072"), [], n=8)]
+    assert min(s.block_n for s in specs) <= 64 and max(s.block_n for s in specs) == 256, [s.summary() for s in specs]
