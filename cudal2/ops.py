@@ -273,20 +273,39 @@ def _needs_grad(*tensors) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
+def _visible_gpus() -> list[tuple[str, int | None, str]]:
+    """(device type, index, GPU name) of every GPU this process sees."""
+    if not torch.cuda.is_available():
+        return []
+    return [("cuda", i, torch.cuda.get_device_name(i)) for i in range(torch.cuda.device_count())]
+
+
 @torch.compiler.assume_constant_result
-def _table_serves(call: tuple | None) -> bool:
-    """Whether the table serves a call of this class: run while torch.compile traces, its answer
-    becomes a constant of the graph."""
-    problem = _problem_of(call)
-    return problem is not None and tuned_table().lookup(problem, gpu=torch.cuda.get_device_name(call[7])) is not None
+def _served_classes() -> tuple:
+    """Every call class (see _call_class) the table serves on a visible GPU. torch.compile runs this
+    while tracing and keeps the answer as a constant of the graph."""
+    table, served = tuned_table(), []
+    for device_type, index, name in _visible_gpus():
+        for entry in table:
+            p = entry.problem
+            call = (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue.bias, "cuda", index)
+            if entry.gpu in (name, "") and _problem_of(call) == p and \
+                    table.lookup(p, gpu=name) is not None:  # the op's own problems; a measured win
+                served.append(call[:6] + (device_type, index))
+    return tuple(served)
 
 
 def _served_when_traced(class_of: Callable, *tensors) -> bool:
-    """While torch.compile traces: whether the table serves this call. Symbolic shapes are left to
-    the op, which decides at run time."""
-    if any(not isinstance(s, int) for t in tensors if t is not None for s in t.shape):
-        return True
-    return _table_serves(class_of(*tensors))
+    """While torch.compile traces: whether the table serves this call. Each served class is compared
+    in turn: with dynamic shapes an extent is a symbol, and a comparison makes the graph guard on
+    its value (another value traces again), since the table's answer holds for one shape."""
+    call = class_of(*tensors)
+    if call is None:
+        return False
+    for served in _served_classes():
+        if all(a == b for a, b in zip(call, served)):
+            return True
+    return False
 
 
 # ---- the public functions ------------------------------------------------------------------------

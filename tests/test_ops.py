@@ -211,15 +211,15 @@ def test_the_table_decides_while_tracing_fake_cuda_tensors(monkeypatch):
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     served = GemmProblem(m=16, n=256, k=128, layout="NT")
-    ops.set_table(TunedTable([_entry(problem=served, gpu="")]))
-    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    ops.set_table(TunedTable([_entry(problem=served, gpu=""), _entry(problem=GemmProblem(m=8, n=256, k=128), gpu="")]))
+    monkeypatch.setattr(ops, "_visible_gpus", lambda: [("cuda", 0, "NVIDIA H100 80GB HBM3")])
     with FakeTensorMode():  # (a CPU build of torch fakes CUDA tensors, but runs no op on them)
         def cuda(*shape, dtype=torch.float16):
             return torch.empty(*shape, device="cuda", dtype=dtype)
 
         x, w = cuda(2, 8, 128), cuda(256, 128)
         assert ops._served_when_traced(ops._linear_class, x, w, None)
-        assert not ops._served_when_traced(ops._linear_class, cuda(1, 8, 128), w, None)  # 8x256x128: never tuned
+        assert not ops._served_when_traced(ops._linear_class, cuda(1, 8, 128), w, None)  # tuned NN, not NT
         assert not ops._served_when_traced(ops._linear_class, x, w, cuda(256))  # with a bias: another problem
         assert not ops._served_when_traced(ops._linear_class, cuda(2, 8, 128, dtype=torch.float32),
                                            cuda(256, 128, dtype=torch.float32), None)
@@ -245,6 +245,7 @@ def cpu_as_gpu(monkeypatch):
     monkeypatch.setattr(ops, "_problem_of", lambda call: None if call is None else problem_of(
         call[:6] + ("cuda", call[7])))
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    monkeypatch.setattr(ops, "_visible_gpus", lambda: [("cpu", None, "NVIDIA H100 80GB HBM3")])
 
 
 @pytest.mark.parametrize("served", [False, True])
@@ -257,6 +258,25 @@ def test_compiled_graph_holds_the_op_only_where_the_table_serves(cpu_as_gpu, ser
     assert (out.float() - want).norm() / want.norm() < 1e-2
     assert ("cudal2.linear" in targets) is served
     assert (ops._launchers.get(ops._linear_key(x, w, bias)) is not None) is served  # the tuned kernel ran
+
+
+def test_dynamic_shapes_trace_a_decision_per_extent(cpu_as_gpu):
+    """With dynamic shapes the row count is a symbol: the traced decision guards on its value, so a
+    served and an unserved token count each get the right graph, and both compute F.linear."""
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=5, n=48, k=64, layout="NT"), gpu="")]))
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append("cudal2.linear" in "\n".join(str(n.target) for n in gm.graph.nodes))
+        return gm.forward
+
+    f = torch.compile(lambda x, w: cudal2.linear(x, w), backend=backend, fullgraph=True, dynamic=True)
+    w = torch.randn(48, 64).half()
+    for tokens in (3, 5, 7, 5):
+        x = torch.randn(tokens, 64).half()
+        want = torch.nn.functional.linear(x.float(), w.float())
+        assert (f(x, w).float() - want).norm() / want.norm() < 1e-2
+    assert graphs[:2] == [False, True] and not any(graphs[2:])  # 5 served; 3 and 7 by F.linear
 
 
 def test_compiled_training_step_runs_the_ops_backward(cpu_as_gpu):
