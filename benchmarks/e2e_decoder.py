@@ -232,6 +232,8 @@ def main() -> None:
     from cudal2.search.table import TunedTable
 
     tokens = [int(t) for t in args.tokens.split(",")]
+    # both layers share DecoderLayer.forward, compiled once per token count each
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(tokens))
     store = args.store or str(args.out.with_suffix(".db"))
     plain, ours = layers()
     tuned = tune(ours, tokens, args.budget, store, args.max_tune_seconds) if args.budget > 0 else {}
