@@ -227,7 +227,34 @@ def read_compare(path: Path) -> tuple[str, list[str], str]:
     return f"geomean vs torch.matmul at equal budget: {head}", table, env
 
 
-READERS = {"search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
+def read_op_overhead(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/op_overhead.py: host time per call of our op over torch's, by path."""
+    d = json.loads(path.read_text())
+    over = {}
+    pairs = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul", "compiled cudal2.linear": "compiled nn.Linear",
+             "cudal2.linear, kernel installed": "F.linear"}
+    for row in d["rows"]:
+        for name, base in pairs.items():
+            if name in row["paths"]:
+                over.setdefault(name, []).append(row["paths"][name]["host_us"] - row["paths"][base]["host_us"])
+    head = "; ".join(f"{name} {min(v):+.1f} to {max(v):+.1f} us" for name, v in over.items())
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    return f"host time per call over torch's: {head}", table, _env_line(d.get("env"))
+
+
+def read_e2e_decoder(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/e2e_decoder.py: a decoder layer's tokens/s with cudal2.linear over nn.Linear's."""
+    d = json.loads(path.read_text())
+    ratios = {}
+    for row in d["rows"]:
+        for mode, both in row["modes"].items():
+            ratios.setdefault(mode, []).append(both["torch"]["us"] / both["cudal2"]["us"])
+    head = "; ".join(f"{mode} {min(v):.3f} to {max(v):.3f}" for mode, v in ratios.items())
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    return f"cudal2 / torch tokens/s per mode, over token counts: {head}", table, _env_line(d.get("env"))
+
+
+READERS = {"op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity}
 
@@ -284,6 +311,13 @@ EXPERIMENTS: list[Experiment] = [
                "peer_parity", "`benchmarks/peer_parity.py --shapes 5120x5120x5120,13824x5120x640 --budget 32`: quack's "
                "autotuner (44 sm90 configs) and `cudal2.search` over cute_dsl at budget 32 on each shape (layout NT); "
                "each pick timed as ours and as quack's kernel in one evaluator call with torch."),
+    Experiment("The per-call cost of cudal2.linear and cudal2.matmul, H100", "op_overhead_h100_2026-11-26.json",
+               "op_overhead", "`benchmarks/op_overhead.py --budget 4` on three NT shapes searched over cute_dsl: host "
+               "and wall time per call, 7 rounds of 200 back-to-back calls, eager and torch.compile, against torch's."),
+    Experiment("A Llama-style decoder layer with cudal2.linear, H100", "e2e_decoder_h100_2026-11-26.json", "e2e_decoder",
+               "`benchmarks/e2e_decoder.py`: the layer's GEMMs tuned by `cudal2.tune_model` at budget 3 (both backends, "
+               "learned proposer, stopped after 230 s), then eager, torch.compile and CUDA-graph time per layer at 1 to "
+               "4096 tokens against nn.Linear, and each GEMM alone in a CUDA graph."),
     Experiment("Our CuTe DSL kernels against quack's on two large shapes, H200", "peer_parity_named_h200_2026-11-25.json",
                "peer_parity", "As above, on an H200."),
     Experiment("Our CuTe DSL kernels against quack's on validation serving shapes, H100",
