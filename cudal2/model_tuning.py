@@ -63,8 +63,8 @@ def tune_model(model, *example_inputs, budget: int | str = 16, proposer: Any = "
                backends: Sequence[str] | None = None, store: Any = None, runner: Any = None,
                progress: bool = True, **search_options):
     """Search every GEMM of the model's nn.Linear layers (see linear_gemms) with `budget` each, and
-    use the results from now on (cudal2.set_table). backends: as cudal2.search's (default: every
-    backend that declares the arch and can compile here). Returns the TunedTable, which holds every
+    use the results from now on (cudal2.set_table). backends: as cudal2.search's (default: those of
+    cudal2.search's default that the op launches, ops.op_backends). Returns the TunedTable, which holds every
     problem the store has. A shape the GPU cannot hold is skipped with a warning."""
     gemms = linear_gemms(model, *example_inputs)
     return _tune([(g.problem, f"{len(g.layers)} layer(s)") for g in gemms], budget=budget, proposer=proposer,
@@ -94,10 +94,11 @@ def _tune(problems: list[tuple[GemmProblem, str]], *, budget, proposer, backends
     from .search.table import TunedTable
 
     arch = search_options.pop("arch", None) or api.default_arch()
-    if not backends:
+    if not backends:  # what the op launches (ops.op_backends) of what this machine can build
         from .codegen.registry import default_backends
 
-        backends = default_backends(arch)
+        usable = default_backends(arch)
+        backends = [b for b in usable if b in ops.op_backends()] or usable
     backends = tuple(backends)
     proposer = api.resolve_proposer(proposer, backends, arch)  # once: a learned one loads its model
     store = api.resolve_store(store)

@@ -123,10 +123,36 @@ def _problem_of(call: tuple | None) -> GemmProblem | None:
         return None
 
 
+ENV_OP_BACKENDS = "CUDAL2_OP_BACKENDS"
+
+
+def op_backends() -> frozenset[str]:
+    """The backends whose kernels the op launches: those whose launch costs no more host time than
+    torch's. A table entry of another backend leaves its shape to torch, since in a host-bound model
+    (eager or compiled, few tokens) a kernel that saves GPU time but costs more to launch makes the
+    model slower. Measured on an H100 (docs/results.md): a CuTe DSL launch through TVM-FFI costs
+    2.5 to 4 us less than F.linear's; a Triton launch through its JIT about 40 us more. Default:
+    cute_dsl where apache-tvm-ffi is installed; $CUDAL2_OP_BACKENDS (a comma list) overrides it, e.g.
+    for a model that runs only inside CUDA graphs, where the launch cost is paid once."""
+    named = os.environ.get(ENV_OP_BACKENDS)
+    if named is not None:
+        return frozenset(b.strip() for b in named.split(",") if b.strip())
+    from .codegen.cute_dsl import tvm_ffi_version
+
+    return frozenset({"cute_dsl"} if tvm_ffi_version() else ())
+
+
+def _op_entry(problem: GemmProblem, gpu: str | None):
+    """The table's entry for problem on this GPU if the op launches its backend, else None."""
+    entry = tuned_table().lookup(problem, gpu=gpu)
+    return entry if entry is not None and entry.spec.backend in op_backends() else None
+
+
 def tuned_kernel(problem: GemmProblem, gpu: str | None):
     """The compiled tuned kernel for problem on this GPU, or None when the table has none that
-    beats torch. A kernel that fails to build falls back to torch too (with a warning)."""
-    entry = tuned_table().lookup(problem, gpu=gpu)
+    beats torch (of a backend the op launches: op_backends). A kernel that fails to build falls
+    back to torch too (with a warning)."""
+    entry = _op_entry(problem, gpu)
     if entry is None:
         return None
     from .codegen import get_backend
@@ -290,7 +316,7 @@ def _served_classes() -> tuple:
             p = entry.problem
             call = (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue.bias, "cuda", index)
             if entry.gpu in (name, "") and _problem_of(call) == p and \
-                    table.lookup(p, gpu=name) is not None:  # the op's own problems; a measured win
+                    _op_entry(p, name) is not None:  # the op's own problems; a measured win
                 served.append(call[:6] + (device_type, index))
     return tuple(served)
 

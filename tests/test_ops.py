@@ -22,10 +22,25 @@ def _entry(problem=P, ms=0.01, torch_ms=0.02, gpu="NVIDIA H100 80GB HBM3", **spe
 
 
 @pytest.fixture(autouse=True)
-def _reset_table():
+def _reset_table(monkeypatch):
+    # the launch path is tested with Triton kernels (the interpreter runs them on the CPU), a backend
+    # the op leaves to torch by default (test_the_op_launches_only_backends_cheaper_to_launch_than_torch)
+    monkeypatch.setenv(ops.ENV_OP_BACKENDS, "triton,cute_dsl")
     ops.set_table(TunedTable())
     yield
     ops.set_table(None)
+
+
+def test_the_op_launches_only_backends_cheaper_to_launch_than_torch(monkeypatch):
+    pytest.importorskip("triton")
+    problem = GemmProblem(m=48, n=40, k=32, layout="NT")
+    ops.set_table(TunedTable([_entry(problem=problem, gpu="")]))  # a Triton kernel that beat torch
+    assert ops.tuned_kernel(problem, gpu="any") is not None
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    assert "triton" not in ops.op_backends()
+    assert ops.tuned_kernel(problem, gpu="any") is None  # its launch costs more host time than torch's
+    monkeypatch.setenv(ops.ENV_OP_BACKENDS, "triton")  # a model run only in CUDA graphs may want it
+    assert ops.op_backends() == {"triton"} and ops.tuned_kernel(problem, gpu="any") is not None
 
 
 def test_table_lookup_uses_only_faster_entries_of_this_gpu(tmp_path):
