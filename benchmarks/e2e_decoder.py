@@ -162,7 +162,7 @@ def gemm_rows(t: int, plain) -> list[dict]:
     for name, lin in (("q, o", plain.q), ("k, v", plain.k), ("gate, up", plain.gate), ("down", plain.down)):
         n, k = lin.weight.shape
         x = torch.randn(t, k, device="cuda", dtype=torch.float16)
-        entry = ops.tuned_table().lookup(GemmProblem(m=t, n=n, k=k, layout="NT"), gpu=torch.cuda.get_device_name())
+        entry = ops._op_entry(GemmProblem(m=t, n=n, k=k, layout="NT"), gpu=torch.cuda.get_device_name())
         torch_us = graph_us(lambda: F.linear(x, lin.weight))
         ours_us = graph_us(lambda: cudal2.linear(x, lin.weight))
         rows.append({"gemm": name, "shape": f"{t}x{n}x{k}", "served": entry is not None,

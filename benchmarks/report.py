@@ -315,9 +315,15 @@ EXPERIMENTS: list[Experiment] = [
                "op_overhead", "`benchmarks/op_overhead.py --budget 4` on three NT shapes searched over cute_dsl: host "
                "and wall time per call, 7 rounds of 200 back-to-back calls, eager and torch.compile, against torch's."),
     Experiment("A Llama-style decoder layer with cudal2.linear, H100", "e2e_decoder_h100_2026-11-26.json", "e2e_decoder",
-               "`benchmarks/e2e_decoder.py`: the layer's GEMMs tuned by `cudal2.tune_model` at budget 3 (both backends, "
-               "learned proposer, stopped after 230 s), then eager, torch.compile and CUDA-graph time per layer at 1 to "
-               "4096 tokens against nn.Linear, and each GEMM alone in a CUDA graph."),
+               "`benchmarks/e2e_decoder.py --budget 3 --max-tune-seconds 280`: the layer's GEMMs tuned by "
+               "`cudal2.tune_model` over cute_dsl (the store also held the Triton searches of the run below), the op "
+               "launching cute_dsl kernels only; eager, torch.compile and CUDA-graph time per layer at 1 to 4096 "
+               "tokens against nn.Linear, and each GEMM alone in a CUDA graph. Its \"served by\" column names the "
+               "table's entry before the op's backend filter: a Triton entry there ran torch."),
+    Experiment("The same decoder layer with Triton kernels launched by the op, H100",
+               "e2e_decoder_with_triton_h100_2026-11-26.json", "e2e_decoder",
+               "As above, before the op left Triton kernels to torch: tuned at budget 3 over both backends (learned "
+               "proposer, 230 s), the op launching Triton kernels through Triton's JIT launcher."),
     Experiment("Our CuTe DSL kernels against quack's on two large shapes, H200", "peer_parity_named_h200_2026-11-25.json",
                "peer_parity", "As above, on an H200."),
     Experiment("Our CuTe DSL kernels against quack's on validation serving shapes, H100",
