@@ -7,7 +7,8 @@ layout NT (x @ W^T), back-to-back calls from Python, eager and under torch.compi
 1. Each shape is searched (cudal2.search at --budget, layout NT) and the store's table is loaded into
    the op, as a user's tuned table would be: the op serves a shape only where the search's kernel
    beat torch.matmul.
-2. Per shape and path, two figures, each the median of 7 rounds of 200 calls:
+2. Per shape and path, two figures, each the median of 21 rounds of 200 calls, the paths of a shape
+   taking turns round by round (the overhead is the median of the per-round differences):
    - host us: Python time per call with the GPU left to run behind (no synchronization inside the
      round; 200 launches stay within the launch queue). This is the op's overhead: what a host-bound
      model (small token counts, eager) pays per GEMM.
@@ -34,28 +35,40 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
-ROUNDS, CALLS = 7, 200
+ROUNDS, CALLS = 21, 200
 
 
-def per_call_us(fn) -> tuple[float, float]:
-    """(host us, wall us) per call: medians over ROUNDS rounds of CALLS back-to-back calls."""
+def _round(fn) -> tuple[float, float]:
+    """(host us, wall us) per call over one round of CALLS back-to-back calls."""
     import torch
 
-    for _ in range(20):
-        fn()
     torch.cuda.synchronize()
-    host, wall = [], []
-    for _ in range(ROUNDS):
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(CALLS):
+    start = time.perf_counter()
+    for _ in range(CALLS):
+        fn()
+    queued = time.perf_counter()
+    torch.cuda.synchronize()
+    done = time.perf_counter()
+    return (queued - start) / CALLS * 1e6, (done - start) / CALLS * 1e6
+
+
+def interleaved_us(paths: dict) -> dict:
+    """Per path: host and wall us per call of every round. The paths take turns round by round, so a
+    drift of the host (or the GPU clock) falls on all of them alike."""
+    import torch
+
+    for fn in paths.values():
+        for _ in range(20):
             fn()
-        queued = time.perf_counter()
-        torch.cuda.synchronize()
-        done = time.perf_counter()
-        host.append((queued - start) / CALLS * 1e6)
-        wall.append((done - start) / CALLS * 1e6)
-    return statistics.median(host), statistics.median(wall)
+    torch.cuda.synchronize()
+    rounds = {name: {"host": [], "wall": []} for name in paths}
+    for _ in range(ROUNDS):
+        for name, fn in paths.items():
+            host, wall = _round(fn)
+            rounds[name]["host"].append(host)
+            rounds[name]["wall"].append(wall)
+    return {name: {"host_us": statistics.median(r["host"]), "wall_us": statistics.median(r["wall"]),
+                   "host_rounds": r["host"], "wall_rounds": r["wall"]} for name, r in rounds.items()}
 
 
 def _modules(weight):
@@ -107,7 +120,7 @@ def measure_shape(m: int, n: int, k: int, store) -> dict:
             forced = _forced_kernel_route(problem, store, x, w)
             if forced is not None:
                 paths["cudal2.linear, kernel installed"] = forced
-        row["paths"] = {name: dict(zip(("host_us", "wall_us"), per_call_us(fn))) for name, fn in paths.items()}
+        row["paths"] = interleaved_us(paths)
     return row
 
 
@@ -135,8 +148,9 @@ def report(rows: list[dict], env: dict, command: str) -> str:
              f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
              f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}.", "",
              "Host us: Python time per call with the GPU running behind (the op's overhead). Wall us: per call "
-             "including the GPU (median of 7 rounds of 200 back-to-back calls).", "",
-             "| shape | route | path | host us | wall us | host over torch's |", "|---|---|---|---:|---:|---:|"]
+             f"including the GPU. Medians of {ROUNDS} rounds of {CALLS} back-to-back calls, the paths taking turns "
+             "round by round; host over torch's: the median of the per-round differences (quartiles).", "",
+             "| shape | route | path | host us | wall us | host over torch's us |", "|---|---|---|---:|---:|---:|"]
     pairs = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul",
              "compiled cudal2.linear": "compiled nn.Linear", "cudal2.linear, kernel installed": "F.linear"}
     for row in rows:
@@ -144,7 +158,11 @@ def report(rows: list[dict], env: dict, command: str) -> str:
                  else "torch (the search found nothing faster)")
         for name, t in row["paths"].items():
             base = row["paths"].get(pairs.get(name, ""))
-            over = f"{t['host_us'] - base['host_us']:+.2f}" if base else ""
+            over = ""
+            if base:  # the difference within each round, then its median and quartiles over the rounds
+                diffs = sorted(o - b for o, b in zip(t["host_rounds"], base["host_rounds"]))
+                q = statistics.quantiles(diffs, n=4)
+                over = f"{statistics.median(diffs):+.2f} ({q[0]:+.2f} to {q[2]:+.2f})"
             lines.append(f"| {row['shape']} | {route if name.startswith(('cudal2', 'compiled cudal2')) else 'torch'} "
                          f"| {name} | {t['host_us']:.2f} | {t['wall_us']:.2f} | {over} |")
     return "\n".join(lines) + "\n"

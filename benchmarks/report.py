@@ -18,6 +18,7 @@ import io
 import json
 import math
 import re
+import statistics
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -236,7 +237,12 @@ def read_op_overhead(path: Path) -> tuple[str, list[str], str]:
     for row in d["rows"]:
         for name, base in pairs.items():
             if name in row["paths"]:
-                over.setdefault(name, []).append(row["paths"][name]["host_us"] - row["paths"][base]["host_us"])
+                ours, theirs = row["paths"][name], row["paths"][base]
+                if "host_rounds" in ours:  # interleaved rounds: the median of the per-round differences
+                    diff = statistics.median(o - b for o, b in zip(ours["host_rounds"], theirs["host_rounds"]))
+                else:
+                    diff = ours["host_us"] - theirs["host_us"]
+                over.setdefault(name, []).append(diff)
     head = "; ".join(f"{name} {min(v):+.1f} to {max(v):+.1f} us" for name, v in over.items())
     table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
     return f"host time per call over torch's: {head}", table, _env_line(d.get("env"))
