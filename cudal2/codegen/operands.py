@@ -36,12 +36,18 @@ def same_strides(t, strides) -> bool:
     return all(have == want for have, want, size in zip(t.stride(), strides, t.shape) if size > 1)
 
 
+def operand_strides(p: GemmProblem, m: int, n: int, k: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    """The strides of the (M, K) operand A and the (K, N) operand B that problem p's layout wants."""
+    return (k, 1) if p.a_row_major else (1, m), (n, 1) if p.b_row_major else (1, k)
+
+
 def operand_errors(p: GemmProblem, a, b, c, bias, m: int, n: int, k: int) -> list[str]:
     """Every way a, b, c (None: the kernel allocates D) and bias differ from what problem p's
     layout, dtypes and epilogue want at extents m x n x k."""
     dt, out = torch_dtype(p.dtype), torch_dtype(p.c_dtype)
-    want = {"a": ((m, k), (k, 1) if p.a_row_major else (1, m), dt),
-            "b": ((k, n), (n, 1) if p.b_row_major else (1, k), dt),
+    a_strides, b_strides = operand_strides(p, m, n, k)
+    want = {"a": ((m, k), a_strides, dt),
+            "b": ((k, n), b_strides, dt),
             "c": ((m, n), (n, 1), out), "bias": ((n,), (1,), out)}
     errors = []
     for name, t in (("a", a), ("b", b), ("c", c), ("bias", bias)):

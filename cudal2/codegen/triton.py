@@ -30,7 +30,7 @@ from typing import Any
 
 from ..ir import ARCHS, Capabilities, GemmProblem, KernelSpec, options
 from .base import Backend, Source
-from .operands import call_extents, operand_errors, torch_dtype
+from .operands import call_extents, operand_errors, operand_strides, torch_dtype
 
 _ALL_BLOCKS = [16, 32, 64, 128, 256]
 _ACTIVATION_TEXT = {"none": "{}", "relu": "relu({})", "gelu": "gelu({})", "silu": "silu({})"}
@@ -434,8 +434,7 @@ class TritonKernel:
         ws = self._workspace_for(device, m, n)
         if self.num_sms is None:
             self.num_sms = self._torch.cuda.get_device_properties(device).multi_processor_count
-        a_strides = (k, 1) if p.a_row_major else (1, m)
-        b_strides = (n, 1) if p.b_row_major else (1, k)
+        a_strides, b_strides = operand_strides(p, m, n, k)
         launch, num_sms, set_allocator = self._launch, self.num_sms, self._set_allocator
         self._device = device
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..base import Source
-from ..operands import call_extents, device_errors, operand_errors, torch_dtype
+from ..operands import call_extents, device_errors, operand_errors, operand_strides, torch_dtype
 
 # fp32 (split_k, M, N): also keeps every flat index within int32
 MAX_WORKSPACE_BYTES = 1 << 30
@@ -120,25 +120,19 @@ class CuteDslKernel:
         index = device.index if device.index is not None else torch.cuda.current_device()
         current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
         if not self.ffi or current_stream is None:
+            a_strides, b_strides = operand_strides(p, m, n, k)
+
             def run(a, b, d, bias):  # the DSL's executor: correct, not fast
-                a2 = a.as_strided((m, k), (k, 1) if p.a_row_major else (1, m))
-                b2 = b.as_strided((k, n), (n, 1) if p.b_row_major else (1, k))
-                self(a2, b2, d.view(m, n), bias=bias)
+                self(a.as_strided((m, k), a_strides), b.as_strided((k, n), b_strides), d.view(m, n), bias=bias)
             return run
-        if ws is not None:
-            w, flags = binding.workspace_addresses(0, ws.data_ptr())
+        # without a workspace its two pointers point at D (run passes None for them) and are never read
+        w, flags = binding.workspace_addresses(0, ws.data_ptr()) if ws is not None else (None, None)
 
-            def run(a, b, d, bias):
-                pa, pb, pd = (b.data_ptr(), a.data_ptr(), d.data_ptr()) if swap else \
-                    (a.data_ptr(), b.data_ptr(), d.data_ptr())
-                fn(pa, pb, pd, pd, pd if bias is None else bias.data_ptr(), w, flags, km, kn, kk,
-                   current_stream(index))
-            return run
-
-        def run(a, b, d, bias):  # no workspace: its two pointers point at D and are never read
+        def run(a, b, d, bias):
             pa, pb, pd = (b.data_ptr(), a.data_ptr(), d.data_ptr()) if swap else \
                 (a.data_ptr(), b.data_ptr(), d.data_ptr())
-            fn(pa, pb, pd, pd, pd if bias is None else bias.data_ptr(), pd, pd, km, kn, kk, current_stream(index))
+            fn(pa, pb, pd, pd, pd if bias is None else bias.data_ptr(), w or pd, flags or pd, km, kn, kk,
+               current_stream(index))
         return run
 
     def _extents(self, a, b) -> tuple[int, int, int]:
