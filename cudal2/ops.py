@@ -82,8 +82,8 @@ def _call_class(a: torch.Tensor, b_layout: str | None, m: int, n: int, k: int, o
                 bias: torch.Tensor | None) -> tuple | None:
     """What of a call picks its kernel, as plain values: (m, n, k, dtype, layout, bias, device type,
     device index); or None where torch must serve it: another dtype, mixed devices or dtypes, a
-    layout or bias the kernels do not take, an empty product. (Plain values, so that torch.compile
-    can hand them to _table_serves while tracing.)"""
+    layout or bias the kernels do not take, an empty product. (Plain values, so that torch.compile,
+    while tracing, can compare them with _served_classes' constants.)"""
     if a.dtype not in _DTYPES or any(t.dtype != a.dtype or t.device != a.device for t in other):
         return None
     if bias is not None and (bias.dim() != 1 or not bias.is_contiguous() or bias.shape[0] != n):
@@ -223,9 +223,10 @@ def _linear_key(x, weight, bias) -> tuple:
 
 
 def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    launch = _launchers.get(_matmul_key(a, b), _UNSEEN)
+    key = _matmul_key(a, b)
+    launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
-        launch = _bind(_matmul_key(a, b), _problem_of(_matmul_class(a, b)), (a.shape[0], b.shape[1]), a.device)
+        launch = _bind(key, _problem_of(_matmul_class(a, b)), (a.shape[0], b.shape[1]), a.device)
     out = launch(a, b, None) if launch is not None else None
     return out if out is not None else torch.matmul(a, b)
 
