@@ -23,7 +23,6 @@ The two layers' outputs are compared (relative error) before timing. JSON next t
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -228,7 +227,7 @@ def main() -> None:
     import torch
 
     from cudal2 import ops
-    from cudal2.bench.environment import capture
+    from cudal2.bench.environment import record
     from cudal2.search.table import TunedTable
 
     tokens = [int(t) for t in args.tokens.split(",")]
@@ -239,23 +238,12 @@ def main() -> None:
     tuned = tune(ours, tokens, args.budget, store, args.max_tune_seconds) if args.budget > 0 else {}
     ops.set_table(TunedTable.from_store(store))  # with --budget 0: what earlier runs put in the store
     rows = [measure(t, plain, ours) for t in tokens]
-    env = dataclasses.asdict(capture())
-    env.update(date=time.strftime("%Y-%m-%d"), torch=torch.__version__, tvm_ffi=_version("apache-tvm-ffi"),
-               cutlass_dsl=_version("nvidia-cutlass-dsl"))
+    env = record()
     command = "python3 benchmarks/e2e_decoder.py " + " ".join(sys.argv[1:])
     args.out.write_text(report(rows, tuned, env, command))
     args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "tuned": tuned,
                                                         "rows": rows}, indent=1, default=str))
     print(args.out.read_text())
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "not installed"
 
 
 if __name__ == "__main__":

@@ -25,7 +25,6 @@ The overhead is ours minus torch's host time. JSON next to OUT.md holds every fi
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import statistics
 import sys
@@ -177,11 +176,9 @@ def main() -> None:
     ap.add_argument("--store", default=None, help="store for the searches (default: a file next to OUT)")
     args = ap.parse_args()
 
-    import torch
-
     import cudal2
     from cudal2 import ops
-    from cudal2.bench.environment import capture
+    from cudal2.bench.environment import record
     from cudal2.search.table import TunedTable
 
     store = args.store or str(args.out.with_suffix(".db"))
@@ -191,23 +188,12 @@ def main() -> None:
                       progress=False)
     ops.set_table(TunedTable.from_store(store))
     rows = [measure_shape(m, n, k, store) for m, n, k in shapes]
-    env = dataclasses.asdict(capture())
-    env.update(date=time.strftime("%Y-%m-%d"), tvm_ffi=_version("apache-tvm-ffi"),
-               cutlass_dsl=_version("nvidia-cutlass-dsl"), torch=torch.__version__)
+    env = record()
     command = "python3 benchmarks/op_overhead.py " + " ".join(sys.argv[1:])
     args.out.write_text(report(rows, env, command))
     args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "rows": rows},
                                                         indent=1, default=str))
     print(args.out.read_text())
-
-
-def _version(dist: str) -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version(dist)
-    except PackageNotFoundError:
-        return "not installed"
 
 
 if __name__ == "__main__":

@@ -125,3 +125,15 @@ def finish(env: Environment, device="cuda:0") -> Environment:
     dev = torch.device(device)
     end = clocks(dev.index or 0, env.gpu_uuid) if dev.type == "cuda" else {}
     return replace(env, clocks_end=end)
+
+
+def record(device="cuda:0") -> dict:
+    """capture() as a plain dict for a benchmark's JSON, with the date and the versions of the CuTe DSL
+    and of apache-tvm-ffi (cudal2.matmul's launch path) under the keys the op's benchmarks report."""
+    import time
+    from dataclasses import asdict
+
+    env = asdict(capture(device))
+    env.update(date=time.strftime("%Y-%m-%d"), cutlass_dsl=_version("nvidia-cutlass-dsl") or "not installed",
+               tvm_ffi=_version("apache-tvm-ffi") or "not installed")
+    return env
