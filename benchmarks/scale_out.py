@@ -21,6 +21,12 @@ fresh store; pairs/s is its pairs over its wall time, writes to the store includ
 is started (and its workers' runners made) before any clock runs. OUT.json is rewritten after
 each configuration, so a run cut short keeps what it measured. No figure is claimed here: this
 script only measures.
+
+Then, on the N-worker cluster, the kill: the timed shapes are swept again into a fresh store, and
+once the second batch is stored one worker is killed (SIGKILL) while it measures its next batch.
+Its nanny starts it again. The figures: whether the sweep completed, whether every pair is in the
+store exactly once, SQLite's integrity check, the pids before and after, and a second run of the
+same command on that store (it must find every pair there and measure none).
 """
 
 from __future__ import annotations
@@ -104,6 +110,64 @@ def on_cluster(n: int, warm, problems, specs, tmp: Path, recorded: bool) -> dict
     return {**out, "workers": n}
 
 
+class _KillOne:
+    """on_pairs that kills one worker (SIGKILL) once `after` batches are stored: the batches in
+    flight are then mid-measurement."""
+
+    def __init__(self, client, after: int = 2):
+        self.client, self.after, self.batches, self.killed, self.at_s = client, after, 0, None, None
+        self.started = time.perf_counter()
+
+    def __call__(self, n: int, label: str) -> None:
+        import os
+        import signal
+
+        if n == 0:
+            return
+        self.batches += 1
+        print(f"  {time.perf_counter() - self.started:7.1f} s  batch {self.batches} stored ({label})", flush=True)
+        if self.killed is not None:
+            return
+        if self.batches == self.after:
+            self.killed = sorted(self.client.run(os.getpid).values())[0]
+            self.at_s = round(time.perf_counter() - self.started, 2)
+            os.kill(self.killed, signal.SIGKILL)
+            print(f"  killed worker pid {self.killed} at {self.at_s} s", flush=True)
+
+
+def killed_on_cluster(n: int, problems, specs, tmp: Path, recorded: bool) -> dict:
+    """The timed shapes swept on n workers, one of them killed mid-sweep; then the same sweep again."""
+    import os
+    import sqlite3
+
+    from cudal2.dataset import cluster
+    from cudal2.dataset.cluster_sweep import run_sweep_on_cluster
+    from cudal2.search.store import Store
+
+    db = tmp / f"killed_{n}.db"
+    with cluster.open_cluster(n, gpus=not recorded) as client:
+        with cluster.runner_on_workers(client, make_runner(recorded, on_worker=True)) as name:
+            before = sorted(client.run(os.getpid).values())
+            print(f"kill run: {n} workers up, pids {before}", flush=True)
+            kill = _KillOne(client)
+            started = time.perf_counter()
+            summary = run_sweep_on_cluster(problems, specs, client, name, Store(db), on_pairs=kill)
+            seconds = time.perf_counter() - started
+            client.wait_for_workers(n, timeout=120)
+            after = sorted(client.run(os.getpid).values())
+            print(f"kill run: sweep done in {seconds:.1f} s, {summary.measured} pairs; workers now {after}", flush=True)
+            again = run_sweep_on_cluster(problems, specs, client, name, Store(db))
+    records = Store(db).kernels()
+    pairs = {(r["problem"].key(), r["result"].spec.key()) for r in records}
+    with sqlite3.connect(db) as conn:
+        integrity = conn.execute("PRAGMA integrity_check").fetchone()[0]
+    return {"workers": n, "pairs_expected": len(problems) * len(specs), "pairs_measured": summary.measured,
+            "pairs_stored": len(records), "pairs_distinct": len(pairs), "correct": summary.correct,
+            "seconds": round(seconds, 2), "pairs_per_s": round(summary.measured / seconds, 2),
+            "killed_pid": kill.killed, "killed_at_s": kill.at_s, "pids_before": before, "pids_after": after,
+            "sqlite_integrity": integrity, "rerun_measured": again.measured, "rerun_already": again.already}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
@@ -114,6 +178,8 @@ def main() -> None:
     ap.add_argument("--sample", type=int, default=14)
     ap.add_argument("--warm", type=int, default=2)
     ap.add_argument("--recorded", action="store_true", help="CPU check: the recorded runner, synthetic numbers")
+    ap.add_argument("--parts", default="one,cluster,kill",
+                    help="which to run: one (one process), cluster (Dask, 1 and N workers), kill (N, one killed)")
     args = ap.parse_args()
     warm, problems, specs = workload(args)
     report: dict = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "specs": len(specs),
@@ -129,10 +195,14 @@ def main() -> None:
         args.out.write_text(json.dumps(report, indent=2) + "\n")
         print(name, json.dumps(figures), flush=True)
 
+    parts = set(args.parts.split(","))
     with tempfile.TemporaryDirectory() as tmp:
-        save("one_process", one_process(warm, problems, specs, Path(tmp), args.recorded))
-        for n in sorted({1, args.gpus}):
+        if "one" in parts:
+            save("one_process", one_process(warm, problems, specs, Path(tmp), args.recorded))
+        for n in sorted({1, args.gpus}) if "cluster" in parts else ():
             save(f"cluster_{n}", on_cluster(n, warm, problems, specs, Path(tmp), args.recorded))
+        if "kill" in parts:
+            save(f"killed_{args.gpus}", killed_on_cluster(args.gpus, problems, specs, Path(tmp), args.recorded))
     print(f"wrote {args.out}")
 
 

@@ -37,6 +37,12 @@ def _pids(c) -> list[int]:
     return sorted(c.run(os.getpid).values())
 
 
+def _daemon() -> bool:
+    import multiprocessing
+
+    return multiprocessing.current_process().daemon
+
+
 def _integrity(db) -> str:
     with sqlite3.connect(db) as conn:
         return conn.execute("PRAGMA integrity_check").fetchone()[0]
@@ -99,6 +105,9 @@ def _sweep_and_kill_a_worker(client, tmp_path):
     summary = run_sweep_on_cluster(problems, specs, client, _recorded(log), Store(db),
                                    chunk=4, on_pairs=kill)
     assert kill.killed is not None and kill.killed not in _pids(client)  # it died (and was replaced)
+    # The worker its nanny started again is non-daemon too, so that its evaluator may start processes.
+    client.wait_for_workers(2, timeout=60)
+    assert not any(client.run(_daemon).values())
     records = Store(db).kernels()
     pairs = {(r["problem"].key(), r["result"].spec.key()) for r in records}
     assert summary.measured == len(records) == len(pairs) == 48 and summary.already == 0

@@ -303,7 +303,10 @@ def serve(conn, device: str) -> None:
             detail = _describe(e)
             if os.environ.get("CUDAL2_DEBUG"):
                 detail += "\n" + traceback.format_exc()
-            conn.send(("fail", "crash" if fatal else _status_of(e), detail))
+            try:
+                conn.send(("fail", "crash" if fatal else _status_of(e), detail))
+            except OSError:  # the parent died (BrokenPipeError): nobody is left to answer
+                os._exit(0)
             if fatal:
                 os._exit(3)  # the CUDA context is gone: the parent starts a fresh worker
 

@@ -102,13 +102,15 @@ def open_cluster(workers: Any, *, gpus: bool = True, what: str = "--workers", co
             client.close()
         return
     # Workers of our own: non-daemon (their evaluator starts processes), one task each, logs quiet.
+    # The setting stays for the cluster's life: a nanny reads it again when it restarts a worker
+    # that died, and a daemon worker could not start its evaluator.
     with dask.config.set({"distributed.worker.daemon": False}):
         cluster = _local_gpu_cluster(request) if gpus else _local_cpu_cluster(request.count)
-    try:
-        with Client(cluster) as client:
-            yield client
-    finally:
-        cluster.close()
+        try:
+            with Client(cluster) as client:
+                yield client
+        finally:
+            cluster.close()
 
 
 def _is_client(obj: Any) -> bool:
