@@ -258,3 +258,49 @@ def test_a_kernel_that_cannot_be_sent_to_the_worker_fails_alone():
                                                            "last": K.honest})}
     assert res["first"].ok and res["last"].ok
     assert res["local"].status == "crash" and "could not send local to the worker" in res["local"].reason
+
+
+_HOLDER = """
+import sys, time
+from cudal2.bench.compile_pool import CompilePool
+from cudal2.ir import GemmProblem, KernelSpec
+from cheats.slow_compile import hang_on_block_m_16
+pool = CompilePool(workers=2, timeout_s=60, task=hang_on_block_m_16)
+pool.submit_all(GemmProblem.parse((64, 64, 64)), [KernelSpec(block_m=32, arch="sm_80")] * 2)
+time.sleep(1.0)
+print(*pool._executor()._processes, flush=True)
+time.sleep(60)
+"""
+
+
+def test_compile_processes_end_when_their_parent_is_killed(tmp_path):
+    # A sweep's Dask worker killed with SIGKILL never closes its pool; its compile processes must
+    # not linger as orphans (they held the sweep's output pipe open on a 2-GPU machine).
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root), str(root / "tests")])}
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER], stdout=subprocess.PIPE, text=True, env=env)
+    pids = [int(p) for p in holder.stdout.readline().split()]
+    assert len(pids) == 2
+    holder.send_signal(signal.SIGKILL)
+    holder.wait()
+
+    def alive(pid: int) -> bool:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        # a zombie that its new parent has not reaped yet counts as gone
+        stat = Path(f"/proc/{pid}/stat")
+        return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+    deadline = time.monotonic() + 10
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not any(alive(p) for p in pids)

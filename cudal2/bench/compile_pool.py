@@ -15,6 +15,10 @@ the old pool, in whichever list it was handed out (the evaluator keeps one for t
 one for their long-K probes), is resubmitted to the new pool when it is next asked for; a spec
 whose own result was the broken one gets a second try, and only a second break records it as a
 compile failure. So one bad spec costs its own result and never a sibling's.
+
+A pool process whose parent died (a sweep's Dask worker killed with SIGKILL never shuts its pool
+down) ends itself within a second, rather than lingering as an orphan that holds the parent's
+output pipes open.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing as mp
 import os
+import threading
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -61,6 +66,17 @@ def render_and_precompile(problem: GemmProblem, spec: KernelSpec) -> Prepared:
     return Prepared(source, seconds=time.perf_counter() - t0)
 
 
+def exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
+    """Pool initializer: watch the parent, and end this process once it is gone."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os._exit(0)
+
+    threading.Thread(target=watch, name="cudal2-parent-watch", daemon=True).start()
+
+
 class CompilePool:
     def __init__(self, workers: int | None = None, timeout_s: float = 300.0,
                  task: Callable[[GemmProblem, KernelSpec], Prepared] = render_and_precompile):
@@ -72,7 +88,8 @@ class CompilePool:
 
     def _executor(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
-            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"))
+            self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
+                                                initializer=exit_with_parent, initargs=(os.getpid(),))
         return self._pool
 
     def submit_all(self, problem: GemmProblem, specs: list[KernelSpec]) -> list[cf.Future]:
