@@ -3,7 +3,7 @@ same layer whose projections call cudal2.linear: tokens/s eager, under torch.com
 CUDA graph, and the time of each GEMM alone.
 
     python benchmarks/e2e_decoder.py OUT.md [--tokens 1,16,128,1024,4096] [--budget 4]
-        [--max-tune-seconds 300] [--store PATH]
+        [--max-tune-seconds 300] [--store PATH] [--rounds 21] [--calls 20]
 
 The layer: RMSNorm, q/k/v projections (hidden 4096, 32 query heads and 8 key-value heads of 128),
 causal attention over the tokens (F.scaled_dot_product_attention), the output projection, RMSNorm,
@@ -13,11 +13,23 @@ and a SwiGLU MLP (14336 wide). No biases. Both layers hold the same weights.
    --budget, the store resuming earlier runs, until --max-tune-seconds (--budget 0: no search, the
    store's results as they are); the op then serves a shape only where its kernel beat torch.matmul.
    Untuned shapes run torch.
-2. Per token count and mode, the layer's time per call: eager and compiled (torch.compile, default
-   mode, static shapes) as the median of 5 rounds of 20 back-to-back calls; graph as CUDA-graph
-   replays (20 layer calls a graph, median of 5). tokens/s = tokens / time.
-3. Per GEMM shape: F.linear and cudal2.linear alone, 20 calls in a CUDA graph, median of 5 replays.
-The two layers' outputs are compared (relative error) before timing. JSON next to OUT.md.
+2. Per token count and mode, the two layers are timed in --rounds interleaved rounds: each round
+   times nn.Linear's layer, then ours, and the next round ours first, then nn.Linear's (A B, B A,
+   A B, ...), so a drift of the host or the GPU clock falls on both alike. A layer's time in a round
+   is per call, over --calls back-to-back calls:
+   - eager and compile (torch.compile, default mode, fullgraph, static shapes): wall time from
+     perf_counter before the calls to after one torch.cuda.synchronize() after them, the GPU
+     synchronized before the round too;
+   - graph: one replay of a CUDA graph that captured --calls layer calls, between CUDA events.
+   Before its rounds each path is warmed up: 3 calls (the first of a compiled layer compiles it), in
+   graph mode on a side stream before the capture, and one replay.
+   Reported: each layer's median time over the rounds (tokens/s = tokens / that time), and the
+   median over the rounds of the per-round ratio nn.Linear's time / ours, i.e. our tokens/s over
+   nn.Linear's (above 1: ours faster), with its quartiles (25% to 75%): a gap within them is noise.
+3. Per GEMM shape: F.linear and cudal2.linear alone, each a CUDA graph of --calls calls, timed in
+   interleaved rounds as in graph mode above, the same ratio reported.
+The two layers' outputs are compared (relative error) before timing. JSON next to OUT.md: every
+round's time of every path, the environment and the command.
 """
 
 from __future__ import annotations
@@ -31,9 +43,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))  # _rounds
+
+from _rounds import interleaved, spread  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER = 4096, 32, 8, 128, 14336
-ROUNDS, CALLS = 5, 20
+ROUNDS, CALLS = 21, 20
 
 
 def decoder_layer(linear_cls):
@@ -90,47 +105,63 @@ def layers():
     return plain, ours
 
 
-def wall_us(fn) -> float:
+def wall_timer(fn, calls: int):
+    """Warms fn up (3 calls), then returns a timer of one round: us per call of `calls` back-to-back
+    calls, wall time from a synchronized GPU to a synchronized GPU."""
     import torch
 
     for _ in range(3):
         fn()
     torch.cuda.synchronize()
-    rounds = []
-    for _ in range(ROUNDS):
+
+    def one_round() -> float:
+        torch.cuda.synchronize()
         start = time.perf_counter()
-        for _ in range(CALLS):
+        for _ in range(calls):
             fn()
         torch.cuda.synchronize()
-        rounds.append((time.perf_counter() - start) / CALLS * 1e6)
-    return statistics.median(rounds)
+        return (time.perf_counter() - start) / calls * 1e6
+
+    return one_round
 
 
-def graph_us(fn) -> float:
-    """us per fn call, from CUDA-graph replays of CALLS calls."""
+def graph_timer(fn, calls: int):
+    """Captures `calls` calls of fn in a CUDA graph (after 3 warm-up calls on a side stream, which build
+    the op's launchers outside the capture, and one replay) and returns a timer of one round: us per
+    call of one replay, between CUDA events."""
     import torch
 
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):  # warm up (builds the op's launchers) outside the capture
+    with torch.cuda.stream(side):
         for _ in range(3):
             fn()
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(CALLS):
+        for _ in range(calls):
             fn()
     graph.replay()
     torch.cuda.synchronize()
-    rounds = []
-    for _ in range(ROUNDS):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def one_round() -> float:
         start.record()
         graph.replay()
         end.record()
         end.synchronize()
-        rounds.append(start.elapsed_time(end) * 1e3 / CALLS)
-    return statistics.median(rounds)
+        return start.elapsed_time(end) * 1e3 / calls
+
+    return one_round
+
+
+def compare(timers: dict, rounds: int) -> dict:
+    """The "torch" and "cudal2" timers in interleaved rounds (alternating order): per path its median
+    us and every round's, and the per-round ratio torch us / cudal2 us (median and quartiles)."""
+    times = interleaved(timers, rounds)
+    ratio, q1, q3 = spread(p / o for p, o in zip(times["torch"], times["cudal2"]))
+    out = {name: {"us": statistics.median(r), "rounds_us": r} for name, r in times.items()}
+    return {**out, "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3}
 
 
 def tune(ours, tokens: list[int], budget: int, store: str, max_seconds: float) -> dict:
@@ -149,7 +180,7 @@ def tune(ours, tokens: list[int], budget: int, store: str, max_seconds: float) -
     return tuned
 
 
-def gemm_rows(t: int, plain) -> list[dict]:
+def gemm_rows(t: int, plain, rounds: int, calls: int) -> list[dict]:
     import torch
     from torch.nn import functional as F
 
@@ -162,54 +193,64 @@ def gemm_rows(t: int, plain) -> list[dict]:
         n, k = lin.weight.shape
         x = torch.randn(t, k, device="cuda", dtype=torch.float16)
         entry = ops._op_entry(GemmProblem(m=t, n=n, k=k, layout="NT"), gpu=torch.cuda.get_device_name())
-        torch_us = graph_us(lambda: F.linear(x, lin.weight))
-        ours_us = graph_us(lambda: cudal2.linear(x, lin.weight))
+        w = lin.weight
+        both = compare({"torch": graph_timer(lambda x=x, w=w: F.linear(x, w), calls),
+                        "cudal2": graph_timer(lambda x=x, w=w: cudal2.linear(x, w), calls)}, rounds)
         rows.append({"gemm": name, "shape": f"{t}x{n}x{k}", "served": entry is not None,
-                     "spec": entry.spec.key() if entry else None, "torch_us": torch_us, "cudal2_us": ours_us})
+                     "spec": entry.spec.key() if entry else None,
+                     "torch_us": both["torch"]["us"], "cudal2_us": both["cudal2"]["us"],
+                     "torch_rounds_us": both["torch"]["rounds_us"], "cudal2_rounds_us": both["cudal2"]["rounds_us"],
+                     "ratio": both["ratio"], "ratio_q1": both["ratio_q1"], "ratio_q3": both["ratio_q3"]})
     return rows
 
 
-def measure(t: int, plain, ours) -> dict:
+def measure(t: int, plain, ours, rounds: int, calls: int) -> dict:
     import torch
 
     x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16)
     with torch.no_grad():
         want, got = plain(x).float(), ours(x).float()
         row = {"tokens": t, "rel_error": float((got - want).norm() / want.norm()), "modes": {}}
-        compiled = {name: torch.compile(layer, dynamic=False, fullgraph=True)
-                    for name, layer in (("torch", plain), ("cudal2", ours))}
         for mode in ("eager", "compile", "graph"):
+            timers = {}
             for name, layer in (("torch", plain), ("cudal2", ours)):
-                if mode == "eager":
-                    us = wall_us(lambda: layer(x))
-                elif mode == "compile":
-                    us = wall_us(lambda: compiled[name](x))
-                else:
-                    us = graph_us(lambda: layer(x))
-                row["modes"].setdefault(mode, {})[name] = {"us": us, "tokens_per_s": t / us * 1e6}
-        row["gemms"] = gemm_rows(t, plain)
+                if mode == "compile":
+                    layer = torch.compile(layer, dynamic=False, fullgraph=True)
+                timer = graph_timer if mode == "graph" else wall_timer
+                timers[name] = timer(lambda layer=layer: layer(x), calls)
+            both = row["modes"][mode] = compare(timers, rounds)
+            for name in timers:
+                both[name]["tokens_per_s"] = t / both[name]["us"] * 1e6
+        row["gemms"] = gemm_rows(t, plain, rounds, calls)
     return row
 
 
-def report(rows: list[dict], tuned: dict, env: dict, command: str) -> str:
+def _ratio(d: dict) -> str:
+    return f"{d['ratio']:.3f} ({d['ratio_q1']:.3f} to {d['ratio_q3']:.3f})"
+
+
+def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, calls: int) -> str:
     lines = [f"# A Llama-style decoder layer: nn.Linear against cudal2.linear ({env['date']})", "",
              f"`{command}`", "",
              f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
              f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}. "
              "fp16, one sequence, hidden 4096, 32/8 heads, MLP 14336.", "",
-             "| tokens | mode | nn.Linear us | cudal2.linear us | cudal2 / torch tokens/s | tuned |",
+             f"us per call: medians of {rounds} rounds of {calls} back-to-back calls, the two layers taking turns "
+             "(order reversed every other round). cudal2 / torch: the median of the per-round ratios nn.Linear's "
+             "time / cudal2.linear's (our tokens/s over nn.Linear's), with its quartiles.", "",
+             "| tokens | mode | nn.Linear us | cudal2.linear us | cudal2 / torch tokens/s (25% to 75%) | tuned |",
              "|---:|---|---:|---:|---:|---|"]
     for row in rows:
         for mode, both in row["modes"].items():
-            ratio = both["torch"]["us"] / both["cudal2"]["us"]
             lines.append(f"| {row['tokens']} | {mode} | {both['torch']['us']:.1f} | {both['cudal2']['us']:.1f} "
-                         f"| {ratio:.3f} | {tuned.get(row['tokens'], '')} |")
-    lines += ["", "Each GEMM alone (CUDA graph, us per call):", "",
-              "| tokens | GEMM | shape | F.linear | cudal2.linear | served by |", "|---:|---|---|---:|---:|---|"]
+                         f"| {_ratio(both)} | {tuned.get(row['tokens'], '')} |")
+    lines += ["", "Each GEMM alone (CUDA graph, us per call, rounds as above):", "",
+              "| tokens | GEMM | shape | F.linear | cudal2.linear | F.linear / cudal2.linear time (25% to 75%) "
+              "| served by |", "|---:|---|---|---:|---:|---:|---|"]
     for row in rows:
         for g in row["gemms"]:
             lines.append(f"| {row['tokens']} | {g['gemm']} | {g['shape']} | {g['torch_us']:.2f} | "
-                         f"{g['cudal2_us']:.2f} | {g['spec'] or 'torch'} |")
+                         f"{g['cudal2_us']:.2f} | {_ratio(g)} | {g['spec'] or 'torch'} |")
     lines += ["", "Relative error of the cudal2 layer's output: " +
               ", ".join(f"{r['tokens']}: {r['rel_error']:.1e}" for r in rows)]
     return "\n".join(lines) + "\n"
@@ -222,6 +263,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=4)
     ap.add_argument("--max-tune-seconds", type=float, default=300)
     ap.add_argument("--store", default=None, help="store for the searches (default: a file next to OUT)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds per mode and token count")
+    ap.add_argument("--calls", type=int, default=CALLS, help="back-to-back calls per path and round")
     args = ap.parse_args()
 
     import torch
@@ -237,12 +280,14 @@ def main() -> None:
     plain, ours = layers()
     tuned = tune(ours, tokens, args.budget, store, args.max_tune_seconds) if args.budget > 0 else {}
     ops.set_table(TunedTable.from_store(store))  # with --budget 0: what earlier runs put in the store
-    rows = [measure(t, plain, ours) for t in tokens]
+    rows = [measure(t, plain, ours, args.rounds, args.calls) for t in tokens]
     env = record()
     command = "python3 benchmarks/e2e_decoder.py " + " ".join(sys.argv[1:])
-    args.out.write_text(report(rows, tuned, env, command))
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "tuned": tuned,
-                                                        "rows": rows}, indent=1, default=str))
+    args.out.write_text(report(rows, tuned, env, command, args.rounds, args.calls))
+    order = "torch then cudal2 in rounds 0, 2, 4, ...; cudal2 then torch in rounds 1, 3, ..."
+    args.out.with_suffix(".json").write_text(json.dumps(
+        {"command": command, "env": env, "tuned": tuned, "rounds": args.rounds, "calls": args.calls, "order": order,
+         "rows": rows}, indent=1, default=str))
     print(args.out.read_text())
 
 

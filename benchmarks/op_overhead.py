@@ -33,6 +33,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))  # _rounds
+
+from _rounds import interleaved, spread  # noqa: E402
 
 ROUNDS, CALLS = 21, 200
 
@@ -60,14 +63,13 @@ def interleaved_us(paths: dict) -> dict:
         for _ in range(20):
             fn()
     torch.cuda.synchronize()
-    rounds = {name: {"host": [], "wall": []} for name in paths}
-    for _ in range(ROUNDS):
-        for name, fn in paths.items():
-            host, wall = _round(fn)
-            rounds[name]["host"].append(host)
-            rounds[name]["wall"].append(wall)
-    return {name: {"host_us": statistics.median(r["host"]), "wall_us": statistics.median(r["wall"]),
-                   "host_rounds": r["host"], "wall_rounds": r["wall"]} for name, r in rounds.items()}
+    rounds = interleaved({name: lambda fn=fn: _round(fn) for name, fn in paths.items()}, ROUNDS, alternate=False)
+    out = {}
+    for name, r in rounds.items():
+        host, wall = [h for h, _ in r], [w for _, w in r]
+        out[name] = {"host_us": statistics.median(host), "wall_us": statistics.median(wall),
+                     "host_rounds": host, "wall_rounds": wall}
+    return out
 
 
 def _modules(weight):
@@ -159,9 +161,8 @@ def report(rows: list[dict], env: dict, command: str) -> str:
             base = row["paths"].get(pairs.get(name, ""))
             over = ""
             if base:  # the difference within each round, then its median and quartiles over the rounds
-                diffs = sorted(o - b for o, b in zip(t["host_rounds"], base["host_rounds"]))
-                q = statistics.quantiles(diffs, n=4)
-                over = f"{statistics.median(diffs):+.2f} ({q[0]:+.2f} to {q[2]:+.2f})"
+                mid, q1, q3 = spread(o - b for o, b in zip(t["host_rounds"], base["host_rounds"]))
+                over = f"{mid:+.2f} ({q1:+.2f} to {q3:+.2f})"
             lines.append(f"| {row['shape']} | {route if name.startswith(('cudal2', 'compiled cudal2')) else 'torch'} "
                          f"| {name} | {t['host_us']:.2f} | {t['wall_us']:.2f} | {over} |")
     return "\n".join(lines) + "\n"

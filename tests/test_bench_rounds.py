@@ -1,0 +1,105 @@
+"""The interleaved rounds of benchmarks/e2e_decoder.py and benchmarks/op_overhead.py, on a CPU with fake
+timers: the order of the paths alternates (A B, B A, ...), the per-round ratio's quartiles straddle 1
+for equal paths under a drift, and the decoder's report and the results reader read what it writes."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import e2e_decoder  # noqa: E402
+from _rounds import interleaved, spread  # noqa: E402
+
+
+def _logging_timers(log: list, names=("torch", "cudal2")) -> dict:
+    return {name: (lambda name=name: log.append(name) or 1.0) for name in names}
+
+
+def test_rounds_alternate_the_order_of_the_paths():
+    log = []
+    out = interleaved(_logging_timers(log), 4)
+    assert log == ["torch", "cudal2", "cudal2", "torch", "torch", "cudal2", "cudal2", "torch"]
+    assert out == {"torch": [1.0] * 4, "cudal2": [1.0] * 4}
+    log.clear()
+    interleaved(_logging_timers(log, ("a", "b", "c")), 2, alternate=False)
+    assert log == ["a", "b", "c", "a", "b", "c"]
+
+
+def test_spread_is_the_median_and_quartiles():
+    assert spread([5, 1, 4, 2, 3]) == (3, 1.5, 4.5)
+    assert spread(iter([2.0])) == (2.0, 2.0, 2.0)
+
+
+def _drifting_timers(base: dict, drift: float) -> dict:
+    """Timers whose time grows by `drift` of itself with every round timed, whichever path runs."""
+    step = [0]
+
+    def timer(us):
+        step[0] += 1
+        return us * (1 + drift * step[0])
+
+    return {name: (lambda us=us: timer(us)) for name, us in base.items()}
+
+
+def test_equal_paths_under_a_drift_stay_within_the_quartiles():
+    both = e2e_decoder.compare(_drifting_timers({"torch": 100.0, "cudal2": 100.0}, 0.01), 21)
+    assert both["ratio_q1"] < 1 < both["ratio_q3"]
+    assert len(both["torch"]["rounds_us"]) == len(both["cudal2"]["rounds_us"]) == 21
+    # the same drift without alternating falls on the second path only: a gap that is not there
+    times = interleaved(_drifting_timers({"torch": 100.0, "cudal2": 100.0}, 0.01), 21, alternate=False)
+    assert spread(p / o for p, o in zip(times["torch"], times["cudal2"]))[2] < 1
+
+
+def test_a_real_gap_shows_outside_the_quartiles():
+    both = e2e_decoder.compare(_drifting_timers({"torch": 110.0, "cudal2": 100.0}, 0.001), 21)
+    assert 1.05 < both["ratio_q1"] <= both["ratio"] <= both["ratio_q3"] < 1.15
+    assert both["torch"]["us"] > both["cudal2"]["us"]
+
+
+def test_wall_timer_warms_up_then_times_calls(monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    calls = []
+    one_round = e2e_decoder.wall_timer(lambda: calls.append(1), 5)
+    assert len(calls) == 3  # the warm-up
+    assert one_round() > 0 and len(calls) == 8
+
+
+def _row(tokens: int) -> dict:
+    def pair(torch_us, ours_us):
+        both = e2e_decoder.compare({"torch": lambda: torch_us, "cudal2": lambda: ours_us}, 3)
+        for name in ("torch", "cudal2"):
+            both[name]["tokens_per_s"] = tokens / both[name]["us"] * 1e6
+        return both
+
+    g = pair(10.0, 8.0)
+    gemm = {"gemm": "q, o", "shape": f"{tokens}x4096x4096", "served": True, "spec": "abc", "torch_us": g["torch"]["us"],
+            "cudal2_us": g["cudal2"]["us"], "torch_rounds_us": g["torch"]["rounds_us"],
+            "cudal2_rounds_us": g["cudal2"]["rounds_us"], "ratio": g["ratio"], "ratio_q1": g["ratio_q1"],
+            "ratio_q3": g["ratio_q3"]}
+    return {"tokens": tokens, "rel_error": 1e-4, "modes": {"eager": pair(500.0, 400.0), "graph": pair(200.0, 250.0)},
+            "gemms": [gemm]}
+
+
+def test_report_and_results_reader(tmp_path):
+    rows, env = [_row(1), _row(16)], {"date": "2026-01-01", "gpu_name": "a GPU"}
+    md = e2e_decoder.report(rows, {1: "budget 3"}, env, "python3 benchmarks/e2e_decoder.py x.md", 3, 20)
+    assert "| 1 | eager | 500.0 | 400.0 | 1.250 (1.250 to 1.250) | budget 3 |" in md
+    assert "| 16 | q, o | 16x4096x4096 | 10.00 | 8.00 | 1.250 (1.250 to 1.250) | abc |" in md
+    assert "medians of 3 rounds of 20 back-to-back calls" in md
+    (tmp_path / "e2e_decoder_x.md").write_text(md)
+    (tmp_path / "e2e_decoder_x.json").write_text(json.dumps({"env": env, "rows": rows}))
+
+    spec = importlib.util.spec_from_file_location("cudal2_results_report_rounds", ROOT / "benchmarks" / "report.py")
+    report = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = report  # dataclasses look their module up there
+    spec.loader.exec_module(report)
+    head, table, _ = report.read_e2e_decoder(tmp_path / "e2e_decoder_x.json")
+    assert head == "cudal2 / torch tokens/s per mode, over token counts: eager 1.250 to 1.250; graph 0.800 to 0.800"
+    assert len(table) == 2 + 4 + 2 + 2
