@@ -249,20 +249,51 @@ def read_op_overhead(path: Path) -> tuple[str, list[str], str]:
 
 
 def read_e2e_decoder(path: Path) -> tuple[str, list[str], str]:
-    """benchmarks/e2e_decoder.py: a decoder layer's tokens/s with cudal2.linear over nn.Linear's."""
+    """benchmarks/e2e_decoder.py: a decoder layer's tokens/s with cudal2.linear over nn.Linear's (per mode,
+    its range over the token counts)."""
     d = json.loads(path.read_text())
     ratios = {}
     for row in d["rows"]:
         for mode, both in row["modes"].items():
-            ratios.setdefault(mode, []).append(both["torch"]["us"] / both["cudal2"]["us"])
+            # interleaved rounds: the median of the per-round ratios; older files: the ratio of the medians
+            ratio = both["ratio"] if "ratio" in both else both["torch"]["us"] / both["cudal2"]["us"]
+            ratios.setdefault(mode, []).append(ratio)
     head = "; ".join(f"{mode} {min(v):.3f} to {max(v):.3f}" for mode, v in ratios.items())
     table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
     return f"cudal2 / torch tokens/s per mode, over token counts: {head}", table, _env_line(d.get("env"))
 
 
+def read_sm80_backends(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/sm80_backends.py: the cuda_cpp backend's sm_80 kernels against Triton's lowered for
+    sm_80, on one GPU; ratio = Triton kernel time / cuda_cpp kernel time (the bar is 0.95)."""
+    d = json.loads(path.read_text())
+    aggs, rows = d["aggregates"], d["rows"]
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    us = lambda ms: "-" if ms is None else f"{ms * 1e3:.1f}"  # noqa: E731
+    every = aggs.get("all") or {}
+    sets = [name for name in aggs if name != "all"]
+    head = (f"cuda_cpp at {fmt(every.get('geomean_ratio'))}x Triton-sm80's speed (geomean; min "
+            f"{fmt(every.get('min_ratio'))}, {every.get('at_bar', 0)} of {every.get('shapes', 0)} shapes at 0.95 or more; "
+            f"{', '.join(sets)})")
+    body = [f"- {name}: geomean Triton/cuda_cpp **{fmt(a['geomean_ratio'])}**, min {fmt(a['min_ratio'])}, "
+            f"{a['at_bar']} of {a['shapes']} at 0.95 or more ({a['rows']} shapes run); over torch.matmul: cuda_cpp "
+            f"{fmt(a['cuda_cpp_vs_torch'])}, Triton-sm80 {fmt(a['triton_vs_torch'])}" for name, a in aggs.items()]
+    tri = d.get("triton_kernels") or {}
+    if tri.get("matmul_kernels"):
+        body.append(f"- Triton's GEMM kernels of the run: {tri['matmul_ptx_with_mma_sync']} with mma.sync, "
+                    f"{tri['matmul_ptx_with_wgmma']} with wgmma, lowered for {tri['lowered_for']}")
+    body += ["", "| shape | set | Triton-sm80 us | cuda_cpp us | Triton/cuda_cpp | torch.matmul us |",
+             "|---|---|---:|---:|---:|---:|"]
+    for r in sorted(rows, key=lambda r: (r["set"], r.get("ratio") or 0)):
+        body.append(f"| {r['shape']} | {r['set']} | {us(r.get('triton_ms'))} | {us(r.get('cuda_cpp_ms'))} | "
+                    f"{fmt(r.get('ratio'))} | {us(r.get('torch_ms'))} |")
+    return head, body, _env_line(d.get("environment"))
+
+
 READERS = {"op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
-           "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity}
+           "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
+           "sm80_backends": read_sm80_backends}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [

@@ -157,9 +157,15 @@ Backends = Annotated[list[BackendName], typer.Option("--backend", "-b", help=(
 
 def _backends(chosen, arch: str) -> list[str]:
     """The --backend values, or every backend that declares arch and can compile here."""
-    from ..codegen.registry import default_backends
+    from ..codegen.registry import default_backends, get_backend
 
-    return list(_values(chosen)) or list(default_backends(arch))
+    picked = list(_values(chosen))
+    for name in picked:  # a search has one arch: a backend that declares no code for it proposes nothing
+        archs = get_backend(name).capabilities.allowed("arch", arch)
+        if archs is not None and arch not in archs:
+            _warning(f"backend {name} declares no {arch} code ({', '.join(sorted(archs))} only): this run leaves "
+                     f"it out; --arch {sorted(archs)[0]} searches it")
+    return picked or list(default_backends(arch))
 Modes = Annotated[list[ModeName], typer.Option("--mode", "-m", help="timing mode(s) (repeat)")]
 StoreOpt = Annotated[Optional[str], typer.Option("--store", help="SQLAlchemy URL or SQLite file "
                                                  "(default: $CUDAL2_STORE or the user cache store)")]
