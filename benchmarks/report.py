@@ -290,10 +290,45 @@ def read_sm80_backends(path: Path) -> tuple[str, list[str], str]:
     return head, body, _env_line(d.get("environment"))
 
 
+def read_scale_out(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/scale_out.py: checked pairs per second of a sweep in one process and on Dask clusters of
+    1 and N GPU workers; and/or a sweep with one worker killed mid-sweep."""
+    d = json.loads(path.read_text())
+    runs = {k: v for k, v in d.items() if k == "one_process" or k.startswith("cluster_")}
+    body = []
+    if runs:
+        one = runs.get("one_process", {}).get("pairs_per_s")
+        body += ["| configuration | GPUs | pairs | correct | seconds | pairs/s | over one process |",
+                 "|---|---:|---:|---:|---:|---:|---:|"]
+        for name, r in runs.items():
+            over = f"{r['pairs_per_s'] / one:.3f}" if one else "-"
+            body.append(f"| {name} | {len(r.get('gpu_uuids', []))} | {r['pairs']} | {r['correct']} | {r['seconds']} | "
+                        f"{r['pairs_per_s']} | {over} |")
+    kills = {k: v for k, v in d.items() if k.startswith("killed_")}
+    for name, k in kills.items():
+        body += ["", f"- {name}: {k['workers']} workers, worker pid {k['killed_pid']} killed (SIGKILL) at "
+                 f"{k['killed_at_s']} s; pairs expected {k['pairs_expected']}, measured {k['pairs_measured']}, "
+                 f"stored {k['pairs_stored']} ({k['pairs_distinct']} distinct), correct {k['correct']}; SQLite "
+                 f"integrity {k['sqlite_integrity']}; workers before {k['pids_before']}, after {k['pids_after']}; "
+                 f"the same sweep again measured {k['rerun_measured']} and found {k['rerun_already']} stored"]
+    heads = []
+    n = max((int(k.split("_")[1]) for k in runs if k.startswith("cluster_")), default=0)
+    if n > 1 and runs.get("one_process") and runs.get(f"cluster_{n}"):
+        c, o, c1 = runs[f"cluster_{n}"], runs["one_process"], runs.get("cluster_1", {})
+        heads.append(f"{n} GPUs {c['pairs_per_s']} pairs/s, {c['pairs_per_s'] / o['pairs_per_s']:.2f}x one process "
+                     f"({o['pairs_per_s']})" + (f", {c['pairs_per_s'] / c1['pairs_per_s']:.2f}x one Dask worker"
+                                                 if c1.get("pairs_per_s") else ""))
+    for k in kills.values():
+        whole = k["pairs_stored"] == k["pairs_distinct"] == k["pairs_expected"] and k["rerun_measured"] == 0
+        heads.append(f"a worker killed mid-sweep: {k['pairs_stored']} of {k['pairs_expected']} pairs stored once each"
+                     + ("" if whole else " (NOT whole)"))
+    return "; ".join(heads), body, _env_line(d.get("environment"))
+
+
 READERS = {"op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
-           "sm80_backends": read_sm80_backends}
+           "sm80_backends": read_sm80_backends, "scale_out": read_scale_out}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
@@ -371,6 +406,19 @@ EXPERIMENTS: list[Experiment] = [
                "peer_parity_validation_h200_2026-11-26.json", "peer_parity",
                "`benchmarks/peer_parity.py --sample 8 --budget 16 --max-seconds 360`: the first 5 validation serving "
                "shapes drawn (layout NT) before the time ran out, our search at budget 16."),
+    Experiment("A sweep on two GPUs against one", "scale_out_h100x2_2026-11-26.json", "scale_out",
+               "`benchmarks/scale_out.py OUT.json --gpus 2` on two H100 80GB HBM3 (the 2-GPU kind came with H100s): 64 "
+               "Triton catalog specs on 12 train serving shapes of at most 1 GFLOP (2 more swept first to compile), one "
+               "process, then dask-cuda clusters of 1 and 2 workers; dask 2026.7.1, distributed 2026.7.1, dask-cuda "
+               "26.10.00, torch 2.11.0+cu130, Triton 3.6.0 (from the run's log; this file predates the environment key)."),
+    Experiment("A sweep on two GPUs with one worker killed", "scale_out_kill_h100x2_2026-11-26.json", "scale_out",
+               "`benchmarks/scale_out.py OUT.json --gpus 2 --parts kill --sample 8` on two H100 80GB HBM3 (another "
+               "machine of the same kind): 64 specs on 6 shapes, a worker killed with SIGKILL once two batches were "
+               "stored, then the same sweep again on the store; versions as above."),
+    Experiment("cuda_cpp's sm_80 kernels against Triton lowered for sm_80, partial", "sm80_backends_partial_h100_2026-11-26.json",
+               "sm80_backends", "`benchmarks/sm80_backends.py --max-seconds 200`: 25 of its 64 shapes (19 probe, 6 "
+               "validation) before the device time ran out; a rules-drawn pool of 12 shape-generic sm_80 specs per "
+               "backend swept, winners confirmed once; ratio Triton us / cuda_cpp us."),
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),

@@ -55,6 +55,21 @@ def workload(args):
     return problems[:args.warm], problems[args.warm:], specs
 
 
+def versions(recorded: bool) -> dict:
+    """The GPU, driver and versions (the evaluator's record), with Dask's."""
+    import importlib.metadata as md
+
+    from cudal2.bench import environment
+
+    env = {} if recorded else environment.record()
+    for name in ("dask", "distributed", "dask-cuda"):
+        try:
+            env[name] = md.version(name)
+        except md.PackageNotFoundError:
+            env[name] = "not installed"
+    return env
+
+
 def timed(sweep, problems, specs, store) -> dict:
     started = time.perf_counter()
     summary = sweep(problems, specs, store)
@@ -183,6 +198,7 @@ def main() -> None:
     args = ap.parse_args()
     warm, problems, specs = workload(args)
     report: dict = {"command": " ".join(sys.argv), "date": time.strftime("%Y-%m-%d"), "specs": len(specs),
+                    "environment": versions(args.recorded),
                     "runner": "recorded (synthetic numbers, not GPU timings)" if args.recorded else "gpu",
                     "warm_shapes": [p.label() for p in warm], "shapes": [p.label() for p in problems]}
 
