@@ -156,9 +156,25 @@ class TunedTable:
         return table
 
     @classmethod
+    def for_serving(cls, store=None) -> "TunedTable":
+        """What cudal2.matmul/linear serve: per problem and GPU, the sustained ranking where a search
+        timed its leaders sustained (a model runs its GEMMs back to back, at the clock their power
+        draw sets; tune_model does this), else the offline one. A sustained leader that lost to torch
+        leaves the problem to torch, whatever the offline rounds said."""
+        offline, sustained = cls.from_store(store, "offline"), cls.from_store(store, "sustained")
+        table = cls()
+        for e in offline:
+            if (e.problem.key(), e.gpu) not in sustained._entries:
+                table.add(e)
+        for e in sustained:
+            table.add(e)
+        return table
+
+    @classmethod
     def default(cls) -> "TunedTable":
-        """$CUDAL2_TABLE if set, else the default store (empty if it does not exist yet)."""
+        """$CUDAL2_TABLE if set, else the default store's table for serving (empty if it does not
+        exist yet)."""
         path = os.environ.get(ENV_TABLE)
         if path:
             return cls.load(path)
-        return cls.from_store(None)
+        return cls.for_serving(None)
