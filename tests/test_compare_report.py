@@ -36,6 +36,19 @@ def test_the_markdown_names_the_command_and_every_arm():
     assert "| learned | 1 | 2 |" in text and "learned b16 | learned b1" in text and "| a | 1.100 | 1.100 | 1.050 |" in text
 
 
+
+def test_the_markdown_says_whose_kernel_won_where_several_backends_ran():
+    from cudal2.search.compare import backend_wins
+
+    several = [Arm("rules", 16, "a", 1.10, "cute_dsl"), Arm("rules", 16, "b", 0.95, "triton"),
+               Arm("rules", 16, "c", 1.02, "cute_dsl"), Arm("rules", 16, "d", None)]
+    assert backend_wins(several) == {("rules", 16): {"cute_dsl": 2, "triton": 1}}
+    text = markdown(several, best_known(several), title="t", command="c", environment="e")
+    assert "| rules | 16 | 2 | 1 |" in text and "| a | 1.100 | 1.100 (cute_dsl) |" in text
+    assert "| d | - | - |" in text
+    # one backend: no such table, no backend in the cells
+    assert "Whose kernel" not in markdown(arms(), best_known(arms()), title="t", command="c", environment="e")
+
 def test_compare_takes_a_sweeps_best_as_known(tmp_path):
     import csv
     import gzip

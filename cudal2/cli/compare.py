@@ -91,7 +91,8 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
                                      confirm=Confirm(), progress=False)
                 curves.setdefault(arm, {})[problem.label()] = res.curve
                 finals.setdefault(arm, {})[problem.label()] = res.speedup.get("torch")
-                arms.append(cmp.Arm(name, int(b) if b.isdigit() else b, problem.label(), res.speedup.get("torch")))
+                arms.append(cmp.Arm(name, int(b) if b.isdigit() else b, problem.label(), res.speedup.get("torch"),
+                                    res.best.spec.backend if res.best is not None else ""))
             labels[arm] = _arm_label(name, prop).replace(name, arm, 1)
             # after every arm: a run cut short keeps the arms it finished
             _plot_compare(curves, out, labels)

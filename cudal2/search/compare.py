@@ -22,6 +22,7 @@ class Arm:
     budget: int | str  # evaluations, or GPU time ("120s")
     shape: str
     speedup: float | None  # best over torch.matmul, confirmed (None: nothing ran correctly)
+    backend: str = ""  # whose kernel that is ("" where none ran correctly, or not recorded)
 
 
 def best_known(arms: Sequence[Arm], outside: dict[str, float] | None = None) -> dict[str, float]:
@@ -62,6 +63,16 @@ def wins(arms: Sequence[Arm], budget: int) -> dict[str, dict[str, int]]:
                 for b in names if b != a} for a in names}
 
 
+def backend_wins(arms: Sequence[Arm]) -> dict[tuple[str, int | str], dict[str, int]]:
+    """Per (proposer, budget): on how many shapes each backend's kernel was the best found."""
+    out: dict[tuple[str, int | str], dict[str, int]] = {}
+    for a in arms:
+        if a.backend and a.speedup is not None:
+            per = out.setdefault((a.proposer, a.budget), {})
+            per[a.backend] = per.get(a.backend, 0) + 1
+    return out
+
+
 def markdown(arms: Sequence[Arm], best: dict[str, float], *, title: str, command: str, environment: str) -> str:
     budgets = list(dict.fromkeys(a.budget for a in arms))  # as given: 16 and "120s" do not sort
     names = list(dict.fromkeys(a.proposer for a in arms))
@@ -81,14 +92,27 @@ def markdown(arms: Sequence[Arm], best: dict[str, float], *, title: str, command
                   "| | " + " | ".join(table) + " |", "|---" * (len(table) + 1) + "|"]
         for a in table:
             lines.append(f"| {a} | " + " | ".join("-" if a == b else str(table[a][b]) for b in table) + " |")
+    backends = sorted({a.backend for a in arms if a.backend})
+    several = len(backends) > 1
+    if several:
+        lines += ["", "Whose kernel was the best found (shapes per backend):", "",
+                  "| proposer | budget | " + " | ".join(backends) + " |", "|---" * (len(backends) + 2) + "|"]
+        for (name, budget), per in backend_wins(arms).items():
+            lines.append(f"| {name} | {budget} | " + " | ".join(str(per.get(b, 0)) for b in backends) + " |")
     shapes = list(dict.fromkeys(a.shape for a in arms))
     cols = [(n, b) for n in names for b in budgets if any(a.proposer == n and a.budget == b for a in arms)]
     at = {(a.proposer, a.budget, a.shape): a.speedup for a in arms}
-    lines += ["", "Per shape, best speedup over torch.matmul:", "",
+    who = {(a.proposer, a.budget, a.shape): a.backend for a in arms}
+
+    def cell(n, b, s) -> str:
+        x = _fmt(at.get((n, b, s)))
+        return f"{x} ({who[(n, b, s)]})" if several and at.get((n, b, s)) is not None and who.get((n, b, s)) else x
+
+    lines += ["", "Per shape, best speedup over torch.matmul" + (" (and its backend)" if several else "") + ":", "",
               "| shape | best known | " + " | ".join(f"{n} b{b}" for n, b in cols) + " |",
               "|---" * (len(cols) + 2) + "|"]
     for s in shapes:
-        lines.append(f"| {s} | {_fmt(best.get(s))} | " + " | ".join(_fmt(at.get((n, b, s))) for n, b in cols) + " |")
+        lines.append(f"| {s} | {_fmt(best.get(s))} | " + " | ".join(cell(n, b, s) for n, b in cols) + " |")
     return "\n".join(lines) + "\n"
 
 
