@@ -151,14 +151,19 @@ def test_rounds_timed_in_another_mode_do_not_count(tmp_path):
 
 
 class PowerHungry(Sequenced):
-    """LUCKY is the fastest offline but slow sustained (it draws more power); STEADY the other way."""
+    """LUCKY is the fastest offline but slow sustained (it draws more power); STEADY the other way.
+    hungry: the specs 1.3x slower sustained (None: every one); torch.matmul the same in both modes."""
+
+    def __init__(self, times: dict, hungry=(LUCKY,)):
+        super().__init__(times)
+        self.hungry = hungry
 
     def evaluate(self, problem, specs, modes=("offline",)):
         out = super().evaluate(problem, specs, modes)
         for res in out:
             if res.ok and "sustained" in res.timing:
                 t = res.timing["sustained"]
-                factor = 1.3 if res.spec == LUCKY else 1.0
+                factor = 1.3 if self.hungry is None or res.spec in self.hungry else 1.0
                 res.timing["sustained"] = t.__class__(kernel_ms=t.kernel_ms * factor, call_ms=t.call_ms * factor,
                                                       groups=t.groups)
         return out
@@ -213,20 +218,6 @@ def test_the_tuned_table_ranks_in_the_mode_asked_for(tmp_path):
     assert sustained.spec == STEADY and sustained.kernel_ms == pytest.approx(0.090)
 
 
-
-class AllHungry(Sequenced):
-    """Every kernel 1.3x slower sustained than offline; torch.matmul the same in both modes."""
-
-    def evaluate(self, problem, specs, modes=("offline",)):
-        out = super().evaluate(problem, specs, modes)
-        for res in out:
-            if res.ok and "sustained" in res.timing:
-                t = res.timing["sustained"]
-                res.timing["sustained"] = t.__class__(kernel_ms=t.kernel_ms * 1.3, call_ms=t.call_ms * 1.3,
-                                                      groups=t.groups)
-        return out
-
-
 def test_the_serving_table_takes_sustained_rounds_where_they_exist(tmp_path):
     # LUCKY beats torch offline (0.080 against 0.100) and loses sustained (0.104): what the op serves
     # is torch. A problem confirmed offline alone keeps its offline winner.
@@ -234,7 +225,7 @@ def test_the_serving_table_takes_sustained_rounds_where_they_exist(tmp_path):
 
     store = Store(tmp_path / "s.db")
     times = {LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}
-    search(AllHungry(times), store, confirm=Confirm(top=2, rounds=3, mode="sustained"))
+    search(PowerHungry(times, hungry=None), store, confirm=Confirm(top=2, rounds=3, mode="sustained"))
     other = GemmProblem(m=2048, n=1024, k=512)
     run_search(other, backends=("triton",), arch="sm_90a", proposer=ListProposer([LUCKY, STEADY, SLOW]),
                runner=Sequenced(times), store=store, budget=3, n_proposals=3, seed=0, progress=False,
@@ -244,6 +235,7 @@ def test_the_serving_table_takes_sustained_rounds_where_they_exist(tmp_path):
     assert serving.lookup(PROBLEM) is None
     assert [e.kernel_ms for e in serving if e.problem == PROBLEM] == [pytest.approx(0.104)]
     assert serving.lookup(other).spec == LUCKY
+
 
 class BriefTrials(Sequenced):
     """Says which timing each evaluate() call got: brief outside full_timing(), full inside it."""

@@ -127,33 +127,7 @@ class TunedTable:
         Where a search confirmed its leaders on that GPU (confirm.py), only they compete, each with
         its median round: a single lucky trial must not route cudal2.matmul away from torch, and a
         kernel that failed a confirmation round is never used."""
-        from .confirm import gpu_of, rounds_in_mode, summarize
-        from .store import Store
-
-        store = store if isinstance(store, Store) else Store(store)
-        table = cls()
-        if not store.exists():
-            return table
-        for problem in store.problems():
-            baselines = {name: b.kernel_ms(mode) for name, b in store.baselines(problem).items()
-                         if b.available and b.kernel_ms(mode) is not None}
-            confirmed: dict[str, list] = {}  # GPU -> confirmation rows
-            for row in rounds_in_mode(store.confirmations(problem), mode):
-                confirmed.setdefault(gpu_of(row), []).append(row)
-            rows = [c.median_round for gpu_rows in confirmed.values()
-                    for c in summarize(gpu_rows, "torch", mode).values() if not c.failed]
-            rows += [r for r in store.kernels(problem) if gpu_of(r) not in confirmed]
-            for row in rows:
-                res = row["result"]
-                ms = res.kernel_ms(mode) if res.ok else None
-                if ms is None:
-                    continue
-                own = {name: b.kernel_ms(mode) for name, b in row["baselines"].items()
-                       if b.available and b.kernel_ms(mode) is not None}
-                created = row["created"].isoformat() if isinstance(row["created"], _dt.datetime) else str(row["created"])
-                table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=ms, baselines_ms=own or baselines,
-                                     gpu=gpu_of(row), created=created))
-        return table
+        return cls._from_store(store, (mode,))[mode]
 
     @classmethod
     def for_serving(cls, store=None) -> "TunedTable":
@@ -161,7 +135,8 @@ class TunedTable:
         timed its leaders sustained (a model runs its GEMMs back to back, at the clock their power
         draw sets; tune_model does this), else the offline one. A sustained leader that lost to torch
         leaves the problem to torch, whatever the offline rounds said."""
-        offline, sustained = cls.from_store(store, "offline"), cls.from_store(store, "sustained")
+        tables = cls._from_store(store, ("offline", "sustained"))
+        offline, sustained = tables["offline"], tables["sustained"]
         table = cls()
         for e in offline:
             if (e.problem.key(), e.gpu) not in sustained._entries:
@@ -169,6 +144,40 @@ class TunedTable:
         for e in sustained:
             table.add(e)
         return table
+
+    @classmethod
+    def _from_store(cls, store, modes: tuple[str, ...]) -> dict[str, "TunedTable"]:
+        """from_store's table in each of modes, from one read of the store."""
+        from .confirm import gpu_of, rounds_in_mode, summarize
+        from .store import Store
+
+        store = store if isinstance(store, Store) else Store(store)
+        tables = {mode: cls() for mode in modes}
+        if not store.exists():
+            return tables
+        for problem in store.problems():
+            stored, confirmations, kernels = store.baselines(problem), store.confirmations(problem), store.kernels(problem)
+            for mode, table in tables.items():
+                baselines = {name: b.kernel_ms(mode) for name, b in stored.items()
+                             if b.available and b.kernel_ms(mode) is not None}
+                confirmed: dict[str, list] = {}  # GPU -> confirmation rows
+                for row in rounds_in_mode(confirmations, mode):
+                    confirmed.setdefault(gpu_of(row), []).append(row)
+                rows = [c.median_round for gpu_rows in confirmed.values()
+                        for c in summarize(gpu_rows, "torch", mode).values() if not c.failed]
+                rows += [r for r in kernels if gpu_of(r) not in confirmed]
+                for row in rows:
+                    res = row["result"]
+                    ms = res.kernel_ms(mode) if res.ok else None
+                    if ms is None:
+                        continue
+                    own = {name: b.kernel_ms(mode) for name, b in row["baselines"].items()
+                           if b.available and b.kernel_ms(mode) is not None}
+                    created = (row["created"].isoformat() if isinstance(row["created"], _dt.datetime)
+                               else str(row["created"]))
+                    table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=ms, baselines_ms=own or baselines,
+                                         gpu=gpu_of(row), created=created))
+        return tables
 
     @classmethod
     def default(cls) -> "TunedTable":
