@@ -279,7 +279,9 @@ def main() -> None:
     store = args.store or str(args.out.with_suffix(".db"))
     plain, ours = layers()
     tuned = tune(ours, tokens, args.budget, store, args.max_tune_seconds) if args.budget > 0 else {}
-    ops.set_table(TunedTable.from_store(store))  # with --budget 0: what earlier runs put in the store
+    # the table the op serves by default (sustained ranking where tune_model confirmed it); with
+    # --budget 0: what earlier runs put in the store
+    ops.set_table(TunedTable.for_serving(store))
     rows = [measure(t, plain, ours, args.rounds, args.calls) for t in tokens]
     env = record()
     command = "python3 benchmarks/e2e_decoder.py " + " ".join(sys.argv[1:])

@@ -65,6 +65,11 @@ PREFERENCES: dict[str, Preferences] = {
     # Triton pipelines pointer loads itself (cp.async on sm_80) and uses wgmma on Hopper for
     # block_m >= 64 with whole warpgroups; 8 warps carry the 128x256 tiles.
     "triton": Preferences(),
+    # CUDA C++ sm_80 kernels: an m16n8 accumulator gives each thread two adjacent columns, so the
+    # registers epilogue stores 4 bytes at a time over 8 rows; staged through shared memory, each
+    # thread stores a whole 16-byte vector of one row, and the warp whole rows (what Triton's sm_80
+    # code does too). Output-bound grids need the wide stores, so the staged path comes first.
+    "cuda_cpp": Preferences(epilogue_path=("smem", "registers")),
     # CuTe DSL Hopper kernels: TMA + wgmma, warp-specialized, one producer warpgroup.
     # Every width the kernel declares (multiples of 16 up to 256): widths between the powers of two
     # (cuBLAS's 192 and 96, quack's 160 and 208) are the answer to grids that 64/128/256 leave ragged,
