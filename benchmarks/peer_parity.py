@@ -58,6 +58,25 @@ def expressible(problems) -> tuple[int, int]:
     return sum(all(deepest_spec(p, c.to_spec_fields()) for p in problems) for c in configs), len(configs)
 
 
+def refusals(problems) -> dict[str, list[str]]:
+    """Per refused (shape, reason): the quack sm90 configs our IR refuses there, with the backend's own
+    reason (the reason of the fewest stages tried), so a report names what is missing where."""
+    from cudal2.bench.peers import quack_sm90_configs
+    from cudal2.codegen import get_backend
+    from cudal2.ir import KernelSpec, SpecError
+
+    backend, out = get_backend("cute_dsl"), {}
+    for c in quack_sm90_configs():
+        for p in problems:
+            if deepest_spec(p, c.to_spec_fields()) is None:
+                try:
+                    why = backend.supports(p, KernelSpec(**c.to_spec_fields(), stages=2)).reason
+                except SpecError as e:
+                    why = str(e)
+                out.setdefault(f"{p.label()}: {why.splitlines()[0][:200]}", []).append(c.label())
+    return out
+
+
 def pair(problem, ours_spec, peer_config) -> dict:
     """Our kernel and quack's at one config, timed in one evaluator call with torch."""
     from cudal2.bench.evaluator import evaluate
@@ -103,10 +122,16 @@ def measure_shape(problem, budget: int) -> dict:
     return out
 
 
+def refused_lines(refused: dict[str, list[str]]) -> list[str]:
+    """The refusals of refusals(), one line per shape and reason."""
+    return [f"- refused on {where} ({len(configs)}: {', '.join(configs)})" for where, configs in refused.items()]
+
+
 def markdown(out: dict) -> str:
     lines = ["# Our CuTe DSL kernels against quack's, config for config", "",
              f"Command: `{out['command']}`", "", f"GPU: {out.get('gpu', '?')}; {out['date']}", "",
              f"quack sm90 configs our IR expresses on these shapes: {out['expressible'][0]} of {out['expressible'][1]}",
+             *refused_lines(out.get("refused") or {}),
              "", "| shape | config | ours us | quack us | quack / ours | ours vs torch | quack vs torch |",
              "|---|---|---:|---:|---:|---:|---:|"]
     fmt = lambda x, scale=1.0: f"{x * scale:.1f}" if isinstance(x, float) and scale != 1.0 else (  # noqa: E731
@@ -145,7 +170,7 @@ def main() -> int:
     problems = [p.replace(layout="NT") for p in draw_shapes(resolve_shapes(args.shapes), args.sample)]
     out = {"command": "python benchmarks/peer_parity.py " + " ".join(sys.argv[1:]),
            "gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-           "expressible": expressible(problems), "shapes": []}
+           "expressible": expressible(problems), "refused": refusals(problems), "shapes": []}
     deadline = time.time() + args.max_seconds
     for problem in problems:
         if time.time() > deadline:

@@ -119,6 +119,8 @@ def read_retime_against(path: Path, against: Path) -> tuple[str, list[str], str]
 
 def read_peer_parity(path: Path) -> tuple[str, list[str], str]:
     """benchmarks/peer_parity.py: our CuTe DSL kernel against quack's, config for config."""
+    from peer_parity import refused_lines  # benchmarks/, beside this file
+
     d = json.loads(path.read_text())
     shapes = d["shapes"]
     at_quack = geomean(s["a"].get("ours_over_quack") for s in shapes if s.get("a"))
@@ -129,6 +131,7 @@ def read_peer_parity(path: Path) -> tuple[str, list[str], str]:
     body = [f"- our kernel at quack's autotuned config, over quack's kernel at it: geomean {at_quack:.3f}",
             f"- over torch.matmul: our search's winner {ours:.3f}, quack's autotuned kernel {quack:.3f} (geomeans)",
             f"- quack sm90 configs our IR expresses on these shapes: {d['expressible'][0]} of {d['expressible'][1]}",
+            *refused_lines(d.get("refused") or {}),
             "", "| shape | quack's pick | ours / quack there | ours vs torch there | our search's pick | "
             "ours vs torch | quack autotuned vs torch |", "|---|---|---:|---:|---|---:|---:|"]
     fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
@@ -392,6 +395,11 @@ EXPERIMENTS: list[Experiment] = [
                "launching cute_dsl kernels only; eager, torch.compile and CUDA-graph time per layer at 1 to 4096 "
                "tokens against nn.Linear, and each GEMM alone in a CUDA graph. Its \"served by\" column names the "
                "table's entry before the op's backend filter: a Triton entry there ran torch."),
+    Experiment("The decoder layer in interleaved rounds, H100", "e2e_decoder_rounds_h100_2026-11-26.json",
+               "e2e_decoder", "`benchmarks/e2e_decoder.py --budget 3 --max-tune-seconds 170`: the same layer, the two "
+               "layers timed in 21 interleaved rounds of 20 calls (order reversed every other round), the median "
+               "per-round ratio with its quartiles; tuned by `cudal2.tune_model` (leaders confirmed sustained) until "
+               "the tuning time ran out, served from `TunedTable.for_serving`."),
     Experiment("The same decoder layer with Triton kernels launched by the op, H100",
                "e2e_decoder_with_triton_h100_2026-11-26.json", "e2e_decoder",
                "As above, before the op left Triton kernels to torch: tuned at budget 3 over both backends (learned "
@@ -402,6 +410,14 @@ EXPERIMENTS: list[Experiment] = [
                "peer_parity_validation_h100_2026-11-26.json", "peer_parity",
                "`benchmarks/peer_parity.py --sample 8 --budget 16 --max-seconds 230`: the first 3 validation serving "
                "shapes drawn (layout NT) before the time ran out, our search at budget 16."),
+    Experiment("Our CuTe DSL kernels against quack's on ten validation serving shapes, H100",
+               "peer_parity_validation10_h100_2026-11-26.json", "peer_parity",
+               "`benchmarks/peer_parity.py --sample 10 --budget 16 --max-seconds 400`: the first 5 of 10 validation "
+               "serving shapes drawn (layout NT) before the time ran out, our search at budget 16; the share of "
+               "quack's configs our IR expresses is over all 10. The 22 it does not express are quack's swap_ab "
+               "configs on 1x16384x3072, which the cute_dsl backend refuses for a one-row output (\"a 1x16384 output "
+               "is a vector; the kernel's one-row and one-column TMA paths are written for the unswapped kernel\"); "
+               "all 44 are expressed on the other nine."),
     Experiment("Our CuTe DSL kernels against quack's on validation serving shapes, H200",
                "peer_parity_validation_h200_2026-11-26.json", "peer_parity",
                "`benchmarks/peer_parity.py --sample 8 --budget 16 --max-seconds 360`: the first 5 validation serving "
@@ -415,10 +431,16 @@ EXPERIMENTS: list[Experiment] = [
                "`benchmarks/scale_out.py OUT.json --gpus 2 --parts kill --sample 8` on two H100 80GB HBM3 (another "
                "machine of the same kind): 64 specs on 6 shapes, a worker killed with SIGKILL once two batches were "
                "stored, then the same sweep again on the store; versions as above."),
-    Experiment("cuda_cpp's sm_80 kernels against Triton lowered for sm_80, partial", "sm80_backends_partial_h100_2026-11-26.json",
-               "sm80_backends", "`benchmarks/sm80_backends.py --max-seconds 200`: 25 of its 64 shapes (19 probe, 6 "
-               "validation) before the device time ran out; a rules-drawn pool of 12 shape-generic sm_80 specs per "
-               "backend swept, winners confirmed once; ratio Triton us / cuda_cpp us."),
+    Experiment("cuda_cpp's sm_80 kernels against Triton lowered for sm_80", "sm80_backends_h100_2026-11-26.json",
+               "sm80_backends", "`benchmarks/sm80_backends.py --max-seconds 470`: the 48 probe shapes and 16 validation "
+               "serving shapes; a rules-drawn pool of 12 shape-generic sm_80 specs per backend swept (cuda_cpp's "
+               "data-parallel specs staging their epilogue through shared memory, the rules' first choice for it), "
+               "winners confirmed once; ratio Triton us / cuda_cpp us."),
+    Experiment("cuda_cpp's sm_80 kernels against Triton lowered for sm_80, registers epilogue, partial",
+               "sm80_backends_partial_h100_2026-11-26.json",
+               "sm80_backends", "The same benchmark earlier the same day, before the rules staged cuda_cpp's epilogue "
+               "through shared memory (every cuda_cpp spec stored from registers): 25 of its 64 shapes (19 probe, 6 "
+               "validation) before the device time ran out (`--max-seconds 200`)."),
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),

@@ -296,8 +296,14 @@ class _Linear(torch.autograd.Function):
         return gx, gw, gb
 
 
+# Bound once: the eager paths below run on every call, where a module attribute lookup costs as much
+# as the check. (torch.compile still recognizes is_compiling: it is the same function object.)
+_is_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+
+
 def _needs_grad(*tensors) -> bool:
-    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+    return _grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
 
 def _visible_gpus() -> list[tuple[str, int | None, str]]:
@@ -340,22 +346,22 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b with the tuned kernel where one beats torch.matmul, else torch.matmul."""
     if a.dim() != 2 or b.dim() != 2:
         return torch.matmul(a, b)
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         if not _served_when_traced(_matmul_class, a, b):
             return torch.matmul(a, b)
         return _Matmul.apply(a, b) if _needs_grad(a, b) else torch.ops.cudal2.matmul(a, b)
-    if _needs_grad(a, b):
+    if _grad_enabled() and (a.requires_grad or b.requires_grad):
         return _Matmul.apply(a, b)
     return _run_matmul(a, b)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."""
-    if torch.compiler.is_compiling():
+    if _is_compiling():
         if not _served_when_traced(_linear_class, x, weight, bias):
             return F.linear(x, weight, bias)
         return _Linear.apply(x, weight, bias) if _needs_grad(x, weight, bias) else \
             torch.ops.cudal2.linear(x, weight, bias)
-    if _needs_grad(x, weight, bias):
+    if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
         return _Linear.apply(x, weight, bias)
     return _run_linear(x, weight, bias)

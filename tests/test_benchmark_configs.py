@@ -129,3 +129,17 @@ def test_our_ir_expresses_every_quack_config_on_validation_shapes():
 
     problems = draw_shapes(resolve_shapes("serving:validation"), 4)
     assert expressible(problems) == (44, 44)
+
+
+def test_peer_parity_names_each_refusal_with_the_backends_reason():
+    from peer_parity import refusals, refused_lines
+
+    from cudal2.ir import GemmProblem
+
+    square, vector = GemmProblem(m=512, n=4096, k=1024, layout="NT"), GemmProblem(m=1, n=16384, k=3072, layout="NT")
+    assert refusals([square]) == {}
+    refused = refusals([square, vector])
+    assert len(refused) == 1  # one shape, one reason
+    (where, configs), = refused.items()
+    assert where.startswith("1x16384x3072-float16-NT: swap_ab=True") and all("swapAB" in c for c in configs)
+    assert len(configs) == 22 and refused_lines(refused)[0].startswith("- refused on 1x16384x3072")
