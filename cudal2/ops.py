@@ -10,8 +10,9 @@ the table then serves those where it won.
 Per-call cost. The first call of a (shape, strides, dtype, device, bias) builds a launcher (table
 lookup, compile or disk-cache load, workspace) and keeps it in a dict; every later call is that
 one dict access, an output allocation and the launch (TVM-FFI for CuTe DSL kernels: plain ints,
-about a microsecond). The eager path calls no torch op of its own: a dispatcher round trip into
-Python costs more than the whole launch.
+about a microsecond). A call whose weight (matmul's b) has a shape no table entry has goes to torch
+after one set lookup, its key built only on its first call. The eager path calls no torch op of its
+own: a dispatcher round trip into Python costs more than the whole launch.
 
 torch.compile. The decision is made while tracing, where the shapes are known: a shape the table
 does not serve traces to plain F.linear / torch.matmul (inductor's own code, nothing of ours at run
@@ -40,6 +41,12 @@ _UNSEEN = object()
 # call key (see _matmul_key, _linear_key) -> launcher(a, b, bias) -> output or None, or None for torch
 _launchers: dict[tuple, Optional[Callable]] = {}
 _untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no tuned kernel, first-seen order
+# The fallback's fast path: a call whose B operand (matmul's b, linear's weight) has a shape no table
+# entry has runs torch after one set lookup, without building its call key (which costs more than
+# the rest of the op's Python). Its first call of each (a, b) shape pair still goes through _bind,
+# which records an untuned problem.
+_b_shapes: dict[str, frozenset] = {}  # "mm": {(k, n)}, "linear": {(n, k)} of every table entry; {} = not read yet
+_seen: set[tuple] = set()  # ("mm" | "linear", a.shape, b.shape) of fallback calls already bound once
 
 
 def tuned_table() -> TunedTable:
@@ -62,6 +69,18 @@ def set_table(table: TunedTable | str | os.PathLike | None) -> None:
     with _lock:
         _table = TunedTable.load(table) if isinstance(table, (str, os.PathLike)) else table
         _launchers.clear()
+        _b_shapes.clear()
+        _seen.clear()
+
+
+def _table_b_shapes() -> dict[str, frozenset]:
+    """The B operand shapes the table has entries for, per op (see _b_shapes)."""
+    shapes = _b_shapes
+    if not shapes:
+        problems = [e.problem for e in tuned_table()]
+        with _lock:
+            shapes.update(mm=frozenset((p.k, p.n) for p in problems), linear=frozenset((p.n, p.k) for p in problems))
+    return shapes
 
 
 def untuned_problems() -> list[GemmProblem]:
@@ -223,6 +242,11 @@ def _linear_key(x, weight, bias) -> tuple:
 
 
 def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    if b.shape not in (_b_shapes or _table_b_shapes())["mm"]:
+        seen = ("mm", a.shape, b.shape)
+        if seen in _seen:
+            return torch.matmul(a, b)
+        _seen.add(seen)
     key = _matmul_key(a, b)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
@@ -232,6 +256,11 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    if weight.shape not in (_b_shapes or _table_b_shapes())["linear"]:
+        seen = ("linear", x.shape, weight.shape)
+        if seen in _seen:
+            return F.linear(x, weight, bias)
+        _seen.add(seen)
     key = _linear_key(x, weight, bias)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:

@@ -204,6 +204,25 @@ def test_a_call_key_is_decided_once_and_set_table_forgets_it():
     assert key not in ops._launchers
 
 
+def test_a_weight_no_entry_has_runs_torch_without_a_call_key_after_its_first_call(monkeypatch):
+    x, w, w2 = torch.randn(6, 64), torch.randn(80, 64), torch.randn(96, 64)
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=6, n=96, k=64, layout="NT"), gpu="")]))
+    cudal2.linear(x, w)  # first call of this shape pair: bound once (where an untuned problem is recorded)
+    assert ops._linear_key(x, w, None) in ops._launchers
+
+    def no_key(*args):
+        raise AssertionError("the call key was built")
+
+    key_of = ops._linear_key
+    monkeypatch.setattr(ops, "_linear_key", no_key)
+    assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w))  # no entry for (80, 64): torch
+    with pytest.raises(AssertionError, match="call key was built"):
+        cudal2.linear(x, w2)  # (96, 64) has an entry: the full path decides
+    monkeypatch.setattr(ops, "_linear_key", key_of)
+    ops.set_table(TunedTable())  # a new table forgets what the fast path knew
+    assert not ops._seen and not ops._b_shapes
+
+
 @pytest.mark.parametrize("content, says", [
     (None, "does not exist"), ("{not json", "not valid JSON"), ('{"format": "other"}', "not a cudal2 tuned table"),
     ('{"format": "cudal2.tuned_table", "version": 1, "entries": [{"spec": {}}]}', "malformed entry"),
