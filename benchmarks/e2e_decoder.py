@@ -1,6 +1,7 @@
 """A Llama-style decoder layer (8B-class sizes, random fp16 weights) with torch.nn.Linear against the
-same layer whose projections call cudal2.linear: tokens/s eager, under torch.compile and inside a
-CUDA graph, and the time of each GEMM alone.
+same layer with cudal2 installed (cudal2.route_linears: the projections whose weight shape has a
+kernel in the table call cudal2.linear, the others stay nn.Linear): tokens/s eager, under
+torch.compile and inside a CUDA graph, and the time of each GEMM alone.
 
     python benchmarks/e2e_decoder.py OUT.md [--tokens 1,16,128,1024,4096] [--budget 4]
         [--max-tune-seconds 300] [--store PATH] [--rounds 21] [--calls 20]
@@ -88,19 +89,13 @@ def layers():
     import torch
     from torch import nn
 
-    import cudal2
-
-    class CudalLinear(nn.Linear):
-        def forward(self, x):
-            return cudal2.linear(x, self.weight, self.bias)
-
     torch.manual_seed(0)
     plain = decoder_layer(nn.Linear).cuda().half().eval()
     for p in plain.parameters():
         p.requires_grad_(False)
         if p.dim() == 2:
             p.normal_(0, p.shape[1] ** -0.5)
-    ours = decoder_layer(CudalLinear).cuda().half().eval()
+    ours = decoder_layer(nn.Linear).cuda().half().eval()  # cudal2.route_linears sends its layers to the op
     ours.load_state_dict(plain.state_dict())
     for p in ours.parameters():
         p.requires_grad_(False)
@@ -241,7 +236,8 @@ def _ratio(d: dict) -> str:
     return f"{d['ratio']:.3f} ({d['ratio_q1']:.3f} to {d['ratio_q3']:.3f})"
 
 
-def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, calls: int) -> str:
+def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, calls: int,
+           routed: list[str]) -> str:
     lines = [f"# A Llama-style decoder layer: nn.Linear against cudal2.linear ({env['date']})", "",
              f"`{command}`", "",
              f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
@@ -250,6 +246,8 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
              f"us per call: medians of {rounds} rounds of {calls} back-to-back calls, the two layers taking turns "
              "(order reversed every other round). cudal2 / torch: the median of the per-round ratios nn.Linear's "
              "time / cudal2.linear's (our tokens/s over nn.Linear's), with its quartiles.", "",
+             "Layers routed through cudal2.linear (cudal2.route_linears: a kernel in the table for their weight "
+             f"shape): {', '.join(routed) or 'none'}; the others ran nn.Linear's forward.", "",
              "| tokens | mode | nn.Linear us | cudal2.linear us | cudal2 / torch tokens/s (25% to 75%) | tuned |",
              "|---:|---|---:|---:|---:|---|"]
     for row in rows:
@@ -282,6 +280,7 @@ def main() -> None:
 
     import torch
 
+    import cudal2
     from cudal2 import ops
     from cudal2.bench.environment import record
     from cudal2.search.table import TunedTable
@@ -295,14 +294,15 @@ def main() -> None:
     # the table the op serves by default (sustained ranking where tune_model confirmed it); with
     # --budget 0: what earlier runs put in the store
     ops.set_table(TunedTable.for_serving(store))
+    routed = cudal2.route_linears(ours)  # the layers whose weight the table has a kernel for
     rows = [measure(t, plain, ours, args.rounds, args.calls) for t in tokens]
     env = record()
     command = "python3 benchmarks/e2e_decoder.py " + " ".join(sys.argv[1:])
-    args.out.write_text(report(rows, tuned, env, command, args.rounds, args.calls))
+    args.out.write_text(report(rows, tuned, env, command, args.rounds, args.calls, routed))
     order = "torch then cudal2 in rounds 0, 2, 4, ...; cudal2 then torch in rounds 1, 3, ..."
     args.out.with_suffix(".json").write_text(json.dumps(
         {"command": command, "env": env, "tuned": tuned, "rounds": args.rounds, "calls": args.calls, "order": order,
-         "rows": rows}, indent=1, default=str))
+         "routed": routed, "rows": rows}, indent=1, default=str))
     print(args.out.read_text())
 
 

@@ -12,6 +12,7 @@ _LAZY = {
     "matmul": ("cudal2.ops", "matmul"),
     "linear": ("cudal2.ops", "linear"),
     "set_table": ("cudal2.ops", "set_table"),
+    "route_linears": ("cudal2.ops", "route_linears"),
     "tune_model": ("cudal2.model_tuning", "tune_model"),
     "tune_untuned": ("cudal2.model_tuning", "tune_untuned"),
     "untuned_problems": ("cudal2.ops", "untuned_problems"),
@@ -37,5 +38,5 @@ def __dir__():
 
 
 __all__ = ["Epilogue", "GemmProblem", "KernelSpec", "SearchResult", "SpecError", "Store", "TunedTable",
-           "__version__", "available_backends", "get_backend", "linear", "matmul", "search", "set_table",
-           "tune_model", "tune_untuned", "untuned_problems"]
+           "__version__", "available_backends", "get_backend", "linear", "matmul", "route_linears", "search",
+           "set_table", "tune_model", "tune_untuned", "untuned_problems"]

@@ -74,10 +74,12 @@ def set_table(table: TunedTable | str | os.PathLike | None) -> None:
 
 
 def _table_b_shapes() -> dict[str, frozenset]:
-    """The B operand shapes the table has entries for, per op (see _b_shapes)."""
+    """The B operand shapes of the table's entries the op could serve (a kernel of a backend it
+    launches that beat torch, on any GPU), per op (see _b_shapes)."""
     shapes = _b_shapes
     if not shapes:
-        problems = [e.problem for e in tuned_table()]
+        backends = op_backends()
+        problems = [e.problem for e in tuned_table() if e.spec.backend in backends and (e.speedup("torch") or 0) > 1]
         with _lock:
             shapes.update(mm=frozenset((p.k, p.n) for p in problems), linear=frozenset((p.n, p.k) for p in problems))
     return shapes
@@ -371,6 +373,35 @@ def _served_when_traced(class_of: Callable, *tensors) -> bool:
 
 
 # ---- the public functions ------------------------------------------------------------------------
+def _routed_forward(self, x):
+    return linear(x, self.weight, self.bias)
+
+
+def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:
+    """Send the nn.Linear layers of model whose weight shape has a kernel in the table (one of a backend
+    the op launches, that beat torch) through cudal2.linear; leave the others on nn.Linear's own
+    forward. Why not every layer: in a host-bound model (eager, few tokens) the op's Python costs a
+    microsecond or more per call even where it runs torch, and a layer no entry can serve would pay it
+    for nothing. Call it after tune_model or set_table (again when the table grows); enable=False puts
+    every routed layer back. Returns the names of the layers routed (or put back)."""
+    import types
+
+    served = _table_b_shapes()["linear"] if enable else frozenset()
+    changed = []
+    for name, m in model.named_modules():
+        if not isinstance(m, torch.nn.Linear):
+            continue
+        routed = "forward" in m.__dict__ and getattr(m.forward, "__func__", None) is _routed_forward
+        want = enable and (m.out_features, m.in_features) in served
+        if want and not routed:
+            m.forward = types.MethodType(_routed_forward, m)
+            changed.append(name)
+        elif routed and not want:
+            del m.forward
+            changed.append(name)
+    return changed
+
+
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """a @ b with the tuned kernel where one beats torch.matmul, else torch.matmul."""
     if a.dim() != 2 or b.dim() != 2:

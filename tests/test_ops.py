@@ -223,6 +223,24 @@ def test_a_weight_no_entry_has_runs_torch_without_a_call_key_after_its_first_cal
     assert not ops._seen and not ops._b_shapes
 
 
+def test_route_linears_sends_only_layers_the_table_can_serve_through_the_op():
+    model = torch.nn.Sequential(torch.nn.Linear(64, 96, bias=False), torch.nn.Linear(96, 80, bias=False))
+    x = torch.randn(6, 64)
+    want = model(x)
+    served = GemmProblem(m=6, n=96, k=64, layout="NT")  # layer 0's weight: (96, 64)
+    ops.set_table(TunedTable([_entry(problem=served, gpu=""),  # a kernel that beat torch
+                              _entry(problem=GemmProblem(m=6, n=80, k=96, layout="NT"), ms=0.03, gpu="")]))  # lost
+    assert cudal2.route_linears(model) == ["0"]  # layer 1's only entry lost to torch: nn.Linear's own forward
+    assert "forward" in model[0].__dict__ and "forward" not in model[1].__dict__
+    assert cudal2.route_linears(model) == []  # routed once
+    assert torch.equal(model(x), want)  # CPU tensors: the op runs torch
+    compiled = torch.compile(model, fullgraph=True, backend="aot_eager")  # a routed layer traces
+    assert torch.equal(compiled(x), want)
+    assert cudal2.route_linears(model, enable=False) == ["0"] and "forward" not in model[0].__dict__
+    ops.set_table(TunedTable())
+    assert cudal2.route_linears(model) == []  # nothing to serve: nothing routed
+
+
 @pytest.mark.parametrize("content, says", [
     (None, "does not exist"), ("{not json", "not valid JSON"), ('{"format": "other"}', "not a cudal2 tuned table"),
     ('{"format": "cudal2.tuned_table", "version": 1, "entries": [{"spec": {}}]}', "malformed entry"),
