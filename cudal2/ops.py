@@ -15,8 +15,9 @@ after one set lookup, its key built only on its first call. The eager path calls
 own: a dispatcher round trip into Python costs more than the whole launch.
 
 torch.compile. The decision is made while tracing, where the shapes are known: a shape the table
-does not serve traces to plain F.linear / torch.matmul (inductor's own code, nothing of ours at run
-time); a served one to the custom op cudal2::linear / cudal2::matmul, registered with a fake
+does not serve, or whose kernel saves less GPU time than the custom op costs the host inside a
+compiled graph (TRACED_MIN_SAVING_US), traces to plain F.linear / torch.matmul (inductor's own code,
+nothing of ours at run time); a served one to the custom op cudal2::linear / cudal2::matmul, registered with a fake
 implementation so the graph stays whole. Gradients go through an autograd.Function whose backward
 calls cudal2::matmul (so training shapes are served too), and CUDA-graph capture records the
 launches like any other kernel's (build launchers by calling once before capture).
@@ -344,18 +345,34 @@ def _visible_gpus() -> list[tuple[str, int | None, str]]:
     return [("cuda", i, torch.cuda.get_device_name(i)) for i in range(torch.cuda.device_count())]
 
 
+# A compiled graph reaches the custom op through the dispatcher and back into Python (_run_linear),
+# which costs host time that inductor's own GEMM call does not. Measured on an H100 host, 2026-11-26
+# (docs/results.md): +7 us a call for one compiled layer (benchmarks/op_overhead.py), and 25 to 30 us
+# a call inside the compiled decoder layer, whose k/v GEMMs the kernel made 0.9 us faster: the layer
+# ran 13% slower. So a traced graph takes the op only where the kernel saves at least this much
+# GPU time a call; elsewhere it keeps torch's GEMM.
+TRACED_MIN_SAVING_US = 25.0
+
+
+def _saves_enough_when_traced(entry) -> bool:
+    torch_ms = entry.baselines_ms.get("torch")
+    return torch_ms is not None and (torch_ms - entry.kernel_ms) * 1e3 >= TRACED_MIN_SAVING_US
+
+
 @torch.compiler.assume_constant_result
 def _served_classes() -> tuple:
-    """Every call class (see _call_class) the table serves on a visible GPU. torch.compile runs this
-    while tracing and keeps the answer as a constant of the graph."""
+    """Every call class (see _call_class) the table serves on a visible GPU inside a traced graph (a
+    measured win of at least TRACED_MIN_SAVING_US a call). torch.compile runs this while tracing and
+    keeps the answer as a constant of the graph."""
     table, served = tuned_table(), []
     for device_type, index, name in _visible_gpus():
         for entry in table:
             p = entry.problem
             call = (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue.bias, "cuda", index)
-            if entry.gpu in (name, "") and _problem_of(call) == p and \
-                    _op_entry(p, name) is not None:  # the op's own problems; a measured win
-                served.append(call[:6] + (device_type, index))
+            if entry.gpu in (name, "") and _problem_of(call) == p:  # the op's own problems
+                best = _op_entry(p, name)  # a measured win
+                if best is not None and _saves_enough_when_traced(best):
+                    served.append(call[:6] + (device_type, index))
     return tuple(served)
 
 
@@ -374,7 +391,13 @@ def _served_when_traced(class_of: Callable, *tensors) -> bool:
 
 # ---- the public functions ------------------------------------------------------------------------
 def _routed_forward(self, x):
-    return linear(x, self.weight, self.bias)
+    """nn.Linear.forward of a layer route_linears sent to the op: linear() with its eager checks
+    inlined (one Python frame less a call, which a host-bound model pays)."""
+    weight, bias = self.weight, self.bias
+    if _is_compiling() or (_grad_enabled() and (x.requires_grad or weight.requires_grad
+                                                or (bias is not None and bias.requires_grad))):
+        return linear(x, weight, bias)
+    return _run_linear(x, weight, bias)
 
 
 def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:

@@ -16,7 +16,7 @@ from cudal2.search.table import TunedEntry, TunedTable
 P = GemmProblem(m=96, n=80, k=64)
 
 
-def _entry(problem=P, ms=0.01, torch_ms=0.02, gpu="NVIDIA H100 80GB HBM3", **spec):
+def _entry(problem=P, ms=0.1, torch_ms=0.2, gpu="NVIDIA H100 80GB HBM3", **spec):
     spec = KernelSpec(**{"block_m": 32, "block_n": 32, "block_k": 32, "stages": 2, **spec})
     return TunedEntry(problem=problem, spec=spec, kernel_ms=ms, baselines_ms={"torch": torch_ms}, gpu=gpu)
 
@@ -229,7 +229,7 @@ def test_route_linears_sends_only_layers_the_table_can_serve_through_the_op():
     want = model(x)
     served = GemmProblem(m=6, n=96, k=64, layout="NT")  # layer 0's weight: (96, 64)
     ops.set_table(TunedTable([_entry(problem=served, gpu=""),  # a kernel that beat torch
-                              _entry(problem=GemmProblem(m=6, n=80, k=96, layout="NT"), ms=0.03, gpu="")]))  # lost
+                              _entry(problem=GemmProblem(m=6, n=80, k=96, layout="NT"), ms=0.3, gpu="")]))  # lost
     assert cudal2.route_linears(model) == ["0"]  # layer 1's only entry lost to torch: nn.Linear's own forward
     assert "forward" in model[0].__dict__ and "forward" not in model[1].__dict__
     assert cudal2.route_linears(model) == []  # routed once
@@ -275,6 +275,23 @@ def test_the_table_decides_while_tracing_fake_cuda_tensors(monkeypatch):
         assert not ops._served_when_traced(ops._linear_class, x, w, cuda(256))  # with a bias: another problem
         assert not ops._served_when_traced(ops._linear_class, cuda(2, 8, 128, dtype=torch.float32),
                                            cuda(256, 128, dtype=torch.float32), None)
+
+
+def test_a_traced_graph_keeps_torch_where_the_kernel_saves_less_than_the_op_costs(monkeypatch):
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    small, big = GemmProblem(m=16, n=256, k=128, layout="NT"), GemmProblem(m=32, n=256, k=128, layout="NT")
+    saving_ms = ops.TRACED_MIN_SAVING_US / 1e3
+    ops.set_table(TunedTable([_entry(problem=small, ms=0.008, torch_ms=0.009, gpu=""),  # 1.125x, 1 us saved
+                              _entry(problem=big, ms=0.1, torch_ms=0.1 + 2 * saving_ms, gpu="")]))
+    monkeypatch.setattr(ops, "_visible_gpus", lambda: [("cuda", 0, "NVIDIA H100 80GB HBM3")])
+    assert ops._op_entry(small, "NVIDIA H100 80GB HBM3") is not None  # eager serves both
+    with FakeTensorMode():
+        w = torch.empty(256, 128, device="cuda", dtype=torch.float16)
+        assert not ops._served_when_traced(ops._linear_class, torch.empty(16, 128, device="cuda",
+                                                                           dtype=torch.float16), w, None)
+        assert ops._served_when_traced(ops._linear_class, torch.empty(32, 128, device="cuda",
+                                                                       dtype=torch.float16), w, None)
 
 
 def _graph_of(f, *args):
