@@ -389,6 +389,12 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("The per-call cost of cudal2.linear and cudal2.matmul, H100", "op_overhead_h100_2026-11-26.json",
                "op_overhead", "`benchmarks/op_overhead.py --budget 4` on three NT shapes searched over cute_dsl: host "
                "and wall time per call, 7 rounds of 200 back-to-back calls, eager and torch.compile, against torch's."),
+    Experiment("The per-call cost on the decoder's k/v shapes, H100", "op_overhead_kv_h100_2026-11-26.json",
+               "op_overhead", "`benchmarks/op_overhead.py --shapes 1x1024x4096,16x1024x4096 --budget 4` on the store "
+               "of the decoder run (its tuned k/v kernel served): eager and compiled host time per call."),
+    Experiment("The per-call cost at 128 tokens, H100", "op_overhead_128_h100_2026-11-26.json", "op_overhead",
+               "`benchmarks/op_overhead.py --shapes 128x4096x4096,128x14336x4096 --budget 1`: both searches found a "
+               "kernel at 1.001x and 1.004x torch, so the op served them; eager and compiled host time per call."),
     Experiment("A Llama-style decoder layer with cudal2.linear, H100", "e2e_decoder_h100_2026-11-26.json", "e2e_decoder",
                "`benchmarks/e2e_decoder.py --budget 3 --max-tune-seconds 280`: the layer's GEMMs tuned by "
                "`cudal2.tune_model` over cute_dsl (the store also held the Triton searches of the run below), the op "
@@ -400,6 +406,16 @@ EXPERIMENTS: list[Experiment] = [
                "layers timed in 21 interleaved rounds of 20 calls (order reversed every other round), the median "
                "per-round ratio with its quartiles; tuned by `cudal2.tune_model` (leaders confirmed sustained) until "
                "the tuning time ran out, served from `TunedTable.for_serving`."),
+    Experiment("The decoder layer, all projections through cudal2.linear, table of the run above, H100",
+               "e2e_decoder_served_h100_2026-11-26.json", "e2e_decoder",
+               "`benchmarks/e2e_decoder.py --budget 0` on the run above's store (no new tuning): every projection "
+               "through cudal2.linear (the op's fallback skipping its call key for weights no entry has), each GEMM "
+               "alone timed over operand copies that fill twice the L2 (the run above timed it L2-hot)."),
+    Experiment("The decoder layer with cudal2 installed by route_linears, H100", "e2e_decoder_routed_h100_2026-11-26.json",
+               "e2e_decoder", "`benchmarks/e2e_decoder.py --budget 0` on the same store: `cudal2.route_linears` sends "
+               "only the layers whose weight has a kernel in the table (k and v) through cudal2.linear, and a traced "
+               "graph takes the op only where the kernel saves 25 us a call or more (`TRACED_MIN_SAVING_US`), so "
+               "under torch.compile every GEMM here ran torch's."),
     Experiment("The same decoder layer with Triton kernels launched by the op, H100",
                "e2e_decoder_with_triton_h100_2026-11-26.json", "e2e_decoder",
                "As above, before the op left Triton kernels to torch: tuned at budget 3 over both backends (learned "
