@@ -434,6 +434,11 @@ EXPERIMENTS: list[Experiment] = [
                "configs on 1x16384x3072, which the cute_dsl backend refuses for a one-row output (\"a 1x16384 output "
                "is a vector; the kernel's one-row and one-column TMA paths are written for the unswapped kernel\"); "
                "all 44 are expressed on the other nine."),
+    Experiment("Our CuTe DSL kernels against quack's on the other validation shapes of the ten, H100",
+               "peer_parity_validation_rest_h100_2026-11-26.json", "peer_parity",
+               "`benchmarks/peer_parity.py --shapes 512x6144x4096,16384x16384x3072,1000x32000x5120,1x16384x3072,"
+               "100x3072x3072 --sample 5 --budget 16 --max-seconds 400`: the five of the ten drawn above that it "
+               "did not reach; 4 ran before the time ran out (512x6144x4096 did not)."),
     Experiment("Our CuTe DSL kernels against quack's on validation serving shapes, H200",
                "peer_parity_validation_h200_2026-11-26.json", "peer_parity",
                "`benchmarks/peer_parity.py --sample 8 --budget 16 --max-seconds 360`: the first 5 validation serving "
