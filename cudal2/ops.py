@@ -46,7 +46,7 @@ _untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no t
 # entry has runs torch after one set lookup, without building its call key (which costs more than
 # the rest of the op's Python). Its first call of each (a, b) shape pair still goes through _bind,
 # which records an untuned problem.
-_b_shapes: dict[str, frozenset] = {}  # "mm": {(k, n)}, "linear": {(n, k)} of every table entry; {} = not read yet
+_b_shapes: dict[str, frozenset] = {}  # "mm": {(k, n)}, "linear": {(n, k)} of servable entries; {} = not read yet
 _seen: set[tuple] = set()  # ("mm" | "linear", a.shape, b.shape) of fallback calls already bound once
 
 
@@ -79,8 +79,8 @@ def _table_b_shapes() -> dict[str, frozenset]:
     launches that beat torch, on any GPU), per op (see _b_shapes)."""
     shapes = _b_shapes
     if not shapes:
-        backends = op_backends()
-        problems = [e.problem for e in tuned_table() if e.spec.backend in backends and (e.speedup("torch") or 0) > 1]
+        distinct = {e.problem.key(): e.problem for e in tuned_table()}
+        problems = [p for p in distinct.values() if _op_entry(p, None) is not None]  # the op's own rule, any GPU
         with _lock:
             shapes.update(mm=frozenset((p.k, p.n) for p in problems), linear=frozenset((p.n, p.k) for p in problems))
     return shapes
@@ -334,8 +334,8 @@ _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
 
 
-def _needs_grad(*tensors) -> bool:
-    return _grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+def _needs_grad(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    return _grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
 
 
 def _visible_gpus() -> list[tuple[str, int | None, str]]:
@@ -394,8 +394,7 @@ def _routed_forward(self, x):
     """nn.Linear.forward of a layer route_linears sent to the op: linear() with its eager checks
     inlined (one Python frame less a call, which a host-bound model pays)."""
     weight, bias = self.weight, self.bias
-    if _is_compiling() or (_grad_enabled() and (x.requires_grad or weight.requires_grad
-                                                or (bias is not None and bias.requires_grad))):
+    if _is_compiling() or _needs_grad(x, weight, bias):
         return linear(x, weight, bias)
     return _run_linear(x, weight, bias)
 
@@ -433,7 +432,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if not _served_when_traced(_matmul_class, a, b):
             return torch.matmul(a, b)
         return _Matmul.apply(a, b) if _needs_grad(a, b) else torch.ops.cudal2.matmul(a, b)
-    if _grad_enabled() and (a.requires_grad or b.requires_grad):
+    if _needs_grad(a, b):
         return _Matmul.apply(a, b)
     return _run_matmul(a, b)
 
@@ -445,6 +444,6 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
             return F.linear(x, weight, bias)
         return _Linear.apply(x, weight, bias) if _needs_grad(x, weight, bias) else \
             torch.ops.cudal2.linear(x, weight, bias)
-    if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
+    if _needs_grad(x, weight, bias):
         return _Linear.apply(x, weight, bias)
     return _run_linear(x, weight, bias)
