@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks")]  # run from a checkout without installing
 
 CASES = "16x9216x3072:128x160pp12,16x9216x3072:128x128pp12,128x8192x3584:128x128pp12"
 
@@ -33,18 +33,24 @@ def parse_case(text: str):
 
 
 def variants(problem, config) -> dict:
+    """The deepest pipeline that fits (peer_parity's choice) and the two below it that fit too, each
+    with raster groups 1 and 8."""
+    from peer_parity import deepest_spec  # benchmarks/, beside this file
+
     from cudal2.codegen import get_backend
     from cudal2.ir import KernelSpec, SpecError
 
-    backend, base, fits = get_backend("cute_dsl"), config.to_spec_fields(), []
-    for stages in range(2, 9):
+    backend, base = get_backend("cute_dsl"), config.to_spec_fields()
+    deepest = deepest_spec(problem, base)
+    fits = []
+    for stages in range(max(2, deepest.stages - 2), deepest.stages + 1) if deepest else ():
         try:
             if backend.supports(problem, KernelSpec(**base, stages=stages)):
                 fits.append(stages)
         except SpecError:
             continue
     return {f"s{s} g{g}": KernelSpec(**base, stages=s, raster_group=g, raster_order="along_m")
-            for s in fits[-3:] for g in (1, 8)}
+            for s in fits for g in (1, 8)}
 
 
 def main() -> int:

@@ -50,12 +50,14 @@ def deepest_spec(problem, fields):
     return None
 
 
-def expressible(problems) -> tuple[int, int]:
-    """(quack sm90 configs our IR takes on every one of problems, all of them)."""
+def expressible(problems, refused: dict[str, list[str]] | None = None) -> tuple[int, int]:
+    """(quack sm90 configs our IR takes on every one of problems, all of them); refused: what
+    refusals(problems) returned, where the caller has it already."""
     from cudal2.bench.peers import quack_sm90_configs
 
-    configs = quack_sm90_configs()
-    return sum(all(deepest_spec(p, c.to_spec_fields()) for p in problems) for c in configs), len(configs)
+    refused = refusals(problems) if refused is None else refused
+    total = len(quack_sm90_configs())
+    return total - len({c for configs in refused.values() for c in configs}), total
 
 
 def refusals(problems) -> dict[str, list[str]]:
@@ -168,9 +170,10 @@ def main() -> int:
     from cudal2.dataset.sweep import draw_shapes, resolve_shapes
 
     problems = [p.replace(layout="NT") for p in draw_shapes(resolve_shapes(args.shapes), args.sample)]
+    refused = refusals(problems)
     out = {"command": "python benchmarks/peer_parity.py " + " ".join(sys.argv[1:]),
            "gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
-           "expressible": expressible(problems), "refused": refusals(problems), "shapes": []}
+           "expressible": expressible(problems, refused), "refused": refused, "shapes": []}
     deadline = time.time() + args.max_seconds
     for problem in problems:
         if time.time() > deadline:
