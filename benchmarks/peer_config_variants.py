@@ -1,11 +1,13 @@
 """Our cute_dsl kernel at one of quack's configs, in the variants our IR adds (the deepest three pipelines
-that fit, raster groups 1 and 8), beside quack's kernel forced to that config: one evaluator call per
-(shape, config), offline kernel time, torch.matmul as the baseline. It tells whether a gap at a
-config is the pipeline depth or rasterization, or the kernel itself.
+that fit, raster groups 1 and 8, and the shape-generic kernel at the deepest), beside quack's kernel
+forced to that config: one evaluator call per (shape, config), offline kernel time, torch.matmul as
+the baseline. It tells whether a gap at a config is the pipeline depth or rasterization, or the
+kernel itself.
 
     python benchmarks/peer_config_variants.py OUT.json [--cases 16x9216x3072:128x160pp12,...]
 
-A case is MxNxK:TILE_MxTILE_N{pp|co}CLUSTER_M CLUSTER_N (pp: ping-pong, co: cooperative), layout NT.
+A case is MxNxK:TILE_MxTILE_N{pp|co}CLUSTER_M CLUSTER_N[s] (pp: ping-pong, co: cooperative, s: swap_ab;
+tile and cluster in quack's terms), layout NT.
 """
 
 import argparse
@@ -29,7 +31,7 @@ def parse_case(text: str):
     kind = "pp" if "pp" in rest else "co"
     tn, cluster = rest.split(kind)
     return GemmProblem(m=m, n=n, k=k, layout="NT"), PeerConfig(int(tm), int(tn), kind == "pp", int(cluster[0]),
-                                                              int(cluster[1]), False)
+                                                              int(cluster[1]), cluster.endswith("s"))
 
 
 def variants(problem, config) -> dict:
@@ -49,8 +51,13 @@ def variants(problem, config) -> dict:
                 fits.append(stages)
         except SpecError:
             continue
-    return {f"s{s} g{g}": KernelSpec(**base, stages=s, raster_group=g, raster_order="along_m")
-            for s in fits for g in (1, 8)}
+    out = {f"s{s} g{g}": KernelSpec(**base, stages=s, raster_group=g, raster_order="along_m")
+           for s in fits for g in (1, 8)}
+    if fits:  # the shape-generic kernel at the deepest pipeline (if the backend takes it for this shape)
+        dyn = KernelSpec(**base, stages=fits[-1], raster_group=8, raster_order="along_m", shape_specialization="dynamic")
+        if backend.supports(problem, dyn):
+            out[f"s{fits[-1]} g8 dynamic"] = dyn
+    return out
 
 
 def main() -> int:

@@ -439,6 +439,11 @@ EXPERIMENTS: list[Experiment] = [
                "`benchmarks/peer_parity.py --shapes 512x6144x4096,16384x16384x3072,1000x32000x5120,1x16384x3072,"
                "100x3072x3072 --sample 5 --budget 16 --max-seconds 400`: the five of the ten drawn above that it "
                "did not reach; 4 ran before the time ran out (512x6144x4096 did not)."),
+    Experiment("Our CuTe DSL kernels against quack's on 16384x16384x3072 with the grouped walk, H100",
+               "peer_parity_16384_h100_2026-11-26.json", "peer_parity",
+               "`benchmarks/peer_parity.py --shapes 16384x16384x3072 --sample 1 --budget 16 --max-seconds 180`: the "
+               "validation shape where ours trailed most at quack's pick (0.931, above), after static kernels took "
+               "the backend's grouped walk where the DSL's scheduler cut the raster group to 1."),
     Experiment("Our CuTe DSL kernels against quack's on validation serving shapes, H200",
                "peer_parity_validation_h200_2026-11-26.json", "peer_parity",
                "`benchmarks/peer_parity.py --sample 8 --budget 16 --max-seconds 360`: the first 5 validation serving "

@@ -199,9 +199,12 @@ def test_render_bakes_problem_and_spec_in():
     cfg = gemm_config(p, s)
     assert (cfg.m, cfg.n, cfg.k, cfg.ab_dtype, cfg.a_row_major, cfg.b_row_major) == (1032, 968, 1048, "BFloat16", False, True)
     assert (cfg.stages, cfg.cluster_m, cfg.cluster_n, cfg.raster_along_m) == (3, 2, 1, False)
-    assert cfg.raster_group == 1  # 5 clusters along M (9 tiles of 128 in pairs): no group of 2..4 divides 5
+    # 5 clusters along M (9 tiles of 128 in pairs): no group of 2..4 divides 5, so the backend's own
+    # grouped walk takes the spec's group of 4 (and a last group of 1)
+    assert (cfg.raster_group, cfg.grouped_walk) == (4, True)
     assert (cfg.alpha, cfg.beta, cfg.has_bias, cfg.activation) == (0.5, 2.0, True, "gelu")
-    for line in ("m=1032,", "stages=3,", "raster_group=1,", "activation='gelu',", f"spec key {s.key()}"):
+    for line in ("m=1032,", "stages=3,", "raster_group=4,", "grouped_walk=True,", "activation='gelu',",
+                 f"spec key {s.key()}"):
         assert line in src.text, line
 
 

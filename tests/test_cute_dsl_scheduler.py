@@ -156,6 +156,23 @@ def test_raster_group_divides_the_clusters_across_the_raster(shape, kw, group):
     assert gemm_config(GemmProblem.parse(shape), spec(**{"stages": 3, **kw})).raster_group == group
 
 
+@pytest.mark.parametrize("shape, kw, walk, group", [
+    # 43 clusters across (86 tiles of 192 columns, clusters 1x2): no divisor of 43 reaches 8
+    ("16384x16384x3072", dict(block_m=256, block_n=192, cluster_n=2), True, 8),
+    ("1032x968x1048", dict(block_n=96, stages=6), True, 8),  # 11 tiles
+    ("1100x8192x4096", dict(raster_order="along_n", raster_group=4), True, 4),  # 9 M-tiles: 3 divides, 4 does not
+    ("8192x8192x4096", dict(block_n=256, cluster_n=2), False, 8),  # 16 clusters: 8 divides
+    ("12288x256x16384", dict(block_m=256), False, 2),  # 2 across: the whole raster is one group
+    ("8192x1536x4096", dict(block_n=256), False, 6),  # 6 across: one group of all 6
+    ("4096x4096x4096", dict(block_n=96, shape_specialization="dynamic"), True, 8),
+])
+def test_static_kernels_walk_the_specs_group(shape, kw, walk, group):
+    # where the DSL's static scheduler would cut the group below what the spec asks (and the raster
+    # holds), the kernel walks with the backend's grouped walk, whose last group is narrower
+    cfg = gemm_config(GemmProblem.parse(shape), spec(**{"stages": 3, **kw}))
+    assert (cfg.grouped_walk, cfg.raster_group) == (walk, group)
+
+
 @needs_dsl
 def test_the_dsl_scheduler_runs_no_padding_tiles_with_the_rendered_group():
     # The DSL's StaticPersistentTileScheduler pads the cluster count across the raster to a multiple

@@ -157,10 +157,24 @@ def effective_raster_group(problem: GemmProblem, spec: KernelSpec) -> int:
     so a group that does not divide it makes the kernel compute whole tiles outside the output:
     1 of 8 real N-tiles with group 8 is 8x the work, which made shapes with few tiles across the
     raster several times slower than torch on the H100."""
+    across = clusters_across_raster(problem, spec)
+    return max(g for g in range(1, spec.raster_group + 1) if across % g == 0)
+
+
+def clusters_across_raster(problem: GemmProblem, spec: KernelSpec) -> int:
+    """Clusters of output tiles across the raster direction (what raster groups are cut from)."""
     tiles_m = -(-problem.m // spec.block_m)
     tiles_n = -(-problem.n // spec.block_n)
-    across = -(-tiles_n // spec.cluster_n) if spec.raster_order == "along_m" else -(-tiles_m // spec.cluster_m)
-    return max(g for g in range(1, spec.raster_group + 1) if across % g == 0)
+    return -(-tiles_n // spec.cluster_n) if spec.raster_order == "along_m" else -(-tiles_m // spec.cluster_m)
+
+
+def needs_grouped_walk(problem: GemmProblem, spec: KernelSpec) -> bool:
+    """Whether a kernel compiled for problem walks its tiles with the backend's own grouped walk
+    (scheduler.GroupedTileScheduler, whose last group is as wide as what is left) instead of the DSL's
+    static scheduler: where no divisor of the clusters across the raster reaches the spec's group. A
+    prime count cuts the group to 1 there, and an ungrouped walk over a large output reads one operand
+    from DRAM once per column of tiles (43 clusters across on 16384x16384 with 192-wide tiles)."""
+    return effective_raster_group(problem, spec) < min(spec.raster_group, clusters_across_raster(problem, spec))
 
 
 def kernel_view(problem: GemmProblem, spec: KernelSpec) -> tuple[GemmProblem, KernelSpec]:
@@ -186,6 +200,7 @@ def gemm_config(problem: GemmProblem, spec: KernelSpec) -> GemmConfig:
     e = kproblem.epilogue
     sm_count = arch_limits(kspec.arch).sm_count
     dynamic = spec.shape_specialization == "dynamic"
+    walk = dynamic or needs_grouped_walk(kproblem, kspec)
     return GemmConfig(
         m=None if dynamic else kproblem.m, n=None if dynamic else kproblem.n, k=None if dynamic else kproblem.k,
         ab_dtype=DSL_NAMES[kproblem.dtype], d_dtype=DSL_NAMES[kproblem.c_dtype],
@@ -197,9 +212,9 @@ def gemm_config(problem: GemmProblem, spec: KernelSpec) -> GemmConfig:
         pingpong=kspec.warp_specialization == "pingpong",
         producer_regs=kspec.producer_registers or default_producer_registers(kspec),
         consumer_regs=kspec.consumer_registers or default_consumer_registers(kspec),
-        # (a shape-generic kernel's walk gives the last group what is left: no divisor needed)
-        raster_group=kspec.raster_group if dynamic else effective_raster_group(kproblem, kspec),
+        raster_group=kspec.raster_group if walk else effective_raster_group(kproblem, kspec),
         raster_along_m=kspec.raster_order == "along_m",
+        grouped_walk=walk,
         epilogue=kspec.epilogue_path, decomposition=kspec.decomposition, split_k=kspec.split_k,
         epi_stages=epilogue_stages(dict(kspec)),
         **split_k_variant(kproblem, kspec),
@@ -281,7 +296,7 @@ def _cache_root() -> Path:
 
 class CuteDslBackend(Backend):
     name = "cute_dsl"
-    version = "2"
+    version = "3"  # 3: static kernels walk the spec's raster group where the DSL scheduler cannot
     language = "python"
     capabilities = CAPABILITIES
     templates = {"sm90_ws": "gemm_sm90.py.j2"}

@@ -59,6 +59,9 @@ class GemmConfig:
     # pads that count to a multiple of the group and runs the padding tiles)
     raster_group: int
     raster_along_m: bool
+    # the backend's grouped walk (any shape, the last group narrower) instead of the DSL's static
+    # scheduler: shape-generic kernels, and static ones whose group no cluster count divides
+    grouped_walk: bool
     epilogue: str  # "registers": st.global from the fragment; "tma_store": through shared memory
     decomposition: str  # "data_parallel", "split_k" or "stream_k"
     split_k: int

@@ -97,7 +97,7 @@ class Sm90Gemm:
         else:
             tiled = mW if cutlass.const_expr(cfg.split) else mD  # split-K: (m, n, slice) work units
             tiles_mnl = cute.zipped_divide(tiled, tiler=(cfg.tile_m, cfg.tile_n))[(0, (None, None, None))].shape
-            if cutlass.const_expr(cfg.dynamic):
+            if cutlass.const_expr(cfg.grouped_walk):
                 sched_params = scheduler.GroupedTileParams(cfg, tiles_mnl[0], tiles_mnl[1])
                 grid = sched_params.grid(max_active_clusters)
             else:
@@ -282,9 +282,9 @@ class Sm90Gemm:
         return mainloop, turns, turn
 
     def _tile_scheduler(self, params):
-        """The persistent walk over work units: the DSL's for a kernel compiled for one shape, the
-        grouped one (scheduler.GroupedTileScheduler) for a shape-generic kernel."""
-        if cutlass.const_expr(self.cfg.dynamic):
+        """The persistent walk over work units: the grouped one (scheduler.GroupedTileScheduler) for a
+        shape-generic kernel and where the DSL's cannot take the spec's group, the DSL's otherwise."""
+        if cutlass.const_expr(self.cfg.grouped_walk):
             return scheduler.GroupedTileScheduler.create(params, cute.arch.block_idx(), cute.arch.grid_dim())
         return utils.StaticPersistentTileScheduler.create(params, cute.arch.block_idx(), cute.arch.grid_dim())
 

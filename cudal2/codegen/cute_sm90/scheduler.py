@@ -3,10 +3,11 @@
 Data-parallel and split-K: a persistent walk over whole work units in grouped rasterization;
 split-K's units are (output tile, K slice) pairs, the slice being the walk's batch mode. Slice s
 covers k-tiles [s * k_tiles // split_k, (s + 1) * k_tiles // split_k): never empty, since
-1 <= split_k <= k_tiles. A kernel compiled for one shape uses the DSL's static persistent scheduler,
-whose raster group the backend cuts to a divisor of the clusters across the raster (it pads that
-count to a multiple of the group and runs the padding tiles); a shape-generic kernel cannot know
-that count, so it walks with GroupedTileScheduler, whose last group is as wide as what is left.
+1 <= split_k <= k_tiles. A kernel compiled for one shape uses the DSL's static persistent scheduler
+where a divisor of the clusters across the raster gives the spec's raster group (the DSL pads that
+count to a multiple of the group and runs the padding tiles). A shape-generic kernel cannot know
+that count, and a static one whose count has no such divisor (a prime such as 43 would cut the group
+to 1), walk with GroupedTileScheduler instead, whose last group is as wide as what is left.
 
 Stream-K: data-parallel waves first, then stream-K for the rest (CUTLASS's hybrid). The work unit is
 a cluster: its CTAs take the same cluster tile (cluster_m x cluster_n output tiles) and the same
