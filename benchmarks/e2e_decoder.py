@@ -3,16 +3,17 @@ same layer with cudal2 installed (cudal2.route_linears: the projections whose we
 kernel in the table call cudal2.linear, the others stay nn.Linear): tokens/s eager, under
 torch.compile and inside a CUDA graph, and the time of each GEMM alone.
 
-    python benchmarks/e2e_decoder.py OUT.md [--tokens 1,16,128,1024,4096] [--budget 4]
-        [--max-tune-seconds 300] [--store PATH] [--rounds 21] [--calls 20]
+    python benchmarks/e2e_decoder.py OUT.md [--tokens 1,16,128,1024,4096] [--tune-tokens 4096,1024]
+        [--budget 4] [--max-tune-seconds 300] [--store PATH] [--rounds 21] [--calls 20]
 
 The layer: RMSNorm, q/k/v projections (hidden 4096, 32 query heads and 8 key-value heads of 128),
 causal attention over the tokens (F.scaled_dot_product_attention), the output projection, RMSNorm,
 and a SwiGLU MLP (14336 wide). No biases. Both layers hold the same weights.
 
-1. cudal2.tune_model searches the layer's GEMMs at each token count (4 distinct shapes per count) at
-   --budget, the store resuming earlier runs, until --max-tune-seconds (--budget 0: no search, the
-   store's results as they are); the op then serves a shape only where its kernel beat torch.matmul.
+1. cudal2.tune_model searches the layer's GEMMs at each token count of --tune-tokens (default: every
+   one, 4 distinct shapes per count) at --budget, the store resuming earlier runs, until
+   --max-tune-seconds (--budget 0: no search, the store's results as they are); the op then serves a
+   shape only where its kernel beat torch.matmul by at least ops.EAGER_MIN_SAVING_US a call.
    Untuned shapes run torch.
 2. Per token count and mode, the two layers are timed in --rounds interleaved rounds: each round
    times nn.Linear's layer, then ours, and the next round ours first, then nn.Linear's (A B, B A,
@@ -272,6 +273,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--tokens", default="1,16,128,1024,4096")
+    ap.add_argument("--tune-tokens", default=None,
+                    help="the token counts to tune, in this order (default: --tokens); the others keep what the store has")
     ap.add_argument("--budget", type=int, default=4)
     ap.add_argument("--max-tune-seconds", type=float, default=300)
     ap.add_argument("--store", default=None, help="store for the searches (default: a file next to OUT)")
@@ -291,7 +294,8 @@ def main() -> None:
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(tokens))
     store = args.store or str(args.out.with_suffix(".db"))
     plain, ours = layers()
-    tuned = tune(ours, tokens, args.budget, store, args.max_tune_seconds) if args.budget > 0 else {}
+    tune_tokens = [int(t) for t in args.tune_tokens.split(",")] if args.tune_tokens else tokens
+    tuned = tune(ours, tune_tokens, args.budget, store, args.max_tune_seconds) if args.budget > 0 else {}
     # the table the op serves by default (sustained ranking where tune_model confirmed it); with
     # --budget 0: what earlier runs put in the store
     ops.set_table(TunedTable.for_serving(store))

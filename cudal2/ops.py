@@ -1,7 +1,8 @@
 """cudal2.matmul and cudal2.linear: run the tuned kernel for a shape, or torch where none is tuned.
 
 Never slower: a tuned kernel is used only where the table records a measured speedup over
-torch.matmul above 1 on this GPU. Everything else (CPU tensors, dtypes other than fp16/bf16,
+torch.matmul above 1 on this GPU, and a saving of at least EAGER_MIN_SAVING_US a call (less, and the
+op's host time would cost a host-bound model more than the kernel saves). Everything else (CPU tensors, dtypes other than fp16/bf16,
 batched or strided operands, shapes never tuned, shapes the IR refuses, operands not 16-byte
 aligned) runs torch.matmul / torch.nn.functional.linear. Shapes called without a tuned kernel are
 remembered (untuned_problems()); cudal2.tune_untuned() measures the learned model's pick for each and
@@ -10,8 +11,9 @@ the table then serves those where it won.
 Per-call cost. The first call of a (shape, strides, dtype, device, bias) builds a launcher (table
 lookup, compile or disk-cache load, workspace) and keeps it in a dict; every later call is that
 one dict access, an output allocation and the launch (TVM-FFI for CuTe DSL kernels: plain ints,
-about a microsecond). A call whose weight (matmul's b) has a shape no table entry has goes to torch
-after one set lookup, its key built only on its first call. The eager path calls no torch op of its
+about a microsecond). A call whose weight (matmul's b) has a shape no table entry serves, or fewer
+rows than any entry served for it, goes to torch after one dict lookup, its key built only on its
+first call; a layer route_linears routed does the row test itself, before any of the op's Python. The eager path calls no torch op of its
 own: a dispatcher round trip into Python costs more than the whole launch.
 
 torch.compile. The decision is made while tracing, where the shapes are known: a shape the table
@@ -43,10 +45,11 @@ _UNSEEN = object()
 _launchers: dict[tuple, Optional[Callable]] = {}
 _untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no tuned kernel, first-seen order
 # The fallback's fast path: a call whose B operand (matmul's b, linear's weight) has a shape no table
-# entry has runs torch after one set lookup, without building its call key (which costs more than
-# the rest of the op's Python). Its first call of each (a, b) shape pair still goes through _bind,
-# which records an untuned problem.
-_b_shapes: dict[str, frozenset] = {}  # "mm": {(k, n)}, "linear": {(n, k)} of servable entries; {} = not read yet
+# entry serves, or fewer rows than any served entry of that shape, runs torch after one dict lookup,
+# without building its call key (which costs more than the rest of the op's Python). Its first call of
+# each (a, b) shape pair still goes through _bind, which records an untuned problem.
+# "mm": {(k, n): fewest rows m served}, "linear": {(n, k): fewest rows}, of servable entries; {} = not read yet
+_b_shapes: dict[str, dict] = {}
 _seen: set[tuple] = set()  # ("mm" | "linear", a.shape, b.shape) of fallback calls already bound once
 
 
@@ -74,15 +77,15 @@ def set_table(table: TunedTable | str | os.PathLike | None) -> None:
         _seen.clear()
 
 
-def _table_b_shapes() -> dict[str, frozenset]:
-    """The B operand shapes of the table's entries the op could serve (a kernel of a backend it
-    launches that beat torch, on any GPU), per op (see _b_shapes)."""
+def _table_b_shapes() -> dict[str, dict]:
+    """The B operand shapes of the table's entries the op could serve (the op's own rule, on any GPU),
+    per op, each with the fewest rows (M) it is served at (see _b_shapes)."""
     shapes = _b_shapes
     if not shapes:
         distinct = {e.problem.key(): e.problem for e in tuned_table()}
-        problems = [p for p in distinct.values() if _op_entry(p, None) is not None]  # the op's own rule, any GPU
-        with _lock:
-            shapes.update(mm=frozenset((p.k, p.n) for p in problems), linear=frozenset((p.n, p.k) for p in problems))
+        problems = sorted((p for p in distinct.values() if _op_entry(p, None) is not None), key=lambda p: -p.m)
+        with _lock:  # (the fewest rows last, so they win)
+            shapes.update(mm={(p.k, p.n): p.m for p in problems}, linear={(p.n, p.k): p.m for p in problems})
     return shapes
 
 
@@ -164,10 +167,28 @@ def op_backends() -> frozenset[str]:
     return frozenset({"cute_dsl"} if tvm_ffi_version() else ())
 
 
-def _op_entry(problem: GemmProblem, gpu: str | None):
-    """The table's entry for problem on this GPU if the op launches its backend, else None."""
+# The op's path costs host time that torch's own call does not; where the host is the bottleneck (eager,
+# few tokens), that time is the model's, while the GPU time a kernel saves is hidden. So a kernel is
+# used only where it saves at least this much GPU time a call: a GEMM that long keeps the GPU, not the
+# host, the bottleneck. Measured on an H100 host, 2026-11-26 (benchmarks/layer_host_time.py): a call
+# through the op cost a host-bound decoder layer 8 to 13 us more than nn.Linear's. A model that runs
+# only inside CUDA graphs, where the host cost is paid once, may set it to 0.
+EAGER_MIN_SAVING_US = 10.0
+
+
+def _saving_us(entry) -> float:
+    """GPU time the entry's kernel saves a call against torch.matmul (0 where torch was not timed)."""
+    torch_ms = entry.baselines_ms.get("torch")
+    return (torch_ms - entry.kernel_ms) * 1e3 if torch_ms is not None else 0.0
+
+
+def _op_entry(problem: GemmProblem, gpu: str | None, min_saving_us: float | None = None):
+    """The table's entry for problem on this GPU if the op launches its backend and its kernel saves
+    at least min_saving_us a call (default EAGER_MIN_SAVING_US), else None."""
     entry = tuned_table().lookup(problem, gpu=gpu)
-    return entry if entry is not None and entry.spec.backend in op_backends() else None
+    if entry is None or entry.spec.backend not in op_backends():
+        return None
+    return entry if _saving_us(entry) >= (EAGER_MIN_SAVING_US if min_saving_us is None else min_saving_us) else None
 
 
 def tuned_kernel(problem: GemmProblem, gpu: str | None):
@@ -201,9 +222,11 @@ def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device) -> 
             return _launchers[key]
     launcher = None
     if problem is not None:
-        kernel = tuned_kernel(problem, torch.cuda.get_device_name(device))
+        gpu = torch.cuda.get_device_name(device)
+        kernel = tuned_kernel(problem, gpu)
         if kernel is None:
-            _untuned.setdefault(problem.key(), problem)
+            if tuned_table().lookup(problem, gpu=gpu) is None:  # (not: a win too small to use)
+                _untuned.setdefault(problem.key(), problem)
         else:
             launcher = _launcher(kernel, problem, out_shape, device)
     with _lock:
@@ -245,7 +268,8 @@ def _linear_key(x, weight, bias) -> tuple:
 
 
 def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    if b.shape not in (_b_shapes or _table_b_shapes())["mm"]:
+    rows = (_b_shapes or _table_b_shapes())["mm"].get(b.shape)
+    if rows is None or a.shape[0] < rows:
         seen = ("mm", a.shape, b.shape)
         if seen in _seen:
             return torch.matmul(a, b)
@@ -259,7 +283,8 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    if weight.shape not in (_b_shapes or _table_b_shapes())["linear"]:
+    rows = (_b_shapes or _table_b_shapes())["linear"].get(weight.shape)
+    if rows is None or x.numel() < rows * weight.shape[1]:
         seen = ("linear", x.shape, weight.shape)
         if seen in _seen:
             return F.linear(x, weight, bias)
@@ -354,11 +379,6 @@ def _visible_gpus() -> list[tuple[str, int | None, str]]:
 TRACED_MIN_SAVING_US = 25.0
 
 
-def _saves_enough_when_traced(entry) -> bool:
-    torch_ms = entry.baselines_ms.get("torch")
-    return torch_ms is not None and (torch_ms - entry.kernel_ms) * 1e3 >= TRACED_MIN_SAVING_US
-
-
 @torch.compiler.assume_constant_result
 def _served_classes() -> tuple:
     """Every call class (see _call_class) the table serves on a visible GPU inside a traced graph (a
@@ -370,8 +390,7 @@ def _served_classes() -> tuple:
             p = entry.problem
             call = (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue.bias, "cuda", index)
             if entry.gpu in (name, "") and _problem_of(call) == p:  # the op's own problems
-                best = _op_entry(p, name)  # a measured win
-                if best is not None and _saves_enough_when_traced(best):
+                if _op_entry(p, name, TRACED_MIN_SAVING_US) is not None:  # a measured win, large enough
                     served.append(call[:6] + (device_type, index))
     return tuple(served)
 
@@ -391,9 +410,12 @@ def _served_when_traced(class_of: Callable, *tensors) -> bool:
 
 # ---- the public functions ------------------------------------------------------------------------
 def _routed_forward(self, x):
-    """nn.Linear.forward of a layer route_linears sent to the op: linear() with its eager checks
-    inlined (one Python frame less a call, which a host-bound model pays)."""
+    """nn.Linear.forward of a layer route_linears sent to the op: F.linear for inputs of fewer rows
+    than any served kernel of this weight shape has (one size comparison: a host-bound call, few
+    tokens, pays nothing more than nn.Linear's), else linear() with its eager checks inlined."""
     weight, bias = self.weight, self.bias
+    if x.numel() < self._cudal2_min_numel:
+        return F.linear(x, weight, bias)
     if _is_compiling() or _needs_grad(x, weight, bias):
         return linear(x, weight, bias)
     return _run_linear(x, weight, bias)
@@ -408,18 +430,20 @@ def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:
     every routed layer back. Returns the names of the layers routed (or put back)."""
     import types
 
-    served = _table_b_shapes()["linear"] if enable else frozenset()
+    served = _table_b_shapes()["linear"] if enable else {}
     changed = []
     for name, m in model.named_modules():
         if not isinstance(m, torch.nn.Linear):
             continue
         routed = "forward" in m.__dict__ and getattr(m.forward, "__func__", None) is _routed_forward
-        want = enable and (m.out_features, m.in_features) in served
-        if want and not routed:
+        rows = served.get((m.out_features, m.in_features))
+        if rows is not None:  # (again where routed: the table may have grown)
+            m._cudal2_min_numel = rows * m.in_features
+        if rows is not None and not routed:
             m.forward = types.MethodType(_routed_forward, m)
             changed.append(name)
-        elif routed and not want:
-            del m.forward
+        elif routed and rows is None:
+            del m.forward, m._cudal2_min_numel
             changed.append(name)
     return changed
 

@@ -241,6 +241,38 @@ def test_route_linears_sends_only_layers_the_table_can_serve_through_the_op():
     assert cudal2.route_linears(model) == []  # nothing to serve: nothing routed
 
 
+def test_a_kernel_saving_less_than_the_ops_host_cost_leaves_the_call_to_torch(monkeypatch):
+    pytest.importorskip("triton")
+    small = GemmProblem(m=16, n=48, k=32, layout="NT")
+    saving_ms = ops.EAGER_MIN_SAVING_US / 2e3  # 1.5x faster, but half the op's host cost saved
+    ops.set_table(TunedTable([_entry(problem=small, ms=saving_ms, torch_ms=2 * saving_ms, gpu="")]))
+    assert ops.tuned_kernel(small, gpu="any") is None
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "NVIDIA H100 80GB HBM3")
+    assert ops._bind(("k",), small, (16, 48), torch.device("cpu")) is None
+    assert ops.untuned_problems() == []  # tuned: a win too small to use, not a shape to search again
+    monkeypatch.setattr(ops, "EAGER_MIN_SAVING_US", 0.0)  # a model run only inside CUDA graphs
+    ops.set_table(ops.tuned_table())
+    assert ops.tuned_kernel(small, gpu="any") is not None
+
+
+def test_a_routed_layer_sends_fewer_rows_than_any_served_kernel_straight_to_torch(monkeypatch):
+    model = torch.nn.Linear(64, 96, bias=False)
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=32, n=96, k=64, layout="NT"), gpu=""),
+                              _entry(problem=GemmProblem(m=8, n=96, k=64, layout="NT"), ms=0.3, gpu="")]))  # lost
+    assert cudal2.route_linears(model) == [""]
+    calls = []
+    monkeypatch.setattr(ops, "_run_linear", lambda *a: calls.append(a[0].shape) or torch.nn.functional.linear(*a))
+    x = torch.randn(2, 8, 64)  # 16 rows: fewer than the 32 of the one served entry
+    with torch.no_grad():  # (inference: with gradients the op's autograd path decides)
+        assert torch.equal(model(x), torch.nn.functional.linear(x, model.weight))
+        assert calls == []  # the op's Python never ran
+        model(torch.randn(4, 8, 64))  # 32 rows: the op decides
+    assert calls == [(4, 8, 64)]
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=8, n=96, k=64, layout="NT"), gpu="")]))
+    assert cudal2.route_linears(model) == [] and model._cudal2_min_numel == 8 * 64  # the gate follows the table
+    assert cudal2.route_linears(model, enable=False) == [""] and "_cudal2_min_numel" not in model.__dict__
+
+
 @pytest.mark.parametrize("content, says", [
     (None, "does not exist"), ("{not json", "not valid JSON"), ('{"format": "other"}', "not a cudal2 tuned table"),
     ('{"format": "cudal2.tuned_table", "version": 1, "entries": [{"spec": {}}]}', "malformed entry"),
@@ -282,7 +314,8 @@ def test_a_traced_graph_keeps_torch_where_the_kernel_saves_less_than_the_op_cost
 
     small, big = GemmProblem(m=16, n=256, k=128, layout="NT"), GemmProblem(m=32, n=256, k=128, layout="NT")
     saving_ms = ops.TRACED_MIN_SAVING_US / 1e3
-    ops.set_table(TunedTable([_entry(problem=small, ms=0.008, torch_ms=0.009, gpu=""),  # 1.125x, 1 us saved
+    between_ms = (ops.EAGER_MIN_SAVING_US + ops.TRACED_MIN_SAVING_US) / 2e3  # enough eager, not traced
+    ops.set_table(TunedTable([_entry(problem=small, ms=0.1, torch_ms=0.1 + between_ms, gpu=""),
                               _entry(problem=big, ms=0.1, torch_ms=0.1 + 2 * saving_ms, gpu="")]))
     monkeypatch.setattr(ops, "_visible_gpus", lambda: [("cuda", 0, "NVIDIA H100 80GB HBM3")])
     assert ops._op_entry(small, "NVIDIA H100 80GB HBM3") is not None  # eager serves both
