@@ -416,6 +416,15 @@ EXPERIMENTS: list[Experiment] = [
                "only the layers whose weight has a kernel in the table (k and v) through cudal2.linear, and a traced "
                "graph takes the op only where the kernel saves 25 us a call or more (`TRACED_MIN_SAVING_US`), so "
                "under torch.compile every GEMM here ran torch's."),
+    Experiment("The decoder layer tuned at 4096 and 1024 tokens, H100", "e2e_decoder_tune_large_h100_2026-11-26.json",
+               "e2e_decoder", "`benchmarks/e2e_decoder.py --tokens 4096,1024 --tune-tokens 4096,1024 --budget 3 "
+               "--max-tune-seconds 330` on the store above (its 1- and 16-token entries kept). Offline the search's "
+               "kernels beat torch on 4096x4096x4096 (1.038) and 4096x14336x4096 (1.019); timed again sustained, "
+               "none did, so the table served nothing here."),
+    Experiment("The decoder layer with the op's eager saving rule, H100", "e2e_decoder_gated_h100_2026-11-26.json",
+               "e2e_decoder", "`benchmarks/e2e_decoder.py --budget 0` on the store of the run above: a kernel is "
+               "used only where it saves `EAGER_MIN_SAVING_US` (10 us) a call, so the k/v kernels of 1 and 16 "
+               "tokens (about 1.2 us saved) are left to torch and route_linears routes no layer."),
     Experiment("The same decoder layer with Triton kernels launched by the op, H100",
                "e2e_decoder_with_triton_h100_2026-11-26.json", "e2e_decoder",
                "As above, before the op left Triton kernels to torch: tuned at budget 3 over both backends (learned "
