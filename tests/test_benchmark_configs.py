@@ -137,9 +137,10 @@ def test_peer_parity_names_each_refusal_with_the_backends_reason():
     from cudal2.ir import GemmProblem
 
     square, vector = GemmProblem(m=512, n=4096, k=1024, layout="NT"), GemmProblem(m=1, n=16384, k=3072, layout="NT")
-    assert refusals([square]) == {}
-    refused = refusals([square, vector])
+    assert refusals([square, vector]) == {}  # a one-row output takes swap_ab too
+    odd = GemmProblem(m=512, n=4100, k=1024, layout="NT")  # B's rows of 4100 halves: no TMA
+    refused = refusals([square, odd])
     assert len(refused) == 1  # one shape, one reason
     (where, configs), = refused.items()
-    assert where.startswith("1x16384x3072-float16-NT: swap_ab=True") and all("swapAB" in c for c in configs)
-    assert len(configs) == 22 and refused_lines(refused)[0].startswith("- refused on 1x16384x3072")
+    assert where.startswith("512x4100x1024-float16-NT: invalid problem") and len(configs) == 44
+    assert refused_lines(refused)[0].startswith("- refused on 512x4100x1024")

@@ -245,11 +245,11 @@ def test_swap_ab_violations_name_the_specs_own_fields():
 @pytest.mark.parametrize("pkw, skw, word", [
     (dict(m=512, n=128, k=8192), dict(decomposition="split_k", split_k=4, epilogue_path="registers"), "split_k"),
     (dict(m=4096, n=256, k=8192), dict(decomposition="stream_k"), "stream_k"),
-    (dict(m=72, n=1, k=64, layout="NT"), dict(epilogue_path="registers"), "vector"),
     # the DSL compiler aborts on a 192-row column-major TMA-store tile (an H100 search lost its run to it)
     (dict(m=8192, n=256, k=256), dict(block_n=192, num_warps=16), "aborts"),
 ])
 def test_swap_ab_refusals(pkw, skw, word):
+    # (a one-row or one-column D is no longer refused: test_unit_extent_compiles_to_2d_tma compiles it)
     ok = CuteDslBackend().supports(GemmProblem(**pkw), spec(swap_ab=True, **skw))
     assert not ok and "swap_ab=True" in ok.reason and word in ok.reason
     if word == "aborts":  # and the registers epilogue is the way round it
@@ -372,7 +372,8 @@ KEEP_PTX = textwrap.dedent("""
 
 @needs_dsl
 def test_unit_extent_compiles_to_2d_tma(tmp_path):
-    """The PTX for M=1 (registers and TMA-store epilogues) and N=1 has no 1-D TMA (see above)."""
+    """The PTX for M=1 (registers and TMA-store epilogues, unswapped and swapped, where the one-row D is
+    the kernel's one-column D^T) and N=1 has no 1-D TMA (see above)."""
     script = KEEP_PTX + textwrap.dedent("""
         import os
         from cudal2.codegen.cute_dsl import CuteDslBackend
@@ -380,17 +381,19 @@ def test_unit_extent_compiles_to_2d_tma(tmp_path):
         be = CuteDslBackend()
         base = dict(backend="cute_dsl", num_warps=12, load_path="tma", warp_specialization="cooperative",
                     persistent=True, block_m=128, block_n=128, block_k=64, stages=4)
-        for i, ((m, n, k, layout), path) in enumerate((((1, 8, 16, "NN"), "registers"), ((1, 8, 16, "NN"), "tma_store"),
-                                                       ((64, 1, 64, "NT"), "registers"))):
+        cases = (((1, 8, 16, "NN"), "registers", False), ((1, 8, 16, "NN"), "tma_store", False),
+                 ((64, 1, 64, "NT"), "registers", False), ((1, 1032, 64, "NT"), "tma_store", True),
+                 ((1, 1032, 64, "NT"), "registers", True))
+        for i, ((m, n, k, layout), path, swap) in enumerate(cases):
             p = GemmProblem(m=m, n=n, k=k, layout=layout)
-            be.compile(be.render(p, KernelSpec(**base, epilogue_path=path)))
+            be.compile(be.render(p, KernelSpec(**base, epilogue_path=path, swap_ab=swap)))
             keep_ptx(i)
     """)
     env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path),
            "CUDAL2_CACHE_DIR": str(tmp_path / "cache"), "CUDAL2_CUTE_DSL_DISK_CACHE": "0"}
     subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True, timeout=600)
     ptx = sorted(tmp_path.glob("kernel*.ptx"))
-    assert len(ptx) == 3
+    assert len(ptx) == 5
     for f in ptx:
         text = f.read_text()
         assert "cp.async.bulk.tensor.2d" in text and "cp.async.bulk.tensor.1d" not in text, f.name

@@ -55,7 +55,6 @@ def test_shape_generic_stream_k_is_refused():
     (64, 4100, 4096, dict(layout="NT"), ("multiples of 8", "n")),  # B column-major: its rows are K; D's are N
     (64, 4096, 4100, dict(layout="NT"), ("multiples of 8", "k")),
     (0, 4096, 4096, dict(layout="NT"), ("empty",)),
-    (1, 4096, 4096, dict(layout="NT", swap_ab=True, block_m=192), ("vector",)),
     (512, 512, 128, dict(decomposition="split_k", split_k=4, epilogue_path="registers"), ("k-tiles",)),
     (520, 504, 8192, dict(decomposition="split_k", split_k=4, epilogue_path="registers"), ("edge tiles",)),
 ])

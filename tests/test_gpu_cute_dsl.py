@@ -162,6 +162,16 @@ def test_swap_ab_tall_shapes(backend, m, n, k, layout):
     run_checked(backend.compile(backend.render(p, spec(block_m=96, swap_ab=True))), p, seed=m + n + k)
 
 
+@pytest.mark.parametrize("path", ["registers", "tma_store"])
+@pytest.mark.parametrize("shape_specialization", ["static", "dynamic"])
+def test_swap_ab_one_row(backend, path, shape_specialization):
+    # a one-row D is the swapped kernel's one-column D^T: a static kernel stores it through a TMA
+    # descriptor whose unit extent is made dynamic (a static 1 would be folded into a 1-D copy)
+    p = GemmProblem(m=1, n=1032, k=1048, layout="NT", epilogue=Epilogue(bias=True, beta=0.5))
+    s = spec(epilogue_path=path, swap_ab=True, shape_specialization=shape_specialization)
+    run_checked(backend.compile(backend.render(p, s)), p, seed=7)
+
+
 # ---- fused epilogue ---------------------------------------------------------------------------------------
 EPILOGUES = {  # (also used by the swap_ab tests above)
     "alpha-beta": Epilogue(alpha=0.5, beta=-0.75),

@@ -546,8 +546,7 @@ def default_consumer_registers(spec: KernelSpec) -> int:
 
 def _swap_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
     """What swap_ab does not cover (yet): the split-K and stream-K workspaces and the split-K
-    reduction index a row-major kernel output, and a vector D is not worth transposing
-    (the kernel's M=1 and N=1 TMA paths are written for a row-major D)."""
+    reduction index a row-major kernel output, and the DSL compiler's abort below."""
     if not spec.swap_ab:
         return []
     bad = []
@@ -561,10 +560,6 @@ def _swap_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
         bad.append(Violation("epilogue_path", "tma_store", "with swap_ab, three consumer warpgroups store a "
                              "column-major 192-row output tile, which the CuTe DSL compiler aborts on",
                              "use epilogue_path='registers', or num_warps=12 with swap_ab=True"))
-    if problem.m == 1 or problem.n == 1:
-        bad.append(Violation("swap_ab", True, f"a {problem.m}x{problem.n} output is a vector; the kernel's "
-                             "one-row and one-column TMA paths are written for the unswapped kernel",
-                             "use swap_ab=False for a matrix-vector product"))
     return bad
 
 

@@ -84,8 +84,11 @@ class Sm90Gemm:
         if cutlass.const_expr(cfg.tma_store):
             sD_layout = epi.staged_output_layout(cfg, d_layout)
             mD_store = mD
-            if cutlass.const_expr(not cfg.dynamic and m == 1):
-                mD_store = cute.make_tensor(d_ptr, cute.make_layout((cutlass.Int32(m), n, 1), stride=(n, 1, m * n)))
+            if cutlass.const_expr(not cfg.dynamic and (m == 1 or n == 1)):
+                # a unit extent made dynamic, as in _operands (with swap_ab a one-row D is a one-column D^T)
+                d_stride = (1, m, m * n) if cutlass.const_expr(cfg.swap_ab) else (n, 1, m * n)
+                mD_store = cute.make_tensor(d_ptr, cute.make_layout(
+                    (cutlass.Int32(m) if m == 1 else m, cutlass.Int32(n) if n == 1 else n, 1), stride=d_stride))
             tma_d, gD = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileS2GOp(), mD_store, cute.slice_(sD_layout, (None, None, 0)), cfg.epi_tile)
 

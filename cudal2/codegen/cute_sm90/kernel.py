@@ -162,8 +162,6 @@ def shape_refusal(cfg, m: int, n: int, k: int) -> str:
                 "multiples of 8 elements; use a kernel compiled for this shape or the registers epilogue")
     if max(km * kk, kn * kk, km * kn) > MAX_ELEMENTS:
         return f"an operand of over {MAX_ELEMENTS} elements (the kernel indexes with 32-bit extents)"
-    if cfg.swap_ab and (m == 1 or n == 1):
-        return "a vector output, which the swapped kernel does not cover; use swap_ab=False"
     if cfg.split:
         if -(-kk // cfg.tile_k) < cfg.split_k:
             return f"K={kk} has fewer than split_k={cfg.split_k} k-tiles of {cfg.tile_k}"
