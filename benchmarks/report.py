@@ -453,6 +453,17 @@ EXPERIMENTS: list[Experiment] = [
                "`benchmarks/peer_parity.py --shapes 16384x16384x3072 --sample 1 --budget 16 --max-seconds 180`: the "
                "validation shape where ours trailed most at quack's pick (0.931, above), after static kernels took "
                "the backend's grouped walk where the DSL's scheduler cut the raster group to 1."),
+    Experiment("Our CuTe DSL kernels against quack's on the ten validation shapes, with the grouped walk, H100 (1 of 2)",
+               "peer_parity_validation_walk_a_h100_2026-11-26.json", "peer_parity",
+               "`benchmarks/peer_parity.py --shapes 2048x16384x3072,128x8192x3584,16x9216x3072,4096x3584x18944,"
+               "7x16384x3072 --sample 5 --budget 16 --max-seconds 500`: the first five of the ten validation serving "
+               "shapes `--sample 10` draws, after static kernels took the grouped walk."),
+    Experiment("Our CuTe DSL kernels against quack's on the ten validation shapes, with the grouped walk, H100 (2 of 2)",
+               "peer_parity_validation_walk_b_h100_2026-11-26.json", "peer_parity",
+               "`benchmarks/peer_parity.py --shapes 512x6144x4096,16384x16384x3072,1000x32000x5120,1x16384x3072,"
+               "100x3072x3072 --sample 5 --budget 16 --max-seconds 500`: the other five, the same machine and code. "
+               "The 22 swap_ab refusals on 1x16384x3072 were lifted after this run (swap_ab on a one-row output, "
+               "`peer_config_variants_one_row_h100_2026-11-26.md`)."),
     Experiment("Our CuTe DSL kernels against quack's on validation serving shapes, H200",
                "peer_parity_validation_h200_2026-11-26.json", "peer_parity",
                "`benchmarks/peer_parity.py --sample 8 --budget 16 --max-seconds 360`: the first 5 validation serving "
