@@ -85,8 +85,8 @@ class KernelSpec(IRModel):
     # A dynamic kernel takes M, N and K at run time: compiled once, it serves every shape of its
     # dtype, layout and epilogue (what a sweep over many shapes and an op serving unseen shapes
     # want). A static one bakes the shape in. auto: the backend's choice, which is static for
-    # both backends today (Triton's dynamic kernels measured 3% slower on the H100; the CuTe DSL
-    # backend's are not yet measured on a GPU).
+    # both backends today (on the 48 probe shapes on an H100, Triton's dynamic kernels measured 3%
+    # slower, the CuTe DSL backend's 1.3%, and up to 6% on shapes of 2 to 3 us).
     shape_specialization: Literal["auto", "dynamic", "static"] = Field(
         "auto", description="dynamic: one kernel for every M, N, K; static: compiled for one shape")
 
