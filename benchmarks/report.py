@@ -389,8 +389,7 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("Our CuTe DSL kernels against quack's on two large shapes, with the grouped walk, H100",
                "peer_parity_named_walk_h100_2026-11-26.json", "peer_parity",
                "`benchmarks/peer_parity.py --shapes 5120x5120x5120,13824x5120x640 --sample 2 --budget 32 "
-               "--max-seconds 450`: as above, after static kernels took the grouped walk (both shapes' 40-tile "
-               "rasters have 20 clusters across, whose largest divisor up to 8 is 5). Our search reached 1.012x "
+               "--max-seconds 450`: as above, after static kernels took the grouped walk. Our search reached 1.012x "
                "torch on 5120x5120x5120 here, against 1.034x in the run above: the budget-32 search does not reach "
                "1.02 every time."),
     Experiment("The per-call cost of cudal2.linear and cudal2.matmul, H100", "op_overhead_h100_2026-11-26.json",
