@@ -296,7 +296,7 @@ def _cache_root() -> Path:
 
 class CuteDslBackend(Backend):
     name = "cute_dsl"
-    version = "3"  # 3: static kernels walk the spec's raster group where the DSL scheduler cannot
+    version = "4"  # 4: ping-pong skips the other warpgroup's stages in one step; 3: the grouped walk
     language = "python"
     capabilities = CAPABILITIES
     templates = {"sm90_ws": "gemm_sm90.py.j2"}

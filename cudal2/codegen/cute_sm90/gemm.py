@@ -377,9 +377,9 @@ class Sm90Gemm:
             if cutlass.const_expr(cfg.pingpong):
                 # warpgroup 1 starts one tile later: skip warpgroup 0's tile and its k-stages
                 sched.advance_to_next_work(advance_count=c.mwg)
-                for _skip in range(k_tiles * c.mwg):
-                    read.advance()
-                    release.advance()
+                # (one step of k_tiles stages: a loop of single steps ran k_tiles iterations per tile)
+                read.advance(k_tiles * c.mwg)
+                release.advance(k_tiles * c.mwg)
             work = sched.get_current_work()
             while work.is_valid_tile:
                 crd = work.tile_idx
@@ -395,9 +395,8 @@ class Sm90Gemm:
                     turn = turns.arrive(turn)
                     # the other warpgroup's next tile and its k-stages are not ours
                     sched.advance_to_next_work(advance_count=2)
-                    for _skip in range(k_tiles):
-                        read.advance()
-                        release.advance()
+                    read.advance(k_tiles)
+                    release.advance(k_tiles)
                 else:
                     sched.advance_to_next_work()
                 work = sched.get_current_work()
