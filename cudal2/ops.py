@@ -2,9 +2,9 @@
 
 Never slower: a tuned kernel is used only where the table records a measured speedup over
 torch.matmul above 1 on this GPU, and a saving of at least EAGER_MIN_SAVING_US a call (less, and the
-op's host time would cost a host-bound model more than the kernel saves). Everything else (CPU tensors, dtypes other than fp16/bf16,
-batched or strided operands, shapes never tuned, shapes the IR refuses, operands not 16-byte
-aligned) runs torch.matmul / torch.nn.functional.linear. Shapes called without a tuned kernel are
+op's host time would cost a host-bound model more than the kernel saves). Everything else (CPU
+tensors, dtypes other than fp16/bf16, batched or strided operands, shapes never tuned, shapes the IR
+refuses, operands not 16-byte aligned) runs torch.matmul / torch.nn.functional.linear. Shapes called without a tuned kernel are
 remembered (untuned_problems()); cudal2.tune_untuned() measures the learned model's pick for each and
 the table then serves those where it won.
 
@@ -13,14 +13,15 @@ lookup, compile or disk-cache load, workspace) and keeps it in a dict; every lat
 one dict access, an output allocation and the launch (TVM-FFI for CuTe DSL kernels: plain ints,
 about a microsecond). A call whose weight (matmul's b) has a shape no table entry serves, or fewer
 rows than any entry served for it, goes to torch after one dict lookup, its key built only on its
-first call; a layer route_linears routed does the row test itself, before any of the op's Python. The eager path calls no torch op of its
-own: a dispatcher round trip into Python costs more than the whole launch.
+first call; a layer route_linears routed does the row test itself, before any of the op's Python.
+The eager path calls no torch op of its own: a dispatcher round trip into Python costs more than the
+whole launch.
 
 torch.compile. The decision is made while tracing, where the shapes are known: a shape the table
 does not serve, or whose kernel saves less GPU time than the custom op costs the host inside a
 compiled graph (TRACED_MIN_SAVING_US), traces to plain F.linear / torch.matmul (inductor's own code,
-nothing of ours at run time); a served one to the custom op cudal2::linear / cudal2::matmul, registered with a fake
-implementation so the graph stays whole. Gradients go through an autograd.Function whose backward
+nothing of ours at run time); a served one to the custom op cudal2::linear / cudal2::matmul,
+registered with a fake implementation so the graph stays whole. Gradients go through an autograd.Function whose backward
 calls cudal2::matmul (so training shapes are served too), and CUDA-graph capture records the
 launches like any other kernel's (build launchers by calling once before capture).
 """

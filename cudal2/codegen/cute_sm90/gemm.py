@@ -85,10 +85,10 @@ class Sm90Gemm:
             sD_layout = epi.staged_output_layout(cfg, d_layout)
             mD_store = mD
             if cutlass.const_expr(not cfg.dynamic and (m == 1 or n == 1)):
-                # a unit extent made dynamic, as in _operands (with swap_ab a one-row D is a one-column D^T)
+                # (with swap_ab a one-row D is a one-column D^T)
                 d_stride = (1, m, m * n) if cutlass.const_expr(cfg.swap_ab) else (n, 1, m * n)
                 mD_store = cute.make_tensor(d_ptr, cute.make_layout(
-                    (cutlass.Int32(m) if m == 1 else m, cutlass.Int32(n) if n == 1 else n, 1), stride=d_stride))
+                    (self._tma_extent(m), self._tma_extent(n), 1), stride=d_stride))
             tma_d, gD = cpasync.make_tiled_tma_atom(
                 cpasync.CopyBulkTensorTileS2GOp(), mD_store, cute.slice_(sD_layout, (None, None, 0)), cfg.epi_tile)
 
@@ -121,15 +121,18 @@ class Sm90Gemm:
             epi.SplitKReduction(cfg).kernel(mWf, mCf, mDf, mBias).launch(
                 grid=[blocks, 1, 1], block=[RED_THREADS, 1, 1], stream=stream)
 
+    def _tma_extent(self, extent):
+        """An extent of a TMA'd tensor: a static 1 made dynamic (an Int32 holding 1; see _operands)."""
+        return cutlass.Int32(extent) if not self.cfg.dynamic and extent == 1 else extent
+
     def _operands(self, a_ptr, b_ptr, c_ptr, d_ptr, bias_ptr, m, n, k):
         """The (M, K, L) A, (N, K, L) B, (M, N, L) C and D views and the bias. The unit batch mode L gets
         the stride a packed batch would have (TMA wants 16-byte multiples). A static extent of 1 in a
         TMA'd tensor's tiled mode would be folded out of the copy's coordinates while the descriptor
         keeps its 2-D box (a 1-D cp.async.bulk.tensor against a 2-D tensor map: "illegal instruction"
-        on an H100 for M=1), so such an extent is made dynamic (an Int32 holding 1)."""
+        on an H100 for M=1), so such an extent is made dynamic (_tma_extent)."""
         cfg = self.cfg
-        m_tma = cutlass.Int32(m) if not cfg.dynamic and m == 1 else m
-        n_tma = cutlass.Int32(n) if not cfg.dynamic and n == 1 else n
+        m_tma, n_tma = self._tma_extent(m), self._tma_extent(n)
         if cutlass.const_expr(cfg.a_row_major):
             mA = cute.make_tensor(a_ptr, cute.make_layout((m_tma, k, 1), stride=(k, 1, m * k)))
         else:
