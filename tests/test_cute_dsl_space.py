@@ -46,6 +46,22 @@ def test_shape_generic_split_k_is_compiled_per_variant():
     assert b.variant_key(whole, spec(**DYN)) == ""  # data-parallel: one binary for the class
 
 
+def test_split_k_overhanging_cluster_takes_the_predicated_variant():
+    # a cluster of two CTAs across a single column (or row) of tiles: one CTA holds a tile wholly
+    # outside the output, whose partial must not leave unpredicated (it wrote past the workspace on
+    # the H100 and overwrote other buffers)
+    s = spec(decomposition="split_k", split_k=4, epilogue_path="registers", **DYN)
+    assert not gemm_config(GemmProblem(m=4096, n=128, k=4096), s.replace(cluster_n=2)).whole_tiles
+    assert not gemm_config(GemmProblem(m=128, n=4096, k=4096), s.replace(cluster_m=2)).whole_tiles
+    assert not gemm_config(GemmProblem(m=384, n=4096, k=4096), s.replace(cluster_m=2)).whole_tiles  # 3 rows
+    assert gemm_config(GemmProblem(m=256, n=4096, k=4096), s.replace(cluster_m=2)).whole_tiles
+    from cudal2.codegen.cute_sm90.kernel import shape_refusal
+
+    cfg = gemm_config(GemmProblem(m=256, n=4096, k=4096), s.replace(cluster_m=2))
+    assert "overhanging cluster" in shape_refusal(cfg, 128, 4096, 4096)
+    assert shape_refusal(cfg, 512, 4096, 4096) == ""
+
+
 def test_shape_generic_stream_k_is_refused():
     ok = CuteDslBackend().supports(GemmProblem(m=256, n=4096, k=4096), spec(decomposition="stream_k", **DYN))
     assert not ok and "one shape" in ok.reason and "static" in ok.reason

@@ -229,7 +229,13 @@ SPLIT_CASES = {
     # 2048x128 outputs do too; those with edge tiles keep the predicated element stores)
     "512x512x2048-NN-s4-64x128-c2x1": ((512, 512, 2048, "NN"), Epilogue(),
                                        dict(split_k=4, block_m=64, num_warps=8, stages=8, cluster_m=2)),
+    # clusters that overhang the output: one CTA of each holds a tile wholly outside it (these were
+    # wrong, shape-generic, in the H100 sweep before such tiles took the predicated stores)
+    "4096x128x256-NN-s4-c1x2-overhang": ((4096, 128, 256, "NN"), Epilogue(), dict(split_k=4, cluster_n=2)),
+    "64x2048x2048-NN-s4-64x64-c2x1-overhang": ((64, 2048, 2048, "NN"), Epilogue(),
+                                               dict(split_k=4, block_m=64, block_n=64, num_warps=8, cluster_m=2)),
 }
+OVERHANG_CASES = [name for name in SPLIT_CASES if name.endswith("overhang")]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -239,6 +245,14 @@ def test_split_k(backend, name, dtype):
     p = GemmProblem(m=m, n=n, k=k, layout=layout, dtype=dtype, epilogue=epi)
     s = spec(decomposition="split_k", epilogue_path="registers", **kw)
     assert backend.supports(p, s), backend.supports(p, s).reason
+    run_checked(backend.compile(backend.render(p, s)), p, seed=m + n + k)
+
+
+@pytest.mark.parametrize("name", OVERHANG_CASES)
+def test_shape_generic_split_k_with_an_overhanging_cluster(backend, name):
+    (m, n, k, layout), epi, kw = SPLIT_CASES[name]
+    p = GemmProblem(m=m, n=n, k=k, layout=layout, epilogue=epi)
+    s = spec(decomposition="split_k", epilogue_path="registers", shape_specialization="dynamic", **kw)
     run_checked(backend.compile(backend.render(p, s)), p, seed=m + n + k)
 
 

@@ -50,7 +50,7 @@ from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, 
 from ..ir.hardware import TILE_WIDTHS
 from ..ir.spec import stage_bytes
 from .base import Backend, Source, Support
-from .cute_sm90.config import GemmConfig, epilogue_piece_width
+from .cute_sm90.config import GemmConfig, epilogue_piece_width, whole_tiles
 from .cute_sm90.kernel import MAX_WORKSPACE_BYTES, CuteDslKernel
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
@@ -230,8 +230,9 @@ def split_k_variant(kproblem: GemmProblem, kspec: KernelSpec) -> dict[str, Any]:
     return {
         # the reduction: 4 outputs per thread once that still leaves two waves of blocks
         "red_vec": 4 if split and kproblem.m * kproblem.n >= 2 * sm_count * 256 * 4 else 1,
-        # partials leave unpredicated, adjacent columns together, when no tile crosses an edge
-        "whole_tiles": split and kproblem.m % kspec.block_m == 0 and kproblem.n % kspec.block_n == 0,
+        # partials leave unpredicated, adjacent columns together, when every CTA's tile is inside
+        "whole_tiles": split and whole_tiles(kproblem.m, kproblem.n, kspec.block_m, kspec.block_n,
+                                             kspec.cluster_m, kspec.cluster_n),
     }
 
 

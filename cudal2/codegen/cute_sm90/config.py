@@ -25,6 +25,15 @@ def epilogue_piece_width(tile_n: int) -> int:
     return 32 if tile_n % 32 == 0 else min(16, tile_n)
 
 
+def whole_tiles(m: int, n: int, tile_m: int, tile_n: int, cluster_m: int, cluster_n: int) -> bool:
+    """Whether every CTA's tile lies inside an m x n output: no tile crosses an edge, and no cluster
+    reaches past one. A CTA of an overhanging cluster (cluster 1x2 over a single column of tiles)
+    holds a tile wholly outside, so split-K partials stored unpredicated would land outside the
+    workspace (measured on the H100: wrong results, and other buffers overwritten)."""
+    return (m % tile_m == 0 and n % tile_n == 0
+            and (m // tile_m) % cluster_m == 0 and (n // tile_n) % cluster_n == 0)
+
+
 @dataclass(frozen=True)
 class GemmConfig:
     # ---- the problem, in the kernel's view -------------------------------------------------------

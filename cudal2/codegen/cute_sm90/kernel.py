@@ -15,6 +15,7 @@ from typing import Any
 
 from ..base import Source
 from ..operands import call_extents, device_errors, operand_errors, operand_strides, torch_dtype
+from .config import whole_tiles
 
 # fp32 (split_k, M, N): also keeps every flat index within int32
 MAX_WORKSPACE_BYTES = 1 << 30
@@ -167,7 +168,8 @@ def shape_refusal(cfg, m: int, n: int, k: int) -> str:
             return f"K={kk} has fewer than split_k={cfg.split_k} k-tiles of {cfg.tile_k}"
         if 4 * cfg.split_k * km * kn > MAX_WORKSPACE_BYTES:
             return f"the split-K workspace would pass {MAX_WORKSPACE_BYTES >> 20} MiB"
-        if cfg.whole_tiles and (km % cfg.tile_m or kn % cfg.tile_n):
-            return (f"this variant stores whole {cfg.tile_m}x{cfg.tile_n} partial tiles and {km}x{kn} has "
-                    "edge tiles; compile the variant for this shape")
+        if cfg.whole_tiles and not whole_tiles(km, kn, cfg.tile_m, cfg.tile_n, cfg.cluster_m, cfg.cluster_n):
+            return (f"this variant stores whole {cfg.tile_m}x{cfg.tile_n} partial tiles in clusters of "
+                    f"{cfg.cluster_m}x{cfg.cluster_n}, and {km}x{kn} has edge tiles or an overhanging "
+                    "cluster; compile the variant for this shape")
     return ""
