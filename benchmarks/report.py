@@ -15,6 +15,7 @@ import argparse
 import csv
 import gzip
 import io
+import itertools
 import json
 import math
 import re
@@ -225,8 +226,10 @@ def read_compare(path: Path) -> tuple[str, list[str], str]:
     """`cudal2 compare`'s report (.md beside its .json): the summary table and the wins."""
     text = path.with_suffix(".md").read_text().splitlines()
     env = next((ln for ln in text if ln.startswith("GPU:")), "GPU not recorded")
-    table = [ln for ln in text if ln.startswith("| ") and ln.count("|") == 7 or ln == "|---|---|---|---|---|---|"]
-    rows = [ln.strip("|").split("|") for ln in table if ln.startswith("| ") and not ln.startswith("| proposer")]
+    # the summary table: from its header to the first line that is not a table row
+    start = next(i for i, ln in enumerate(text) if ln.startswith("| proposer | budget | shapes"))
+    table = list(itertools.takewhile(lambda ln: ln.startswith("|"), text[start:]))
+    rows = [ln.strip("|").split("|") for ln in table[2:]]
     head = "; ".join(f"{r[0].strip()} b{r[1].strip()} {float(r[3]):.3f}x" for r in rows if r[1].strip() != "1")
     return f"geomean vs torch.matmul at equal budget: {head}", table, env
 
@@ -370,18 +373,38 @@ EXPERIMENTS: list[Experiment] = [
                "of its own, leaders confirmed. The learned proposer's model here was trained on 92 train shapes of "
                "at most 64 GFLOP (8913 pairs)."),
     Experiment("The learned proposer, trained with larger shapes too", "compare_validation_learned_h100_2026-11-25.json",
-               "compare", "The learned arm of the run above again, on the same 8 shapes, with the model shipped in "
+               "compare", "The learned arm of the run above again, on the same 8 shapes, with the model then shipped in "
                "cudal2/data/models/sm_90a.json: trained on 102 train shapes up to 1160 GFLOP (9842 pairs; "
                "`CUDAL2_COST_MODEL` named it). Its best known is its own best, not the run above's."),
-    Experiment("The shipped learned proposer against rules, one run", "compare_validation_learned_rules_h100_2026-11-25.json",
+    Experiment("The learned proposer (Triton-trained model) against rules, one run", "compare_validation_learned_rules_h100_2026-11-25.json",
                "compare", "`cudal2 compare serving:validation grid:validation --sample 4 --proposers learned,rules "
-               "--budget 16`: the same 8 validation shapes, the shipped model, both arms in one run."),
+               "--budget 16`: the same 8 validation shapes, the model then shipped (Triton only), both arms in one run."),
     Experiment("Proposers at equal budget on more validation shapes (4)", "compare_validation_more4_h100_2026-11-26.json",
                "compare", "`cudal2 compare` with learned, rules and random at budgets 1 and 16, Triton backend, the "
-               "shipped model, on the validation shapes drawn 5th and 6th from each set (the runs above took the "
+               "model then shipped (Triton only), on the validation shapes drawn 5th and 6th from each set (the runs above took the "
                "first four of each)."),
     Experiment("Proposers at equal budget on more validation shapes (6)", "compare_validation_more6_h100_2026-11-26.json",
                "compare", "As above, on the shapes drawn 7th to 9th from each set."),
+    Experiment("CuTe DSL catalog sweep, train and validation shapes, H100", "sweep_cute_dsl_h100_2026-11-26.csv.gz",
+               "sweep", "`cudal2 sweep all:train --sample 64 --specs 96 --backend cute_dsl` and `cudal2 sweep "
+               "all:validation --sample 24 --specs 96 --backend cute_dsl` into one store, then `cudal2 dataset export`: "
+               "96 shape-generic CuTe DSL catalog specs on 88 shapes, brief timing. Measured before split-K kernels "
+               "of an overhanging cluster took predicated stores: 23 of their pairs are wrong, and 2 correct kernels "
+               "on 64x32064x3072 are marked wrong because one of them wrote into their guards."),
+    Experiment("Proposers at equal budget, both Hopper backends, validation shapes (5 + 5)",
+               "compare_both_a_h100_2026-11-26.json", "compare",
+               "`cudal2 compare` over triton and cute_dsl with the model trained on both backends' sweeps "
+               "(`cudal2/data/models/sm_90a.json`), the learned proposer ranking the catalog alone; the random arm "
+               "ran out of time at budget 16. The ten validation shapes of the Triton-only runs above. "
+               "`.carry/sweep/cute_sweep.csv.gz` in the command is the sweep above."),
+    Experiment("As above, the other five shapes", "compare_both_b_h100_2026-11-26.json", "compare",
+               "The same run's second call (learned and rules only)."),
+    Experiment("Proposers at equal budget, the rules filling half of the learned proposer's batches (5 + 5)",
+               "compare_hedged_a_h100_2026-11-26.json", "compare",
+               "As above, after the change that gives the rules half of each learned batch after the first pick "
+               "(kernels beyond the catalog: specialized to the shape, narrower tiles, deeper split-K)."),
+    Experiment("As above, the other five shapes", "compare_hedged_b_h100_2026-11-26.json", "compare",
+               "The same run's second call."),
     Experiment("Our CuTe DSL kernels against quack's on two large shapes, H100", "peer_parity_named_h100_2026-11-26.json",
                "peer_parity", "`benchmarks/peer_parity.py --shapes 5120x5120x5120,13824x5120x640 --budget 32`: quack's "
                "autotuner (44 sm90 configs) and `cudal2.search` over cute_dsl at budget 32 on each shape (layout NT); "

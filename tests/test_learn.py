@@ -141,7 +141,8 @@ def test_learned_proposals_are_valid_distinct_and_learn_from_history(model, tmp_
     from cudal2.search.proposers import get_proposer
 
     model.save(tmp_path / "m.json")
-    prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json")
+    prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json",
+                        beyond_catalog=False)
     problem = GemmProblem(m=300, n=4096, k=1000, layout="NT")
     first = prop.propose(problem, [], 6)
     assert len(first) == 6 and len({p.spec.key() for p in first}) == 6
@@ -158,6 +159,18 @@ def test_learned_proposals_are_valid_distinct_and_learn_from_history(model, tmp_
     assert "after 6 measured" in later[0].reasoning
 
 
+def test_the_rules_fill_half_a_batch_beyond_the_catalog(model, tmp_path):
+    from cudal2.search.proposers import get_proposer
+
+    model.save(tmp_path / "m.json")
+    prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json")
+    problem = GemmProblem(m=128, n=128, k=8192)
+    assert [p.source for p in prop.propose(problem, [], 1)] == ["learned"]  # the first pick is the model's
+    batch = prop.propose(problem, [], 6)
+    assert [p.source for p in batch].count("rules") == 3 and len({p.spec.key() for p in batch}) == 6
+    assert batch[0].spec == prop.ranked(problem, 1)[0][0]
+
+
 def test_the_search_asks_an_adaptive_proposer_after_every_batch(model, tmp_path):
     from cudal2.search.loop import run_search
     from cudal2.search.proposers import get_proposer
@@ -165,7 +178,8 @@ def test_the_search_asks_an_adaptive_proposer_after_every_batch(model, tmp_path)
     from cudal2.search.store import Store
 
     model.save(tmp_path / "m.json")
-    prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json")
+    prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json",
+                        beyond_catalog=False)
     calls = []
     real = prop.propose
     prop.propose = lambda problem, history, n: (calls.append((len(history), n)), real(problem, history, n))[1]
@@ -195,14 +209,24 @@ def test_auto_is_learned_where_a_model_exists_and_rules_elsewhere(monkeypatch, t
     assert default_proposer("sm_80") == "learned"
 
 
-def test_a_backend_without_a_catalog_gets_the_rules_proposals():
+def test_a_backend_the_model_never_saw_gets_the_rules_proposals(model, tmp_path):
     from cudal2.search.proposers import get_proposer
 
+    model.save(tmp_path / "m.json")  # trained on Triton measurements alone
     problem = GemmProblem(m=4096, n=4096, k=4096)
-    both = get_proposer("learned", backends=("triton", "cute_dsl"), arch="sm_90a").propose(problem, [], 6)
+    both = get_proposer("learned", backends=("triton", "cute_dsl"), arch="sm_90a", model=tmp_path / "m.json",
+                        beyond_catalog=False).propose(problem, [], 6)
     assert [(p.source, p.spec.backend) for p in both] == [("learned", "triton")] * 3 + [("rules", "cute_dsl")] * 3
-    alone = get_proposer("learned", backends=("cute_dsl",), arch="sm_90a").propose(problem, [], 2)
+    alone = get_proposer("learned", backends=("cute_dsl",), arch="sm_90a", model=tmp_path / "m.json").propose(
+        problem, [], 2)
     assert [p.source for p in alone] == ["rules", "rules"]
+
+
+def test_the_shipped_model_ranks_both_hopper_backends():
+    from cudal2.search.proposers.learned import LearnedProposer, load_model, trained_backends
+
+    assert trained_backends(load_model(arch="sm_90a")) >= {"triton", "cute_dsl"}
+    assert LearnedProposer(backends=("triton", "cute_dsl"), arch="sm_90a").charted == ("triton", "cute_dsl")
 
 
 def test_the_trainer_learns_from_each_update(split):

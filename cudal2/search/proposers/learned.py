@@ -6,9 +6,11 @@ bandit over its predictions picks each batch from what the search has measured s
 - Every later call sees the search's history: measured speeds correct the model's predictions for
   the specs it treats alike (cudal2/learn/bandit.py), and the next batch goes by upper confidence.
 - Candidates are the shape-generic specs of cudal2/search/catalog.py for each backend that has a
-  catalog, less those the problem or the backend refuses. A backend without a catalog (the model
-  has never seen its kernels) gets the rules proposer's specs, half of each batch where both kinds
-  of backend are searched.
+  catalog, less those the problem or the backend refuses.
+- The rules proposer fills the other half of each batch after the first pick: the kernels of a
+  backend the model has never seen, and kernels beyond the catalog (specialized to the shape,
+  narrower tiles, deeper split-K) for the backends it ranks. beyond_catalog=False leaves the
+  ranked backends to the model alone.
 
 The model is the one shipped for the arch (cudal2/data/models/), or a file from `cudal2 train`
 (passed as model=, or named by $CUDAL2_COST_MODEL).
@@ -67,7 +69,8 @@ class LearnedProposer:
     adaptive = True  # ask again after every batch: each batch learns from the ones before
 
     def __init__(self, backends: Sequence[str] = ("triton",), arch: str = "sm_90a", *, model=None,
-                 beta: float | None = None, seed: int = 0, device: DeviceProfile | None = None):
+                 beta: float | None = None, seed: int = 0, device: DeviceProfile | None = None,
+                 beyond_catalog: bool = True):
         from ...learn import bandit
 
         if isinstance(backends, str):
@@ -82,8 +85,12 @@ class LearnedProposer:
         self._cache: dict[str, tuple[list[KernelSpec], np.ndarray, np.ndarray]] = {}
         from .rules import RulesProposer
 
-        uncharted = [b for b in self.backends if b not in self.charted]
-        self.rules = RulesProposer(uncharted, arch, device=self.device) if uncharted else None
+        # The rules fill half of each batch after the first pick: for a backend the model never saw,
+        # all of its specs; for one it ranks, the kernels beyond the catalog it was trained on
+        # (specialized to the shape, narrower tiles, deeper split-K), which it cannot rank. Without
+        # them the search never reached the small shapes' winners (docs/learning.md, "Scope").
+        ruled = list(self.backends) if beyond_catalog else [b for b in self.backends if b not in self.charted]
+        self.rules = RulesProposer(ruled, arch, device=self.device) if ruled else None
 
     @property
     def charted(self) -> tuple[str, ...]:
