@@ -415,6 +415,11 @@ EXPERIMENTS: list[Experiment] = [
                "--max-seconds 450`: as above, after static kernels took the grouped walk. Our search reached 1.012x "
                "torch on 5120x5120x5120 here, against 1.034x in the run above: the budget-32 search does not reach "
                "1.02 every time."),
+    Experiment("Our CuTe DSL kernels against quack's on two large shapes, learned proposer over both sweeps, H100",
+               "peer_parity_named_learned_h100_2026-11-26.json", "peer_parity",
+               "`benchmarks/peer_parity.py --shapes 5120x5120x5120,13824x5120x640 --sample 2 --budget 32 --max-seconds "
+               "360`: as above, the search's proposer (auto: learned) now ranking CuTe DSL kernels with the model "
+               "trained on both backends' sweeps, the rules filling half of each batch. Neither shape is in a sweep."),
     Experiment("The per-call cost of cudal2.linear and cudal2.matmul, H100", "op_overhead_h100_2026-11-26.json",
                "op_overhead", "`benchmarks/op_overhead.py --budget 4` on three NT shapes searched over cute_dsl: host "
                "and wall time per call, 7 rounds of 200 back-to-back calls, eager and torch.compile, against torch's."),
