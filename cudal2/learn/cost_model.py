@@ -65,21 +65,27 @@ class TreeModel:
 
     # --- scoring ---------------------------------------------------------------------------------
     def leaves(self, x: np.ndarray) -> np.ndarray:
-        """(rows, trees) leaf node reached by each row in each tree."""
-        node = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
-        rows = np.arange(x.shape[0])[:, None]
-        for _ in range(self.depth + 1):
-            f = self.feature[node]
-            inner = f >= 0
-            if not inner.any():
-                break
-            xv = x[rows, np.where(inner, f, 0)]
-            go_left = xv <= self.threshold[node]
-            node = np.where(inner, np.where(go_left, self.left[node], self.right[node]), node)
-        return node
+        """(rows, trees) leaf node reached by each row in each tree. The (row, tree) pairs still at an
+        inner node step down together, and only those: trees of very different depths (leaf-wise
+        growth) then cost what their paths cost, not the deepest tree's depth for every pair."""
+        n, trees = x.shape[0], self.roots.size
+        node = np.tile(self.roots, n)  # flat: row-major (row, tree)
+        row = np.repeat(np.arange(n), trees)
+        active = np.flatnonzero(self.feature[node] >= 0)
+        while active.size:
+            at = node[active]
+            go_left = x[row[active], self.feature[at]] <= self.threshold[at]
+            node[active] = at = np.where(go_left, self.left[at], self.right[at])
+            active = active[self.feature[at] >= 0]
+        return node.reshape(n, trees)
 
     def predict_rows(self, x: np.ndarray) -> np.ndarray:
-        return self.base + self.value[self.leaves(x)].sum(axis=1)
+        return self.predict_with_leaves(x)[0]
+
+    def predict_with_leaves(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(predictions, leaves) from one walk down the trees."""
+        leaves = self.leaves(x)
+        return self.base + self.value[leaves].sum(axis=1), leaves
 
     def predict(self, problem: GemmProblem, specs: Sequence[KernelSpec],
                 device: DeviceProfile | None = None) -> np.ndarray:

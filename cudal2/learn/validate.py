@@ -61,7 +61,7 @@ def replay(model, group: Sequence[Sample], budget: int, *, batch: int = 4, prior
     from .features import matrix
 
     x = matrix(group[0].problem, [s.spec for s in group], model.device)
-    mu, leaves = model.predict_rows(x), model.leaves(x)
+    mu, leaves = model.predict_with_leaves(x)
     y = np.array([s.log_speedup for s in group])
     sd = prior_sd if prior_sd is not None else float(model.info.get("residual_sd", 0.3))
     measured: list[int] = []

@@ -123,7 +123,7 @@ class LearnedProposer:
                     if be.supports(problem, spec):
                         specs.append(spec)
             x = matrix(problem, specs, self.device)
-            self._cache = {key: (specs, self.model.predict_rows(x), self.model.leaves(x))}
+            self._cache = {key: (specs, *self.model.predict_with_leaves(x))}
         return self._cache[key]
 
     def ranked(self, problem: GemmProblem, n: int = 1) -> list[tuple[KernelSpec, float]]:
