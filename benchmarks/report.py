@@ -391,6 +391,11 @@ EXPERIMENTS: list[Experiment] = [
                "96 shape-generic CuTe DSL catalog specs on 88 shapes, brief timing. Measured before split-K kernels "
                "of an overhanging cluster took predicated stores: 23 of their pairs are wrong, and 2 correct kernels "
                "on 64x32064x3072 are marked wrong because one of them wrote into their guards."),
+    Experiment("The cost model over both backends' sweeps, validation shapes, offline",
+               "learned_offline_both_h100_2026-11-26.json", "learned_offline",
+               "`benchmarks/learned_offline.py` with the Triton train sweep and the CuTe DSL sweep as training data "
+               "(the latter's validation shapes held back by the split), scored on every validation shape of the "
+               "sweeps, over the specs each measured there; the shipped model's data."),
     Experiment("Proposers at equal budget, both Hopper backends, validation shapes (5 + 5)",
                "compare_both_a_h100_2026-11-26.json", "compare",
                "`cudal2 compare` over triton and cute_dsl with the model trained on both backends' sweeps "
