@@ -120,6 +120,8 @@ def read_retime_against(path: Path, against: Path) -> tuple[str, list[str], str]
 
 def read_peer_parity(path: Path) -> tuple[str, list[str], str]:
     """benchmarks/peer_parity.py: our CuTe DSL kernel against quack's, config for config."""
+    if str(ROOT / "benchmarks") not in sys.path:  # imported as a module (the tests), not run as a script
+        sys.path.insert(0, str(ROOT / "benchmarks"))
     from peer_parity import refused_lines  # benchmarks/, beside this file
 
     d = json.loads(path.read_text())
