@@ -83,6 +83,7 @@ class LearnedProposer:
         # the features see the GPU the kernels will run on (the model was trained on model.device)
         self.device = device or DeviceProfile.live(arch)
         self._cache: dict[str, tuple[list[KernelSpec], np.ndarray, np.ndarray]] = {}
+        self._index: dict[str, int] = {}  # kernel key -> position among the cached candidates
         from .rules import RulesProposer
 
         # The rules fill half of each batch after the first pick: for a backend the model never saw,
@@ -124,6 +125,7 @@ class LearnedProposer:
                         specs.append(spec)
             x = matrix(problem, specs, self.device)
             self._cache = {key: (specs, *self.model.predict_with_leaves(x))}
+            self._index = {_kernel_key(s): i for i, s in enumerate(specs)}
         return self._cache[key]
 
     def ranked(self, problem: GemmProblem, n: int = 1) -> list[tuple[KernelSpec, float]]:
@@ -148,7 +150,7 @@ class LearnedProposer:
         specs, mu, leaves = self.candidates(problem)
         if not specs or n < 1:
             return []
-        index = {_kernel_key(s): i for i, s in enumerate(specs)}
+        index = self._index  # of the problem's candidates, built with them
         measured, y, tried = [], [], set()
         for r in history:
             i = index.get(_kernel_key(r.spec))

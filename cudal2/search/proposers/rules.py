@@ -22,7 +22,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from ...bench.results import CandidateResult
@@ -134,6 +134,9 @@ class RulesProposer:
         self.refused_backends = refused
         # why candidates were dropped at validation in the last propose() (for debugging)
         self.dropped: list[tuple[dict, str]] = []
+        # Each problem's candidates, enumerated once: an adaptive search asks for proposals again
+        # and again for the same problem, and the enumeration is most of a proposal's cost.
+        self._enumerated: dict[tuple, list[_Candidate]] = {}
 
     def __repr__(self) -> str:
         return f"RulesProposer(backends={self.backends}, arch={self.arch!r})"
@@ -155,10 +158,11 @@ class RulesProposer:
             pool: list[_Candidate] = []
             for backend in self.backends:
                 pool.extend(self._candidates(problem, backend, widen))
-            for c in pool:  # configurations that already failed here are unlikely to work now
-                if broken[c.family]:
-                    c.time_us *= 1.5 ** broken[c.family]
-                    c.notes.append(f"{broken[c.family]} similar spec(s) failed before")
+            # configurations that already failed here are unlikely to work now (copies: the
+            # enumeration is kept for the next call)
+            pool = [replace(c, time_us=c.time_us * 1.5 ** broken[c.family],
+                            notes=[*c.notes, f"{broken[c.family]} similar spec(s) failed before"])
+                    if broken[c.family] else c for c in pool]
             pool = _best_per_tile(pool, KEEP_PER_TILE if widen != EXHAUSTIVE else len(pool))
             while len(out) < n and pool:
                 # Several backends take turns (the one with fewest picks goes next): each model
@@ -193,6 +197,16 @@ class RulesProposer:
 
     # ---- candidate generation -------------------------------------------------------------------
     def _candidates(self, problem: GemmProblem, backend: str, widen: int) -> list[_Candidate]:
+        """Every candidate of one backend for problem, enumerated once per problem; callers do not
+        mutate them."""
+        key = (problem.key(), backend, widen)
+        if key not in self._enumerated:
+            if len(self._enumerated) >= 64:  # a proposer kept for many problems stays small
+                self._enumerated.clear()
+            self._enumerated[key] = self._enumerate(problem, backend, widen)
+        return self._enumerated[key]
+
+    def _enumerate(self, problem: GemmProblem, backend: str, widen: int) -> list[_Candidate]:
         from ...codegen import get_backend
 
         caps = get_backend(backend).capabilities
