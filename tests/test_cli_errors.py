@@ -38,7 +38,7 @@ def _one_error_line(result, exit_code: int = 2) -> str:
     return errors[0]
 
 
-# The nine bad inputs of the command line, each: arguments and what its error line must name.
+# The bad inputs of the command line, each: arguments and what its error line must name.
 BAD_INPUTS = {
     "unknown --mode": (["search", "512x512x512", "--mode", "nosuch", *RECORDED],
                        ["'--mode'", "'nosuch'", "'offline'", "'server'", "'sustained'"]),
@@ -56,6 +56,8 @@ BAD_INPUTS = {
     "sweep of an unknown set": (["sweep", "gird", *RECORDED], ["gird", "not a shape set"]),
     "sweep with a bad spec count": (["sweep", "grid", "--specs", "many", *RECORDED], ["--specs", "'all' or a number"]),
     "show of a non-database": (["show", "--store", "{notdb}"], ["{notdb}", "not an SQLite database"]),
+    "store whose studies file is corrupt": (["search", "512x512x512", "--store", "{badjournal}", *RECORDED],
+                                            ["{badjournal}.optuna-journal", "cannot be read", "move it aside"]),
     "train with nothing to read": (["train"], ["--store URL", "--data FILE"]),
     "train on a file that is no export": (["train", "--data", "{notdb}"], ["no measured pair", "cudal2 sweep"]),
     "compare with a bad budget list": (["compare", "512x512x512", "--budget", "16,lots", *RECORDED],
@@ -66,7 +68,9 @@ BAD_INPUTS = {
 @pytest.mark.parametrize("case", list(BAD_INPUTS))
 def test_each_bad_input_is_one_error_line_and_exit_2(case, tmp_path, not_a_database):
     args, names = BAD_INPUTS[case]
-    fill = {"notdb": str(not_a_database), "tmp": str(tmp_path)}
+    fill = {"notdb": str(not_a_database), "tmp": str(tmp_path), "badjournal": str(tmp_path / "j.db")}
+    Store(tmp_path / "j.db").engine.dispose()  # an SQLite store ...
+    (tmp_path / "j.db.optuna-journal").write_text("not a journal\n{}\n")  # ... whose studies file is garbage
     line = _one_error_line(runner.invoke(app, [a.format(**fill) for a in args]))
     for name in names:
         assert name.format(**fill) in line, line

@@ -7,7 +7,6 @@ user:pass given in the base URL, reach the output, the store or any file under H
 from __future__ import annotations
 
 import base64
-import json
 import os
 import re
 import socket
@@ -18,6 +17,8 @@ from pathlib import Path
 
 import pytest
 from test_proposer_llm import Replay, recorded
+
+from cudal2.search.store import Store
 
 KEY = "sk-sentinel-5d8e2a7c91b34f06"
 USER, PASSWORD = "sentinel-user-31c7", "sentinel-pass-a04f"
@@ -113,9 +114,7 @@ def test_an_endpoint_fault_warns_falls_back_and_spends_the_budget(fault, tmp_pat
     assert re.search(r"specs measured, by source: 4 rules \(fallback: llm failed\), 4 optuna", out.stdout)
     with sqlite3.connect(tmp_path / "store.db") as db:
         assert db.execute("SELECT COUNT(*) FROM cudal2_kernels").fetchone() == (BUDGET,)
-        sources = [json.loads(v) for (v,) in db.execute(
-            "SELECT value_json FROM trial_user_attributes WHERE key = 'proposal'")]
-    assert sources == ["rules (fallback: llm failed)"] * 4
+    assert _proposal_sources(tmp_path / "store.db") == ["rules (fallback: llm failed)"] * 4
     assert_no_secret(tmp_path, out.stdout, out.stderr)
 
 
@@ -161,6 +160,13 @@ def test_compare_counts_the_llm_arms_failures_and_never_falls_back_to_another_pr
                                       for w in warnings)
     with sqlite3.connect(tmp_path / "stores" / "llm.db") as db:
         assert db.execute("SELECT COUNT(*) FROM cudal2_kernels").fetchone() == (8,)  # 2 shapes x budget 4
-        assert db.execute("SELECT COUNT(*) FROM trial_user_attributes WHERE key = 'proposal'").fetchone() == (0,)
+    assert _proposal_sources(tmp_path / "stores" / "llm.db") == []
     assert (tmp_path / "c.png").stat().st_size > 0
     assert_no_secret(tmp_path, result.stdout, result.stderr)
+
+
+def _proposal_sources(db) -> list[str]:
+    """The `proposal` attribute of every trial in the studies of the store at db."""
+    storage = Store(db).optuna_storage
+    return [t.user_attrs["proposal"] for study in storage.get_all_studies()
+            for t in storage.get_all_trials(study._study_id) if "proposal" in t.user_attrs]

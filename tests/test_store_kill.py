@@ -25,8 +25,8 @@ BUDGET = 20
 # The search in a process of its own, killed by its own hand at the n-th time it reaches one stage:
 # "compile" (a batch handed to the runner, nothing measured yet), "measure" (a spec measured, its
 # batch not returned), "kernel-write" (inside the kernel table's transaction, before its commit),
-# "after-write" (a measurement committed, Optuna not told yet) or "tell" (inside Optuna's
-# transaction that completes a trial). "twins" queues one spec twice before the search starts, so
+# "after-write" (a measurement committed, Optuna not told yet) or "tell" (as Optuna completes a
+# trial, before the study's journal records it). "twins" queues one spec twice before the search starts, so
 # that a trial waits for its twin in the batch in flight.
 SCRIPT = textwrap.dedent("""
     import os, signal, sys
@@ -68,12 +68,16 @@ SCRIPT = textwrap.dedent("""
         if statement.lstrip().upper().startswith(("INSERT INTO CUDAL2_KERNELS", "UPDATE CUDAL2_KERNELS")):
             reached("kernel-write")
 
-    def trial_completed(conn, cursor, statement, parameters, context, executemany):
-        if statement.startswith("UPDATE trials SET state") and "COMPLETE" in parameters:
-            reached("tell")
+    storage = store.optuna_storage
+    set_state = storage.set_trial_state_values
+
+    def trial_completed(trial_id, state, values=None):
+        if state.name == "COMPLETE":
+            reached("tell")  # before the completion is written: a transaction killed before its commit
+        return set_state(trial_id, state, values)
 
     event.listen(store.engine, "after_cursor_execute", kernel_write)
-    event.listen(store.optuna_storage.engine, "after_cursor_execute", trial_completed)
+    storage.set_trial_state_values = trial_completed
     record_kernel = store.record_kernel
 
     def record_then_maybe_die(*args, **kwargs):
@@ -95,8 +99,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def _trial_states(db) -> list[str]:
-    with sqlite3.connect(db) as conn:
-        return [state for (state,) in conn.execute("SELECT state FROM trials")]
+    return [t.state.name for t in _study_trials(Store(db))]
 
 
 def _check_store(db) -> tuple[int, int]:

@@ -19,7 +19,7 @@ from cudal2.search.loop import run_search
 from cudal2.search.recorded import RecordedRunner, specs_measured
 from cudal2.search.refiner import WORKER, Refiner
 from cudal2.search.space import params_of
-from cudal2.search.store import Store, as_url, result_to_json
+from cudal2.search.store import Store, as_url, rdb_storage, result_to_json
 
 PROBLEM = GemmProblem(m=2048, n=512, k=1024, layout="NT")
 
@@ -150,10 +150,13 @@ def test_recover_requeues_a_dead_workers_trials_through_optunas_retry_callback(t
 
 @pytest.mark.filterwarnings("ignore:Heartbeat of storage")
 def test_recover_retries_trials_whose_heartbeat_or_start_went_stale(tmp_path):
-    """Trials of other hosts: Optuna's heartbeat fails them once stale and its callback queues them
-    again; a trial that died before its first write (no worker, no heartbeat) is stale by its start."""
+    """Trials of other hosts on a store of many hosts (Optuna's RDBStorage, here on the SQLite file
+    for want of a PostgreSQL server): Optuna's heartbeat fails them once stale and its callback
+    queues them again; a trial that died before its first write (no worker, no heartbeat) is stale
+    by its start."""
     db = tmp_path / "s.db"
     store = Store(db)
+    store.__dict__["optuna_storage"] = rdb_storage(store.url)  # what a PostgreSQL URL gets
     ref = Refiner(PROBLEM, ("triton",), store, "sm_90a")
     beating, silent, fresh = ref.study.ask(), ref.study.ask(), ref.study.ask()
     for t, worker in ((beating, "elsewhere:1"), (fresh, "elsewhere:2")):
@@ -277,3 +280,18 @@ def test_processes_starting_together_on_a_new_store(tmp_path):
     assert all(p.returncode == 0 for p in procs), [e[-1500:] for _, e in outs]
     assert all("EVALUATIONS 4" in o for o, _ in outs)
     assert len(Store(db).problems()) == 3
+
+
+def test_a_sqlite_stores_studies_are_in_its_journal_and_read_by_another_process(tmp_path):
+    """The studies of a SQLite store live in <db>.optuna-journal; a fresh Store (as another process
+    opens it) reads the same trials back. A PostgreSQL store names its URL, password masked."""
+    db = tmp_path / "s.db"
+    run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=None, runner=RecordedRunner(),
+               store=Store(db), budget=3, seed=0, progress=False)
+    assert Store(db).studies_at() == str(tmp_path / "s.db.optuna-journal")
+    assert (tmp_path / "s.db.optuna-journal").stat().st_size > 0
+    storage = Store(db).optuna_storage
+    (study,) = storage.get_all_studies()
+    trials = storage.get_all_trials(study._study_id)
+    assert sum(t.state.name == "COMPLETE" for t in trials) == 3
+    assert Store("postgresql://u:pw@host/db").studies_at() == "postgresql://u:***@host/db"

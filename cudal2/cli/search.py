@@ -53,10 +53,10 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
     finally:
         if hasattr(run, "close"):
             run.close()
-    _print_result(res, _shown_url(s))
+    _print_result(res, s.studies_at())
 
 
-def _print_result(res, url: str = "<store url>") -> None:
+def _print_result(res, studies: str = "<store url>") -> None:
     if res.best is None:
         console.print(f"[red]{res.problem.label()}: no correct kernel in {res.evaluations} evaluations[/red]")
         return
@@ -83,7 +83,7 @@ def _print_result(res, url: str = "<store url>") -> None:
         console.print("specs measured, by source: " + ", ".join(f"{n} {src}" for src, n in by_source),
                       markup=False, soft_wrap=True)
     console.print(f"spec: {res.best.spec.to_json()}")
-    console.print(f"study: {res.study.study_name} (view: optuna-dashboard {url})")
+    console.print(f"study: {res.study.study_name} (view: optuna-dashboard {studies})")
 
 
 def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
@@ -141,7 +141,7 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
         t.add_row(e.problem.label(), e.gpu or "?", e.spec.backend, e.spec.summary(), _us(e.kernel_ms),
                   *[_x(e.speedup(b)) for b in names])
     console.print(t)
-    console.print("used by cudal2.matmul only where faster than torch; studies: optuna-dashboard " + _shown_url(s))
+    console.print("used by cudal2.matmul only where faster than torch; studies: optuna-dashboard " + s.studies_at())
 
 
 @app.command()

@@ -123,6 +123,8 @@ class Search:
         self.refiner = Refiner(problem, backends, store, arch, sampler=sampler, seed=seed, tag=tag)
         self.refiner.recover()
         self.study, self.storage = self.refiner.study, store.optuna_storage
+        # Heartbeats serve workers on other hosts (a PostgreSQL store); a SQLite store's journal has none
+        self.heartbeats = hasattr(self.storage, "record_heartbeat")
         self.baselines = ensure_baselines(problem, runner, store, self.modes)
         self.environment = runner.environment()
         self.reference = reference_of(self.baselines)
@@ -185,7 +187,8 @@ class Search:
             self.in_hand[trial._trial_id] = trial
             try:
                 trial.set_user_attr("worker", WORKER)
-                self.storage.record_heartbeat(trial._trial_id)
+                if self.heartbeats:
+                    self.storage.record_heartbeat(trial._trial_id)
                 try:
                     spec = self.refiner.suggest(trial)
                 except SpecError as e:
@@ -219,11 +222,13 @@ class Search:
                     if ahead.trials:
                         self.prefetch(self.problem, ahead.specs)
             t0 = time.perf_counter()
-            beating = _Heartbeat(self.storage, [t._trial_id for t, _ in (*batch.trials, *ahead.trials)])
+            beating = _Heartbeat(self.storage, [t._trial_id for t, _ in (*batch.trials, *ahead.trials)]) \
+                if self.heartbeats else None
             try:
                 results = self.runner.evaluate(self.problem, batch.specs, self.modes)
             finally:
-                beating.stop()
+                if beating is not None:
+                    beating.stop()
             if len(results) != len(batch.trials):
                 raise RuntimeError(f"runner returned {len(results)} results for {len(batch.trials)} specs")
             self.record(batch, results, (time.perf_counter() - t0) / len(batch.trials))

@@ -219,9 +219,14 @@ def measured_spec_keys(study, stored: set[str]) -> set[str]:
 
 
 def stale_trial_callback(storage):
-    """The storage's retry callback for a dead worker's trial (Optuna renamed its getter in 4.9)."""
-    getter = getattr(storage, "get_heartbeat_stale_trial_callback", None) or storage.get_failed_trial_callback
-    return getter()
+    """The storage's retry callback for a dead worker's trial (Optuna renamed its getter in 4.9); a
+    storage without heartbeats (a SQLite store's journal) gets Optuna's retry callback, as a
+    PostgreSQL store configures it."""
+    from .store import STALE_RETRIES
+
+    getter = getattr(storage, "get_heartbeat_stale_trial_callback", None) or getattr(
+        storage, "get_failed_trial_callback", None)
+    return getter() if getter is not None else retry_callback(max_retry=STALE_RETRIES)
 
 
 def retry_callback(max_retry: int | None):

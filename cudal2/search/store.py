@@ -1,7 +1,8 @@
-"""The store: Optuna's storage (the studies) plus tables of our own in the same database: one record
-per measured kernel (problem and spec; a repeat measurement of the spec is aggregated on it), one
+"""The store: the studies (Optuna's storage) and tables of our own in one database: one record per
+measured kernel (problem and spec; a repeat measurement of the spec is aggregated on it), one
 row per measured baseline, and one per confirmation (a search leader timed again before it is
-named the winner).
+named the winner). A SQLite store keeps its studies in an Optuna journal file beside the database
+(Store.optuna_storage says why); any other database keeps them in its own tables.
 
 SQLite under the user cache directory by default (one file, nothing to start); any SQLAlchemy
 URL (PostgreSQL) for many workers. Many processes may write at once: SQLite runs in WAL mode with
@@ -12,7 +13,8 @@ The kernel table is the source of truth for measurements: the search loop writes
 here before it tells Optuna, so a process killed between the two loses nothing, and a spec
 already measured for a problem is never measured again.
 
-`optuna-dashboard <store url>` shows the studies of a store.
+`optuna-dashboard <store url>` shows the studies of a PostgreSQL store; `optuna-dashboard
+<db>.optuna-journal` those of a SQLite store.
 """
 
 from __future__ import annotations
@@ -145,6 +147,47 @@ def _tune_sqlite(engine) -> None:
     event.listen(engine, "connect", on_connect)
 
 
+# How often a trial whose worker died is queued again before it is left failed.
+STALE_RETRIES = 2
+
+
+def journal_path(db: Path) -> Path:
+    """The journal file of a SQLite store's studies: <db>.optuna-journal, beside the database."""
+    return db.with_name(db.name + ".optuna-journal")
+
+
+def journal_storage(db: Path):
+    """Optuna's JournalStorage on the journal file of the SQLite store at db (several processes may
+    append at once: Optuna locks the file for each write). A journal that cannot be read back
+    raises StoreError."""
+    import optuna
+    from optuna.storages.journal import JournalFileBackend
+
+    path = journal_path(db)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+    except (ValueError, KeyError, TypeError) as e:  # a line that is not one of Optuna's records
+        raise StoreError(f"studies file {path} cannot be read ({type(e).__name__}: {str(e)[:120]}); move it "
+                         f"aside: the measurements stay in {db.name}, and each search starts its study anew") from None
+
+
+def rdb_storage(url: str):
+    """Optuna's RDBStorage on the database at url. Heartbeats let a worker on another host find the
+    trials of one whose process died and queue them again."""
+    import warnings
+
+    import optuna
+
+    retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)  # optuna >= 4.9
+    key = "heartbeat_stale_trial_callback" if retry is not None else "failed_trial_callback"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # experimental-feature notices
+        retry = (retry or optuna.storages.RetryFailedTrialCallback)(max_retry=STALE_RETRIES)
+        return _retry(lambda: optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=600,
+                                                         **{key: retry}))
+
+
 def _measurement_of(row) -> dict[str, Any]:
     """One stored measurement of a kernel row as JSON data: result, baselines, environment, created."""
     doc = json.loads(row["measurements"])
@@ -191,31 +234,20 @@ class Store:
 
     @cached_property
     def optuna_storage(self):
-        """Optuna's RDBStorage on the same database (the studies live here)."""
-        import optuna
+        """Where the studies live. A SQLite store keeps them in Optuna's journal file beside the
+        database (journal_path): one line appended per change and read back incrementally, where
+        Optuna's RDBStorage spends a transaction on each parameter and attribute of a trial, about
+        two thirds of a search's host time (docs/search.md). Its workers share one host, where
+        Refiner.recover settles a dead worker's trials by its process id at once. Any other URL
+        (PostgreSQL, workers on many hosts): RDBStorage on that database, with heartbeats."""
+        path = sqlite_path(self.url)
+        return journal_storage(path) if path is not None else rdb_storage(self.url)
 
-        # Heartbeats let a worker on another host find trials whose process died and re-queue them
-        # (the local case is settled at once by Refiner.recover()).
-        import warnings
-
-        retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)  # optuna >= 4.9
-        key = "heartbeat_stale_trial_callback" if retry is not None else "failed_trial_callback"
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # experimental-feature notices
-            retry = (retry or optuna.storages.RetryFailedTrialCallback)(max_retry=2)
-        kwargs: dict[str, Any] = {"heartbeat_interval": 60, "grace_period": 600, key: retry}
-        if sqlite_path(self.url) is not None:
-            sqlite_path(self.url).parent.mkdir(parents=True, exist_ok=True)
-            kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
-        if sqlite_path(self.url) is not None:
-            self.engine  # noqa: B018 - creates the file in WAL mode before Optuna opens it
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            storage = _retry(lambda: optuna.storages.RDBStorage(self.url, **kwargs))
-        if sqlite_path(self.url) is not None and hasattr(storage, "engine"):
-            _tune_sqlite(storage.engine)
-            storage.engine.dispose()  # later connections get the pragmas
-        return storage
+    def studies_at(self) -> str:
+        """Where the studies are, as optuna-dashboard takes it: a SQLite store's journal file, else
+        the URL with any password masked."""
+        path = sqlite_path(self.url)
+        return str(journal_path(path)) if path is not None else display_url(self.url)
 
     def exists(self) -> bool:
         """False for a SQLite store whose file was never created (reading it would create it)."""
@@ -250,6 +282,8 @@ class Store:
             if head and head != _SQLITE_HEADER:
                 raise StoreError(f"store {path} is not an SQLite database; give a new file name or an existing "
                                  "cudal2 store")
+            if journal_path(path).exists():
+                journal_storage(path)  # its studies read back, or one line saying what to do
         try:
             engine = sa.create_engine(self.url)
         except ModuleNotFoundError as e:
