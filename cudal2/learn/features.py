@@ -83,9 +83,7 @@ def features(problem: GemmProblem, spec: KernelSpec, device: DeviceProfile) -> l
              float(n % 16 == 0), float(k % 16 == 0), float(m % 128 == 0), float(n % 128 == 0), float(k % 64 == 0),
              float(problem.a_row_major), float(problem.b_row_major), float(eb), float(problem.epilogue.bias),
              _code(problem.epilogue.activation, _activations()), float(problem.epilogue.beta != 0)]
-    fields = spec.to_dict()
-    spec_row = [_code(fields[name], domain) for name, domain in _spec_fields()]
-    spec_row += [float(spec.backend == b) for b in BACKEND_CODES]
+    spec_row, smem_kib = _spec_part(spec)
     tm, tn = -(-m // spec.block_m), -(-n // spec.block_n)
     split = spec.split_k if spec.decomposition == "split_k" else 1
     tiles = tm * tn * split
@@ -101,8 +99,18 @@ def features(problem: GemmProblem, spec: KernelSpec, device: DeviceProfile) -> l
     mma_us = math.ceil(waves) * 2.0 * spec.block_m * spec.block_n * (k / split) / (per_sm_tflops * 1e6)
     fit = [float(tm), float(tn), _log2(tiles), waves, last_fill, pad_waste, float(k_trips),
            _log2(spec.block_m * spec.block_n * k_trips * spec.block_k), _log2(dram_us), _log2(mma_us),
-           _log2(max(dram_us, mma_us)), spec.smem_bytes() / 1024.0]
+           _log2(max(dram_us, mma_us)), smem_kib]
     return [*shape, *spec_row, *fit, float(sms), device.l2_bytes / 2**20]
+
+
+@lru_cache(maxsize=1 << 16)
+def _spec_part(spec: KernelSpec) -> tuple[tuple[float, ...], float]:
+    """The `spec.` columns and the shared memory (KiB) of a spec, which no shape changes: a proposer
+    ranks the same catalog on every shape it meets."""
+    fields = spec.to_dict()
+    row = (*(_code(fields[name], domain) for name, domain in _spec_fields()),
+           *(float(spec.backend == b) for b in BACKEND_CODES))
+    return row, spec.smem_bytes() / 1024.0
 
 
 def matrix(problem: GemmProblem, specs: Sequence[KernelSpec], device: DeviceProfile) -> np.ndarray:
