@@ -270,6 +270,7 @@ def test_split_k_reuses_its_workspace_and_is_deterministic(backend):
     torch.cuda.synchronize()
     assert kernel._workspace_for(a.device, p.m, p.n, p.k).data_ptr() == ws.data_ptr()
     assert torch.equal(out, first), "split-K results differ between calls (the reduction is meant to be fixed-order)"
+    assert kernel.workspace_intact()  # no call wrote past its workspace (cudal2.codegen.workspace)
 
 
 def replayed_in_a_cuda_graph(kernel, p: GemmProblem, replays: int = 3):

@@ -147,9 +147,11 @@ def test_one_dynamic_kernel_serves_every_shape_of_its_class(backend, family, lay
         assert err < BOUND["float16"], f"{problem.label()}: relative error {err:.2e}"
     if kw.get("decomposition") == "split_k":
         split = kw["split_k"] if kw.get("split_k_reduction", "workspace") == "workspace" else 1
-        assert kernel._workspace.numel() == max(m * n for m, n, _ in shapes) * split
+        ws = kernel._workspace.body(torch.device("cpu"))
+        assert ws.numel() == max(m * n for m, n, _ in shapes) * split
         if kw.get("split_k_reduction") == "atomic":
-            assert torch.count_nonzero(kernel._workspace) == 0  # still ready for the next call
+            assert torch.count_nonzero(ws) == 0  # still ready for the next call
+        assert kernel.workspace_intact()  # no call wrote past the part it used
 
 
 def test_dynamic_tma_kernel_refuses_a_shape_tma_cannot_describe(backend):
@@ -205,11 +207,12 @@ def test_workspace_allocated_once_and_atomic_buffer_left_zeroed(backend):
     problem = GemmProblem(m=37, n=29, k=96)
     kernel = check(backend, problem, spec(decomposition="split_k", split_k=3, split_k_reduction="atomic", arch="sm_80"), calls=3)
     assert kernel.workspace_bytes == 4 * 37 * 29
-    ws = kernel._workspace
+    ws = kernel._workspace.body(torch.device("cpu"))
     assert torch.count_nonzero(ws) == 0  # ready for the next call without a memset
     a, b, _, _ = operands(problem, 99)
     kernel(a, b)
-    assert kernel._workspace is ws
+    assert kernel._workspace.body(torch.device("cpu")).data_ptr() == ws.data_ptr()  # the same buffer
+    assert kernel.workspace_intact()
     kernel = check(backend, problem, spec(decomposition="split_k", split_k=3), calls=2)
     assert kernel.workspace_bytes == 4 * 3 * 37 * 29
 

@@ -264,7 +264,14 @@ def call_and_verify(kernel: Callable, problem: GemmProblem, ops: Operands, out: 
     sync()
     ret = kernel(ops.a, ops.b, out.c, ops.bias)
     sync()  # the whole device: work hidden on another stream has finished before we look
-    return verify_output(problem, out, expected, ret)
+    err = verify_output(problem, out, expected, ret)
+    # A backend's kernel owns a split-K or stream-K workspace with guards of its own (the evaluator's
+    # guards surround only the buffers it hands over); a callable without one has nothing to say.
+    intact = getattr(kernel, "workspace_intact", None)
+    if intact is not None and not intact():
+        raise CheckFailure("wrote outside its own workspace: a guard zone around the split-K/stream-K workspace "
+                           "it allocated changed")
+    return err
 
 
 def stream_order_check(kernel: Callable, problem: GemmProblem, ops: Operands, policy: AccuracyPolicy, seed: int,

@@ -27,6 +27,7 @@ from ..ir.spec import stage_bytes
 from . import cuda_cpp_toolchain as toolchain
 from .base import Backend, Source, Support
 from .operands import call_extents, device_errors, operand_errors, torch_dtype
+from .workspace import Workspace
 
 SWIZZLE_BITS = {"none": 0, "32B": 1, "64B": 2, "128B": 3}
 ELEMENT = {"float16": "cute::half_t", "bfloat16": "cute::bfloat16_t"}
@@ -308,7 +309,7 @@ class CudaCppKernel:
         self.module = module
         self.variant = variant(source.problem)
         self._split = source.spec.split_k if source.spec.decomposition == "split_k" else 1
-        self._workspaces: dict[tuple, Any] = {}
+        self._workspace = Workspace()
 
     @property
     def resources(self) -> dict[str, toolchain.Resources]:
@@ -318,19 +319,9 @@ class CudaCppKernel:
     def workspace_bytes(self, m: int, n: int) -> int:
         return 0 if self._split == 1 else 4 * self._split * m * _round_up(n, 8)
 
-    def _workspace(self, device, m: int, n: int):
-        import torch
-
-        need = self.workspace_bytes(m, n) // 4
-        if need == 0:
-            return None
-        key = (device.type, device.index)
-        ws = self._workspaces.get(key)
-        if ws is None or ws.numel() < need:
-            self._workspaces.pop(key, None)  # let go of the smaller one first
-            ws = torch.empty(need, dtype=torch.float32, device=device)
-            self._workspaces[key] = ws
-        return ws
+    def workspace_intact(self) -> bool:
+        """Whether the kernel kept inside its own workspace (cudal2.codegen.workspace)."""
+        return self._workspace.intact()
 
     def __call__(self, a, b, c=None, bias=None):
         import torch
@@ -338,7 +329,7 @@ class CudaCppKernel:
         m, n, k = _check_operands(self.problem, self.variant, a, b, c, bias)
         d = c if c is not None else torch.empty((m, n), dtype=torch_dtype(self.problem.c_dtype), device=a.device)
         device = a.device.index if a.device.index is not None else torch.cuda.current_device()
-        ws = self._workspace(a.device, m, n)
+        ws = self._workspace.for_call(a.device, self.workspace_bytes(m, n) // 4)
         p = self.problem
         params = toolchain.GemmParams(
             a=a.data_ptr(), b=b.data_ptr(), c=c.data_ptr() if c is not None else 0, d=d.data_ptr(),

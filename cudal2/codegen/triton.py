@@ -31,6 +31,7 @@ from typing import Any
 from ..ir import ARCHS, Capabilities, GemmProblem, KernelSpec, options
 from .base import Backend, Source
 from .operands import call_extents, operand_errors, operand_strides, torch_dtype
+from .workspace import Workspace
 
 _ALL_BLOCKS = [16, 32, 64, 128, 256]
 _ACTIVATION_TEXT = {"none": "{}", "relu": "relu({})", "gelu": "gelu({})", "silu": "silu({})"}
@@ -367,7 +368,8 @@ class TritonKernel:
         self._torch = torch
         self._out_dtype = torch_dtype(p.c_dtype)
         self._split = self.spec.split_k if self.spec.decomposition == "split_k" else 1
-        self._workspace = None
+        # zeroed for the atomic reduction: its epilogue kernel zeroes what it read, whatever the shape
+        self._workspace = Workspace(zeroed=self._split > 1 and self.spec.split_k_reduction != "workspace")
         self._scratch = None  # global scratch for device-side TMA descriptors
         self._interpreted = interpreting()
         if self._interpreted:
@@ -393,18 +395,11 @@ class TritonKernel:
         return 4 * self.workspace_elements(self.problem.m, self.problem.n)
 
     def _workspace_for(self, device, m: int, n: int):
-        need = self.workspace_elements(m, n)
-        if need == 0:
-            return None
-        ws = self._workspace
-        if ws is None or ws.device != device or ws.numel() < need:
-            self._workspace = None  # let go of the smaller buffer first
-            if self.spec.split_k_reduction == "workspace":
-                ws = self._torch.empty(need, dtype=self._torch.float32, device=device)
-            else:  # zeroed once; the epilogue kernel zeroes what it read, whatever the shape
-                ws = self._torch.zeros(need, dtype=self._torch.float32, device=device)
-            self._workspace = ws
-        return ws
+        return self._workspace.for_call(device, self.workspace_elements(m, n))
+
+    def workspace_intact(self) -> bool:
+        """Whether the kernel kept inside its own workspace (cudal2.codegen.workspace)."""
+        return self._workspace.intact()
 
     def _tma_scratch(self, size: int, alignment: int, stream):
         # Triton asks for size bytes per launch; stream-ordered reuse of one buffer is safe.

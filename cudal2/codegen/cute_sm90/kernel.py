@@ -8,13 +8,13 @@ that says why, before anything is launched.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from typing import Any
 
 from ..base import Source
 from ..operands import call_extents, device_errors, operand_errors, operand_strides, torch_dtype
+from ..workspace import Workspace
 from .config import whole_tiles
 
 # fp32 (split_k, M, N): also keeps every flat index within int32
@@ -34,7 +34,7 @@ class CuteDslKernel:
     _binding: Any  # cute_sm90.binding.GemmBinding: pointers, alignment and workspace of this kernel
     loaded_from_disk: bool = False
     _keepalive: Any = None  # the loaded binary module owns the execution engine behind _fn
-    _workspaces: dict = dataclasses.field(default_factory=dict)  # device -> fp32 tensor
+    _workspace: Workspace | None = None  # made with the kernel's binding (stream-K wants it zeroed)
     # compiled with TVM-FFI: _fn takes addresses and extents as plain ints and the stream as its handle,
     # a call of about a microsecond; without it the DSL's own executor converts every argument
     ffi: bool = False
@@ -56,18 +56,16 @@ class CuteDslKernel:
     def _workspace_for(self, device, m: int, n: int, k: int):
         """The fp32 workspace on device, allocated once (grown for a larger output) and reused by every
         later call (calls on one device must therefore be stream-ordered, as with cuBLAS's workspace)."""
-        import torch
-
         shape = self._workspace_shape(m, n, k)
         if shape is None:
             return None
-        key = (device.type, device.index if device.index is not None else torch.cuda.current_device())
-        ws = self._workspaces.get(key)
-        if ws is None or ws.numel() < math.prod(shape):
-            self._workspaces.pop(key, None)  # let go of the smaller buffer first
-            ws = torch.zeros(math.prod(shape), dtype=torch.float32, device=device)  # stream-K flags start at 0
-            self._workspaces[key] = ws
-        return ws
+        if self._workspace is None:
+            self._workspace = Workspace(zeroed=bool(self._binding.cfg.stream_k))  # stream-K flags start at 0
+        return self._workspace.for_call(device, math.prod(shape))
+
+    def workspace_intact(self) -> bool:
+        """Whether the kernel kept inside its own workspace (cudal2.codegen.workspace)."""
+        return self._workspace is None or self._workspace.intact()
 
     def __call__(self, a, b, c=None, bias=None):
         import torch

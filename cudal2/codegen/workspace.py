@@ -1,0 +1,77 @@
+"""A kernel's own fp32 workspace (split-K partial sums, stream-K partial tiles and flags), with a
+guard zone at each end of the part a call uses.
+
+The evaluator's guard zones surround the buffers it hands a kernel; a workspace is the kernel's
+own allocation, so it carries its own guards, and the checks ask `intact()` after each checked call
+(cudal2.bench.correctness). A split-K kernel whose cluster overhung the output once wrote past its
+workspace: the evaluator caught it only through a neighbouring buffer's guards, naming the wrong
+kernel.
+
+The tail guard follows the part the latest call uses, re-laid when a shape-generic kernel meets
+another shape (a fill then, never on a call of the same shape, so a CUDA graph captures none). A
+zeroed workspace (its kernel expects zeros where it reads: stream-K flags, atomic split-K) keeps
+its tail guard at the end of the allocation instead, since moving it would leave the pattern where
+a larger call expects zeros.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# fp32 elements at each end: 256 bytes, which keeps the used part 256-byte aligned (the caching
+# allocator's blocks start 512-byte aligned)
+GUARD = 64
+# The guard's int32 pattern: as fp32 a NaN with a payload that no partial sum or flag takes by chance
+PATTERN = 0x7FC0DEAD
+
+
+class Workspace:
+    """One kernel's workspace on each device it runs on, allocated on first use and grown (never
+    shrunk) for a larger call. Calls on one device must be stream-ordered, as with cuBLAS's."""
+
+    def __init__(self, zeroed: bool = False):
+        self.zeroed = zeroed
+        self._on: dict[Any, list] = {}  # device -> [whole buffer with guards, elements the latest call uses]
+
+    def for_call(self, device, elements: int):
+        """The first `elements` fp32 of the workspace on device, between its guards (None for 0)."""
+        import torch
+
+        if elements <= 0:
+            return None
+        key = (device.type, device.index if device.index is not None or device.type != "cuda"
+               else torch.cuda.current_device())
+        held = self._on.get(key)
+        if held is None or held[0].numel() < 2 * GUARD + elements:
+            self._on.pop(key, None)  # let go of the smaller buffer first
+            size = 2 * GUARD + elements
+            whole = torch.zeros(size, dtype=torch.float32, device=device) if self.zeroed else \
+                torch.empty(size, dtype=torch.float32, device=device)
+            bits = whole.view(torch.int32)
+            bits[:GUARD].fill_(PATTERN)
+            bits[-GUARD:].fill_(PATTERN)
+            held = self._on[key] = [whole, elements]
+        whole, used = held
+        if used != elements and not self.zeroed:
+            whole.view(torch.int32)[GUARD + elements:2 * GUARD + elements].fill_(PATTERN)
+            held[1] = elements
+        return whole[GUARD:GUARD + elements]
+
+    def body(self, device):
+        """The whole allocation on device between its guards (None before the first call there)."""
+        for (kind, index), (whole, _) in self._on.items():
+            if kind == device.type and device.index in (None, index):
+                return whole[GUARD:-GUARD]
+        return None
+
+    def intact(self) -> bool:
+        """Whether every guard still holds its pattern (reads the device: for checks, not calls)."""
+        import torch
+
+        for whole, used in self._on.values():
+            bits = whole.view(torch.int32)
+            tail = bits[-GUARD:] if self.zeroed else bits[GUARD + used:2 * GUARD + used]
+            if not (bool((bits[:GUARD] == PATTERN).all()) and bool((tail == PATTERN).all())):
+                return False
+        return True
+
