@@ -55,6 +55,8 @@ BAD_INPUTS = {
     "tune of a missing file": (["tune", "{tmp}/missing.txt", *RECORDED], ["missing.txt", "does not exist"]),
     "sweep of an unknown set": (["sweep", "gird", *RECORDED], ["gird", "not a shape set"]),
     "sweep with a bad spec count": (["sweep", "grid", "--specs", "many", *RECORDED], ["--specs", "'all' or a number"]),
+    "sweep of a catalog the backend lacks": (["sweep", "grid", "--catalog", "narrow", *RECORDED],
+                                             ["--catalog narrow", "no specs for backend 'triton'", "cute_dsl"]),
     "show of a non-database": (["show", "--store", "{notdb}"], ["{notdb}", "not an SQLite database"]),
     "store whose studies file is corrupt": (["search", "512x512x512", "--store", "{badjournal}", *RECORDED],
                                             ["{badjournal}.optuna-journal", "cannot be read", "move it aside"]),

@@ -25,7 +25,7 @@ def test_catalog_is_valid_shape_generic_and_sampled_reproducibly():
     assert {s.load_path for s in specs} == {"pointer", "tma"}
     assert sample(40) == sample(40) and sample(40)[:10] == sample(10)
     assert sample(40) != sample(40, seed=1)
-    with pytest.raises(ValueError, match="no spec catalog"):
+    with pytest.raises(ValueError, match="has no specs for backend 'cuda_cpp'"):
         catalog("cuda_cpp")
     with pytest.raises(ValueError, match="positive"):
         sample(0)
@@ -45,6 +45,29 @@ def test_cute_dsl_catalog_spans_the_declared_space_and_every_spec_runs_somewhere
     be, big = get_backend("cute_dsl"), GemmProblem(m=4096, n=4096, k=4096)
     assert all(be.supports(big, s) for s in specs[::50])
     assert sample(30, "cute_dsl") == sample(30, "cute_dsl") and sample(30, "cute_dsl") != sample(30)
+
+
+def test_the_narrow_catalog_adds_small_tiles_deep_split_k_and_pipelines_to_the_base():
+    from cudal2.codegen import get_backend
+    from cudal2.ir import GemmProblem
+    from cudal2.search.catalog import names_for
+
+    narrow = catalog("cute_dsl", "sm_90a", "narrow")
+    assert len(narrow) > 500 and len({s.key() for s in narrow}) == len(narrow)
+    assert {s.key() for s in narrow}.isdisjoint(s.key() for s in catalog("cute_dsl", "sm_90a"))
+    assert all(s.shape_specialization == "dynamic" and s.block_n < 64 for s in narrow)
+    assert {s.block_k for s in narrow} == {64, 128} and max(s.split_k for s in narrow) == 16
+    assert max(s.stages for s in narrow) == 12
+    small = GemmProblem(m=128, n=128, k=8192)  # a small output over a deep K: what the catalog is for
+    be = get_backend("cute_dsl")
+    assert all(be.supports(small, s) for s in narrow[::40])
+    drawn = sample(20, "cute_dsl", name="narrow")
+    assert drawn == sample(20, "cute_dsl", name="narrow") and set(drawn) <= set(narrow)
+    assert names_for("cute_dsl") == ["base", "narrow"] and names_for("triton") == ["base"]
+    with pytest.raises(ValueError, match="no spec catalog named 'wide'; there are base, narrow"):
+        catalog("cute_dsl", "sm_90a", "wide")
+    with pytest.raises(ValueError, match="has no specs for backend 'triton'"):
+        catalog("triton", "sm_90a", "narrow")
 
 
 def test_shapes_by_set_file_or_list(tmp_path):
@@ -143,3 +166,18 @@ def test_a_resumed_sweep_does_not_time_stored_baselines_again(tmp_path):
     again = WithAnAbsentBaseline()
     run_sweep(problems, specs, again, store, chunk=2)
     assert again.timed_baselines == 0 and len(again.calls) == 6
+
+
+def test_the_sweep_command_measures_the_catalog_it_is_given(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+
+    monkeypatch.setenv("COLUMNS", "200")
+    db = tmp_path / "s.db"
+    r = CliRunner().invoke(app, ["sweep", "128x128x8192", "--specs", "5", "--backend", "cute_dsl", "--catalog",
+                                 "narrow", "--runner", "recorded", "--store", str(db)])
+    assert r.exit_code == 0, r.output
+    assert "5 pairs measured" in r.output
+    measured = {rec["result"].spec for rec in Store(db).kernels()}
+    assert measured == set(sample(5, "cute_dsl", name="narrow"))

@@ -222,6 +222,27 @@ def test_a_backend_the_model_never_saw_gets_the_rules_proposals(model, tmp_path)
     assert [p.source for p in alone] == ["rules", "rules"]
 
 
+def test_the_proposer_ranks_the_catalogs_its_model_was_trained_on(model, split):
+    """A model's provenance names the catalogs of its pairs; the proposer ranks those alone, so a
+    catalog enters the candidates once a model has learned from its measurements."""
+    import copy
+
+    from cudal2.learn.samples import catalog_pairs
+    from cudal2.search.proposers.learned import LearnedProposer, trained_catalogs
+
+    assert catalog_pairs(split[0]) == {"base": len(split[0])} == model.info["data"]["catalogs"]
+    problem = GemmProblem(m=128, n=128, k=8192)
+    narrow = lambda m: [s for s in LearnedProposer(("cute_dsl",), "sm_90a", model=m).candidates(problem)[0]
+                        if s.block_n < 64]  # noqa: E731
+    as_if = copy.deepcopy(model)  # plumbing only: a model said to have learned cute_dsl on each catalog
+    as_if.info["data"] = {"backends": {"cute_dsl": 2}, "catalogs": {"base": 1}}
+    assert trained_catalogs(as_if) == ("base",) and narrow(as_if) == []
+    as_if.info["data"]["catalogs"]["narrow"] = 1
+    assert len(narrow(as_if)) > 100
+    del as_if.info["data"]["catalogs"]  # a model trained before provenance named them: the base one
+    assert trained_catalogs(as_if) == ("base",)
+
+
 def test_the_shipped_model_ranks_both_hopper_backends():
     from cudal2.search.proposers.learned import LearnedProposer, load_model, trained_backends
 

@@ -84,7 +84,10 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
           limit: Annotated[Optional[int], typer.Option(min=1, help="only the first N shapes")] = None,
           sample: Annotated[Optional[int], typer.Option(min=1, help=(
               "only N shapes drawn with a fixed seed (after --max-gflop; the same N draws the same shapes)"))] = None,
-          runner: RunnerOpt = "gpu", workers: WorkersOpt = None) -> None:
+          runner: RunnerOpt = "gpu", workers: WorkersOpt = None,
+          catalog_name: Annotated[str, typer.Option("--catalog", help=(
+              "the spec catalog: 'base' (every backend), or 'narrow' (cute_dsl tiles under 64 wide, "
+              "deep split-K and pipelines, for small outputs)"))] = "base") -> None:
     """Measure many specs on many shapes into the store: one row per (spec, shape) pair, resumable
     (pairs the store holds are not measured again). `cudal2 dataset export` writes them out."""
     from ..api import default_arch
@@ -104,9 +107,9 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
         _fail(f"sweep {shapes}: no shapes left (--max-gflop {max_gflop}, --limit {limit})")
     arch = arch or default_arch()
     try:
-        catalog_specs = catalog.sample(specs if specs == "all" else _count(specs), backend, arch)
+        catalog_specs = catalog.sample(specs if specs == "all" else _count(specs), backend, arch, name=catalog_name)
     except ValueError as e:
-        _fail(f"--specs {specs}: {e}")
+        _fail(f"--specs {specs} --catalog {catalog_name}: {e}")
     s = _store(store)
     total = len(problems) * len(catalog_specs)
     started = time.monotonic()

@@ -110,9 +110,25 @@ def one_gpu_model(samples: Iterable[Sample]) -> str:
 
 
 def provenance(samples: list[Sample]) -> dict:
-    """What a model trained on these samples learned from: GPUs, backends, shapes, pairs, dates."""
+    """What a model trained on these samples learned from: GPUs, backends, spec catalogs (pairs of
+    each; the learned proposer ranks only catalogs a model saw), shapes, pairs, dates."""
     dates = sorted(s.created[:10] for s in samples if s.created)
     return {"pairs": len(samples), "shapes": len({s.group for s in samples}),
             "specs": len({s.spec.key() for s in samples}), "gpus": dict(Counter(s.gpu for s in samples)),
-            "backends": dict(Counter(s.spec.backend for s in samples)),
+            "backends": dict(Counter(s.spec.backend for s in samples)), "catalogs": catalog_pairs(samples),
             "measured": [dates[0], dates[-1]] if dates else []}
+
+
+def catalog_pairs(samples: Iterable[Sample]) -> dict[str, int]:
+    """Pairs per spec catalog (cudal2.search.catalog) among the samples; a spec of none counts nowhere."""
+    from ..search.catalog import CATALOGS, catalog
+
+    by_spec = Counter(s.spec for s in samples)
+    kinds = {(spec.backend, spec.arch) for spec in by_spec}
+    out: dict[str, int] = {}
+    for name, axes in CATALOGS.items():
+        keys = {c.key() for backend, arch in kinds if backend in axes for c in catalog(backend, arch, name)}
+        pairs = sum(n for spec, n in by_spec.items() if spec.key() in keys)
+        if pairs:
+            out[name] = pairs
+    return out

@@ -1,13 +1,20 @@
-"""The spec catalog of a dataset sweep: a fixed, finite list of specs per backend and arch, the
-product of a few axes held as data, less every combination the IR or the backend refuses.
+"""The spec catalogs of a dataset sweep: each a fixed, finite list of specs per backend and arch,
+the product of a few axes held as data, less every combination the IR or the backend refuses.
 
-`cudal2 sweep --specs all` measures every spec of it on every shape; `--specs N` measures N of
-them, drawn with a fixed seed, so that two sweeps of one store with the same N measure the same
+`cudal2 sweep --specs all` measures every spec of a catalog on every shape; `--specs N` measures N
+of them, drawn with a fixed seed, so that two sweeps of one store with the same N measure the same
 specs. Every spec is shape-generic (shape_specialization="dynamic"): one compile per spec serves
 each shape of a problem class.
 
 The axes span what the backend declares, not what won on some shapes: the sweep is where a
 learned model sees the space, so it must not inherit a hand-fitted preference.
+
+Catalogs (`--catalog`): "base" spans each backend's tile widths from 64 up (Triton's from 16); a
+catalog is added, never changed, so that a count drawn from it keeps meaning the same specs.
+"narrow" holds the CuTe DSL kernel's tiles narrower than 64 along N with deep pipelines, block_k
+128 and split-K up to 16: what small outputs over a deep K need (cuBLAS runs 64x32 tiles with up
+to 16 stages there), which "base" cannot express. The learned proposer ranks the catalogs its
+model was trained on (cudal2.learn.samples.provenance records them).
 """
 
 from __future__ import annotations
@@ -51,6 +58,24 @@ AXES: dict[str, dict[str, tuple]] = {
         "persistent": (True,),
     },
 }
+# Small outputs over a deep K: one consumer warpgroup (cooperative) or two taking turns (ping-pong)
+# on tiles of 64 or 128 rows and 16 to 48 columns. (swap_ab would put those widths along the
+# kernel's M, which it cuts in rows of 64: none would be valid, so it is not an axis.)
+NARROW_AXES: dict[str, dict[str, tuple]] = {
+    "cute_dsl": {
+        "tile": ((64, 16), (64, 32), (64, 48), (128, 16), (128, 32), (128, 48)),
+        "warps": ((8, "cooperative"), (12, "pingpong")),
+        "cluster": ((1, 1), (1, 2), (2, 1)),
+        "block_k": (64, 128),
+        "stages": (4, 6, 8, 12),
+        "epilogue_path": ("tma_store", "registers"),
+        "raster_group": (1, 8),
+        "split_k": (1, 4, 8, 16),
+        "load_path": ("tma",),
+        "persistent": (True,),
+    },
+}
+CATALOGS: dict[str, dict[str, dict[str, tuple]]] = {"base": AXES, "narrow": NARROW_AXES}
 # A spec the backend refuses on this problem (large, every extent aligned) is refused on any: it is
 # not in the catalog.
 REFERENCE_PROBLEM = "4096x4096x4096"
@@ -75,19 +100,27 @@ def _spec(backend: str, arch: str, values: dict[str, Any]) -> KernelSpec | None:
         return None
 
 
-def catalog(backend: str = "triton", arch: str = "sm_90a") -> list[KernelSpec]:
-    """Every valid spec of the backend's axes on arch, in a fixed order (each once)."""
-    if backend not in AXES:
-        raise ValueError(f"no spec catalog for backend {backend!r}; the sweep knows {', '.join(AXES)}")
-    return list(_catalog(backend, arch))
+def catalog(backend: str = "triton", arch: str = "sm_90a", name: str = "base") -> list[KernelSpec]:
+    """Every valid spec of the named catalog's axes for backend on arch, in a fixed order (each once)."""
+    if name not in CATALOGS:
+        raise ValueError(f"no spec catalog named {name!r}; there are {', '.join(CATALOGS)}")
+    if backend not in CATALOGS[name]:
+        raise ValueError(f"catalog {name!r} has no specs for backend {backend!r}; it has "
+                         f"{', '.join(CATALOGS[name])}")
+    return list(_catalog(backend, arch, name))
+
+
+def names_for(backend: str) -> list[str]:
+    """The catalogs that hold specs for backend."""
+    return [name for name, axes in CATALOGS.items() if backend in axes]
 
 
 @lru_cache(maxsize=None)
-def _catalog(backend: str, arch: str) -> tuple[KernelSpec, ...]:
+def _catalog(backend: str, arch: str, name: str) -> tuple[KernelSpec, ...]:
     from ..codegen import get_backend
     from ..ir import GemmProblem
 
-    axes = AXES[backend]
+    axes = CATALOGS[name][backend]
     caps = capabilities.resolve(backend)
     be = get_backend(backend)
     reference = GemmProblem.parse(REFERENCE_PROBLEM)
@@ -107,10 +140,11 @@ def _refused(caps, spec: KernelSpec, arch: str) -> bool:
                for name in fields if name not in ("backend", "arch"))
 
 
-def sample(count: int | str, backend: str = "triton", arch: str = "sm_90a", seed: int = SEED) -> list[KernelSpec]:
-    """count specs of the catalog ("all" or a number), drawn with seed; the same count and seed
-    always give the same specs, and a larger count keeps the smaller one's specs first."""
-    specs = catalog(backend, arch)
+def sample(count: int | str, backend: str = "triton", arch: str = "sm_90a", seed: int = SEED,
+           name: str = "base") -> list[KernelSpec]:
+    """count specs of the named catalog ("all" or a number), drawn with seed; the same count and
+    seed always give the same specs, and a larger count keeps the smaller one's specs first."""
+    specs = catalog(backend, arch, name)
     if count == "all":
         return specs
     n = int(count)

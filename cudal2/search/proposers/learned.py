@@ -5,8 +5,8 @@ bandit over its predictions picks each batch from what the search has measured s
   for a shape never searched).
 - Every later call sees the search's history: measured speeds correct the model's predictions for
   the specs it treats alike (cudal2/learn/bandit.py), and the next batch goes by upper confidence.
-- Candidates are the shape-generic specs of cudal2/search/catalog.py for each backend that has a
-  catalog, less those the problem or the backend refuses.
+- Candidates are the shape-generic specs of the catalogs (cudal2/search/catalog.py) the model was
+  trained on, for each backend it was trained on, less those the problem or the backend refuses.
 - The rules proposer fills the other half of each batch after the first pick: the kernels of a
   backend the model has never seen, and kernels beyond the catalog (specialized to the shape,
   narrower tiles, deeper split-K) for the backends it ranks. beyond_catalog=False leaves the
@@ -64,6 +64,13 @@ def trained_backends(model) -> frozenset[str]:
     return frozenset(backends) if backends else frozenset({"triton"})
 
 
+def trained_catalogs(model) -> tuple[str, ...]:
+    """The spec catalogs a cost model was trained on, from its provenance (a model trained before
+    provenance named them learned from the base catalog alone)."""
+    names = ((getattr(model, "info", None) or {}).get("data") or {}).get("catalogs")
+    return tuple(names) if names else ("base",)
+
+
 class LearnedProposer:
     name = "learned"
     adaptive = True  # ask again after every batch: each batch learns from the ones before
@@ -98,9 +105,9 @@ class LearnedProposer:
         """The backends this proposer ranks itself: those with a spec catalog whose measurements the
         model was trained on (a model that never saw a backend's kernels cannot rank them); the rules
         propose for the others."""
-        from ..catalog import AXES
+        from ..catalog import names_for
 
-        return tuple(b for b in self.backends if b in AXES and b in trained_backends(self.model))
+        return tuple(b for b in self.backends if names_for(b) and b in trained_backends(self.model))
 
     def __repr__(self) -> str:
         return f"LearnedProposer(backends={list(self.backends)}, arch={self.arch!r})"
@@ -111,12 +118,13 @@ class LearnedProposer:
         if key not in self._cache:
             from ...codegen import get_backend
             from ...learn.features import matrix
-            from ..catalog import catalog
+            from ..catalog import catalog, names_for
 
             specs: list[KernelSpec] = []
             for backend in self.charted:
                 be = get_backend(backend)
-                for spec in catalog(backend, self.arch):
+                for spec in (s for name in trained_catalogs(self.model) if name in names_for(backend)
+                             for s in catalog(backend, self.arch, name)):
                     try:
                         check_compatible(problem, spec)
                     except SpecError:
