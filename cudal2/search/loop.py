@@ -26,8 +26,8 @@ from .confirm import Confirm, ranked_trials, run_confirmation
 from .outcome import SearchResult, Tally, collect, study_keys
 from .proposal import Proposer
 from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, fail_trials, reference_of, relative_time, requeue,
-                      retry_callback, speedups_of, trial_attrs)
-from .store import Store
+                      speedups_of, trial_attrs)
+from .store import Store, retry_callback
 
 # An adaptive proposer (one that learns from each batch) is asked a batch at a time for this share
 # of the budget; Optuna refines after it. Any other proposer is asked once, for half the budget.

@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from ..ir import GemmProblem, KernelSpec, SpecError, Violation, check_compatible
 from .proposal import Proposal
 from .space import Option, choose, params_of, search_space
-from .store import Store
+from .store import STALE_RETRIES, Store, retry_callback
 
 SAMPLERS = ("tpe", "gp", "random")
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
@@ -222,21 +222,9 @@ def stale_trial_callback(storage):
     """The storage's retry callback for a dead worker's trial (Optuna renamed its getter in 4.9); a
     storage without heartbeats (a SQLite store's journal) gets Optuna's retry callback, as a
     PostgreSQL store configures it."""
-    from .store import STALE_RETRIES
-
     getter = getattr(storage, "get_heartbeat_stale_trial_callback", None) or getattr(
         storage, "get_failed_trial_callback", None)
     return getter() if getter is not None else retry_callback(max_retry=STALE_RETRIES)
-
-
-def retry_callback(max_retry: int | None):
-    """Optuna's callback that queues a copy of a failed trial (renamed in Optuna 4.9)."""
-    import optuna
-
-    cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # "experimental feature" / deprecation notices
-        return cls(max_retry=max_retry)
 
 
 def fail_trials(storage, trials: Sequence[Any], reason: str) -> list[int]:

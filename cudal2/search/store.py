@@ -172,6 +172,18 @@ def journal_storage(db: Path):
                          f"aside: the measurements stay in {db.name}, and each search starts its study anew") from None
 
 
+def retry_callback(max_retry: int | None):
+    """Optuna's callback that queues a copy of a failed trial (renamed in Optuna 4.9)."""
+    import warnings
+
+    import optuna
+
+    cls = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or optuna.storages.RetryFailedTrialCallback
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "experimental feature" / deprecation notices
+        return cls(max_retry=max_retry)
+
+
 def rdb_storage(url: str):
     """Optuna's RDBStorage on the database at url. Heartbeats let a worker on another host find the
     trials of one whose process died and queue them again."""
@@ -179,11 +191,11 @@ def rdb_storage(url: str):
 
     import optuna
 
-    retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None)  # optuna >= 4.9
-    key = "heartbeat_stale_trial_callback" if retry is not None else "failed_trial_callback"
+    renamed = hasattr(optuna.storages, "RetryHeartbeatStaleTrialCallback")  # optuna >= 4.9
+    key = "heartbeat_stale_trial_callback" if renamed else "failed_trial_callback"
+    retry = retry_callback(max_retry=STALE_RETRIES)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # experimental-feature notices
-        retry = (retry or optuna.storages.RetryFailedTrialCallback)(max_retry=STALE_RETRIES)
         return _retry(lambda: optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=600,
                                                          **{key: retry}))
 
@@ -282,8 +294,8 @@ class Store:
             if head and head != _SQLITE_HEADER:
                 raise StoreError(f"store {path} is not an SQLite database; give a new file name or an existing "
                                  "cudal2 store")
-            if journal_path(path).exists():
-                journal_storage(path)  # its studies read back, or one line saying what to do
+            if journal_path(path).exists():  # its studies read back once (kept for the search), or one line
+                self.optuna_storage = journal_storage(path)
         try:
             engine = sa.create_engine(self.url)
         except ModuleNotFoundError as e:

@@ -72,7 +72,7 @@ class _Grid:
     slots: int  # CTAs resident at once on the GPU
     note: str
 
-@dataclass
+@dataclass(frozen=True)  # kept across calls for a problem (RulesProposer._enumerated): never changed
 class _Candidate:
     fields: dict[str, Any]
     time_us: float
