@@ -2,7 +2,7 @@
 layout NT (x @ W^T), back-to-back calls from Python, eager and under torch.compile.
 
     python benchmarks/op_overhead.py OUT.md [--shapes 1x4096x4096,16x14336x4096] [--budget 8]
-        [--backends cute_dsl] [--store PATH]
+        [--backends cute_dsl] [--store PATH] [--min-saving-us US]
 
 1. Each shape is searched (cudal2.search at --budget, layout NT) and the store's table is loaded into
    the op, as a user's tuned table would be: the op serves a shape only where the search's kernel
@@ -15,7 +15,11 @@ layout NT (x @ W^T), back-to-back calls from Python, eager and under torch.compi
    - wall us: time per call of the same round including its synchronization (GPU-bound at large shapes).
    Paths: torch's call (F.linear, torch.matmul) and ours, eager and compiled (torch.compile of a module
    holding the weight; default mode, fullgraph, no_grad). "route" says what ours ran: the tuned kernel,
-   or torch where the table does not serve the shape.
+   or torch where the table does not serve the shape. A compiled graph that holds the op calls its C++
+   launch path (cudal2.native_launch) where that builds; then the same graph traced with the Python op
+   instead is timed too ("compiled cudal2.linear, Python op").
+   --min-saving-us sets the op's EAGER_MIN_SAVING_US and TRACED_MIN_SAVING_US (default: the op's own):
+   0 serves every shape whose kernel beat torch, so that the op's own path is what is timed.
 3. Where the table does not serve a shape, the eager kernel route is also timed with the search's
    best kernel installed as that call's launcher (what a table hit installs): an overhead figure
    only, not a speed claim.
@@ -96,7 +100,7 @@ def measure_shape(m: int, n: int, k: int, store) -> dict:
     import torch
 
     import cudal2
-    from cudal2 import ops
+    from cudal2 import native_launch, ops
     from cudal2.ir import GemmProblem
 
     problem = GemmProblem(m=m, n=n, k=k, layout="NT")
@@ -117,12 +121,36 @@ def measure_shape(m: int, n: int, k: int, store) -> dict:
         plain, ours = _modules(w)
         paths["compiled nn.Linear"] = lambda f=torch.compile(plain, fullgraph=True): f(x)
         paths["compiled cudal2.linear"] = lambda f=torch.compile(ours, fullgraph=True): f(x)
+        paths["compiled cudal2.linear"]()  # traced now, with the native launch path where it builds
+        row["compiled_graph"] = _graph_ops(ours, x)
+        if native_launch.loaded():
+            python_op = torch.compile(_modules(w)[1], fullgraph=True)
+            native_launch._library, loaded = False, native_launch._library  # trace this one with the Python op
+            try:
+                python_op(x)
+            finally:
+                native_launch._library = loaded
+            paths["compiled cudal2.linear, Python op"] = lambda f=python_op: f(x)
         if entry is None:
             forced = _forced_kernel_route(problem, store, x, w)
             if forced is not None:
                 paths["cudal2.linear, kernel installed"] = forced
         row["paths"] = interleaved_us(paths)
     return row
+
+
+def _graph_ops(module, x) -> list[str]:
+    """The targets of the graph torch.compile traces for module(x) (what the compiled path runs)."""
+    import torch
+
+    targets = []
+
+    def backend(gm, example_inputs):
+        targets.extend(str(n.target) for n in gm.graph.nodes if n.op == "call_function")
+        return gm.forward
+
+    torch.compile(module, backend=backend, fullgraph=True)(x)
+    return targets
 
 
 def _forced_kernel_route(problem, store, x, w):
@@ -153,7 +181,8 @@ def report(rows: list[dict], env: dict, command: str) -> str:
              "round by round; host over torch's: the median of the per-round differences (quartiles).", "",
              "| shape | route | path | host us | wall us | host over torch's us |", "|---|---|---|---:|---:|---:|"]
     pairs = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul",
-             "compiled cudal2.linear": "compiled nn.Linear", "cudal2.linear, kernel installed": "F.linear"}
+             "compiled cudal2.linear": "compiled nn.Linear", "cudal2.linear, kernel installed": "F.linear",
+             "compiled cudal2.linear, Python op": "compiled nn.Linear"}
     for row in rows:
         route = (f"tuned kernel ({row['table_speedup']:.3f}x torch in the search)" if row["served"]
                  else "torch (the search found nothing faster)")
@@ -165,6 +194,8 @@ def report(rows: list[dict], env: dict, command: str) -> str:
                 over = f"{mid:+.2f} ({q1:+.2f} to {q3:+.2f})"
             lines.append(f"| {row['shape']} | {route if name.startswith(('cudal2', 'compiled cudal2')) else 'torch'} "
                          f"| {name} | {t['host_us']:.2f} | {t['wall_us']:.2f} | {over} |")
+    lines += ["", "What the compiled cudal2.linear graph calls (torch.compile's traced graph):", ""]
+    lines += [f"- {row['shape']}: {', '.join(row.get('compiled_graph') or ['?'])}" for row in rows]
     return "\n".join(lines) + "\n"
 
 
@@ -175,6 +206,8 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=8)
     ap.add_argument("--backends", default="cute_dsl")
     ap.add_argument("--store", default=None, help="store for the searches (default: a file next to OUT)")
+    ap.add_argument("--min-saving-us", type=float, default=None,
+                    help="the op's EAGER_MIN_SAVING_US and TRACED_MIN_SAVING_US (default: its own)")
     args = ap.parse_args()
 
     import cudal2
@@ -182,6 +215,8 @@ def main() -> None:
     from cudal2.bench.environment import record
     from cudal2.search.table import TunedTable
 
+    if args.min_saving_us is not None:
+        ops.EAGER_MIN_SAVING_US = ops.TRACED_MIN_SAVING_US = args.min_saving_us
     store = args.store or str(args.out.with_suffix(".db"))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     for m, n, k in shapes:

@@ -35,6 +35,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from . import native_launch
 from .ir import Epilogue, GemmProblem, SpecError
 from .search.table import TunedTable
 
@@ -73,6 +74,7 @@ def set_table(table: TunedTable | str | os.PathLike | None) -> None:
     global _table
     with _lock:
         _table = TunedTable.load(table) if isinstance(table, (str, os.PathLike)) else table
+        native_launch.forget()
         _launchers.clear()
         _b_shapes.clear()
         _seen.clear()
@@ -316,6 +318,22 @@ def _(x, weight, bias):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
+# What a traced graph calls where the kernel has a C++ launch path (cudal2.native_launch, which
+# implements them once loaded): the slot names the kernel bound for the call while tracing.
+_lib.define("linear_slot(Tensor x, Tensor weight, Tensor? bias, int slot) -> Tensor")
+_lib.define("matmul_slot(Tensor a, Tensor b, int slot) -> Tensor")
+
+
+@torch.library.register_fake("cudal2::matmul_slot")
+def _(a, b, slot):
+    return a.new_empty((a.shape[0], b.shape[1]))
+
+
+@torch.library.register_fake("cudal2::linear_slot")
+def _(x, weight, bias, slot):
+    return x.new_empty((*x.shape[:-1], weight.shape[0]))
+
+
 class _Matmul(torch.autograd.Function):
     @staticmethod
     def forward(a, b):
@@ -396,17 +414,40 @@ def _served_classes() -> tuple:
     return tuple(served)
 
 
-def _served_when_traced(class_of: Callable, *tensors) -> bool:
-    """While torch.compile traces: whether the table serves this call. Each served class is compared
-    in turn: with dynamic shapes an extent is a symbol, and a comparison makes the graph guard on
-    its value (another value traces again), since the table's answer holds for one shape."""
+def _served_when_traced(class_of: Callable, *tensors) -> tuple | None:
+    """While torch.compile traces: the served class (a constant) of this call, or None where the table
+    does not serve it. Each served class is compared in turn: with dynamic shapes an extent is a
+    symbol, and a comparison makes the graph guard on its value (another value traces again), since
+    the table's answer holds for one shape."""
     call = class_of(*tensors)
     if call is None:
-        return False
+        return None
     for served in _served_classes():
         if all(a == b for a, b in zip(call, served)):
-            return True
-    return False
+            return served
+    return None
+
+
+@torch.compiler.assume_constant_result
+def _native_slot(served: tuple) -> int:
+    """While tracing a served call: the slot of its kernel's C++ launch path (cudal2.native_launch),
+    or -1 where the graph calls the Python op instead (no TVM-FFI function, no C++ compiler). Binding
+    builds the kernel's launcher now (compile or disk load, workspace), once per class and process."""
+    from .codegen.operands import torch_dtype
+
+    problem = _problem_of(served)
+    gpu = next((name for device_type, index, name in _visible_gpus() if (device_type, index) == served[6:8]), None)
+    kernel = tuned_kernel(problem, gpu) if problem is not None and gpu is not None else None
+    native_args = getattr(kernel, "native_args", None)
+    if native_args is None:
+        return -1
+    device = torch.device(served[6], served[7]) if served[7] is not None else torch.device(served[6])
+    try:
+        args = native_args(problem.m, problem.n, problem.k, device)
+    except (ValueError, torch.OutOfMemoryError):  # the Python op says why, once, and runs torch
+        return -1
+    slot = native_launch.bind(served, torch_dtype(problem.c_dtype), args, device)
+    return -1 if slot is None else slot
 
 
 # ---- the public functions ------------------------------------------------------------------------
@@ -454,9 +495,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if a.dim() != 2 or b.dim() != 2:
         return torch.matmul(a, b)
     if _is_compiling():
-        if not _served_when_traced(_matmul_class, a, b):
+        served = _served_when_traced(_matmul_class, a, b)
+        if served is None:
             return torch.matmul(a, b)
-        return _Matmul.apply(a, b) if _needs_grad(a, b) else torch.ops.cudal2.matmul(a, b)
+        if _needs_grad(a, b):
+            return _Matmul.apply(a, b)
+        slot = _native_slot(served)
+        return torch.ops.cudal2.matmul_slot(a, b, slot) if slot >= 0 else torch.ops.cudal2.matmul(a, b)
     if _needs_grad(a, b):
         return _Matmul.apply(a, b)
     return _run_matmul(a, b)
@@ -465,9 +510,13 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."""
     if _is_compiling():
-        if not _served_when_traced(_linear_class, x, weight, bias):
+        served = _served_when_traced(_linear_class, x, weight, bias)
+        if served is None:
             return F.linear(x, weight, bias)
-        return _Linear.apply(x, weight, bias) if _needs_grad(x, weight, bias) else \
+        if _needs_grad(x, weight, bias):
+            return _Linear.apply(x, weight, bias)
+        slot = _native_slot(served)
+        return torch.ops.cudal2.linear_slot(x, weight, bias, slot) if slot >= 0 else \
             torch.ops.cudal2.linear(x, weight, bias)
     if _needs_grad(x, weight, bias):
         return _Linear.apply(x, weight, bias)

@@ -7,7 +7,7 @@ import torch
 
 import cudal2
 from cudal2 import Epilogue, GemmProblem, KernelSpec
-from cudal2 import ops
+from cudal2 import native_launch, ops
 from cudal2.search.loop import run_search
 from cudal2.search.recorded import RecordedRunner
 from cudal2.search.store import Store
@@ -425,6 +425,7 @@ def test_gpu_linear_runs_a_cute_dsl_kernel_eager_compiled_and_in_a_graph(swap_ab
                 persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store",
                 shape_specialization="dynamic", swap_ab=swap_ab)
     ops.set_table(TunedTable([_entry(problem=problem, gpu="", **spec)]))
+    torch._dynamo.reset()  # graphs traced before keep the kernel they were traced with
     x = torch.randn(2, 64, 256, device="cuda", dtype=torch.float16)
     w = torch.randn(384, 256, device="cuda", dtype=torch.float16) / 16
     bias = torch.randn(384, device="cuda", dtype=torch.float16)
@@ -438,6 +439,18 @@ def test_gpu_linear_runs_a_cute_dsl_kernel_eager_compiled_and_in_a_graph(swap_ab
         assert ops._launchers[ops._linear_key(x, w, bias)] is not None  # the kernel ran, not torch
         out, targets = _graph_of(lambda x, w, b: cudal2.linear(x, w, b), x, w, bias)
         assert close(out) and "cudal2.linear" in targets
+        if native_launch.library() is not None:  # the C++ launch path of compiled graphs
+            assert "cudal2.linear_slot" in targets
+        compiled = torch.compile(lambda x, w, b: cudal2.linear(x, w, b), fullgraph=True)  # inductor
+        assert close(compiled(x, w, bias))
+        graph, static_out = torch.cuda.CUDAGraph(), None
+        with torch.cuda.graph(graph):  # the compiled graph's launches, captured
+            static_out = compiled(x, w, bias)
+        x.copy_(torch.randn_like(x))
+        want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
+        graph.replay()
+        torch.cuda.synchronize()
+        assert close(static_out)
         graph, static_out = torch.cuda.CUDAGraph(), None
         with torch.cuda.graph(graph):
             static_out = cudal2.linear(x, w, bias)

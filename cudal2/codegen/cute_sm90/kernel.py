@@ -97,6 +97,30 @@ class CuteDslKernel:
             self._fn(*self._binding.call_args(a, b, c_in, d, bias_t, ws), cuda.CUstream(raw_stream))
         return d
 
+    def _check_bindable(self, m: int, n: int, k: int) -> None:
+        p = self.source.problem
+        if self.dynamic:
+            why = shape_refusal(self._binding.cfg, m, n, k)
+            if why:
+                raise ValueError(f"cute_dsl kernel for {p.class_label()} cannot run {m}x{n}x{k}: {why}")
+        elif (m, n, k) != p.shape:
+            raise ValueError(f"cute_dsl kernel for {p.label()} cannot run {m}x{n}x{k}: it was compiled for its shape")
+
+    def native_args(self, m: int, n: int, k: int, device):
+        """What the C++ launcher of compiled graphs (cudal2.native_launch) needs to run calls of exactly
+        m x n x k on device: the kernel's TVM-FFI function, its workspace (allocated now) and extents;
+        None where the kernel has no TVM-FFI function. The caller vouches for what bind() says."""
+        from ...native_launch import NativeArgs, tvm_ffi_function
+
+        self._check_bindable(m, n, k)
+        function = tvm_ffi_function(self._fn) if self.ffi else None
+        if function is None:
+            return None
+        binding = self._binding
+        ws = self._workspace_for(device, m, n, k)
+        w, flags = binding.workspace_addresses(0, ws.data_ptr()) if ws is not None else (0, 0)
+        return NativeArgs(function, w, flags, *binding.kernel_extents(m, n, k), binding.cfg.swap_ab, keepalive=self)
+
     def bind(self, m: int, n: int, k: int, device):
         """A launcher for calls of exactly m x n x k on device: run(a, b, d, bias) enqueues the GEMM
         into d on the current stream and returns nothing. The caller vouches, once, for what a call
@@ -107,25 +131,20 @@ class CuteDslKernel:
         import torch
 
         p = self.source.problem
-        if self.dynamic:
-            why = shape_refusal(self._binding.cfg, m, n, k)
-            if why:
-                raise ValueError(f"cute_dsl kernel for {p.class_label()} cannot run {m}x{n}x{k}: {why}")
-        elif (m, n, k) != p.shape:
-            raise ValueError(f"cute_dsl kernel for {p.label()} cannot run {m}x{n}x{k}: it was compiled for its shape")
-        ws = self._workspace_for(device, m, n, k)
-        fn, binding, swap = self._fn, self._binding, self._binding.cfg.swap_ab
-        km, kn, kk = binding.kernel_extents(m, n, k)
+        self._check_bindable(m, n, k)
         index = device.index if device.index is not None else torch.cuda.current_device()
         current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if not self.ffi or current_stream is None:
+        native = self.native_args(m, n, k, device) if current_stream is not None else None
+        if native is None:
             a_strides, b_strides = operand_strides(p, m, n, k)
 
             def run(a, b, d, bias):  # the DSL's executor: correct, not fast
                 self(a.as_strided((m, k), a_strides), b.as_strided((k, n), b_strides), d.view(m, n), bias=bias)
             return run
-        # without a workspace its two pointers point at D (run passes None for them) and are never read
-        w, flags = binding.workspace_addresses(0, ws.data_ptr()) if ws is not None else (None, None)
+        # without a workspace its two pointers point at D and are never read. (Called through the DSL's
+        # wrapper of the function, as measured; the C++ launcher calls the function itself.)
+        fn, w, flags, km, kn, kk, swap = self._fn, native.workspace, native.flags, native.km, native.kn, \
+            native.kk, native.swap
 
         def run(a, b, d, bias):
             pa, pb, pd = (b.data_ptr(), a.data_ptr(), d.data_ptr()) if swap else \
