@@ -396,12 +396,25 @@ def _visible_gpus() -> list[tuple[str, int | None, str]]:
 # ran 13% slower. So a traced graph takes the op only where the kernel saves at least this much
 # GPU time a call; elsewhere it keeps torch's GEMM.
 TRACED_MIN_SAVING_US = 25.0
+# Through the C++ launch path (native_launch) the compiled call costs less host time than inductor's own
+# GEMM call: 4.9 to 27 us less a call on four served shapes (H100 host, 2026-11-26,
+# op_overhead_native_*_h100_2026-11-26 in docs/results.md). So there, a measured win is enough.
+NATIVE_TRACED_MIN_SAVING_US = 0.0
+
+
+def _traced_min_saving_us(entry) -> float:
+    """The GPU time an entry's kernel must save a call for a traced graph to take it: its launch path's
+    host cost inside a compiled graph."""
+    from .codegen.cute_dsl import tvm_ffi_version
+
+    native = entry.spec.backend == "cute_dsl" and tvm_ffi_version() and native_launch.library() is not None
+    return NATIVE_TRACED_MIN_SAVING_US if native else TRACED_MIN_SAVING_US
 
 
 @torch.compiler.assume_constant_result
 def _served_classes() -> tuple:
     """Every call class (see _call_class) the table serves on a visible GPU inside a traced graph (a
-    measured win of at least TRACED_MIN_SAVING_US a call). torch.compile runs this while tracing and
+    measured win of at least _traced_min_saving_us a call). torch.compile runs this while tracing and
     keeps the answer as a constant of the graph."""
     table, served = tuned_table(), []
     for device_type, index, name in _visible_gpus():
@@ -409,9 +422,14 @@ def _served_classes() -> tuple:
             p = entry.problem
             call = (p.m, p.n, p.k, p.dtype, p.layout, p.epilogue.bias, "cuda", index)
             if entry.gpu in (name, "") and _problem_of(call) == p:  # the op's own problems
-                if _op_entry(p, name, TRACED_MIN_SAVING_US) is not None:  # a measured win, large enough
+                if _op_entry(p, name, _traced_min_saving_us(entry)) is not None:  # a measured win, large enough
                     served.append(call[:6] + (device_type, index))
     return tuple(served)
+
+
+def _traced_weight_shapes() -> set[tuple[int, int]]:
+    """(N, K) weight shapes of the linear calls a traced graph would serve on a visible GPU."""
+    return {(served[1], served[2]) for served in _served_classes() if served[4][1] == "T"}  # B = weight.T
 
 
 def _served_when_traced(class_of: Callable, *tensors) -> tuple | None:
@@ -456,35 +474,40 @@ def _routed_forward(self, x):
     than any served kernel of this weight shape has (one size comparison: a host-bound call, few
     tokens, pays nothing more than nn.Linear's), else linear() with its eager checks inlined."""
     weight, bias = self.weight, self.bias
+    if _is_compiling():  # the traced decision is linear()'s, with its own rule (_served_classes)
+        return linear(x, weight, bias)
     if x.numel() < self._cudal2_min_numel:
         return F.linear(x, weight, bias)
-    if _is_compiling() or _needs_grad(x, weight, bias):
+    if _needs_grad(x, weight, bias):
         return linear(x, weight, bias)
     return _run_linear(x, weight, bias)
 
 
 def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:
     """Send the nn.Linear layers of model whose weight shape has a kernel in the table (one of a backend
-    the op launches, that beat torch) through cudal2.linear; leave the others on nn.Linear's own
-    forward. Why not every layer: in a host-bound model (eager, few tokens) the op's Python costs a
+    the op launches, that beat torch by its path's margin, eager or in a compiled graph) through
+    cudal2.linear; leave the others on nn.Linear's own forward. Why not every layer: in a host-bound model (eager, few tokens) the op's Python costs a
     microsecond or more per call even where it runs torch, and a layer no entry can serve would pay it
     for nothing. Call it after tune_model or set_table (again when the table grows); enable=False puts
     every routed layer back. Returns the names of the layers routed (or put back)."""
     import types
 
     served = _table_b_shapes()["linear"] if enable else {}
+    traced = _traced_weight_shapes() if enable else set()
     changed = []
     for name, m in model.named_modules():
         if not isinstance(m, torch.nn.Linear):
             continue
         routed = "forward" in m.__dict__ and getattr(m.forward, "__func__", None) is _routed_forward
-        rows = served.get((m.out_features, m.in_features))
-        if rows is not None:  # (again where routed: the table may have grown)
-            m._cudal2_min_numel = rows * m.in_features
-        if rows is not None and not routed:
+        shape = (m.out_features, m.in_features)
+        rows = served.get(shape)  # the fewest rows an eager call is served at
+        serve = rows is not None or shape in traced
+        if serve:  # (again where routed: the table may have grown). Served only traced: eager runs torch
+            m._cudal2_min_numel = rows * m.in_features if rows is not None else float("inf")
+        if serve and not routed:
             m.forward = types.MethodType(_routed_forward, m)
             changed.append(name)
-        elif routed and rows is None:
+        elif routed and not serve:
             del m.forward, m._cudal2_min_numel
             changed.append(name)
     return changed
