@@ -194,11 +194,11 @@ def _op_entry(problem: GemmProblem, gpu: str | None, min_saving_us: float | None
     return entry if _saving_us(entry) >= (EAGER_MIN_SAVING_US if min_saving_us is None else min_saving_us) else None
 
 
-def tuned_kernel(problem: GemmProblem, gpu: str | None):
+def tuned_kernel(problem: GemmProblem, gpu: str | None, min_saving_us: float | None = None):
     """The compiled tuned kernel for problem on this GPU, or None when the table has none that
-    beats torch (of a backend the op launches: op_backends). A kernel that fails to build falls
-    back to torch too (with a warning)."""
-    entry = _op_entry(problem, gpu)
+    beats torch by min_saving_us a call (default EAGER_MIN_SAVING_US; of a backend the op launches:
+    op_backends). A kernel that fails to build falls back to torch too (with a warning)."""
+    entry = _op_entry(problem, gpu, min_saving_us)
     if entry is None:
         return None
     from .codegen import get_backend
@@ -455,7 +455,8 @@ def _native_slot(served: tuple) -> int:
 
     problem = _problem_of(served)
     gpu = next((name for device_type, index, name in _visible_gpus() if (device_type, index) == served[6:8]), None)
-    kernel = tuned_kernel(problem, gpu) if problem is not None and gpu is not None else None
+    # (_served_classes applied the traced path's margin already; the eager one is not this path's)
+    kernel = tuned_kernel(problem, gpu, 0.0) if problem is not None and gpu is not None else None
     native_args = getattr(kernel, "native_args", None)
     if native_args is None:
         return -1

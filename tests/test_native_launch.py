@@ -130,13 +130,15 @@ def served_on_cpu(monkeypatch):
         call[:6] + ("cuda", call[7])))
     monkeypatch.setattr(ops, "_visible_gpus", lambda: [("cpu", None, GPU)])
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: GPU)
-    monkeypatch.setattr(ops, "tuned_kernel", lambda problem, gpu: kernel)
-    monkeypatch.setattr(ops, "TRACED_MIN_SAVING_US", 0.0)
+    monkeypatch.setattr(ops, "tuned_kernel", lambda problem, gpu, min_saving_us=None: kernel if ops._op_entry(
+        problem, gpu, min_saving_us) is not None else None)
     problem = GemmProblem(m=24, n=48, k=64, layout="NT")
     spec = KernelSpec(backend="cute_dsl", block_m=128, block_n=128, block_k=64, num_warps=12, stages=4,
                       warp_specialization="cooperative", load_path="tma", persistent=True)
-    ops.set_table(TunedTable([TunedEntry(problem=problem, spec=spec, kernel_ms=0.1, baselines_ms={"torch": 0.2},
-                                         gpu="")]))
+    # a kernel saving 5 us a call: enough for a compiled graph's native path, not for an eager call
+    saving_ms = (ops.NATIVE_TRACED_MIN_SAVING_US + ops.EAGER_MIN_SAVING_US) / 2e3
+    ops.set_table(TunedTable([TunedEntry(problem=problem, spec=spec, kernel_ms=0.1,
+                                         baselines_ms={"torch": 0.1 + saving_ms}, gpu="")]))
     yield kernel
     ops.set_table(None)
 
@@ -171,6 +173,8 @@ def test_without_a_compiler_the_graph_calls_the_python_op(served_on_cpu, monkeyp
     monkeypatch.setattr(native_launch, "_library", None)
     monkeypatch.setattr(native_launch, "_slots", {})
     monkeypatch.setenv("CXX", "/nonexistent/g++")
+    monkeypatch.setattr(ops, "TRACED_MIN_SAVING_US", 0.0)  # the Python op's margins, met by the kernel
+    monkeypatch.setattr(ops, "EAGER_MIN_SAVING_US", 0.0)
     with pytest.warns(RuntimeWarning, match="compiled graphs call the Python op"):
         assert native_launch.library() is None
     x, w = torch.randn(24, 64).half(), torch.randn(48, 64).half()
