@@ -20,8 +20,10 @@ whole launch.
 torch.compile. The decision is made while tracing, where the shapes are known: a shape the table
 does not serve, or whose kernel saves less GPU time than the custom op costs the host inside a
 compiled graph (TRACED_MIN_SAVING_US), traces to plain F.linear / torch.matmul (inductor's own code,
-nothing of ours at run time); a served one to the custom op cudal2::linear / cudal2::matmul,
-registered with a fake implementation so the graph stays whole. Gradients go through an autograd.Function whose backward
+nothing of ours at run time); a served one to a custom op registered with a fake implementation so
+the graph stays whole: cudal2::linear_slot / cudal2::matmul_slot where the kernel has a TVM-FFI
+function and the C++ launch path builds (native_launch: no Python per call), else cudal2::linear /
+cudal2::matmul, whose kernel is this module's Python. Gradients go through an autograd.Function whose backward
 calls cudal2::matmul (so training shapes are served too), and CUDA-graph capture records the
 launches like any other kernel's (build launchers by calling once before capture).
 """
