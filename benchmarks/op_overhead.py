@@ -216,7 +216,14 @@ def main() -> None:
     from cudal2.search.table import TunedTable
 
     if args.min_saving_us is not None:
-        ops.EAGER_MIN_SAVING_US = ops.TRACED_MIN_SAVING_US = args.min_saving_us
+        ops.EAGER_MIN_SAVING_US = ops.TRACED_MIN_SAVING_US = ops.NATIVE_TRACED_MIN_SAVING_US = args.min_saving_us
+    import torch
+
+    # each shape traces the same forward three times (timed, inspected, with the Python op)
+    torch._dynamo.reset()
+    for limit in ("recompile_limit", "cache_size_limit"):
+        if hasattr(torch._dynamo.config, limit):
+            setattr(torch._dynamo.config, limit, 64)
     store = args.store or str(args.out.with_suffix(".db"))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
     for m, n, k in shapes:

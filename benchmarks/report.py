@@ -413,6 +413,20 @@ EXPERIMENTS: list[Experiment] = [
                "(kernels beyond the catalog: specialized to the shape, narrower tiles, deeper split-K)."),
     Experiment("As above, the other five shapes", "compare_hedged_b_h100_2026-11-26.json", "compare",
                "The same run's second call."),
+    Experiment("Proposers at equal budget, the model trained with the narrow sweep (5 + 5)",
+               "compare_narrow_a_h100_2026-11-26.json", "compare",
+               "As above, with the model retrained on the four sweeps above and the `narrow` catalog's sweep "
+               "(`sweep_narrow_h100_2026-11-26.csv.gz`; the command in docs/learning.md, given to the run as "
+               "`$CUDAL2_COST_MODEL` and since shipped as `cudal2/data/models/sm_90a.json`), the rules filling half "
+               "of each learned batch."),
+    Experiment("As above, the other five shapes", "compare_narrow_b_h100_2026-11-26.json", "compare",
+               "The same model, the second call."),
+    Experiment("The learned proposer against random search at budget 16 (5 + 5)",
+               "compare_narrow_random_a_h100_2026-11-26.json", "compare",
+               "`cudal2 compare ... --proposers learned,random --budget 16` on the same ten shapes with the same "
+               "model, two calls."),
+    Experiment("As above, the other five shapes", "compare_narrow_random_b_h100_2026-11-26.json", "compare",
+               "The same run's second call."),
     Experiment("Our CuTe DSL kernels against quack's on two large shapes, H100", "peer_parity_named_h100_2026-11-26.json",
                "peer_parity", "`benchmarks/peer_parity.py --shapes 5120x5120x5120,13824x5120x640 --budget 32`: quack's "
                "autotuner (44 sm90 configs) and `cudal2.search` over cute_dsl at budget 32 on each shape (layout NT); "
@@ -454,6 +468,11 @@ EXPERIMENTS: list[Experiment] = [
                "(`NATIVE_TRACED_MIN_SAVING_US` = 0, since raised to 10 us by this run): q, k, v and o were served "
                "inside compiled graphs at 1 and 16 tokens (kernels saving about a microsecond each), eager calls kept "
                "torch's (`EAGER_MIN_SAVING_US`)."),
+    Experiment("The decoder layer with the compiled path's 10 us rule, H100", "e2e_decoder_native_gated_h100_2026-11-26.json",
+               "e2e_decoder", "`benchmarks/e2e_decoder.py --budget 0` on the store of the run above, after "
+               "`NATIVE_TRACED_MIN_SAVING_US` became 10 us: no kernel of the store saves that much a call, so "
+               "route_linears routed no layer and both layers ran nn.Linear's code; the spread of the ratios around "
+               "1 is this harness's noise on the host that day."),
     Experiment("A Llama-style decoder layer with cudal2.linear, H100", "e2e_decoder_h100_2026-11-26.json", "e2e_decoder",
                "`benchmarks/e2e_decoder.py --budget 3 --max-tune-seconds 280`: the layer's GEMMs tuned by "
                "`cudal2.tune_model` over cute_dsl (the store also held the Triton searches of the run below), the op "

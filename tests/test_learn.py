@@ -247,7 +247,7 @@ def test_the_shipped_model_ranks_both_hopper_backends():
     from cudal2.search.proposers.learned import LearnedProposer, load_model, trained_backends, trained_catalogs
 
     assert trained_backends(load_model(arch="sm_90a")) >= {"triton", "cute_dsl"}
-    assert trained_catalogs(load_model(arch="sm_90a")) == ("base",)
+    assert trained_catalogs(load_model(arch="sm_90a")) == ("base", "narrow")  # it was trained on both sweeps
     assert LearnedProposer(backends=("triton", "cute_dsl"), arch="sm_90a").charted == ("triton", "cute_dsl")
 
 
