@@ -121,6 +121,8 @@ def library() -> Path | None:
 def bind(call: tuple, out_dtype: torch.dtype, args: NativeArgs | None, device: torch.device) -> int | None:
     """The slot of a call class (ops._call_class) whose kernel takes the native path, binding it on
     first use; None where the native path cannot serve it (then the graph calls the Python op)."""
+    from .codegen.operands import torch_dtype
+
     if args is None or library() is None:
         return None
     key = (call, out_dtype)
@@ -133,9 +135,9 @@ def bind(call: tuple, out_dtype: torch.dtype, args: NativeArgs | None, device: t
         slot = len(_bound)
         fn = args.function
         handle = fn.__chandle__()
-        m, n, k, _dtype, layout, bias = call[:6]
+        m, n, k, dtype, layout, bias = call[:6]
         torch.ops.cudal2.native_bind(slot, handle, args.workspace, args.flags, args.km, args.kn, args.kk, args.swap,
-                                     m, n, k, _torch_dtype(call[3]), out_dtype, device, layout, bias)
+                                     m, n, k, torch_dtype(dtype), out_dtype, device, layout, bias)
         _bound.append(args)
         _slots[key] = slot
         return slot
@@ -146,10 +148,6 @@ def forget() -> None:
     are: a graph traced before keeps the kernel it was traced with."""
     with _lock:
         _slots.clear()
-
-
-def _torch_dtype(name: str) -> torch.dtype:
-    return {"float16": torch.float16, "bfloat16": torch.bfloat16}[name]
 
 
 def tvm_ffi_function(fn) -> Any | None:
