@@ -431,8 +431,18 @@ def test_gpu_linear_runs_a_cute_dsl_kernel_eager_compiled_and_in_a_graph(swap_ab
     bias = torch.randn(384, device="cuda", dtype=torch.float16)
     want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
 
-    def close(got):
+    def close(got, want=want):
         return got.shape == want.shape and float((got.float() - want).norm() / want.norm()) < 1e-3
+
+    def replays_correctly(linear):
+        """Capture linear(x, w, bias) in a CUDA graph, change x, replay: the output follows x."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            static_out = linear(x, w, bias)
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        return close(static_out, torch.nn.functional.linear(x.float(), w.float(), bias.float()))
 
     with torch.no_grad():
         assert close(cudal2.linear(x, w, bias))
@@ -443,19 +453,5 @@ def test_gpu_linear_runs_a_cute_dsl_kernel_eager_compiled_and_in_a_graph(swap_ab
             assert "cudal2.linear_slot" in targets
         compiled = torch.compile(lambda x, w, b: cudal2.linear(x, w, b), fullgraph=True)  # inductor
         assert close(compiled(x, w, bias))
-        graph, static_out = torch.cuda.CUDAGraph(), None
-        with torch.cuda.graph(graph):  # the compiled graph's launches, captured
-            static_out = compiled(x, w, bias)
-        x.copy_(torch.randn_like(x))
-        want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
-        graph.replay()
-        torch.cuda.synchronize()
-        assert close(static_out)
-        graph, static_out = torch.cuda.CUDAGraph(), None
-        with torch.cuda.graph(graph):
-            static_out = cudal2.linear(x, w, bias)
-        x.copy_(torch.randn_like(x))
-        want = torch.nn.functional.linear(x.float(), w.float(), bias.float())
-        graph.replay()
-        torch.cuda.synchronize()
-        assert close(static_out)
+        assert replays_correctly(compiled)  # the compiled graph's launches, captured
+        assert replays_correctly(cudal2.linear)
