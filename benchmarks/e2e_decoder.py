@@ -13,8 +13,9 @@ and a SwiGLU MLP (14336 wide). No biases. Both layers hold the same weights.
 1. cudal2.tune_model searches the layer's GEMMs at each token count of --tune-tokens (default: every
    one, 4 distinct shapes per count) at --budget, the store resuming earlier runs, until
    --max-tune-seconds (--budget 0: no search, the store's results as they are); the op then serves a
-   shape only where its kernel beat torch.matmul by at least ops.EAGER_MIN_SAVING_US a call.
-   Untuned shapes run torch.
+   shape's eager and compiled calls only where its kernel beat torch.matmul by at least
+   ops.EAGER_MIN_SAVING_US a call, and calls captured in a CUDA graph wherever it beat torch
+   (ops.GRAPH_MIN_SAVING_US). Untuned shapes run torch.
 2. Per token count and mode, the two layers are timed in --rounds interleaved rounds: each round
    times nn.Linear's layer, then ours, and the next round ours first, then nn.Linear's (A B, B A,
    A B, ...), so a drift of the host or the GPU clock falls on both alike. A layer's time in a round
@@ -191,7 +192,9 @@ def gemm_rows(t: int, plain, rounds: int, calls: int) -> list[dict]:
     rows = []
     for name, lin in (("q, o", plain.q), ("k, v", plain.k), ("gate, up", plain.gate), ("down", plain.down)):
         n, k = lin.weight.shape
-        entry = ops._op_entry(GemmProblem(m=t, n=n, k=k, layout="NT"), gpu=torch.cuda.get_device_name())
+        # (timed in CUDA graphs: the kernel a captured call takes)
+        entry = ops._op_entry(GemmProblem(m=t, n=n, k=k, layout="NT"), torch.cuda.get_device_name(),
+                              ops.GRAPH_MIN_SAVING_US)
         # In the layer each weight is read once per pass, from DRAM (a layer's weights are 0.4 GB). Called
         # alone, a small weight would stay in L2 from one call to the next; so the calls cycle through
         # copies of (x, weight) that together fill twice the L2, as the evaluator's rotated inputs do.
@@ -259,7 +262,7 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
     lines += ["", "Each GEMM alone (CUDA graph, us per call, rounds as above; the calls cycle through copies of x and "
               "the weight that fill twice the L2):", "",
               "| tokens | GEMM | shape | F.linear | cudal2.linear | F.linear / cudal2.linear time (25% to 75%) "
-              "| served by |", "|---:|---|---|---:|---:|---:|---|"]
+              "| served in a graph by |", "|---:|---|---|---:|---:|---:|---|"]
     for row in rows:
         for g in row["gemms"]:
             lines.append(f"| {row['tokens']} | {g['gemm']} | {g['shape']} | {g['torch_us']:.2f} | "

@@ -26,6 +26,12 @@ function and the C++ launch path builds (native_launch: no Python per call), els
 cudal2::matmul, whose kernel is this module's Python. Gradients go through an autograd.Function whose backward
 calls cudal2::matmul (so training shapes are served too), and CUDA-graph capture records the
 launches like any other kernel's (build launchers by calling once before capture).
+
+CUDA graphs. A call made while a graph captures pays the op's host time once, at capture; replays pay
+none. So there the op takes any kernel that beats torch (GRAPH_MIN_SAVING_US), also where an eager
+call would keep torch's. Such a kernel is built outside the capture, by route_linears or by the call
+key's first eager call (the warm-up torch.cuda.graph asks for anyway): building allocates and zeroes
+memory, which a capture would record. A captured call whose kernel was not built runs torch.
 """
 
 from __future__ import annotations
@@ -52,9 +58,14 @@ _untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no t
 # entry serves, or fewer rows than any served entry of that shape, runs torch after one dict lookup,
 # without building its call key (which costs more than the rest of the op's Python). Its first call of
 # each (a, b) shape pair still goes through _bind, which records an untuned problem.
-# "mm": {(k, n): fewest rows m served}, "linear": {(n, k): fewest rows}, of servable entries; {} = not read yet
+# "mm": {(k, n): fewest rows m served}, "linear": {(n, k): fewest rows}, of servable entries; "mm_graph" and
+# "linear_graph": the same at GRAPH_MIN_SAVING_US, for calls while a CUDA graph captures; {} = not read yet
 _b_shapes: dict[str, dict] = {}
 _seen: set[tuple] = set()  # ("mm" | "linear", a.shape, b.shape) of fallback calls already bound once
+# CUDA graph capture (see GRAPH_MIN_SAVING_US): (problem key, device) -> the kernel's bound run(a, b, d, bias)
+# (or None for torch), built outside any capture; call key -> launcher of a call made while capturing
+_graph_runs: dict[tuple, Optional[Callable]] = {}
+_graph_launchers: dict[tuple, Optional[Callable]] = {}
 
 
 def tuned_table() -> TunedTable:
@@ -80,18 +91,30 @@ def set_table(table: TunedTable | str | os.PathLike | None) -> None:
         _launchers.clear()
         _b_shapes.clear()
         _seen.clear()
+        _graph_runs.clear()
+        _graph_launchers.clear()
 
 
 def _table_b_shapes() -> dict[str, dict]:
     """The B operand shapes of the table's entries the op could serve (the op's own rule, on any GPU),
-    per op, each with the fewest rows (M) it is served at (see _b_shapes)."""
+    per op, each with the fewest rows (M) it is served at (see _b_shapes); eager, and while a CUDA
+    graph captures."""
     shapes = _b_shapes
     if not shapes:
-        distinct = {e.problem.key(): e.problem for e in tuned_table()}
-        problems = sorted((p for p in distinct.values() if _op_entry(p, None) is not None), key=lambda p: -p.m)
-        with _lock:  # (the fewest rows last, so they win)
-            shapes.update(mm={(p.k, p.n): p.m for p in problems}, linear={(p.n, p.k): p.m for p in problems})
+        found = {}
+        for name, margin in (("", None), ("_graph", GRAPH_MIN_SAVING_US)):
+            problems = sorted(_servable_problems(margin), key=lambda p: -p.m)  # (the fewest rows last: they win)
+            found["mm" + name] = {(p.k, p.n): p.m for p in problems}
+            found["linear" + name] = {(p.n, p.k): p.m for p in problems}
+        with _lock:
+            shapes.update(found)
     return shapes
+
+
+def _servable_problems(min_saving_us: float | None = None) -> list[GemmProblem]:
+    """The table's problems the op would serve on some GPU with min_saving_us (see _op_entry)."""
+    distinct = {e.problem.key(): e.problem for e in tuned_table()}
+    return [p for p in distinct.values() if _op_entry(p, None, min_saving_us) is not None]
 
 
 def untuned_problems() -> list[GemmProblem]:
@@ -176,9 +199,13 @@ def op_backends() -> frozenset[str]:
 # few tokens), that time is the model's, while the GPU time a kernel saves is hidden. So a kernel is
 # used only where it saves at least this much GPU time a call: a GEMM that long keeps the GPU, not the
 # host, the bottleneck. Measured on an H100 host, 2026-11-26 (benchmarks/layer_host_time.py): a call
-# through the op cost a host-bound decoder layer 8 to 13 us more than nn.Linear's. A model that runs
-# only inside CUDA graphs, where the host cost is paid once, may set it to 0.
+# through the op cost a host-bound decoder layer 8 to 13 us more than nn.Linear's. (Calls made while a
+# CUDA graph captures follow GRAPH_MIN_SAVING_US instead.)
 EAGER_MIN_SAVING_US = 10.0
+# While a CUDA graph captures, the op's host time is spent once, at capture: a replay launches the
+# recorded kernels with no host work. So a call made then takes any kernel whose measured GPU time
+# beats torch's (the table's own rule, a confirmed speedup above 1), however little it saves.
+GRAPH_MIN_SAVING_US = 0.0
 
 
 def _saving_us(entry) -> float:
@@ -221,7 +248,8 @@ def _warn(message: str) -> None:
 
 def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device) -> Optional[Callable]:
     """Build and keep the launcher of one call key: run(a, b, bias) -> output, or None where a call's
-    operands are not 16-byte aligned (then torch serves that call)."""
+    operands are not 16-byte aligned (then torch serves that call). Never called while a CUDA graph
+    captures (see _captured): building allocates memory."""
     with _lock:
         if key in _launchers:
             return _launchers[key]
@@ -232,6 +260,8 @@ def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device) -> 
         if kernel is None:
             if tuned_table().lookup(problem, gpu=gpu) is None:  # (not: a win too small to use)
                 _untuned.setdefault(problem.key(), problem)
+            else:  # a win too small for eager calls may still serve captured ones
+                _ready_for_graphs(problem, device)
         else:
             launcher = _launcher(kernel, problem, out_shape, device)
     with _lock:
@@ -239,17 +269,39 @@ def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device) -> 
     return launcher
 
 
-def _launcher(kernel, problem: GemmProblem, out_shape: tuple, device) -> Optional[Callable]:
-    from .codegen.operands import torch_dtype
+def _ready_for_graphs(problem: GemmProblem, device) -> None:
+    """Build, outside any capture, what a call of problem made while a CUDA graph captures launches
+    (see GRAPH_MIN_SAVING_US): the kernel (compiled or loaded) and its workspace, bound. Building it
+    during the capture would allocate and zero memory there, which the capture would record into the
+    graph; so a captured call whose kernel is not ready runs torch. Once per problem and device."""
+    where = (problem.key(), device)
+    if where in _graph_runs:
+        return
+    kernel = tuned_kernel(problem, torch.cuda.get_device_name(device), GRAPH_MIN_SAVING_US)
+    run = _bound_run(kernel, problem, device) if kernel is not None else None
+    with _lock:
+        _graph_runs[where] = run
 
+
+def _bound_run(kernel, problem: GemmProblem, device) -> Optional[Callable]:
+    """kernel.bind for problem on device: run(a, b, d, bias), or None (with a warning) where it cannot."""
     try:
-        run = kernel.bind(problem.m, problem.n, problem.k, device)
+        return kernel.bind(problem.m, problem.n, problem.k, device)
     except torch.OutOfMemoryError as e:  # its split-K workspace, say: torch needs none of ours
         _warn(f"cudal2: the tuned kernel for {problem.label()} ran out of device memory "
               f"({str(e).splitlines()[0][:200]}); using torch")
-        return None
     except ValueError as e:
         _warn(f"cudal2: the tuned kernel for {problem.label()} cannot run it ({e}); using torch")
+    return None
+
+
+def _launcher(kernel, problem: GemmProblem, out_shape: tuple, device, run: Callable | None = None
+              ) -> Optional[Callable]:
+    """launch(a, b, bias) -> output of kernel's (or its bound run's) calls of out_shape, or None."""
+    from .codegen.operands import torch_dtype
+
+    run = run if run is not None else _bound_run(kernel, problem, device)
+    if run is None:
         return None
     dtype, empty = torch_dtype(problem.c_dtype), torch.empty
 
@@ -273,8 +325,13 @@ def _linear_key(x, weight, bias) -> tuple:
 
 
 def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    rows = (_b_shapes or _table_b_shapes())["mm"].get(b.shape)
+    shapes = _b_shapes or _table_b_shapes()
+    rows = shapes["mm"].get(b.shape)
     if rows is None or a.shape[0] < rows:
+        rows = shapes["mm_graph"].get(b.shape)
+        if rows is not None and a.shape[0] >= rows and _capturing():
+            return _captured(_matmul_key(a, b), lambda: _matmul_class(a, b), (a, b, None), (a.shape[0], b.shape[1]),
+                             lambda: torch.matmul(a, b))
         seen = ("mm", a.shape, b.shape)
         if seen in _seen:
             return torch.matmul(a, b)
@@ -288,8 +345,13 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    rows = (_b_shapes or _table_b_shapes())["linear"].get(weight.shape)
+    shapes = _b_shapes or _table_b_shapes()
+    rows = shapes["linear"].get(weight.shape)
     if rows is None or x.numel() < rows * weight.shape[1]:
+        rows = shapes["linear_graph"].get(weight.shape)
+        if rows is not None and x.numel() >= rows * weight.shape[1] and _capturing():
+            return _captured(_linear_key(x, weight, bias), lambda: _linear_class(x, weight, bias), (x, weight, bias),
+                             (*x.shape[:-1], weight.shape[0]), lambda: F.linear(x, weight, bias))
         seen = ("linear", x.shape, weight.shape)
         if seen in _seen:
             return F.linear(x, weight, bias)
@@ -300,6 +362,24 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         launch = _bind(key, _problem_of(_linear_class(x, weight, bias)), (*x.shape[:-1], weight.shape[0]), x.device)
     out = launch(x, weight, bias) if launch is not None else None
     return out if out is not None else F.linear(x, weight, bias)
+
+
+def _captured(key: tuple, call_class: Callable, operands: tuple, out_shape: tuple, torch_call: Callable):
+    """A call made while a CUDA graph captures, of a shape no kernel serves eager calls of: its graph
+    launcher, made from the run an earlier call outside the capture built (_ready_for_graphs: a
+    routed layer's at route_linears, any other call key's at its first eager call), else torch.
+    (Host time spent here is spent once, at capture: hence the closures.)"""
+    launch = _graph_launchers.get(key, _UNSEEN)
+    if launch is _UNSEEN:
+        problem, device = _problem_of(call_class()), operands[0].device
+        run = _graph_runs.get((problem.key(), device)) if problem is not None else None
+        if run is None:  # (not built before this capture: not remembered, so a later capture may use it)
+            return torch_call()
+        launch = _launcher(None, problem, out_shape, device, run)
+        with _lock:
+            _graph_launchers[key] = launch
+    out = launch(*operands) if launch is not None else None
+    return out if out is not None else torch_call()
 
 
 # ---- the custom ops: what a traced graph calls for a shape the table serves ------------------------
@@ -378,6 +458,9 @@ class _Linear(torch.autograd.Function):
 # as the check. (torch.compile still recognizes is_compiling: it is the same function object.)
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+# (a CPU-only torch has a stub that raises; the real one does not create a CUDA context, and says
+# False where none exists)
+_capturing = torch._C._cuda_isCurrentStreamCapturing if torch.backends.cuda.is_built() else (lambda: False)
 
 
 def _needs_grad(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -477,11 +560,16 @@ def _native_slot(served: tuple) -> int:
 def _routed_forward(self, x):
     """nn.Linear.forward of a layer route_linears sent to the op: F.linear for inputs of fewer rows
     than any served kernel of this weight shape has (one size comparison: a host-bound call, few
-    tokens, pays nothing more than nn.Linear's), else linear() with its eager checks inlined."""
+    tokens, pays nothing more than nn.Linear's), else linear() with its eager checks inlined. While a
+    CUDA graph captures, the fewest rows are those served in graphs (one more test, for layers a kernel
+    serves there only)."""
     weight, bias = self.weight, self.bias
     if _is_compiling():  # the traced decision is linear()'s, with its own rule (_served_classes)
         return linear(x, weight, bias)
-    if x.numel() < self._cudal2_min_numel:
+    numel = x.numel()
+    if numel < self._cudal2_min_numel:
+        if numel >= self._cudal2_graph_numel and _capturing():  # (GRAPH_MIN_SAVING_US)
+            return linear(x, weight, bias)
         return F.linear(x, weight, bias)
     if _needs_grad(x, weight, bias):
         return linear(x, weight, bias)
@@ -490,7 +578,8 @@ def _routed_forward(self, x):
 
 def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:
     """Send the nn.Linear layers of model whose weight shape has a kernel in the table (one of a backend
-    the op launches, that beat torch by its path's margin, eager or in a compiled graph) through
+    the op launches, that beat torch by its path's margin, eager, in a compiled graph or in a CUDA graph
+    capture, whose kernels are built now) through
     cudal2.linear; leave the others on nn.Linear's own forward. Why not every layer: in a host-bound model (eager, few tokens) the op's Python costs a
     microsecond or more per call even where it runs torch, and a layer no entry can serve would pay it
     for nothing. Call it after tune_model or set_table (again when the table grows); enable=False puts
@@ -498,6 +587,7 @@ def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:
     import types
 
     served = _table_b_shapes()["linear"] if enable else {}
+    captured = _table_b_shapes()["linear_graph"] if enable else {}
     traced = _traced_weight_shapes() if enable else set()
     changed = []
     for name, m in model.named_modules():
@@ -506,14 +596,20 @@ def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:
         routed = "forward" in m.__dict__ and getattr(m.forward, "__func__", None) is _routed_forward
         shape = (m.out_features, m.in_features)
         rows = served.get(shape)  # the fewest rows an eager call is served at
-        serve = rows is not None or shape in traced
+        graph_rows = captured.get(shape)  # ... a call made while a CUDA graph captures
+        serve = rows is not None or graph_rows is not None or shape in traced
         if serve:  # (again where routed: the table may have grown). Served only traced: eager runs torch
             m._cudal2_min_numel = rows * m.in_features if rows is not None else float("inf")
+            m._cudal2_graph_numel = graph_rows * m.in_features if graph_rows is not None else float("inf")
+            if graph_rows is not None and m.weight.is_cuda:  # built now: a capture must not allocate
+                for p in _servable_problems(GRAPH_MIN_SAVING_US):
+                    if (p.n, p.k, p.layout, p.epilogue.bias) == (*shape, "NT", m.bias is not None):
+                        _ready_for_graphs(p, m.weight.device)
         if serve and not routed:
             m.forward = types.MethodType(_routed_forward, m)
             changed.append(name)
         elif routed and not serve:
-            del m.forward, m._cudal2_min_numel
+            del m.forward, m._cudal2_min_numel, m._cudal2_graph_numel
             changed.append(name)
     return changed
 

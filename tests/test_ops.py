@@ -273,6 +273,58 @@ def test_a_routed_layer_sends_fewer_rows_than_any_served_kernel_straight_to_torc
     assert cudal2.route_linears(model, enable=False) == [""] and "_cudal2_min_numel" not in model.__dict__
 
 
+def test_a_call_captured_in_a_cuda_graph_takes_a_kernel_too_small_a_win_for_eager_calls(cpu_as_gpu, monkeypatch):
+    """While a CUDA graph captures, the op's host time is paid once, so a kernel saving less than
+    EAGER_MIN_SAVING_US serves there (GRAPH_MIN_SAVING_US). It is built by the call key's first eager
+    call, never during the capture; a captured call whose kernel was not built runs torch."""
+    problem = GemmProblem(m=24, n=48, k=64, layout="NT")
+    saving_ms = ops.EAGER_MIN_SAVING_US / 4e3  # a quarter of what an eager call must save
+    ops.set_table(TunedTable([_entry(problem=problem, ms=saving_ms, torch_ms=2 * saving_ms, gpu="")]))
+    x, w = torch.randn(24, 64).half(), torch.randn(48, 64).half()
+    want = torch.nn.functional.linear(x.float(), w.float())
+    key = ops._linear_key(x, w, None)
+    capturing = [False]
+    monkeypatch.setattr(ops, "_capturing", lambda: capturing[0])
+
+    capturing[0] = True  # captured before any eager call: nothing was built, so torch, and nothing kept
+    assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w)) and key not in ops._graph_launchers
+    capturing[0] = False
+    assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w))  # eager: torch ...
+    assert ops._launchers[key] is None and ops._graph_runs[(problem.key(), x.device)] is not None  # ... built
+    assert ops.untuned_problems() == []
+    capturing[0] = True
+    got = cudal2.linear(x, w)
+    assert ops._graph_launchers[key] is not None and (got.float() - want).norm() / want.norm() < 1e-2
+
+    ops.set_table(TunedTable([_entry(problem=problem, ms=2 * saving_ms, torch_ms=2 * saving_ms, gpu="")]))  # no win
+    capturing[0] = False
+    cudal2.linear(x, w)
+    capturing[0] = True
+    assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w)) and not ops._graph_runs
+
+
+def test_a_routed_layer_takes_the_graph_path_only_while_capturing(monkeypatch):
+    model = torch.nn.Linear(64, 96, bias=False)
+    saving_ms = ops.EAGER_MIN_SAVING_US / 4e3
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=8, n=96, k=64, layout="NT"), ms=saving_ms,
+                                     torch_ms=2 * saving_ms, gpu="")]))
+    assert cudal2.route_linears(model) == [""]  # served in graphs only
+    assert model._cudal2_min_numel == float("inf") and model._cudal2_graph_numel == 8 * 64
+    calls = []
+    monkeypatch.setattr(ops, "_run_linear", lambda *a: calls.append(a[0].shape) or torch.nn.functional.linear(*a))
+    capturing = [False]
+    monkeypatch.setattr(ops, "_capturing", lambda: capturing.append(1) or capturing[0])
+    with torch.no_grad():
+        model(torch.randn(4, 64))  # fewer rows than served in graphs: not even the capture test
+        assert calls == [] and capturing == [False]
+        model(torch.randn(8, 64))  # eager: F.linear after the capture test
+        assert calls == [] and len(capturing) == 2
+        capturing[0] = True
+        model(torch.randn(8, 64))
+    assert calls == [(8, 64)]
+    assert cudal2.route_linears(model, enable=False) == [""] and "_cudal2_graph_numel" not in model.__dict__
+
+
 @pytest.mark.parametrize("content, says", [
     (None, "does not exist"), ("{not json", "not valid JSON"), ('{"format": "other"}', "not a cudal2 tuned table"),
     ('{"format": "cudal2.tuned_table", "version": 1, "entries": [{"spec": {}}]}', "malformed entry"),
@@ -455,3 +507,33 @@ def test_gpu_linear_runs_a_cute_dsl_kernel_eager_compiled_and_in_a_graph(swap_ab
         assert close(compiled(x, w, bias))
         assert replays_correctly(compiled)  # the compiled graph's launches, captured
         assert replays_correctly(cudal2.linear)
+
+
+@pytest.mark.gpu
+def test_gpu_a_kernel_too_small_a_win_for_eager_calls_serves_a_captured_graph():
+    """A CuTe DSL kernel saving 1 us a call: eager calls (and a routed layer's) run torch; captured in
+    a CUDA graph after one eager call (or route_linears), the graph launches the kernel, and its
+    replays follow the input."""
+    pytest.importorskip("cutlass")
+    problem = GemmProblem(m=64, n=384, k=256, layout="NT")
+    spec = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
+                persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store",
+                shape_specialization="dynamic")
+    ops.set_table(TunedTable([_entry(problem=problem, ms=0.010, torch_ms=0.011, gpu="", **spec)]))
+    layer = torch.nn.Linear(256, 384, bias=False, device="cuda", dtype=torch.float16)
+    x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    w = layer.weight.detach()
+    assert cudal2.route_linears(layer) == [""]
+    assert ops._graph_runs[(problem.key(), w.device)] is not None  # built by route_linears
+    with torch.no_grad():
+        for call in (lambda: cudal2.linear(x, w), lambda: layer(x)):
+            assert torch.equal(call(), torch.nn.functional.linear(x, w))  # eager: torch's
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                out = call()
+            assert ops._graph_launchers[ops._linear_key(x, w, None)] is not None  # the kernel was captured
+            x.copy_(torch.randn_like(x))
+            graph.replay()
+            torch.cuda.synchronize()
+            want = torch.nn.functional.linear(x.float(), w.float())
+            assert float((out.float() - want).norm() / want.norm()) < 1e-3

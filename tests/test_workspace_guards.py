@@ -32,6 +32,16 @@ def test_guards_follow_the_part_a_call_uses():
     assert ws.body(CPU).data_ptr() != before and ws.body(CPU).numel() == 500 and ws.intact()
 
 
+def test_a_grown_workspace_keeps_the_buffer_earlier_launchers_hold():
+    """A launcher (the op's, a C++ slot's, a captured graph's launch) keeps the address it was bound
+    with; a larger shape's call later must not free that buffer under it."""
+    ws = Workspace()
+    old = ws.for_call(CPU, 100).data_ptr()
+    ws.for_call(CPU, 5000)
+    held = [t.data_ptr() for t in ws._retired]
+    assert ws.body(CPU).data_ptr() != old and any(p <= old < p + 4 * (2 * GUARD + 100) for p in held)
+
+
 def test_a_write_before_the_start_is_caught():
     ws = Workspace()
     part = ws.for_call(CPU, 64)

@@ -32,6 +32,9 @@ class Workspace:
     def __init__(self, zeroed: bool = False):
         self.zeroed = zeroed
         self._on: dict[Any, list] = {}  # device -> [whole buffer with guards, elements the latest call uses]
+        # Buffers a larger call replaced. Kept: a launcher bound before (cudal2.matmul's, a C++ slot's, a
+        # CUDA graph's recorded launch) holds the old address and runs on it, stream-ordered as ever.
+        self._retired: list = []
 
     def for_call(self, device, elements: int):
         """The first `elements` fp32 of the workspace on device, between its guards (None for 0)."""
@@ -43,7 +46,8 @@ class Workspace:
                else torch.cuda.current_device())
         held = self._on.get(key)
         if held is None or held[0].numel() < 2 * GUARD + elements:
-            self._on.pop(key, None)  # let go of the smaller buffer first
+            if held is not None:
+                self._retired.append(self._on.pop(key)[0])
             size = 2 * GUARD + elements
             whole = torch.zeros(size, dtype=torch.float32, device=device) if self.zeroed else \
                 torch.empty(size, dtype=torch.float32, device=device)
