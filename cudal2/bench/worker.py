@@ -30,6 +30,7 @@ import signal
 import time
 import traceback
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from ..ir import GemmProblem, KernelSpec
@@ -281,7 +282,22 @@ def _describe(e: BaseException) -> str:
 
 
 def serve(conn, device: str) -> None:
-    """The worker's loop (runs in the child process)."""
+    """The worker's loop (runs in the child process). With $CUDAL2_PROFILE_WORKER=DIR it runs under
+    cProfile and writes DIR/worker-<pid>.prof when it stops (to see where a sweep's time goes)."""
+    where = os.environ.get("CUDAL2_PROFILE_WORKER")
+    if not where:
+        return _serve(conn, device)
+    import cProfile
+
+    prof = cProfile.Profile()
+    try:
+        prof.runcall(_serve, conn, device)
+    finally:
+        Path(where).mkdir(parents=True, exist_ok=True)
+        prof.dump_stats(str(Path(where) / f"worker-{os.getpid()}.prof"))
+
+
+def _serve(conn, device: str) -> None:
     try:
         state = _State(device)
     except Exception as e:  # noqa: BLE001
