@@ -36,8 +36,11 @@ def device_memory(device: Any) -> tuple[int, int] | None:
     if device.type != "cuda":
         return None
     free, total = torch.cuda.mem_get_info(device)
-    cached = torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device)
-    return free + max(0, cached), total
+    # (the nested dict as the allocator gives it: memory_reserved and memory_allocated each flatten
+    # all of it in Python first, 0.6 ms a call, and the checks ask before every input set)
+    stats = torch.cuda.memory_stats_as_nested_dict(device)
+    held = lambda name: stats.get(name, {}).get("all", {}).get("current", 0)  # noqa: E731
+    return free + max(0, held("reserved_bytes") - held("allocated_bytes")), total
 
 
 def spare_bytes(device: Any, reserved: int = 0) -> int | None:
