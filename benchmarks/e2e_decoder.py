@@ -283,6 +283,9 @@ def main() -> None:
     ap.add_argument("--store", default=None, help="store for the searches (default: a file next to OUT)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds per mode and token count")
     ap.add_argument("--calls", type=int, default=CALLS, help="back-to-back calls per path and round")
+    ap.add_argument("--traced-min-saving-us", type=float, default=None,
+                    help="ops.NATIVE_TRACED_MIN_SAVING_US for this run: the GPU time a kernel must save a call for a "
+                         "compiled graph to launch it through the C++ path (default: the op's)")
     args = ap.parse_args()
 
     import torch
@@ -293,6 +296,8 @@ def main() -> None:
     from cudal2.search.table import TunedTable
 
     tokens = [int(t) for t in args.tokens.split(",")]
+    if args.traced_min_saving_us is not None:
+        ops.NATIVE_TRACED_MIN_SAVING_US = args.traced_min_saving_us
     # both layers share DecoderLayer.forward, compiled once per token count each
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 4 * len(tokens))
     store = args.store or str(args.out.with_suffix(".db"))

@@ -13,7 +13,7 @@ lookup, compile or disk-cache load, workspace) and keeps it in a dict; every lat
 one dict access, an output allocation and the launch (TVM-FFI for CuTe DSL kernels: plain ints,
 about a microsecond). A call whose weight (matmul's b) has a shape no table entry serves, or fewer
 rows than any entry served for it, goes to torch after one dict lookup, its key built only on its
-first call; a layer route_linears routed does the row test itself, before any of the op's Python.
+first call; a layer route_linears routed (RoutedLinear) does the row test itself, before any of the op's Python.
 The eager path calls no torch op of its own: a dispatcher round trip into Python costs more than the
 whole launch.
 
@@ -48,6 +48,9 @@ from .ir import Epilogue, GemmProblem, SpecError
 from .search.table import TunedTable
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
+# torch's linear, bound here: torch.compile guards a module object that two modules' globals both reach
+# (this one's F and nn.Linear's) with a Python guard function, run on every call of the compiled model
+_F_linear = F.linear
 _lock = Lock()
 _table: TunedTable | None = None
 _UNSEEN = object()
@@ -351,17 +354,17 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         rows = shapes["linear_graph"].get(weight.shape)
         if rows is not None and x.numel() >= rows * weight.shape[1] and _capturing():
             return _captured(_linear_key(x, weight, bias), lambda: _linear_class(x, weight, bias), (x, weight, bias),
-                             (*x.shape[:-1], weight.shape[0]), lambda: F.linear(x, weight, bias))
+                             (*x.shape[:-1], weight.shape[0]), lambda: _F_linear(x, weight, bias))
         seen = ("linear", x.shape, weight.shape)
         if seen in _seen:
-            return F.linear(x, weight, bias)
+            return _F_linear(x, weight, bias)
         _seen.add(seen)
     key = _linear_key(x, weight, bias)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
         launch = _bind(key, _problem_of(_linear_class(x, weight, bias)), (*x.shape[:-1], weight.shape[0]), x.device)
     out = launch(x, weight, bias) if launch is not None else None
-    return out if out is not None else F.linear(x, weight, bias)
+    return out if out is not None else _F_linear(x, weight, bias)
 
 
 def _captured(key: tuple, call_class: Callable, operands: tuple, out_shape: tuple, torch_call: Callable):
@@ -557,43 +560,53 @@ def _native_slot(served: tuple) -> int:
 
 
 # ---- the public functions ------------------------------------------------------------------------
-def _routed_forward(self, x):
-    """nn.Linear.forward of a layer route_linears sent to the op: F.linear for inputs of fewer rows
-    than any served kernel of this weight shape has (one size comparison: a host-bound call, few
-    tokens, pays nothing more than nn.Linear's), else linear() with its eager checks inlined. While a
-    CUDA graph captures, the fewest rows are those served in graphs (one more test, for layers a kernel
-    serves there only)."""
-    weight, bias = self.weight, self.bias
-    if _is_compiling():  # the traced decision is linear()'s, with its own rule (_served_classes)
-        return linear(x, weight, bias)
-    numel = x.numel()
-    if numel < self._cudal2_min_numel:
-        if numel >= self._cudal2_graph_numel and _capturing():  # (GRAPH_MIN_SAVING_US)
+class RoutedLinear(torch.nn.Linear):
+    """What route_linears makes an nn.Linear: the same module (its class swapped, its parameters and
+    state untouched) whose forward sends to the op: F.linear for inputs of fewer rows than any served
+    kernel of this weight shape has (one size comparison: a host-bound call, few tokens, pays nothing
+    more than nn.Linear's), else linear() with its eager checks inlined. While a CUDA graph captures,
+    the fewest rows are those served in graphs (one more test, for layers a kernel serves there only).
+
+    A class, not a forward set on each instance: torch.compile guards a module's own bound method
+    with a Python guard function that runs on every call of the compiled model (measured on this
+    project's 2-core CPU, 2026-11-26: 3 routed layers cost a compiled model 9.5 us a call that way,
+    and nothing as a class; the decoder layer on an H100 ran 3 to 5% slower compiled)."""
+
+    _cudal2_min_numel: float = float("inf")
+    _cudal2_graph_numel: float = float("inf")
+
+    def forward(self, x):
+        weight, bias = self.weight, self.bias
+        if _is_compiling():  # the traced decision is linear()'s, with its own rule (_served_classes)
             return linear(x, weight, bias)
-        return F.linear(x, weight, bias)
-    if _needs_grad(x, weight, bias):
-        return linear(x, weight, bias)
-    return _run_linear(x, weight, bias)
+        numel = x.numel()
+        if numel < self._cudal2_min_numel:
+            if numel >= self._cudal2_graph_numel and _capturing():  # (GRAPH_MIN_SAVING_US)
+                return linear(x, weight, bias)
+            return _F_linear(x, weight, bias)
+        if _needs_grad(x, weight, bias):
+            return linear(x, weight, bias)
+        return _run_linear(x, weight, bias)
 
 
 def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:
     """Send the nn.Linear layers of model whose weight shape has a kernel in the table (one of a backend
     the op launches, that beat torch by its path's margin, eager, in a compiled graph or in a CUDA graph
-    capture, whose kernels are built now) through
-    cudal2.linear; leave the others on nn.Linear's own forward. Why not every layer: in a host-bound model (eager, few tokens) the op's Python costs a
-    microsecond or more per call even where it runs torch, and a layer no entry can serve would pay it
-    for nothing. Call it after tune_model or set_table (again when the table grows); enable=False puts
-    every routed layer back. Returns the names of the layers routed (or put back)."""
-    import types
-
+    capture, whose kernels are built now) through cudal2.linear, by making them RoutedLinear; leave the
+    others as they are. Why not every layer: in a host-bound model (eager, few tokens) the op's Python
+    costs a microsecond or more per call even where it runs torch, and a layer no entry can serve would
+    pay it for nothing. Only layers of class nn.Linear itself are routed: a subclass's forward may do
+    more than F.linear (an adapter, a quantized weight). Call it after tune_model or set_table (again
+    when the table grows); enable=False puts every routed layer back. Returns the names of the layers
+    routed (or put back)."""
     served = _table_b_shapes()["linear"] if enable else {}
     captured = _table_b_shapes()["linear_graph"] if enable else {}
     traced = _traced_weight_shapes() if enable else set()
     changed = []
     for name, m in model.named_modules():
-        if not isinstance(m, torch.nn.Linear):
+        routed = type(m) is RoutedLinear
+        if not routed and type(m) is not torch.nn.Linear:
             continue
-        routed = "forward" in m.__dict__ and getattr(m.forward, "__func__", None) is _routed_forward
         shape = (m.out_features, m.in_features)
         rows = served.get(shape)  # the fewest rows an eager call is served at
         graph_rows = captured.get(shape)  # ... a call made while a CUDA graph captures
@@ -606,10 +619,11 @@ def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:
                     if (p.n, p.k, p.layout, p.epilogue.bias) == (*shape, "NT", m.bias is not None):
                         _ready_for_graphs(p, m.weight.device)
         if serve and not routed:
-            m.forward = types.MethodType(_routed_forward, m)
+            m.__class__ = RoutedLinear
             changed.append(name)
         elif routed and not serve:
-            del m.forward, m._cudal2_min_numel, m._cudal2_graph_numel
+            m.__class__ = torch.nn.Linear
+            del m._cudal2_min_numel, m._cudal2_graph_numel
             changed.append(name)
     return changed
 
@@ -636,7 +650,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if _is_compiling():
         served = _served_when_traced(_linear_class, x, weight, bias)
         if served is None:
-            return F.linear(x, weight, bias)
+            return _F_linear(x, weight, bias)
         if _needs_grad(x, weight, bias):
             return _Linear.apply(x, weight, bias)
         slot = _native_slot(served)
