@@ -332,7 +332,7 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     rows = shapes["mm"].get(b.shape)
     if rows is None or a.shape[0] < rows:
         rows = shapes["mm_graph"].get(b.shape)
-        if rows is not None and a.shape[0] >= rows and _capturing():
+        if rows is not None and a.shape[0] >= rows and _captured_now(a):
             return _captured(_matmul_key(a, b), lambda: _matmul_class(a, b), (a, b, None), (a.shape[0], b.shape[1]),
                              lambda: torch.matmul(a, b))
         seen = ("mm", a.shape, b.shape)
@@ -352,7 +352,7 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     rows = shapes["linear"].get(weight.shape)
     if rows is None or x.numel() < rows * weight.shape[1]:
         rows = shapes["linear_graph"].get(weight.shape)
-        if rows is not None and x.numel() >= rows * weight.shape[1] and _capturing():
+        if rows is not None and x.numel() >= rows * weight.shape[1] and _captured_now(x):
             return _captured(_linear_key(x, weight, bias), lambda: _linear_class(x, weight, bias), (x, weight, bias),
                              (*x.shape[:-1], weight.shape[0]), lambda: _F_linear(x, weight, bias))
         seen = ("linear", x.shape, weight.shape)
@@ -461,9 +461,18 @@ class _Linear(torch.autograd.Function):
 # as the check. (torch.compile still recognizes is_compiling: it is the same function object.)
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
-# (a CPU-only torch has a stub that raises; the real one does not create a CUDA context, and says
-# False where none exists)
+# Whether a CUDA graph captures on the current stream: a CUDA runtime call (cudaStreamGetCaptureInfo; a
+# CPU-only torch has a stub that raises, the real one creates no CUDA context). A capture never runs on
+# the legacy default stream (raw handle 0), where eager calls run unless the caller chose another
+# stream; so the eager paths ask _raw_stream first, a read of torch's own state, and only off that
+# stream the runtime.
 _capturing = torch._C._cuda_isCurrentStreamCapturing if torch.backends.cuda.is_built() else (lambda: False)
+_raw_stream = torch._C._cuda_getCurrentRawStream if torch.backends.cuda.is_built() else (lambda device: 0)
+
+
+def _captured_now(t: torch.Tensor) -> bool:
+    """Whether a CUDA graph is capturing the calls on t's device now (see _capturing)."""
+    return t.is_cuda and _raw_stream(t.get_device()) != 0 and _capturing()
 
 
 def _needs_grad(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
@@ -581,7 +590,7 @@ class RoutedLinear(torch.nn.Linear):
             return linear(x, weight, bias)
         numel = x.numel()
         if numel < self._cudal2_min_numel:
-            if numel >= self._cudal2_graph_numel and _capturing():  # (GRAPH_MIN_SAVING_US)
+            if numel >= self._cudal2_graph_numel and _captured_now(x):  # (GRAPH_MIN_SAVING_US)
                 return linear(x, weight, bias)
             return _F_linear(x, weight, bias)
         if _needs_grad(x, weight, bias):

@@ -325,7 +325,7 @@ def test_a_call_captured_in_a_cuda_graph_takes_a_kernel_too_small_a_win_for_eage
     want = torch.nn.functional.linear(x.float(), w.float())
     key = ops._linear_key(x, w, None)
     capturing = [False]
-    monkeypatch.setattr(ops, "_capturing", lambda: capturing[0])
+    monkeypatch.setattr(ops, "_captured_now", lambda t: capturing[0])
 
     capturing[0] = True  # captured before any eager call: nothing was built, so torch, and nothing kept
     assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w)) and key not in ops._graph_launchers
@@ -354,7 +354,7 @@ def test_a_routed_layer_takes_the_graph_path_only_while_capturing(monkeypatch):
     calls = []
     monkeypatch.setattr(ops, "_run_linear", lambda *a: calls.append(a[0].shape) or torch.nn.functional.linear(*a))
     capturing = [False]
-    monkeypatch.setattr(ops, "_capturing", lambda: capturing.append(1) or capturing[0])
+    monkeypatch.setattr(ops, "_captured_now", lambda t: capturing.append(1) or capturing[0])
     with torch.no_grad():
         model(torch.randn(4, 64))  # fewer rows than served in graphs: not even the capture test
         assert calls == [] and capturing == [False]
@@ -578,3 +578,11 @@ def test_gpu_a_kernel_too_small_a_win_for_eager_calls_serves_a_captured_graph():
             torch.cuda.synchronize()
             want = torch.nn.functional.linear(x.float(), w.float())
             assert float((out.float() - want).norm() / want.norm()) < 1e-3
+
+
+def test_whether_a_capture_is_underway_is_never_asked_of_the_runtime_for_cpu_tensors(monkeypatch):
+    def runtime():
+        raise AssertionError("asked the CUDA runtime")
+
+    monkeypatch.setattr(ops, "_capturing", runtime)
+    assert ops._captured_now(torch.randn(2, 2)) is False
