@@ -219,11 +219,15 @@ def gemm_rows(t: int, plain, rounds: int, calls: int) -> list[dict]:
 def measure(t: int, plain, ours, rounds: int, calls: int) -> dict:
     import torch
 
+    import cudal2
+
     x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16)
     with torch.no_grad():
         want, got = plain(x).float(), ours(x).float()
         row = {"tokens": t, "rel_error": float((got - want).norm() / want.norm()), "modes": {}}
         for mode in ("eager", "compile", "graph"):
+            # a model run inside CUDA graphs routes the layers a kernel serves only there too
+            cudal2.route_linears(ours, graphs=mode == "graph")
             timers = {}
             for name, layer in (("torch", plain), ("cudal2", ours)):
                 if mode == "compile":
@@ -242,7 +246,7 @@ def _ratio(d: dict) -> str:
 
 
 def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, calls: int,
-           routed: list[str]) -> str:
+           routed: list[str], routed_in_graphs: list[str]) -> str:
     lines = [f"# A Llama-style decoder layer: nn.Linear against cudal2.linear ({env['date']})", "",
              f"`{command}`", "",
              f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
@@ -252,7 +256,9 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
              "(order reversed every other round). cudal2 / torch: the median of the per-round ratios nn.Linear's "
              "time / cudal2.linear's (our tokens/s over nn.Linear's), with its quartiles.", "",
              "Layers routed through cudal2.linear (cudal2.route_linears: a kernel in the table for their weight "
-             f"shape): {', '.join(routed) or 'none'}; the others ran nn.Linear's forward.", "",
+             f"shape): {', '.join(routed) or 'none'}; in graph mode also (route_linears(graphs=True): a kernel "
+             f"serves them only in captured CUDA graphs): {', '.join(routed_in_graphs) or 'none'}; the others ran "
+             "nn.Linear's forward.", "",
              "| tokens | mode | nn.Linear us | cudal2.linear us | cudal2 / torch tokens/s (25% to 75%) | tuned |",
              "|---:|---|---:|---:|---:|---|"]
     for row in rows:
@@ -308,14 +314,16 @@ def main() -> None:
     # --budget 0: what earlier runs put in the store
     ops.set_table(TunedTable.for_serving(store))
     routed = cudal2.route_linears(ours)  # the layers whose weight the table has a kernel for
+    routed_in_graphs = cudal2.route_linears(ours, graphs=True)  # ... and those it serves only in CUDA graphs
+    cudal2.route_linears(ours)
     rows = [measure(t, plain, ours, args.rounds, args.calls) for t in tokens]
     env = record()
     command = "python3 benchmarks/e2e_decoder.py " + " ".join(sys.argv[1:])
-    args.out.write_text(report(rows, tuned, env, command, args.rounds, args.calls, routed))
+    args.out.write_text(report(rows, tuned, env, command, args.rounds, args.calls, routed, routed_in_graphs))
     order = "torch then cudal2 in rounds 0, 2, 4, ...; cudal2 then torch in rounds 1, 3, ..."
     args.out.with_suffix(".json").write_text(json.dumps(
         {"command": command, "env": env, "tuned": tuned, "rounds": args.rounds, "calls": args.calls, "order": order,
-         "routed": routed, "rows": rows}, indent=1, default=str))
+         "routed": routed, "routed_in_graphs_too": routed_in_graphs, "rows": rows}, indent=1, default=str))
     print(args.out.read_text())
 
 

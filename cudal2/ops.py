@@ -598,18 +598,23 @@ class RoutedLinear(torch.nn.Linear):
         return _run_linear(x, weight, bias)
 
 
-def route_linears(model: torch.nn.Module, enable: bool = True) -> list[str]:
+def route_linears(model: torch.nn.Module, enable: bool = True, graphs: bool = False) -> list[str]:
     """Send the nn.Linear layers of model whose weight shape has a kernel in the table (one of a backend
-    the op launches, that beat torch by its path's margin, eager, in a compiled graph or in a CUDA graph
-    capture, whose kernels are built now) through cudal2.linear, by making them RoutedLinear; leave the
-    others as they are. Why not every layer: in a host-bound model (eager, few tokens) the op's Python
-    costs a microsecond or more per call even where it runs torch, and a layer no entry can serve would
-    pay it for nothing. Only layers of class nn.Linear itself are routed: a subclass's forward may do
-    more than F.linear (an adapter, a quantized weight). Call it after tune_model or set_table (again
-    when the table grows); enable=False puts every routed layer back. Returns the names of the layers
-    routed (or put back)."""
+    the op launches, that beat torch by its path's margin, eager or in a compiled graph) through
+    cudal2.linear, by making them RoutedLinear; leave the others as they are. Why not every layer: in a
+    host-bound model (eager, few tokens) the op's Python costs a microsecond or more per call even where
+    it runs torch, and a layer no entry can serve would pay it for nothing. Only layers of class
+    nn.Linear itself are routed: a subclass's forward may do more than F.linear (an adapter, a quantized
+    weight).
+
+    graphs=True also routes the layers a kernel serves only in captured CUDA graphs (a win smaller than
+    an eager call's margin: GRAPH_MIN_SAVING_US) and builds those kernels now, for a model that runs
+    inside CUDA graphs. Their eager calls then run torch after a test for a capture, which cost a
+    host-bound decoder layer on an H100 about 2% (e2e_decoder_graphs_h100_2026-11-26); hence not by
+    default. Call it after tune_model or set_table (again when the table grows, or to change graphs);
+    enable=False puts every routed layer back. Returns the names of the layers routed (or put back)."""
     served = _table_b_shapes()["linear"] if enable else {}
-    captured = _table_b_shapes()["linear_graph"] if enable else {}
+    captured = _table_b_shapes()["linear_graph"] if enable and graphs else {}
     traced = _traced_weight_shapes() if enable else set()
     changed = []
     for name, m in model.named_modules():

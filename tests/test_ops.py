@@ -349,7 +349,8 @@ def test_a_routed_layer_takes_the_graph_path_only_while_capturing(monkeypatch):
     saving_ms = ops.EAGER_MIN_SAVING_US / 4e3
     ops.set_table(TunedTable([_entry(problem=GemmProblem(m=8, n=96, k=64, layout="NT"), ms=saving_ms,
                                      torch_ms=2 * saving_ms, gpu="")]))
-    assert cudal2.route_linears(model) == [""]  # served in graphs only
+    assert cudal2.route_linears(model) == []  # served in graphs only: routed only where asked
+    assert cudal2.route_linears(model, graphs=True) == [""]
     assert model._cudal2_min_numel == float("inf") and model._cudal2_graph_numel == 8 * 64
     calls = []
     monkeypatch.setattr(ops, "_run_linear", lambda *a: calls.append(a[0].shape) or torch.nn.functional.linear(*a))
@@ -363,7 +364,8 @@ def test_a_routed_layer_takes_the_graph_path_only_while_capturing(monkeypatch):
         capturing[0] = True
         model(torch.randn(8, 64))
     assert calls == [(8, 64)]
-    assert cudal2.route_linears(model, enable=False) == [""] and "_cudal2_graph_numel" not in model.__dict__
+    assert cudal2.route_linears(model) == [""] and type(model) is torch.nn.Linear  # graphs=False: put back
+    assert "_cudal2_graph_numel" not in model.__dict__
 
 
 @pytest.mark.parametrize("content, says", [
@@ -564,7 +566,7 @@ def test_gpu_a_kernel_too_small_a_win_for_eager_calls_serves_a_captured_graph():
     layer = torch.nn.Linear(256, 384, bias=False, device="cuda", dtype=torch.float16)
     x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
     w = layer.weight.detach()
-    assert cudal2.route_linears(layer) == [""]
+    assert cudal2.route_linears(layer, graphs=True) == [""]
     assert ops._graph_runs[(problem.key(), w.device)] is not None  # built by route_linears
     with torch.no_grad():
         for call in (lambda: cudal2.linear(x, w), lambda: layer(x)):
