@@ -468,6 +468,29 @@ EXPERIMENTS: list[Experiment] = [
                "(`NATIVE_TRACED_MIN_SAVING_US` = 0, since raised to 10 us by this run): q, k, v and o were served "
                "inside compiled graphs at 1 and 16 tokens (kernels saving about a microsecond each), eager calls kept "
                "torch's (`EAGER_MIN_SAVING_US`)."),
+    Experiment("The decoder layer with kernels served in captured CUDA graphs, H100", "e2e_decoder_graphs_h100_2026-11-27.json",
+               "e2e_decoder", "`benchmarks/e2e_decoder.py --budget 0 --rounds 41` on the store of the compiled-path runs "
+               "below (tuned at 1, 16 and 128 tokens): calls made while a CUDA graph captures take any kernel that beat "
+               "torch (`GRAPH_MIN_SAVING_US` = 0), and the graph mode routes the layers so served "
+               "(`route_linears(graphs=True)`: q, k, v, o); eager and compiled calls keep the 10 us rules, under which "
+               "no layer is routed, so those modes run nn.Linear's code on both sides."),
+    Experiment("The decoder layer with graph-only layers routed in every mode, H100",
+               "e2e_decoder_graph_routed_eager_h100_2026-11-27.json", "e2e_decoder",
+               "As above, but with q, k, v and o routed in every mode (the default then): their eager calls ran torch "
+               "after a test for a capture (the CUDA runtime asked only off the default stream). Eager ran about 2% "
+               "slower, so route_linears now routes them only with graphs=True."),
+    Experiment("The decoder layer with routed layers as a class, H100", "e2e_decoder_routed_class_h100_2026-11-26.json",
+               "e2e_decoder", "As above, q, k, v and o routed in every mode as `RoutedLinear` (a class) instead of a "
+               "forward set on each instance; the eager capture test asked the CUDA runtime on every call."),
+    Experiment("The decoder layer with routed layers as a class, compiled graphs taking every win, H100",
+               "e2e_decoder_native_class_h100_2026-11-26.json", "e2e_decoder",
+               "As the run above with `--traced-min-saving-us 0`: compiled graphs launched q, k, v and o's kernels (about "
+               "a microsecond saved each) through the C++ path at 1 and 16 tokens."),
+    Experiment("The decoder layer with routed layers as instance forwards, H100",
+               "e2e_decoder_instance_forward_h100_2026-11-26.json", "e2e_decoder",
+               "As above (default compiled rule: no kernel in compiled graphs), with q, k, v and o routed by setting "
+               "forward on each nn.Linear: torch.compile guarded those with a Python function on every call, and the "
+               "compiled layer ran 3 to 5% slower."),
     Experiment("The decoder layer with the compiled path's 10 us rule, H100", "e2e_decoder_native_gated_h100_2026-11-26.json",
                "e2e_decoder", "`benchmarks/e2e_decoder.py --budget 0` on the store of the run above, after "
                "`NATIVE_TRACED_MIN_SAVING_US` became 10 us: no kernel of the store saves that much a call, so "
@@ -565,6 +588,9 @@ EXPERIMENTS: list[Experiment] = [
                "sm80_backends", "The same benchmark earlier the same day, before the rules staged cuda_cpp's epilogue "
                "through shared memory (every cuda_cpp spec stored from registers): 25 of its 64 shapes (19 probe, 6 "
                "validation) before the device time ran out (`--max-seconds 200`)."),
+    Experiment("The evaluator against two other clocks, 30 shapes", "crosscheck_h100_2026-11-27.json", "crosscheck",
+               "`benchmarks/crosscheck.py --shapes 30`: one kernel per shape and torch.matmul under the evaluator, "
+               "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
@@ -574,6 +600,19 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("Dynamic-shape CuTe DSL kernels against static ones", "tune_speed_static_cute_dsl_h100_2026-11-26.json",
                "tune_speed", f"The rules' first two CuTe DSL proposals on {PROBE48}, rendered static and dynamic, timed "
                "in one evaluator call per shape (`--part static --backend cute_dsl`).", parts=("static",)),
+    Experiment("Checked pairs per second in a sweep, full garbage collection per problem", "tune_speed_gc_h100_2026-11-26.json",
+               "tune_speed", "`cudal2 sweep`'s loop: 128 catalog specs on 14 train serving shapes of at most 1 GFLOP, "
+               "brief timing of 10 groups after 1 ms of warm-up, the GPU worker collecting garbage fully only when "
+               "the problem changes.", parts=("sweep",)),
+    Experiment("Seconds to tune a new shape, full garbage collection per problem", "tune_speed_gc_h100_2026-11-26.json",
+               "tune_speed", "`cudal2.search` at budget 32 (rules, then Optuna; leaders confirmed) on validation "
+               "serving shapes, one evaluator for all runs; cold = empty kernel caches; same code as above.",
+               parts=("tune",)),
+    Experiment("Checked pairs per second in a sweep, brief timing shortened", "tune_speed_brief_h100_2026-11-26.json",
+               "tune_speed", "As above, before the worker's garbage collection change (a full collection after every "
+               "request).", parts=("sweep",)),
+    Experiment("Seconds to tune a new shape, brief timing shortened", "tune_speed_brief_h100_2026-11-26.json",
+               "tune_speed", "As above, before the worker's garbage collection change.", parts=("tune",)),
     Experiment("Checked pairs per second in a sweep", "tune_speed_bulk_h100_2026-11-25.json", "tune_speed",
                "`cudal2 sweep`'s loop: 128 catalog specs on 14 train serving shapes of at most 1 GFLOP.",
                parts=("sweep",)),
