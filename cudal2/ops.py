@@ -29,8 +29,8 @@ launches like any other kernel's (build launchers by calling once before capture
 
 CUDA graphs. A call made while a graph captures pays the op's host time once, at capture; replays pay
 none. So there the op takes any kernel that beats torch (GRAPH_MIN_SAVING_US), also where an eager
-call would keep torch's. Such a kernel is built outside the capture, by route_linears or by the call
-key's first eager call (the warm-up torch.cuda.graph asks for anyway): building allocates and zeroes
+call would keep torch's. Such a kernel is built outside the capture, by route_linears(graphs=True) or
+by the call key's first eager call (the warm-up torch.cuda.graph asks for anyway): building allocates and zeroes
 memory, which a capture would record. A captured call whose kernel was not built runs torch.
 """
 

@@ -89,8 +89,10 @@ def _row(tokens: int) -> dict:
 
 def test_report_and_results_reader(tmp_path):
     rows, env = [_row(1), _row(16)], {"date": "2026-01-01", "gpu_name": "a GPU"}
-    md = e2e_decoder.report(rows, {1: "budget 3"}, env, "python3 benchmarks/e2e_decoder.py x.md", 3, 20, ["k", "v"])
-    assert "Layers routed through cudal2.linear" in md and ": k, v; the others ran nn.Linear's forward" in md
+    md = e2e_decoder.report(rows, {1: "budget 3"}, env, "python3 benchmarks/e2e_decoder.py x.md", 3, 20, ["k", "v"],
+                            ["q"])
+    assert "Layers routed through cudal2.linear" in md and "shape): k, v; in graph mode also" in md
+    assert "captured CUDA graphs): q; the others ran nn.Linear's forward" in md
     assert "| 1 | eager | 500.0 | 400.0 | 1.250 (1.250 to 1.250) | budget 3 |" in md
     assert "| 16 | q, o | 16x4096x4096 | 10.00 | 8.00 | 1.250 (1.250 to 1.250) | abc |" in md
     assert "medians of 3 rounds of 20 back-to-back calls" in md
