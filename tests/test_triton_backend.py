@@ -368,3 +368,29 @@ def test_compile_ahead_for_hopper_and_ampere(tmp_path):
     env.update(CUDAL2_CACHE_DIR=str(tmp_path), PYTHONPATH=str(ROOT), TRITON_DEFAULT_FP_FUSION="1")
     run = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0 and "ok" in run.stdout, run.stderr[-3000:]
+
+
+@pytest.mark.parametrize("family", ["pointer", "splitk-workspace", "tma-persistent-splitk"])
+def test_a_dynamic_kernel_takes_64_bit_offsets_only_where_a_shape_needs_them(backend, family):
+    """A dynamic kernel's offsets are int32 unless some operand, output or workspace reaches 2**31
+    elements: then launch() passes WIDE and the kernel casts M, N and K to int64 on entry. That
+    variant computes the same product (run here by lowering the module's threshold)."""
+    kw = dict(FAMILIES[family], shape_specialization="dynamic")
+    small = GemmProblem(m=72, n=40, k=136, layout="NT")
+    wide = GemmProblem(m=65536, n=40, k=32768, layout="NT")  # A: 2**31 elements
+    assert not backend.variant_key(small, spec(**kw)).endswith("w") and backend.variant_key(wide, spec(**kw)).endswith("w")
+    source = backend.render(small, spec(**kw))
+    assert "tl.int64" not in source.text.split("if WIDE:")[0].split("def matmul_kernel")[0]
+    kernel = backend.compile(source)
+    kernel.num_sms = 3
+    module = backend.module(source)
+    a, b, C, bias = operands(small, 0)
+    want = kernel(a, b, C.clone(), bias)
+    ref = reference(small, a, b, C, bias)
+    module.WIDE_FROM = 0
+    try:
+        got = kernel(a, b, C.clone(), bias)
+    finally:
+        module.WIDE_FROM = 2**31
+    for out in (want, got):
+        assert ((out.float() - ref).norm() / ref.norm()).item() < BOUND["float16"]

@@ -87,7 +87,9 @@ def cache_dir() -> Path:
 
 class TritonBackend(Backend):
     name = "triton"
-    version = "2"  # 2: M, N and K are kernel arguments (constexprs unless the spec asks for dynamic)
+    # 2: M, N and K are kernel arguments (constexprs unless the spec asks for dynamic); 3: a dynamic
+    # kernel's offsets are int32 unless launch() says WIDE
+    version = "3"
     capabilities = Capabilities(
         options=options(
             block_m=_ALL_BLOCKS, block_n=_ALL_BLOCKS, block_k=_ALL_BLOCKS,
@@ -139,14 +141,16 @@ class TritonBackend(Backend):
 
     def variant_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
         """Triton's JIT compiles an integer argument as the constant 1, as a multiple of 16, or
-        plain; a dynamic pointer kernel also takes the tile evenness of M, N and K as constexprs."""
+        plain; a dynamic kernel also takes as a constexpr whether its offsets need 64 bits (WIDE),
+        and a dynamic pointer kernel the tile evenness of M, N and K."""
         if not self.dynamic(spec):
             return ""
         extents = "".join("1" if x == 1 else "d" if x % 16 == 0 else "n" for x in problem.shape)
+        width = "w" if _wide(problem, spec) else ""
         if self.family(problem, spec) != "matmul":
-            return extents
+            return extents + width
         tiles = (spec.block_m, spec.block_n, spec.block_k)
-        return extents + "-" + "".join("e" if x % t == 0 else "r" for x, t in zip(problem.shape, tiles))
+        return extents + "-" + "".join("e" if x % t == 0 else "r" for x, t in zip(problem.shape, tiles)) + width
 
     def context(self, problem: GemmProblem, spec: KernelSpec) -> dict[str, Any]:
         m, n, k = problem.shape
@@ -154,27 +158,25 @@ class TritonBackend(Backend):
         dynamic = self.dynamic(spec)
         split = spec.split_k if spec.decomposition == "split_k" else 1
         # A static kernel leaves out the masks its shape does not need, and widens offsets to int64
-        # only where some extent product reaches 2**31. A dynamic one masks every edge and widens
-        # every term that multiplies an extent: it must serve any shape.
+        # only where some extent product reaches 2**31. A dynamic one masks every edge (but for the
+        # EVEN_* variants) and takes its width from its extents: the kernel casts M, N and K to int64
+        # on entry where launch() says a product reaches 2**31 (WIDE), so every term that multiplies
+        # an extent is int64 there and int32 elsewhere (64-bit offsets cost the small tiles of the
+        # dynamic kernels up to a quarter of their speed on the H100).
         even_m, even_n, even_k = (False, False, False) if dynamic else (
             m % spec.block_m == 0, n % spec.block_n == 0, k % spec.block_k == 0)
-        wide = dynamic or max(m * k, k * n, m * n * split) >= 2**31
+        wide = not dynamic and _wide(problem, spec)
         w64 = ".to(tl.int64)"
-
-        def x64(extent: str) -> str:
-            # A runtime extent is an int32 (or the constexpr 1, Triton's own specialization); a static
-            # one is a Python int, whose products never overflow.
-            return f"tl.cast({extent}, tl.int64)" if dynamic else extent
 
         a_mask = [c for c, need in (("offs_m[:, None] < M", not even_m), ("offs_k[None, :] < K", not even_k)) if need]
         b_mask = [c for c, need in (("offs_k[:, None] < K", not even_k), ("offs_n[None, :] < N", not even_n)) if need]
         # Offsets of a tile's first K step: the unit-stride term stays int32 (widening it hides its
         # contiguity from Triton's vectorizer); the other is widened where offsets may pass 2**31.
-        widen = w64 if wide and not dynamic else ""  # dynamic: the extent itself is already int64
-        a_offsets = (f"offs_m[:, None]{widen} * {x64('K')} + offs_k[None, :]" if problem.a_row_major
-                     else f"offs_m[:, None] + offs_k[None, :]{widen} * {x64('M')}")
-        b_offsets = (f"offs_k[:, None]{widen} * {x64('N')} + offs_n[None, :]" if problem.b_row_major
-                     else f"offs_k[:, None] + offs_n[None, :]{widen} * {x64('K')}")
+        widen = w64 if wide else ""
+        a_offsets = (f"offs_m[:, None]{widen} * K + offs_k[None, :]" if problem.a_row_major
+                     else f"offs_m[:, None] + offs_k[None, :]{widen} * M")
+        b_offsets = (f"offs_k[:, None]{widen} * N + offs_n[None, :]" if problem.b_row_major
+                     else f"offs_k[:, None] + offs_n[None, :]{widen} * K")
         formula = "alpha * A @ B" if e.alpha != 1.0 else "A @ B"
         if e.beta != 0.0:
             formula += " + beta * C"
@@ -199,16 +201,18 @@ class TritonBackend(Backend):
             # a dynamic pointer kernel is also compiled per tile evenness of the shape (masks cost
             # the pointer loads about 8% on the H100; TMA loads need none)
             **_even_flags(dynamic and self.family(problem, spec) == "matmul", spec),
+            wide_param=", WIDE: tl.constexpr" if dynamic else "", wide_arg=", WIDE=wide" if dynamic else "",
+            wide_pass=", WIDE" if dynamic else "",
             formula=formula, M=m, N=n, K=k,
             a_row_major=problem.a_row_major, b_row_major=problem.b_row_major,
             a_offsets=a_offsets, b_offsets=b_offsets,
-            a_step="BLOCK_K" if problem.a_row_major else f"BLOCK_K * {x64('M')}",
-            b_step=f"BLOCK_K * {x64('N')}" if problem.b_row_major else "BLOCK_K",
+            a_step="BLOCK_K" if problem.a_row_major else "BLOCK_K * M",
+            b_step="BLOCK_K * N" if problem.b_row_major else "BLOCK_K",
             alpha=repr(float(e.alpha)), beta=repr(float(e.beta)),
             has_alpha=e.alpha != 1.0, has_beta=e.beta != 0.0, bias=e.bias, activation=e.activation,
             split_k=split, reduction=spec.split_k_reduction,
             even_k=even_k, along_m=spec.raster_order == "along_m",
-            wide=w64 if wide else "", slice_elements=f"{x64('M')} * N",
+            wide=w64 if wide else "", slice_elements="M * N",
             a_mask=f", mask={' & '.join(f'({c})' for c in a_mask)}, other=0.0" if a_mask else "",
             b_mask=f", mask={' & '.join(f'({c})' for c in b_mask)}, other=0.0" if b_mask else "",
             workspace_doc=workspace_doc,
@@ -292,7 +296,8 @@ class TritonBackend(Backend):
         args = {"a_ptr": dt[p.dtype], "b_ptr": dt[p.dtype], "c_ptr": dt[p.c_dtype],
                 "bias_ptr": dt[p.c_dtype] if p.epilogue.bias else None, "ws_ptr": torch.float32 if split else None,
                 "M": p.m, "N": p.n, "K": p.k,
-                "EVEN_M": p.m % spec.block_m == 0, "EVEN_N": p.n % spec.block_n == 0, "EVEN_K": p.k % spec.block_k == 0}
+                "EVEN_M": p.m % spec.block_m == 0, "EVEN_N": p.n % spec.block_n == 0, "EVEN_K": p.k % spec.block_k == 0,
+                "WIDE": _wide(p, spec)}
         module = self.module(source)
         # the launch options exactly as launch() passes them (they are part of Triton's cache key)
         kernels = [("matmul_kernel", dict(num_warps=spec.num_warps, num_stages=spec.stages))]
@@ -304,6 +309,15 @@ class TritonBackend(Backend):
             src, options = _jit_source(fn, [args[a] for a in fn.arg_names], launch_options, target)
             out[name] = triton.compile(src, target=target, options=options)
         return out
+
+
+def _wide(problem: GemmProblem, spec: KernelSpec) -> bool:
+    """Whether some offset of the kernel for problem may pass 2**31 elements (then it needs 64-bit
+    offsets): an operand's, the output's, or the split-K workspace's. (A dynamic kernel's launch()
+    asks the same of each call, against its module's WIDE_FROM.)"""
+    m, n, k = problem.shape
+    split = spec.split_k if spec.decomposition == "split_k" else 1
+    return max(m * k, k * n, m * n * split) >= 2**31
 
 
 def _even_flags(on: bool, spec: KernelSpec) -> dict[str, str]:

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
 
 problems MxNxK-float16-NN: D[M, N] = A @ B
          A MxK row-major, B KxN row-major, float16 in, float16 out, fp32 accumulation
@@ -24,6 +24,7 @@ GROUP = tl.constexpr(8)  # tiles per rasterization group, advancing along_m
 SPLIT_K = tl.constexpr(1)
 NUM_WARPS = 4
 NUM_STAGES = 2
+WIDE_FROM = 2**31  # elements: a shape with an operand, output or workspace this large takes 64-bit offsets
 
 
 @triton.jit
@@ -51,7 +52,7 @@ def k_range(split_id, K):
 def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N):
     """D = A @ B on one fp32 tile, stored as float16."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
@@ -73,9 +74,9 @@ def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl
     offs_k = lo * BLOCK_K + tl.arange(0, BLOCK_K)
     offs_k = tl.max_contiguous(tl.multiple_of(offs_k, BLOCK_K), BLOCK_K)  # K is the contiguous dim
     offs_n = tl.max_contiguous(tl.multiple_of(offs_n, BLOCK_N), BLOCK_N)  # B is row-major
-    # strides in elements, fixed by layout NN; 64-bit where they multiply an extent
-    a_ptrs = a_ptr + offs_m[:, None] * tl.cast(K, tl.int64) + offs_k[None, :]
-    b_ptrs = b_ptr + offs_k[:, None] * tl.cast(N, tl.int64) + offs_n[None, :]
+    # strides in elements, fixed by layout NN; int64 where WIDE made the extents int64
+    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
+    b_ptrs = b_ptr + offs_k[:, None] * N + offs_n[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for _ in tl.range(lo, hi):
         # the masks only where the shape has a partial tile (EVEN_*: launch() tells, per shape)
@@ -89,14 +90,16 @@ def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl
             b = tl.load(b_ptrs, mask=(offs_k[:, None] < K) & (offs_n[None, :] < N), other=0.0)
         acc = tl.dot(a, b, acc)
         a_ptrs += BLOCK_K
-        b_ptrs += BLOCK_K * tl.cast(N, tl.int64)
+        b_ptrs += BLOCK_K * N
         if not EVEN_K:
             offs_k += BLOCK_K
     finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N)
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr):
+    if WIDE:  # 64-bit offsets: launch() found an offset that may pass 2**31 (elsewhere int32 serves)
+        M, N, K = tl.cast(M, tl.int64), tl.cast(N, tl.int64), tl.cast(K, tl.int64)
     mainloop(tl.program_id(0), a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M, EVEN_N, EVEN_K)
 
 
@@ -104,14 +107,17 @@ def launch(a, b, c, bias, workspace, num_sms):
     """Enqueue the GEMM on the current stream; no allocation, no synchronization.
     a, b, c, bias are checked by the caller; workspace is unused (None)."""
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
+    wide = max(M * K, K * N, M * N * 1) >= WIDE_FROM  # the kernel's offsets need 64 bits
     num_tiles = triton.cdiv(M, 32) * triton.cdiv(N, 32)
     grid = (num_tiles,)  # work units: output tiles
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     return c
 
 
 def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K):
     """Compile without launching (fills Triton's disk cache) for the alignment class of M, N, K;
     dtypes (or None) stand in for tensors."""
-    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, grid=(1,),
+    wide = max(M * K, K * N, M * N * 1) >= WIDE_FROM
+    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, grid=(1,),
                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
 
 problem  67x45x129-float16-NN: D[67, 45] = A @ B
          A 67x129 row-major, B 129x45 row-major, float16 in, float16 out, fp32 accumulation
@@ -97,7 +97,8 @@ def launch(a, b, c, bias, workspace, num_sms):
     M, N, K = 67, 45, 129
     num_tiles = triton.cdiv(M, 32) * triton.cdiv(N, 32)
     grid = (num_tiles,)  # work units: output tiles
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     return c
 
 

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
 
 problem  65536x65536x64-float16-NN: D[65536, 65536] = A @ B
          A 65536x64 row-major, B 64x65536 row-major, float16 in, float16 out, fp32 accumulation
@@ -96,7 +96,8 @@ def launch(a, b, c, bias, workspace, num_sms):
     M, N, K = 65536, 65536, 64
     num_tiles = triton.cdiv(M, 128) * triton.cdiv(N, 256)
     grid = (num_tiles,)  # work units: output tiles
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     return c
 
 

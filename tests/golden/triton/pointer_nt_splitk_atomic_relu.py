@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
 
 problem  8192x256x256-float16-NT-a1b0-relu: D[8192, 256] = relu(A @ B)
          A 8192x256 row-major, B 256x256 column-major, float16 in, bfloat16 out, fp32 accumulation
@@ -115,7 +115,8 @@ def launch(a, b, c, bias, workspace, num_sms):
     M, N, K = 8192, 256, 256
     num_tiles = triton.cdiv(M, 128) * triton.cdiv(N, 64)
     grid = (num_tiles * 2,)  # work units: output tiles x K slices
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, num_warps=4)
     return c
 

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
 
 problem  512x128x8192-bfloat16-TT-a0.5b1-bias-gelu: D[512, 128] = gelu(alpha * A @ B + beta * C + bias)
          A 512x8192 column-major, B 8192x128 column-major, bfloat16 in, bfloat16 out, fp32 accumulation
@@ -123,7 +123,8 @@ def launch(a, b, c, bias, workspace, num_sms):
     M, N, K = 512, 128, 8192
     num_tiles = triton.cdiv(M, 64) * triton.cdiv(N, 64)
     grid = (min(num_sms, num_tiles * 8),)  # persistent: at most one block per SM, each loops over work
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, num_warps=4)
     return c
 

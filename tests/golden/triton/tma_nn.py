@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul_tma).
 
 problem  4096x4096x4096-float16-NN: D[4096, 4096] = A @ B
          A 4096x4096 row-major, B 4096x4096 row-major, float16 in, float16 out, fp32 accumulation
@@ -98,7 +98,8 @@ def launch(a, b, c, bias, workspace, num_sms):
     M, N, K = 4096, 4096, 4096
     num_tiles = triton.cdiv(M, 128) * triton.cdiv(N, 256)
     grid = (num_tiles,)  # work units: output tiles
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     return c
 
 

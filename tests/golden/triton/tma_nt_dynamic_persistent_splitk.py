@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul_tma).
 
 problems MxNxK-float16-NT-a1b0-bias: D[M, N] = A @ B + bias
          A MxK row-major, B KxN column-major, float16 in, float16 out, fp32 accumulation
@@ -24,6 +24,7 @@ GROUP = tl.constexpr(8)  # tiles per rasterization group, advancing along_m
 SPLIT_K = tl.constexpr(4)
 NUM_WARPS = 4
 NUM_STAGES = 4
+WIDE_FROM = 2**31  # elements: a shape with an operand, output or workspace this large takes 64-bit offsets
 
 
 @triton.jit
@@ -54,23 +55,25 @@ def k_range(split_id, K):
 def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N):
     """D = A @ B + bias on one fp32 tile, stored as float16."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
     acc += tl.load(bias_ptr + offs_n, mask=offs_n < N, other=0.0).to(tl.float32)[None, :]
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
-def splitk_epilogue_kernel(c_ptr, bias_ptr, ws_ptr, M, N):
+def splitk_epilogue_kernel(c_ptr, bias_ptr, ws_ptr, M, N, WIDE: tl.constexpr):
     """Sum the SPLIT_K fp32 partial tiles of the workspace [SPLIT_K, M, N], then the epilogue."""
+    if WIDE:  # 64-bit offsets: launch() found an offset that may pass 2**31
+        M, N = tl.cast(M, tl.int64), tl.cast(N, tl.int64)
     pid_m, pid_n = tile_coords(tl.program_id(0), M, N)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    ws_ptrs = ws_ptr + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    ws_ptrs = ws_ptr + offs_m[:, None] * N + offs_n[None, :]
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for _ in range(SPLIT_K):
         acc += tl.load(ws_ptrs, mask=mask, other=0.0)
-        ws_ptrs += tl.cast(M, tl.int64) * N  # next slice
+        ws_ptrs += M * N  # next slice
     epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N)
 
 
@@ -78,7 +81,7 @@ def splitk_epilogue_kernel(c_ptr, bias_ptr, ws_ptr, M, N):
 def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N):
     """One K slice done: store its fp32 partial tile to workspace[split_id]."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    ws_ptrs = ws_ptr + split_id.to(tl.int64) * M * N + offs_m[:, None].to(tl.int64) * N + offs_n[None, :]
+    ws_ptrs = ws_ptr + split_id * M * N + offs_m[:, None] * N + offs_n[None, :]
     tl.store(ws_ptrs, acc, mask=mask)
 
 
@@ -92,7 +95,7 @@ def make_descriptors(a_ptr, b_ptr, M, N, K):
 
 
 @triton.jit
-def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K):
+def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K, WIDE: tl.constexpr):
     """One work unit: the K slice `split_id` of output tile `tile_id`, TMA loads."""
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     split_id = work_id // num_tiles
@@ -105,32 +108,37 @@ def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K):
         acc = tl.dot(a, b, acc)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    if WIDE:  # 64-bit output and workspace offsets (TMA's own coordinates above are 32-bit)
+        M, N = tl.cast(M, tl.int64), tl.cast(N, tl.int64)
     finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N)
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K):
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, WIDE: tl.constexpr):
     a_desc, b_desc = make_descriptors(a_ptr, b_ptr, M, N, K)
     # persistent: the grid is min(#SMs, work units) blocks, each strides over the work units
     num_work = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * SPLIT_K
     for work_id in tl.range(tl.program_id(0), num_work, tl.num_programs(0)):
-        mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K)
+        mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K, WIDE)
 
 
 def launch(a, b, c, bias, workspace, num_sms):
     """Enqueue the GEMM on the current stream; no allocation, no synchronization.
     a, b, c, bias are checked by the caller; workspace is fp32 [4, M, N]: one partial sum per K slice."""
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
+    wide = max(M * K, K * N, M * N * 4) >= WIDE_FROM  # the kernel's offsets need 64 bits
     num_tiles = triton.cdiv(M, 64) * triton.cdiv(N, 128)
     grid = (min(num_sms, num_tiles * 4),)  # persistent: at most one block per SM, each loops over work
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, num_warps=4)
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, WIDE=wide, num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
+    splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, WIDE=wide, num_warps=4)
     return c
 
 
 def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K):
     """Compile without launching (fills Triton's disk cache) for the alignment class of M, N, K;
     dtypes (or None) stand in for tensors."""
-    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, grid=(1,),
+    wide = max(M * K, K * N, M * N * 4) >= WIDE_FROM
+    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, WIDE=wide, grid=(1,),
                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    splitk_epilogue_kernel.warmup(c_dtype, bias_dtype, ws_dtype, M, N, grid=(1,), num_warps=4)
+    splitk_epilogue_kernel.warmup(c_dtype, bias_dtype, ws_dtype, M, N, WIDE=wide, grid=(1,), num_warps=4)

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul_tma).
 
 problem  512x128x8192-float16-NT: D[512, 128] = A @ B
          A 512x8192 row-major, B 8192x128 column-major, float16 in, float16 out, fp32 accumulation
@@ -118,7 +118,8 @@ def launch(a, b, c, bias, workspace, num_sms):
     M, N, K = 512, 128, 8192
     num_tiles = triton.cdiv(M, 64) * triton.cdiv(N, 128)
     grid = (num_tiles * 8,)  # work units: output tiles x K slices
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, num_warps=4)
     return c
 

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v2, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul_tma).
 
 problem  4096x4096x4096-float16-TN-a1b0-silu: D[4096, 4096] = silu(A @ B)
          A 4096x4096 column-major, B 4096x4096 row-major, float16 in, float16 out, fp32 accumulation
@@ -102,7 +102,8 @@ def launch(a, b, c, bias, workspace, num_sms):
     M, N, K = 4096, 4096, 4096
     num_tiles = triton.cdiv(M, 128) * triton.cdiv(N, 128)
     grid = (min(num_sms, num_tiles),)  # persistent: at most one block per SM, each loops over work
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS,
+                        num_stages=NUM_STAGES)
     return c
 
 
