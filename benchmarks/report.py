@@ -594,6 +594,11 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
+    Experiment("Dynamic-shape Triton kernels with 32-bit offsets against static ones",
+               "tune_speed_static_triton_h100_2026-11-27.json", "tune_speed",
+               f"The rules' first two Triton proposals on {PROBE48}, rendered static and dynamic (int32 offsets unless "
+               "a call needs 64 bits), timed in one evaluator call per shape (`--part static --backend triton`).",
+               parts=("static",)),
     Experiment("Dynamic-shape Triton kernels against static ones", "tune_speed_h100_2026-11-25.json", "tune_speed",
                f"The rules' first two proposals on {PROBE48}, rendered static and dynamic, timed in one call.",
                parts=("static",)),
