@@ -298,14 +298,16 @@ def _bound_run(kernel, problem: GemmProblem, device) -> Optional[Callable]:
     return None
 
 
-def _launcher(kernel, problem: GemmProblem, out_shape: tuple, device, run: Callable | None = None
-              ) -> Optional[Callable]:
-    """launch(a, b, bias) -> output of kernel's (or its bound run's) calls of out_shape, or None."""
+def _launcher(kernel, problem: GemmProblem, out_shape: tuple, device) -> Optional[Callable]:
+    """launch(a, b, bias) -> output of kernel's calls of out_shape, or None where it cannot run them."""
+    run = _bound_run(kernel, problem, device)
+    return _launch_of(run, problem, out_shape, device) if run is not None else None
+
+
+def _launch_of(run: Callable, problem: GemmProblem, out_shape: tuple, device) -> Callable:
+    """launch(a, b, bias) -> output of out_shape, through a bound run (kernel.bind's)."""
     from .codegen.operands import torch_dtype
 
-    run = run if run is not None else _bound_run(kernel, problem, device)
-    if run is None:
-        return None
     dtype, empty = torch_dtype(problem.c_dtype), torch.empty
 
     def launch(a, b, bias):
@@ -378,7 +380,7 @@ def _captured(key: tuple, call_class: Callable, operands: tuple, out_shape: tupl
         run = _graph_runs.get((problem.key(), device)) if problem is not None else None
         if run is None:  # (not built before this capture: not remembered, so a later capture may use it)
             return torch_call()
-        launch = _launcher(None, problem, out_shape, device, run)
+        launch = _launch_of(run, problem, out_shape, device)
         with _lock:
             _graph_launchers[key] = launch
     out = launch(*operands) if launch is not None else None
@@ -610,11 +612,12 @@ def route_linears(model: torch.nn.Module, enable: bool = True, graphs: bool = Fa
     graphs=True also routes the layers a kernel serves only in captured CUDA graphs (a win smaller than
     an eager call's margin: GRAPH_MIN_SAVING_US) and builds those kernels now, for a model that runs
     inside CUDA graphs. Their eager calls then run torch after a test for a capture, which cost a
-    host-bound decoder layer on an H100 about 2% (e2e_decoder_graphs_h100_2026-11-26); hence not by
+    host-bound decoder layer on an H100 about 2% (e2e_decoder_graph_routed_eager_h100_2026-11-27); hence not by
     default. Call it after tune_model or set_table (again when the table grows, or to change graphs);
     enable=False puts every routed layer back. Returns the names of the layers routed (or put back)."""
     served = _table_b_shapes()["linear"] if enable else {}
     captured = _table_b_shapes()["linear_graph"] if enable and graphs else {}
+    graph_problems = _servable_problems(GRAPH_MIN_SAVING_US) if captured else []
     traced = _traced_weight_shapes() if enable else set()
     changed = []
     for name, m in model.named_modules():
@@ -629,7 +632,7 @@ def route_linears(model: torch.nn.Module, enable: bool = True, graphs: bool = Fa
             m._cudal2_min_numel = rows * m.in_features if rows is not None else float("inf")
             m._cudal2_graph_numel = graph_rows * m.in_features if graph_rows is not None else float("inf")
             if graph_rows is not None and m.weight.is_cuda:  # built now: a capture must not allocate
-                for p in _servable_problems(GRAPH_MIN_SAVING_US):
+                for p in graph_problems:
                     if (p.n, p.k, p.layout, p.epilogue.bias) == (*shape, "NT", m.bias is not None):
                         _ready_for_graphs(p, m.weight.device)
         if serve and not routed:

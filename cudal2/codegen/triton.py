@@ -166,13 +166,12 @@ class TritonBackend(Backend):
         even_m, even_n, even_k = (False, False, False) if dynamic else (
             m % spec.block_m == 0, n % spec.block_n == 0, k % spec.block_k == 0)
         wide = not dynamic and _wide(problem, spec)
-        w64 = ".to(tl.int64)"
 
         a_mask = [c for c, need in (("offs_m[:, None] < M", not even_m), ("offs_k[None, :] < K", not even_k)) if need]
         b_mask = [c for c, need in (("offs_k[:, None] < K", not even_k), ("offs_n[None, :] < N", not even_n)) if need]
         # Offsets of a tile's first K step: the unit-stride term stays int32 (widening it hides its
         # contiguity from Triton's vectorizer); the other is widened where offsets may pass 2**31.
-        widen = w64 if wide else ""
+        widen = ".to(tl.int64)" if wide else ""  # (also the epilogue's)
         a_offsets = (f"offs_m[:, None]{widen} * K + offs_k[None, :]" if problem.a_row_major
                      else f"offs_m[:, None] + offs_k[None, :]{widen} * M")
         b_offsets = (f"offs_k[:, None]{widen} * N + offs_n[None, :]" if problem.b_row_major
@@ -212,7 +211,7 @@ class TritonBackend(Backend):
             has_alpha=e.alpha != 1.0, has_beta=e.beta != 0.0, bias=e.bias, activation=e.activation,
             split_k=split, reduction=spec.split_k_reduction,
             even_k=even_k, along_m=spec.raster_order == "along_m",
-            wide=w64 if wide else "", slice_elements="M * N",
+            wide=widen, slice_elements="M * N",
             a_mask=f", mask={' & '.join(f'({c})' for c in a_mask)}, other=0.0" if a_mask else "",
             b_mask=f", mask={' & '.join(f'({c})' for c in b_mask)}, other=0.0" if b_mask else "",
             workspace_doc=workspace_doc,
