@@ -86,6 +86,16 @@ def test_shapes_by_set_file_or_list(tmp_path):
         resolve_shapes("grid:test")
 
 
+def test_a_shape_s_specs_are_split_into_calls_as_even_as_they_go():
+    from cudal2.dataset.sweep import chunked
+
+    assert [len(c) for c in chunked(list(range(100)), 32)] == [25, 25, 25, 25]
+    assert [len(c) for c in chunked(list(range(64)), 32)] == [32, 32]
+    assert [len(c) for c in chunked(list(range(10)), 4)] == [4, 3, 3]
+    assert [len(c) for c in chunked(list(range(3)), 32)] == [3] and chunked([], 32) == []
+    assert sum(chunked(list(range(97)), 32), []) == list(range(97))
+
+
 def test_sweep_measures_each_pair_once_and_exports_a_row_per_pair(tmp_path):
     store = Store(tmp_path / "s.db")
     problems = resolve_shapes("serving:validation")[:3]

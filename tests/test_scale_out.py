@@ -158,6 +158,46 @@ def test_the_cluster_sweep_stores_what_the_serial_sweep_stores(client, tmp_path)
     assert figures(tmp_path / "one.db") == figures(tmp_path / "many.db")
 
 
+class CountsBaselines(RecordedRunner):
+    """A recorded runner that logs "baselines PROBLEM WORKER" each time it times a shape's
+    baselines, and "call PROBLEM N" for each evaluator call of N specs."""
+
+    def __init__(self, path):
+        super().__init__()
+        self.path = str(path)
+
+    def evaluate(self, problem, specs, modes=("offline",), with_baselines=True):
+        from distributed import get_worker
+
+        with open(self.path, "a") as f:
+            if with_baselines:
+                f.write(f"baselines {problem.key()} {get_worker().address}\n")
+            f.write(f"call {problem.key()} {len(specs)}\n")
+        return super().evaluate(problem, specs, modes)
+
+
+def test_a_shape_stays_on_one_worker_its_baselines_timed_once_in_even_calls(client, tmp_path):
+    """With 10 specs in calls of at most 4, a shape is one batch of three calls of 4, 3 and 3 (not
+    4, 4 and 2); each worker would otherwise time the baselines of every shape it got a batch of."""
+    import functools
+
+    from cudal2.dataset.cluster_worker import given_runner
+
+    log = tmp_path / "calls"
+    problems, specs = resolve_shapes("48x80x96,64x96x128,32x64x128"), sample(10)
+    summary = run_sweep_on_cluster(problems, specs, client, functools.partial(given_runner, CountsBaselines(log)),
+                                   Store(tmp_path / "s.db"), chunk=4)
+    assert summary.measured == 30
+    lines = [ln.split() for ln in log.read_text().splitlines()]
+    timed = [ln[1] for ln in lines if ln[0] == "baselines"]
+    assert sorted(timed) == sorted(p.key() for p in problems)  # once per shape
+    calls = {}
+    for ln in lines:
+        if ln[0] == "call":
+            calls.setdefault(ln[1], []).append(int(ln[2]))
+    assert all(sorted(c) == [3, 3, 4] for c in calls.values())
+
+
 def test_many_searches_at_once_share_one_store_without_losing_a_trial(client, tmp_path):
     import optuna
 

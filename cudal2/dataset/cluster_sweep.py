@@ -1,10 +1,15 @@
 """The sweep over every worker of a Dask cluster (`cudal2 sweep --workers ...`): the pairs of
 sweep.run_sweep, measured by many GPUs at once.
 
-    per shape, the specs the store lacks, in batches (one evaluator call each)
+    per shape, the specs the store lacks, in evaluator calls, up to TASK_CALLS of them a batch
       -> every batch submitted at once; the scheduler hands them out in order, one per worker
       -> as each batch finishes (distributed.as_completed), its pairs go into the store
       -> a batch whose worker died is run again elsewhere
+
+A batch holds several of one shape's calls so that a shape stays on one worker: its baselines
+are timed once, its inputs are made once, and the worker's compile pool starts on the next call's
+specs while one is timed. Scattered over the workers, every batch of a 100-spec shape paid those
+again on another GPU.
 
 This process is the store's one writer: workers only measure and send back, so a worker killed
 mid-batch loses that batch alone, which the scheduler gives to another worker (and this module
@@ -23,25 +28,28 @@ from ..ir import GemmProblem, KernelSpec, SpecError
 from ..search.store import Store
 from .cluster import ClusterError, lost_worker, runner_on_workers
 from .cluster_worker import Batch, Measured, WorkerSetupError, measure_batch
-from .sweep import CHUNK, SweepSummary
+from .sweep import CHUNK, SweepSummary, chunked
 
 RESUBMITS = 2  # times a batch is submitted again after its workers died (Dask retries it first)
+TASK_CALLS = 4  # evaluator calls of one shape a batch holds: a worker killed mid-batch loses at most these
 
 
 def plan_batches(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], store: Store,
                  modes: tuple[str, ...], chunk: int, summary: SweepSummary,
                  on_pairs: Callable[[int, str], None]) -> list[Batch]:
-    """The batches of the pairs the store lacks, shape by shape; the pairs it holds are counted
-    in summary.already and told to on_pairs."""
+    """The batches of the pairs the store lacks, shape by shape, each up to TASK_CALLS evaluator
+    calls of at most chunk specs; the pairs the store holds are counted in summary.already and told
+    to on_pairs."""
     batches = []
     for problem in problems:
         done = store.measured_spec_keys(problem)
         todo = [s for s in specs if s.key() not in done]
         summary.already += len(specs) - len(todo)
         on_pairs(len(specs) - len(todo), problem.label())
-        parts = [tuple(todo[i:i + chunk]) for i in range(0, len(todo), chunk)]
-        batches += [Batch(problem, part, modes, then=parts[i + 1] if i + 1 < len(parts) else ())
-                    for i, part in enumerate(parts)]
+        calls = [tuple(c) for c in chunked(todo, chunk)]
+        groups = [tuple(calls[i:i + TASK_CALLS]) for i in range(0, len(calls), TASK_CALLS)]
+        batches += [Batch(problem, group, modes, then=groups[i + 1][0] if i + 1 < len(groups) else ())
+                    for i, group in enumerate(groups)]
     return batches
 
 

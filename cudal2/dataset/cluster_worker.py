@@ -29,18 +29,22 @@ class WorkerSetupError(RuntimeError):
 
 @dataclass(frozen=True)
 class Batch:
-    """The unit of work of a sweep: specs on one shape, one evaluator call."""
+    """The unit of work of a sweep: specs on one shape, in one or more evaluator calls."""
 
     problem: GemmProblem
-    specs: tuple[KernelSpec, ...]
+    calls: tuple[tuple[KernelSpec, ...], ...]  # the specs of each evaluator call, in order
     modes: tuple[str, ...] = ("offline",)
-    # The next batch's specs on the same shape: the worker's compile pool starts on them while
-    # this batch is checked and timed (a spec compiled once serves every shape of its class).
+    # The next batch's first call on the same shape: the worker's compile pool starts on it while
+    # this batch's last call is checked and timed (a spec compiled once serves every shape of its class).
     then: tuple[KernelSpec, ...] = ()
 
     @property
     def label(self) -> str:
         return self.problem.label()
+
+    @property
+    def specs(self) -> tuple[KernelSpec, ...]:
+        return tuple(s for call in self.calls for s in call)
 
 
 @dataclass(frozen=True)
@@ -97,14 +101,17 @@ def measure_batch(runner_name: str, batch: Batch) -> Measured:
     its own GPU (two cards of one model differ a little)."""
     plugin = _plugin(runner_name)
     runner = plugin.runner()
-    problem, specs, modes = batch.problem, list(batch.specs), batch.modes
+    problem, modes = batch.problem, batch.modes
     fresh = (problem.key(), modes) not in plugin.baselines_timed
     prefetch = getattr(runner, "prefetch", None)
+    results: list[CandidateResult] = []
     try:
-        if batch.then and prefetch is not None:
-            prefetch(problem, specs)  # this batch first in the pool's queue, then the next one
-            prefetch(problem, list(batch.then))
-        results = runner.evaluate(problem, specs, modes, with_baselines=fresh)
+        for i, call in enumerate(batch.calls):
+            ahead = batch.calls[i + 1] if i + 1 < len(batch.calls) else batch.then
+            if ahead and prefetch is not None:
+                prefetch(problem, list(call))  # this call first in the pool's queue, then the next one
+                prefetch(problem, list(ahead))
+            results += runner.evaluate(problem, list(call), modes, with_baselines=fresh and i == 0)
         baselines = runner.baselines(problem, modes)
     except SpecError as e:  # the shape does not fit this GPU
         return Measured(batch, [], {}, False, runner.environment(), get_worker().address, refused=e)

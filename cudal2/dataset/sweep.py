@@ -15,7 +15,20 @@ from typing import Callable, Sequence
 from ..ir import GemmProblem, KernelSpec, SpecError
 from ..search.store import Store
 
-CHUNK = 32  # specs per evaluator call
+CHUNK = 32  # specs per evaluator call, at most
+
+
+def chunked(specs: Sequence[KernelSpec], chunk: int) -> list[list[KernelSpec]]:
+    """specs in evaluator calls of at most chunk, as even as they go (100 as 4 x 25, not 3 x 32 and
+    a 4; 10 in fours as 4, 3, 3): a call's fixed costs (inputs, the stream check, the timing graphs' warm-up) are nearly
+    those of a full one, however few specs it holds."""
+    calls = -(-len(specs) // chunk)
+    out, start = [], 0
+    for i in range(calls):
+        size = len(specs) // calls + (i < len(specs) % calls)
+        out.append(list(specs[start:start + size]))
+        start += size
+    return out
 
 
 @dataclass
@@ -93,13 +106,13 @@ def run_sweep(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], runn
         # Timed before, unless none was or one that ran lacks a mode (one that is not installed never has any).
         fresh_baselines = not any(b.available for b in baselines.values()) or not all(
             m in b.timing for b in baselines.values() if b.available for m in modes)
-        for start in range(0, len(todo), chunk):
-            part = todo[start:start + chunk]
+        left = len(todo)
+        for part in chunked(todo, chunk):
             try:
                 results = runner.evaluate(problem, part, modes, with_baselines=fresh_baselines)
             except SpecError as e:  # the problem does not fit the GPU: every chunk would say so
                 summary.skipped.append(f"{problem.label()}: {' | '.join(str(v) for v in e.violations)}")
-                on_pairs(len(todo) - start, problem.label())
+                on_pairs(left, problem.label())
                 break
             if fresh_baselines:
                 baselines = runner.baselines(problem, modes)
@@ -109,5 +122,6 @@ def run_sweep(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], runn
                 store.record_kernel(problem, result, environment=environment, mode=modes[0], baselines=baselines)
                 summary.measured += 1
                 summary.correct += bool(result.ok)
+            left -= len(part)
             on_pairs(len(part), problem.label())
     return summary
