@@ -160,7 +160,7 @@ def test_zz_print_table():
 
 # ---- one dynamic kernel per family, every shape of its class ---------------------------------------
 DYNAMIC_SHAPES = [(1, 6144, 4096), (7, 4096, 14336), (255, 28672, 4096), (1000, 1000, 1000), (4096, 512, 64),
-                  (3001, 128256, 4096)]
+                  (300, 200, 24), (3001, 128256, 4096)]  # K=64 and K=24: one K step (ONE_K), full and partial
 
 
 @pytest.mark.parametrize("family", list(FAMILIES))

@@ -394,3 +394,24 @@ def test_a_dynamic_kernel_takes_64_bit_offsets_only_where_a_shape_needs_them(bac
         module.WIDE_FROM = 2**31
     for out in (want, got):
         assert ((out.float() - ref).norm() / ref.norm()).item() < BOUND["float16"]
+
+
+@pytest.mark.parametrize("family", ["pointer", "pointer-persistent-along_n", "tma", "splitk-workspace"])
+def test_a_dynamic_kernel_runs_k_within_one_step_as_straight_code(backend, family):
+    """Where K fits one BLOCK_K step, launch() passes ONE_K and the K loop is a loop of one trip
+    the compiler sees (no loop); one module serves that shape and deeper ones, and both compute the
+    product, K a full step and a partial one. Split-K takes no ONE_K (its slices take their steps)."""
+    kw = dict(FAMILIES[family], shape_specialization="dynamic")
+    split = "split_k" in kw.get("decomposition", "")
+    shallow, partial, deep = (GemmProblem(m=72, n=40, k=k, layout="NT") for k in (32, 24, 136))
+    keys = [backend.variant_key(p, spec(**kw)) for p in (shallow, partial, deep)]
+    assert [key.endswith("k") for key in keys] == ([False] * 3 if split else [True, True, False])
+    source = backend.render(deep, spec(**kw))
+    assert ("if ONE_K:" in source.text) is not split
+    kernel = backend.compile(source)
+    kernel.num_sms = 3
+    for problem in (shallow, partial, deep):
+        a, b, C, bias = operands(problem, 1)
+        out = kernel(a, b, C.clone(), bias)
+        ref = reference(problem, a, b, C, bias)
+        assert ((out.float() - ref).norm() / ref.norm()).item() < BOUND["float16"], problem.label()

@@ -88,8 +88,9 @@ def cache_dir() -> Path:
 class TritonBackend(Backend):
     name = "triton"
     # 2: M, N and K are kernel arguments (constexprs unless the spec asks for dynamic); 3: a dynamic
-    # kernel's offsets are int32 unless launch() says WIDE
-    version = "3"
+    # kernel's offsets are int32 unless launch() says WIDE; 4: and its K loop is straight code where
+    # launch() finds K within one BLOCK_K step (ONE_K)
+    version = "4"
     capabilities = Capabilities(
         options=options(
             block_m=_ALL_BLOCKS, block_n=_ALL_BLOCKS, block_k=_ALL_BLOCKS,
@@ -141,12 +142,14 @@ class TritonBackend(Backend):
 
     def variant_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
         """Triton's JIT compiles an integer argument as the constant 1, as a multiple of 16, or
-        plain; a dynamic kernel also takes as a constexpr whether its offsets need 64 bits (WIDE),
-        and a dynamic pointer kernel the tile evenness of M, N and K."""
+        plain; a dynamic kernel also takes as constexprs whether its offsets need 64 bits (WIDE)
+        and, without split-K, whether K is one BLOCK_K step (ONE_K), and a dynamic pointer kernel
+        the tile evenness of M, N and K."""
         if not self.dynamic(spec):
             return ""
         extents = "".join("1" if x == 1 else "d" if x % 16 == 0 else "n" for x in problem.shape)
-        width = "w" if _wide(problem, spec) else ""
+        split = spec.split_k if spec.decomposition == "split_k" else 1
+        width = ("w" if _wide(problem, spec) else "") + ("k" if split == 1 and problem.k <= spec.block_k else "")
         if self.family(problem, spec) != "matmul":
             return extents + width
         tiles = (spec.block_m, spec.block_n, spec.block_k)
@@ -202,6 +205,10 @@ class TritonBackend(Backend):
             **_even_flags(dynamic and self.family(problem, spec) == "matmul", spec),
             wide_param=", WIDE: tl.constexpr" if dynamic else "", wide_arg=", WIDE=wide" if dynamic else "",
             wide_pass=", WIDE" if dynamic else "",
+            # and whether K is one BLOCK_K step (not for split-K, whose slices take their own steps)
+            one_k_param=", ONE_K: tl.constexpr" if dynamic and split == 1 else "",
+            one_k_arg=", ONE_K=one_k" if dynamic and split == 1 else "",
+            one_k_pass=", ONE_K" if dynamic and split == 1 else "",
             formula=formula, M=m, N=n, K=k,
             a_row_major=problem.a_row_major, b_row_major=problem.b_row_major,
             a_offsets=a_offsets, b_offsets=b_offsets,
@@ -296,7 +303,7 @@ class TritonBackend(Backend):
                 "bias_ptr": dt[p.c_dtype] if p.epilogue.bias else None, "ws_ptr": torch.float32 if split else None,
                 "M": p.m, "N": p.n, "K": p.k,
                 "EVEN_M": p.m % spec.block_m == 0, "EVEN_N": p.n % spec.block_n == 0, "EVEN_K": p.k % spec.block_k == 0,
-                "WIDE": _wide(p, spec)}
+                "WIDE": _wide(p, spec), "ONE_K": p.k <= spec.block_k}
         module = self.module(source)
         # the launch options exactly as launch() passes them (they are part of Triton's cache key)
         kernels = [("matmul_kernel", dict(num_warps=spec.num_warps, num_stages=spec.stages))]

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul).
 
 problems MxNxK-float16-NN: D[M, N] = A @ B
          A MxK row-major, B KxN row-major, float16 in, float16 out, fp32 accumulation
@@ -43,9 +43,15 @@ def tile_coords(tile_id, M, N):
 
 
 @triton.jit
-def k_range(split_id, K):
+def k_range(split_id, K, ONE_K: tl.constexpr):
     """BLOCK_K steps [lo, hi) of one K slice; slices differ by at most one step."""
-    return 0, tl.cdiv(K, BLOCK_K)
+    # ONE_K: launch() found all of K within one BLOCK_K step. A loop of one trip the compiler sees
+    # is no loop (no pipeline prologue, no trip-count arithmetic), as in a kernel compiled for its K.
+    if ONE_K:
+        hi = 1
+    else:
+        hi = tl.cdiv(K, BLOCK_K)
+    return 0, hi
 
 
 @triton.jit
@@ -63,12 +69,12 @@ def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N):
 
 
 @triton.jit
-def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr):
+def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, ONE_K: tl.constexpr):
     """One work unit: the K slice `split_id` of output tile `tile_id`, pointer loads."""
     num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     split_id = work_id // num_tiles
     pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N)
-    lo, hi = k_range(split_id, K)
+    lo, hi = k_range(split_id, K, ONE_K)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_k = lo * BLOCK_K + tl.arange(0, BLOCK_K)
@@ -97,10 +103,10 @@ def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr):
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr, ONE_K: tl.constexpr):
     if WIDE:  # 64-bit offsets: launch() found an offset that may pass 2**31 (elsewhere int32 serves)
         M, N, K = tl.cast(M, tl.int64), tl.cast(N, tl.int64), tl.cast(K, tl.int64)
-    mainloop(tl.program_id(0), a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M, EVEN_N, EVEN_K)
+    mainloop(tl.program_id(0), a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M, EVEN_N, EVEN_K, ONE_K)
 
 
 def launch(a, b, c, bias, workspace, num_sms):
@@ -108,9 +114,10 @@ def launch(a, b, c, bias, workspace, num_sms):
     a, b, c, bias are checked by the caller; workspace is unused (None)."""
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     wide = max(M * K, K * N, M * N * 1) >= WIDE_FROM  # the kernel's offsets need 64 bits
+    one_k = K <= 32  # all of K in one BLOCK_K step: the kernel's K loop becomes straight code
     num_tiles = triton.cdiv(M, 32) * triton.cdiv(N, 32)
     grid = (num_tiles,)  # work units: output tiles
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, num_warps=NUM_WARPS,
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, num_warps=NUM_WARPS,
                         num_stages=NUM_STAGES)
     return c
 
@@ -119,5 +126,6 @@ def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K):
     """Compile without launching (fills Triton's disk cache) for the alignment class of M, N, K;
     dtypes (or None) stand in for tensors."""
     wide = max(M * K, K * N, M * N * 1) >= WIDE_FROM
-    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, grid=(1,),
+    one_k = K <= 32
+    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, grid=(1,),
                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)

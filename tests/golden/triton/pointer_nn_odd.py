@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul).
 
 problem  67x45x129-float16-NN: D[67, 45] = A @ B
          A 67x129 row-major, B 129x45 row-major, float16 in, float16 out, fp32 accumulation

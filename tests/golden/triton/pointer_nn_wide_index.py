@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul).
 
 problem  65536x65536x64-float16-NN: D[65536, 65536] = A @ B
          A 65536x64 row-major, B 64x65536 row-major, float16 in, float16 out, fp32 accumulation

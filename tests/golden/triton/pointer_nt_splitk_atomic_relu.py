@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul).
 
 problem  8192x256x256-float16-NT-a1b0-relu: D[8192, 256] = relu(A @ B)
          A 8192x256 row-major, B 256x256 column-major, float16 in, bfloat16 out, fp32 accumulation

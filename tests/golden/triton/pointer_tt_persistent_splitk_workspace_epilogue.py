@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul).
 
 problem  512x128x8192-bfloat16-TT-a0.5b1-bias-gelu: D[512, 128] = gelu(alpha * A @ B + beta * C + bias)
          A 512x8192 column-major, B 8192x128 column-major, bfloat16 in, bfloat16 out, fp32 accumulation

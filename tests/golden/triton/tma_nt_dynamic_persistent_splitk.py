@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul_tma).
 
 problems MxNxK-float16-NT-a1b0-bias: D[M, N] = A @ B + bias
          A MxK row-major, B KxN column-major, float16 in, float16 out, fp32 accumulation

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul_tma).
 
 problem  512x128x8192-float16-NT: D[512, 128] = A @ B
          A 512x8192 row-major, B 8192x128 column-major, float16 in, float16 out, fp32 accumulation

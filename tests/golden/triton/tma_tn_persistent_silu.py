@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v3, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul_tma).
 
 problem  4096x4096x4096-float16-TN-a1b0-silu: D[4096, 4096] = silu(A @ B)
          A 4096x4096 column-major, B 4096x4096 row-major, float16 in, float16 out, fp32 accumulation
