@@ -594,6 +594,16 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
+    Experiment("Dynamic-shape Triton kernels with a straight K loop where K is one step, against static ones",
+               "tune_speed_static_triton_onek_h100_2026-11-27.json", "tune_speed",
+               f"The rules' first two Triton proposals on {PROBE48}, rendered static and dynamic (int32 offsets unless "
+               "a call needs 64 bits; ONE_K where K fits one BLOCK_K step), timed in one evaluator call per shape "
+               "(`--part static --backend triton`); another H100 machine than the run below.", parts=("static",)),
+    Experiment("Seconds to tune a new shape, and a new weight whose kernels are compiled",
+               "tune_speed_warm_h100_2026-11-27.json", "tune_speed",
+               "`cudal2.search` at budget 32 (rules, then Optuna; leaders confirmed) on validation serving shapes, one "
+               "evaluator for all runs (`--part tune --shared-evaluator`); the last run tunes the new weight again into "
+               "a fresh store, its kernels compiled by the run before it. Triton backend version 4.", parts=("tune",)),
     Experiment("Dynamic-shape Triton kernels with 32-bit offsets against static ones",
                "tune_speed_static_triton_h100_2026-11-27.json", "tune_speed",
                f"The rules' first two Triton proposals on {PROBE48}, rendered static and dynamic (int32 offsets unless "
