@@ -12,6 +12,7 @@ one. Nothing here measures anything: it only reads what the benchmarks wrote.
 from __future__ import annotations
 
 import argparse
+import collections
 import csv
 import gzip
 import io
@@ -193,18 +194,28 @@ def read_sweep(path: Path) -> tuple[str, list[str], str]:
     for r in rows:
         if r["status"] != "ok":
             continue
-        key = (int(r["m"]), int(r["n"]), int(r["k"]))
+        key = (int(r["m"]), int(r["n"]), int(r["k"]), r["layout"])
         if key not in best or float(r["kernel_ms.offline"]) < float(best[key]["kernel_ms.offline"]):
             best[key] = r
     sp = [float(r["speedup_vs_torch.offline"]) for r in best.values()]
     g = geomean(sp)
     specs = len({r["spec_key"] for r in rows})
     head = f"best of {specs} specs: {g:.3f}x torch.matmul over {len(best)} shapes (unconfirmed)"
-    body = [f"- {len(rows)} pairs, {specs} specs on {len(best)} shapes; fastest spec per shape: geometric mean "
-            f"{g:.3f} of torch.matmul, faster on {sum(x > 1 for x in sp)}. One brief measurement each, and the "
-            "best of many is a selected maximum: a figure to confirm, not to claim."]
+    statuses = collections.Counter(r["status"] for r in rows)
+    body = [f"- {len(rows)} pairs ({', '.join(f'{n} {s}' for s, n in statuses.most_common())}), {specs} specs on "
+            f"{len(best)} shapes; fastest spec per shape: geometric mean {g:.3f} of torch.matmul, faster on "
+            f"{sum(x > 1 for x in sp)}. One brief measurement each, and the best of many is a selected maximum: a "
+            "figure to confirm, not to claim."]
+    for part in ("validation", "train"):
+        for shape_set in sorted({r["shape_set"] for r in best.values() if r["split"] == part}):
+            xs = [float(r["speedup_vs_torch.offline"]) for r in best.values()
+                  if r["split"] == part and r["shape_set"] == shape_set]
+            body.append(f"- {part}, {shape_set or 'no set'}: {len(xs)} shapes, fastest spec {geomean(xs):.3f} of "
+                        f"torch.matmul (faster on {sum(x > 1 for x in xs)}, lowest {min(xs):.3f}, highest {max(xs):.3f})")
     r0 = rows[0]
-    return head, body, f"{r0['gpu']}, driver {r0['driver']}, torch {r0['torch']}, Triton {r0['triton']}"
+    cards = len({r.get("gpu_uuid") for r in rows})  # older exports have no card column
+    return head, body, (f"{r0['gpu']}{f' (x{cards} cards)' if cards > 1 else ''}, driver {r0['driver']}, torch "
+                        f"{r0['torch']}, Triton {r0['triton']}")
 
 
 def read_learned_offline(path: Path) -> tuple[str, list[str], str]:
@@ -388,6 +399,13 @@ EXPERIMENTS: list[Experiment] = [
                "first four of each)."),
     Experiment("Proposers at equal budget on more validation shapes (6)", "compare_validation_more6_h100_2026-11-26.json",
                "compare", "As above, on the shapes drawn 7th to 9th from each set."),
+    Experiment("The dataset: 100 Triton catalog specs on every shape of at most 4 GFLOP, four H100s",
+               "sweep_triton_all_h100x4_2026-11-27.csv.gz", "sweep",
+               "`cudal2 sweep all:validation --max-gflop 4 --specs 100 --workers auto` then `cudal2 sweep all:train "
+               "--max-gflop 4 --specs 100 --workers auto` (the second resumed once after a timeout) into one store, "
+               "then `cudal2 dataset export`: 614 shapes (154 validation, 460 train), one Dask worker per GPU on the "
+               "lent 4-GPU kind; dask and distributed 2026.7.1, dask-cuda 26.10.00, Triton backend version 4. "
+               "cuBLASLt's baselines are empty: nvmath-python was not installed on that machine."),
     Experiment("CuTe DSL catalog sweep, train and validation shapes, H100", "sweep_cute_dsl_h100_2026-11-26.csv.gz",
                "sweep", "`cudal2 sweep all:train --sample 64 --specs 96 --backend cute_dsl` and `cudal2 sweep "
                "all:validation --sample 24 --specs 96 --backend cute_dsl` into one store, then `cudal2 dataset export`: "
