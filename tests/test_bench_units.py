@@ -126,3 +126,37 @@ def test_prefetched_compiles_are_picked_up_by_evaluate_unless_their_pool_died():
     futures, _ = ev._compile_futures(p, None, [s1])
     assert futures == ["k512-s1-g1"]
     ev._pool = None  # nothing to close
+
+
+def _start_a_child(allowed: bool, results) -> None:
+    import multiprocessing
+
+    from cudal2.bench.baselines import _children_allowed
+
+    try:
+        if allowed:
+            with _children_allowed():
+                child = multiprocessing.get_context("fork").Process(target=int)
+                child.start()
+                child.join()
+        else:
+            multiprocessing.get_context("fork").Process(target=int).start()
+        results.put("started")
+    except AssertionError as e:
+        results.put(str(e))
+    results.put(multiprocessing.current_process().daemon)
+
+
+def test_quack_s_autotuner_may_start_its_compile_processes_inside_the_daemon_gpu_worker():
+    """quack's autotuner compiles in a process pool; the evaluator's GPU worker is a daemon
+    process, where Python refuses children. Inside _children_allowed it may start them, and the
+    worker is a daemon again afterwards."""
+    import multiprocessing
+
+    ctx = multiprocessing.get_context("fork")
+    for allowed, said in ((False, "daemonic processes are not allowed to have children"), (True, "started")):
+        results = ctx.Queue()
+        worker = ctx.Process(target=_start_a_child, args=(allowed, results), daemon=True)
+        worker.start()
+        assert results.get(timeout=60) == said and results.get(timeout=60) is True
+        worker.join(timeout=60)

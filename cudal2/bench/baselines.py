@@ -23,6 +23,7 @@ BaselineResult says which).
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -152,6 +153,24 @@ def _cublaslt(name: str, problem: GemmProblem, sets, cache: dict | None = None) 
     return PreparedBaseline(name, call, lambda i: results.get(i), detail=detail + "; workspace managed by nvmath")
 
 
+@contextlib.contextmanager
+def _children_allowed():
+    """quack's autotuner compiles its candidate configs in a pool of processes, and the evaluator's
+    GPU worker is a daemon process, which Python forbids to start any ("daemonic processes are not
+    allowed to have children"): every quack_autotune baseline failed there. The flag is lifted
+    while quack compiles and tunes. Its pool lives as long as the worker: its processes wait on
+    pipes the worker holds, and end when it does."""
+    import multiprocessing
+
+    config = multiprocessing.current_process()._config
+    daemon = config.get("daemon", False)
+    config["daemon"] = False
+    try:
+        yield
+    finally:
+        config["daemon"] = daemon
+
+
 def _quack(name: str, problem: GemmProblem, sets, outs) -> PreparedBaseline:
     from quack.gemm_interface import gemm  # optional dependency
 
@@ -164,7 +183,8 @@ def _quack(name: str, problem: GemmProblem, sets, outs) -> PreparedBaseline:
         s = sets[i]
         return gemm(s.a, s.b, out=outs[i], bias=s.bias if e.bias else None, alpha=e.alpha, tuned=tuned)
 
-    for i in range(len(sets)):  # compile (and tune) here, before the timed path and any graph capture
-        call(i)
+    with _children_allowed():
+        for i in range(len(sets)):  # compile (and tune) here, before the timed path and any graph capture
+            call(i)
     how = "its autotuner (tuned=True)" if tuned else "its default config (tuned=False)"
     return PreparedBaseline(name, call, lambda i: outs[i], detail=f"quack.gemm_interface.gemm with {how}")
