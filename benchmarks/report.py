@@ -345,10 +345,24 @@ def read_scale_out(path: Path) -> tuple[str, list[str], str]:
     return "; ".join(heads), body, _env_line(d.get("environment"))
 
 
+def read_quack_vs_sweep(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/quack_vs_sweep.py: quack's autotuned GEMM against a sweep's fastest kernel."""
+    d = json.loads(path.read_text())
+    rows = d["shapes"]
+    wins = [r for r in rows if r["quack_beats_torch"]]
+    held = [r for r in wins if (r["ours_over_quack"] or 0) >= 1]
+    head = (f"quack beat torch.matmul on {len(wins)} of {len(rows)} validation shapes; ours at least as fast on "
+            f"{len(held)} of those")
+    text = path.with_suffix(".md").read_text().splitlines()
+    table = list(itertools.takewhile(lambda ln: ln.startswith("|"), text[next(i for i, ln in enumerate(text)
+                                                                               if ln.startswith("| shape")):]))
+    return head, table, f"{d['gpu']}; export {d['export']}"
+
+
 READERS = {"op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
-           "sm80_backends": read_sm80_backends, "scale_out": read_scale_out}
+           "sm80_backends": read_sm80_backends, "scale_out": read_scale_out, "quack_vs_sweep": read_quack_vs_sweep}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
@@ -406,6 +420,12 @@ EXPERIMENTS: list[Experiment] = [
                "then `cudal2 dataset export`: 614 shapes (154 validation, 460 train), one Dask worker per GPU on the "
                "lent 4-GPU kind; dask and distributed 2026.7.1, dask-cuda 26.10.00, Triton backend version 4. "
                "cuBLASLt's baselines are empty: nvmath-python was not installed on that machine."),
+    Experiment("quack's autotuned GEMM against the dataset's fastest Triton kernel, validation shapes",
+               "quack_vs_sweep_h100_2026-11-27.json", "quack_vs_sweep",
+               "`benchmarks/quack_vs_sweep.py OUT.md --export sweep_triton_all_h100x4_2026-11-27.csv.gz "
+               "--max-seconds 270`: on validation shapes of the dataset above, drawn in a fixed order, its fastest "
+               "spec checked and timed again in one evaluator call with torch.matmul and quack_autotune (quack-kernels "
+               "0.6.5, nvidia-cutlass-dsl 4.8.1, full timing); 29 of the 154 shapes before the time ran out."),
     Experiment("CuTe DSL catalog sweep, train and validation shapes, H100", "sweep_cute_dsl_h100_2026-11-26.csv.gz",
                "sweep", "`cudal2 sweep all:train --sample 64 --specs 96 --backend cute_dsl` and `cudal2 sweep "
                "all:validation --sample 24 --specs 96 --backend cute_dsl` into one store, then `cudal2 dataset export`: "

@@ -144,3 +144,34 @@ def test_peer_parity_names_each_refusal_with_the_backends_reason():
     (where, configs), = refused.items()
     assert where.startswith("512x4100x1024-float16-NT: invalid problem") and len(configs) == 44
     assert refused_lines(refused)[0].startswith("- refused on 512x4100x1024")
+
+
+def test_quack_vs_sweep_takes_each_validation_shape_s_fastest_spec_and_reports_quack_s_wins(tmp_path):
+    """Recorded numbers (no quack, no GPU): the script picks the fastest correct spec of each
+    validation shape in the export and writes its report and .json."""
+    import csv
+    import gzip
+    import json
+    import subprocess
+
+    export = tmp_path / "e.csv.gz"
+    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
+        rows = list(csv.DictReader(f))
+    shapes = {(r["m"], r["n"], r["k"], r["layout"]) for r in rows if r["split"] == "validation"}
+    keep = set(sorted(shapes)[:3]) | {next((r["m"], r["n"], r["k"], r["layout"]) for r in rows if r["split"] == "train")}
+    rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in keep]
+    with gzip.open(export, "wt", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / "q.md"),
+                          "--export", str(export), "--recorded"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    d = json.loads((tmp_path / "q.json").read_text())
+    assert len(d["shapes"]) == 3  # the validation shapes alone
+    for r in d["shapes"]:
+        m, n, k = r["shape"].split("-")[0].split("x")
+        mine = [x for x in rows if (x["m"], x["n"], x["k"]) == (m, n, k) and x["status"] == "ok"]
+        fastest = min(mine, key=lambda x: float(x["kernel_ms.offline"]) / float(x["torch_ms.offline"]))
+        assert r["spec"].startswith(f"{fastest['spec.block_m']}x{fastest['spec.block_n']}x{fastest['spec.block_k']}")
+    assert "validation shapes of `e.csv.gz` measured" in (tmp_path / "q.md").read_text()

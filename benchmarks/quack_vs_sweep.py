@@ -1,0 +1,134 @@
+"""quack-kernels' autotuned GEMM against the fastest kernel of a sweep, on the sweep's validation
+shapes. For each shape, the export's fastest correct spec is checked and timed again by the
+project's evaluator in one call with torch.matmul and quack_autotune (quack's own autotuner, its
+first call of a shape tuning before any timing), interleaved, full timing. A shape counts where
+quack beats torch.matmul; there the question is whether our kernel is at least as fast as quack's.
+
+    python benchmarks/quack_vs_sweep.py OUT.md --export benchmarks/results/sweep_....csv.gz \\
+        [--max-seconds 500] [--recorded]
+
+Shapes are taken in an order drawn with a fixed seed, so a run cut short by --max-seconds still
+spans the shape sets. The report (with a .json beside it) is rewritten after every shape.
+--recorded replays synthetic numbers on a CPU, to check the script, not to measure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gzip
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from cudal2.dataset import draw_shapes  # noqa: E402
+from cudal2.learn.samples import from_csv  # noqa: E402
+
+BASELINES = ("torch", "quack_autotune")
+
+
+def fastest_per_validation_shape(export: Path) -> dict:
+    """{problem: (spec, its export kernel ms, shape set)} for the export's validation shapes."""
+    with gzip.open(export, "rt", newline="") if export.suffix == ".gz" else open(export, newline="") as f:
+        where = {(r["m"], r["n"], r["k"], r["layout"]): (r["split"], r["shape_set"]) for r in csv.DictReader(f)}
+    best: dict = {}
+    for s in from_csv(export):
+        split, shape_set = where[(str(s.problem.m), str(s.problem.n), str(s.problem.k), s.problem.layout)]
+        if split != "validation":
+            continue
+        ms = math.exp(-s.log_speedup)  # in units of the shape's torch time: smaller is faster
+        if s.problem not in best or ms < best[s.problem][1]:
+            best[s.problem] = (s.spec, ms, shape_set)
+    return best
+
+
+def measure(best: dict, runner, deadline: float, out: dict, save) -> None:
+    rows = out.setdefault("shapes", [])
+    for problem in draw_shapes(list(best), len(best)):
+        if time.time() > deadline:
+            break
+        spec, _, shape_set = best[problem]
+        result = runner.evaluate(problem, [spec])[0]
+        base = runner.baselines(problem)
+        row = {"shape": problem.label(), "set": shape_set, "spec": spec.summary(), "status": result.status,
+               "ours_ms": result.kernel_ms() if result.ok else None}
+        for name in BASELINES:
+            b = base.get(name)
+            row[f"{name}_ms"] = b.kernel_ms() if b is not None and b.available else None
+            if b is not None and not b.available:
+                row[f"{name}_why"] = b.detail
+        q, t, o = row["quack_autotune_ms"], row["torch_ms"], row["ours_ms"]
+        row["quack_beats_torch"] = bool(q and t and q < t)
+        row["ours_over_quack"] = (q / o) if q and o else None  # above 1: ours is faster
+        rows.append(row)
+        print(f"{row['shape']:30s} ours {o} torch {t} quack {q} quack beats torch {row['quack_beats_torch']}",
+              flush=True)
+        save()
+
+
+def markdown(out: dict) -> str:
+    rows = out.get("shapes", [])
+    wins = [r for r in rows if r["quack_beats_torch"]]
+    lines = [f"# quack's autotuned GEMM against a sweep's fastest kernel ({out['gpu']}, {out['date']})", "",
+             f"`{out['command']}`", "",
+             f"{len(rows)} validation shapes of `{out['export']}` measured; quack_autotune beat torch.matmul on "
+             f"{len(wins)}; on those, ours at least as fast as quack's on "
+             f"{sum(1 for r in wins if (r['ours_over_quack'] or 0) >= 1)}.", ""]
+    missing = {r.get("quack_autotune_why") for r in rows if r.get("quack_autotune_why")}
+    lines += [f"quack unavailable: {m}" for m in missing]
+    lines += ["", "| shape | set | our spec | ours us | torch us | quack us | quack beats torch | quack / ours |",
+              "|---|---|---|---:|---:|---:|---|---:|"]
+
+    def us(ms):
+        return f"{ms * 1e3:.1f}" if ms else "-"
+
+    for r in sorted(rows, key=lambda r: (not r["quack_beats_torch"], r["shape"])):
+        ratio = f"{r['ours_over_quack']:.3f}" if r["ours_over_quack"] else "-"
+        lines.append(f"| {r['shape']} | {r['set']} | `{r['spec']}` | {us(r['ours_ms'])} | {us(r['torch_ms'])} | "
+                     f"{us(r['quack_autotune_ms'])} | {'yes' if r['quack_beats_torch'] else 'no'} | {ratio} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--export", type=Path, required=True, help="a `cudal2 dataset export` (.csv or .csv.gz)")
+    ap.add_argument("--max-seconds", type=float, default=500)
+    ap.add_argument("--recorded", action="store_true", help="synthetic numbers on a CPU (checks the script)")
+    args = ap.parse_args()
+    deadline = time.time() + args.max_seconds
+    best = fastest_per_validation_shape(args.export)
+    if args.recorded:
+        from cudal2.search.recorded import RecordedRunner
+
+        runner, gpu = RecordedRunner(), "recorded (synthetic numbers)"
+    else:
+        from cudal2.bench.evaluator import Evaluator
+
+        runner = Evaluator(baselines=BASELINES)
+        env = runner.environment()
+        gpu = env.gpu_name if env else "?"
+    out = {"command": "python benchmarks/quack_vs_sweep.py " + " ".join(sys.argv[1:]), "gpu": gpu,
+           "date": time.strftime("%Y-%m-%d"), "export": args.export.name}
+
+    def save():
+        args.out.with_suffix(".json").write_text(json.dumps(out, indent=1))
+        args.out.write_text(markdown(out))
+
+    try:
+        measure(best, runner, deadline, out, save)
+    finally:
+        if hasattr(runner, "close"):
+            runner.close()
+    save()
+    print(markdown(out).split("\n\n")[2])
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
