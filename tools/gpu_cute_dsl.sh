@@ -8,6 +8,8 @@
 #   call 2:  bash tools/gpu_cute_dsl.sh .carry/cute-dsl/part2 [pytest args]   carry: .carry/cute-dsl/part2
 #
 # Call 2 must reach the same (still warm) machine: the site folder part1 went into lives in /tmp.
+# Where part1 and the repository's files pass 64 MiB together, split part1 in halves with
+# tools/split_dsl_part1.sh .carry/cute-dsl and give the calls part1a, part1b, then part2.
 # After part2 the script runs tests/test_gpu_cute_dsl.py (correctness of every variant, then a
 # timing table vs torch.mm); without a PARTDIR it just runs the tests (DSL already importable).
 # Anything after "--" runs instead of the tests, with the DSL importable, e.g. the search:
@@ -18,9 +20,22 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 site=${CUTE_DSL_SITE:-/tmp/cute-dsl-site}
 dsl_path=""
+if [ $# -gt 0 ] && [ -d "$1" ] && [ -f "$1/dsl.tar.xz.00" ]; then
+  # the first half of a split part1: kept beside the site folder for the call with the second
+  mkdir -p "$site.parts" && cp "$1/dsl.tar.xz.00" "$site.parts/"
+  echo "kept the first half of part1 in $site.parts; now run this script with part1b (same machine, while it is warm)"
+  exit 0
+fi
 if [ $# -gt 0 ] && [ -d "$1" ]; then
   part=$1; shift
-  dsl_path=$(bash "$part/cute-dsl-unpack.sh" "$part" "$site")
+  unpack="$part/cute-dsl-unpack.sh"
+  if [ -f "$part/dsl.tar.xz.01" ]; then  # the second half: joined with the first into a whole part1
+    [ -f "$site.parts/dsl.tar.xz.00" ] || { echo "the first half of part1 is not on this machine (a new one?): start again with part1a" >&2; exit 1; }
+    mkdir -p "$site.parts/part1"
+    cat "$site.parts/dsl.tar.xz.00" "$part/dsl.tar.xz.01" > "$site.parts/part1/dsl.tar.xz"
+    part="$site.parts/part1"
+  fi
+  dsl_path=$(bash "$unpack" "$part" "$site")
   if [ ! -f "$part/libcute_dsl_runtime.so" ]; then
     echo "unpacked $part into $site; now run this script with part2 (same machine, while it is warm)"
     exit 0
