@@ -8,7 +8,8 @@ quack beats torch.matmul; there the question is whether our kernel is at least a
         [--max-seconds 500] [--recorded]
 
 Shapes are taken in an order drawn with a fixed seed, so a run cut short by --max-seconds still
-spans the shape sets. The report (with a .json beside it) is rewritten after every shape.
+spans the shape sets. The report (with a .json beside it) is rewritten after every shape, and a
+run given an OUT whose .json holds shapes of the same export measures only the others.
 --recorded replays synthetic numbers on a CPU, to check the script, not to measure.
 """
 
@@ -49,7 +50,10 @@ def fastest_per_validation_shape(export: Path) -> dict:
 
 def measure(best: dict, runner, deadline: float, out: dict, save) -> None:
     rows = out.setdefault("shapes", [])
+    done = {r["shape"] for r in rows}
     for problem in draw_shapes(list(best), len(best)):
+        if problem.label() in done:
+            continue
         if time.time() > deadline:
             break
         spec, _, shape_set = best[problem]
@@ -115,6 +119,12 @@ def main() -> int:
         gpu = env.gpu_name if env else "?"
     out = {"command": "python benchmarks/quack_vs_sweep.py " + " ".join(sys.argv[1:]), "gpu": gpu,
            "date": time.strftime("%Y-%m-%d"), "export": args.export.name}
+    earlier = args.out.with_suffix(".json")
+    if earlier.exists():  # resume: keep the shapes measured on the same GPU model from the same export
+        before = json.loads(earlier.read_text())
+        if before.get("export") == out["export"] and before.get("gpu") == gpu:
+            out["shapes"] = before.get("shapes", [])
+            out["date"] = " and ".join(dict.fromkeys([before.get("date", "?"), out["date"]]))
 
     def save():
         args.out.with_suffix(".json").write_text(json.dumps(out, indent=1))

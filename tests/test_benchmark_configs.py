@@ -175,3 +175,8 @@ def test_quack_vs_sweep_takes_each_validation_shape_s_fastest_spec_and_reports_q
         fastest = min(mine, key=lambda x: float(x["kernel_ms.offline"]) / float(x["torch_ms.offline"]))
         assert r["spec"].startswith(f"{fastest['spec.block_m']}x{fastest['spec.block_n']}x{fastest['spec.block_k']}")
     assert "validation shapes of `e.csv.gz` measured" in (tmp_path / "q.md").read_text()
+    # run again on the same OUT: the shapes measured are kept, none is measured again
+    again = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / "q.md"),
+                            "--export", str(export), "--recorded"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "quack beats torch" not in again.stdout  # no shape measured
+    assert json.loads((tmp_path / "q.json").read_text())["shapes"] == d["shapes"]
