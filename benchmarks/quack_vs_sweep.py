@@ -34,7 +34,8 @@ BASELINES = ("torch", "quack_autotune")
 
 
 def fastest_per_validation_shape(export: Path) -> dict:
-    """{problem: (spec, its export kernel ms, shape set)} for the export's validation shapes."""
+    """{problem: (spec, its kernel time over the shape's torch time in the export, shape set)} for
+    the fastest spec of each of the export's validation shapes."""
     with gzip.open(export, "rt", newline="") if export.suffix == ".gz" else open(export, newline="") as f:
         where = {(r["m"], r["n"], r["k"], r["layout"]): (r["split"], r["shape_set"]) for r in csv.DictReader(f)}
     best: dict = {}
@@ -42,9 +43,9 @@ def fastest_per_validation_shape(export: Path) -> dict:
         split, shape_set = where[(str(s.problem.m), str(s.problem.n), str(s.problem.k), s.problem.layout)]
         if split != "validation":
             continue
-        ms = math.exp(-s.log_speedup)  # in units of the shape's torch time: smaller is faster
-        if s.problem not in best or ms < best[s.problem][1]:
-            best[s.problem] = (s.spec, ms, shape_set)
+        relative = math.exp(-s.log_speedup)  # kernel time in units of the shape's torch time
+        if s.problem not in best or relative < best[s.problem][1]:
+            best[s.problem] = (s.spec, relative, shape_set)
     return best
 
 

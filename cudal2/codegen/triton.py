@@ -148,8 +148,7 @@ class TritonBackend(Backend):
         if not self.dynamic(spec):
             return ""
         extents = "".join("1" if x == 1 else "d" if x % 16 == 0 else "n" for x in problem.shape)
-        split = spec.split_k if spec.decomposition == "split_k" else 1
-        width = ("w" if _wide(problem, spec) else "") + ("k" if split == 1 and problem.k <= spec.block_k else "")
+        width = ("w" if _wide(problem, spec) else "") + ("k" if _one_k(problem, spec) else "")
         if self.family(problem, spec) != "matmul":
             return extents + width
         tiles = (spec.block_m, spec.block_n, spec.block_k)
@@ -303,7 +302,7 @@ class TritonBackend(Backend):
                 "bias_ptr": dt[p.c_dtype] if p.epilogue.bias else None, "ws_ptr": torch.float32 if split else None,
                 "M": p.m, "N": p.n, "K": p.k,
                 "EVEN_M": p.m % spec.block_m == 0, "EVEN_N": p.n % spec.block_n == 0, "EVEN_K": p.k % spec.block_k == 0,
-                "WIDE": _wide(p, spec), "ONE_K": p.k <= spec.block_k}
+                "WIDE": _wide(p, spec), "ONE_K": _one_k(p, spec)}
         module = self.module(source)
         # the launch options exactly as launch() passes them (they are part of Triton's cache key)
         kernels = [("matmul_kernel", dict(num_warps=spec.num_warps, num_stages=spec.stages))]
@@ -324,6 +323,14 @@ def _wide(problem: GemmProblem, spec: KernelSpec) -> bool:
     m, n, k = problem.shape
     split = spec.split_k if spec.decomposition == "split_k" else 1
     return max(m * k, k * n, m * n * split) >= 2**31
+
+
+def _one_k(problem: GemmProblem, spec: KernelSpec) -> bool:
+    """Whether a kernel without split-K (whose slices take their own steps) runs all of K in one
+    BLOCK_K step, its K loop then straight code. (A dynamic kernel's launch() asks the same of
+    each call.)"""
+    split = spec.split_k if spec.decomposition == "split_k" else 1
+    return split == 1 and problem.k <= spec.block_k
 
 
 def _even_flags(on: bool, spec: KernelSpec) -> dict[str, str]:

@@ -20,8 +20,8 @@ CHUNK = 32  # specs per evaluator call, at most
 
 def chunked(specs: Sequence[KernelSpec], chunk: int) -> list[list[KernelSpec]]:
     """specs in evaluator calls of at most chunk, as even as they go (100 as 4 x 25, not 3 x 32 and
-    a 4; 10 in fours as 4, 3, 3): a call's fixed costs (inputs, the stream check, the timing graphs' warm-up) are nearly
-    those of a full one, however few specs it holds."""
+    a 4; 10 in fours as 4, 3, 3): a call's fixed costs (inputs, the stream check, the timing
+    graphs' warm-up) are nearly those of a full one, however few specs it holds."""
     calls = -(-len(specs) // chunk)
     out, start = [], 0
     for i in range(calls):
