@@ -1,15 +1,21 @@
-"""quack-kernels' autotuned GEMM against the fastest kernel of a sweep, on the sweep's validation
-shapes. For each shape, the export's fastest correct spec is checked and timed again by the
-project's evaluator in one call with torch.matmul and quack_autotune (quack's own autotuner, its
-first call of a shape tuning before any timing), interleaved, full timing. A shape counts where
-quack beats torch.matmul; there the question is whether our kernel is at least as fast as quack's.
+"""quack-kernels' autotuned GEMM against the fastest kernel of one or more sweeps, on their validation
+shapes. For each shape, the fastest correct spec over every export given (of any backend) is
+checked and timed again by the project's evaluator in one call with torch.matmul and
+quack_autotune (quack's own autotuner, its first call of a shape tuning before any timing),
+interleaved, full timing. A shape counts where quack beats torch.matmul; there the question is
+whether our kernel is at least as fast as quack's.
 
     python benchmarks/quack_vs_sweep.py OUT.md --export benchmarks/results/sweep_....csv.gz \\
-        [--max-seconds 500] [--recorded]
+        [--export another.csv.gz] [--screen 0.05] [--max-seconds 500] [--recorded]
+
+--screen MARGIN measures only the shapes where an export's own brief timing has quack_autotune
+within MARGIN of torch.matmul or faster (a sweep run with quack-kernels installed records both),
+and the shapes no export has a quack time for; the others are listed as screened out.
 
 Shapes are taken in an order drawn with a fixed seed, so a run cut short by --max-seconds still
-spans the shape sets. The report (with a .json beside it) is rewritten after every shape, and a
-run given an OUT whose .json holds shapes of the same export measures only the others.
+spans the shape sets. The report (with a .json beside it) is rewritten after every shape. A run
+given an OUT whose .json holds shapes measured on the same GPU model keeps each whose spec is still
+the fastest, and measures the others.
 --recorded replays synthetic numbers on a CPU, to check the script, not to measure.
 """
 
@@ -33,25 +39,57 @@ from cudal2.learn.samples import from_csv  # noqa: E402
 BASELINES = ("torch", "quack_autotune")
 
 
-def fastest_per_validation_shape(export: Path) -> dict:
-    """{problem: (spec, its kernel time over the shape's torch time in the export, shape set)} for
-    the fastest spec of each of the export's validation shapes."""
-    with gzip.open(export, "rt", newline="") if export.suffix == ".gz" else open(export, newline="") as f:
-        where = {(r["m"], r["n"], r["k"], r["layout"]): (r["split"], r["shape_set"]) for r in csv.DictReader(f)}
+def fastest_per_validation_shape(exports: list[Path]) -> dict:
+    """{problem: (spec, its kernel time over the shape's torch time in its export, shape set)} for
+    the fastest spec of each validation shape over all exports."""
     best: dict = {}
-    for s in from_csv(export):
-        split, shape_set = where[(str(s.problem.m), str(s.problem.n), str(s.problem.k), s.problem.layout)]
-        if split != "validation":
-            continue
-        relative = math.exp(-s.log_speedup)  # kernel time in units of the shape's torch time
-        if s.problem not in best or relative < best[s.problem][1]:
-            best[s.problem] = (s.spec, relative, shape_set)
+    for export in exports:
+        where = {key: (r["split"], r["shape_set"]) for key, r in _rows(export)}
+        for s in from_csv(export):
+            split, shape_set = where[(str(s.problem.m), str(s.problem.n), str(s.problem.k), s.problem.layout)]
+            if split != "validation":
+                continue
+            relative = math.exp(-s.log_speedup)  # kernel time in units of the shape's torch time
+            if s.problem not in best or relative < best[s.problem][1]:
+                best[s.problem] = (s.spec, relative, shape_set)
     return best
+
+
+def quack_over_torch(exports: list[Path]) -> dict:
+    """{(m, n, k, layout): the lowest quack_autotune / torch.matmul time any export's brief timing
+    recorded} for the shapes whose exports hold a quack time."""
+    ratio: dict = {}
+    for export in exports:
+        for key, r in _rows(export):
+            q, t = r.get("quack_autotune_ms.offline"), r.get("torch_ms.offline")
+            if q and t:
+                ratio[key] = min(ratio.get(key, math.inf), float(q) / float(t))
+    return ratio
+
+
+def _rows(export: Path):
+    with gzip.open(export, "rt", newline="") if export.suffix == ".gz" else open(export, newline="") as f:
+        for r in csv.DictReader(f):
+            yield (r["m"], r["n"], r["k"], r["layout"]), r
+
+
+def screened(best: dict, ratio: dict, margin: float | None) -> tuple[dict, list[str]]:
+    """best less the shapes where an export's quack time is more than margin slower than torch's."""
+    if margin is None:
+        return best, []
+    keep, out = {}, []
+    for problem, v in best.items():
+        r = ratio.get((str(problem.m), str(problem.n), str(problem.k), problem.layout))
+        if r is not None and r > 1 + margin:
+            out.append(problem.label())
+        else:
+            keep[problem] = v
+    return keep, sorted(out)
 
 
 def measure(best: dict, runner, deadline: float, out: dict, save) -> None:
     rows = out.setdefault("shapes", [])
-    done = {r["shape"] for r in rows}
+    done = {r["shape"] for r in rows}  # the rows kept are those whose spec is still the fastest
     for problem in draw_shapes(list(best), len(best)):
         if problem.label() in done:
             continue
@@ -60,7 +98,8 @@ def measure(best: dict, runner, deadline: float, out: dict, save) -> None:
         spec, _, shape_set = best[problem]
         result = runner.evaluate(problem, [spec])[0]
         base = runner.baselines(problem)
-        row = {"shape": problem.label(), "set": shape_set, "spec": spec.summary(), "status": result.status,
+        row = {"shape": problem.label(), "set": shape_set, "backend": spec.backend, "spec": spec.summary(),
+               "spec_key": spec.key(), "status": result.status,
                "ours_ms": result.kernel_ms() if result.ok else None}
         for name in BASELINES:
             b = base.get(name)
@@ -76,6 +115,14 @@ def measure(best: dict, runner, deadline: float, out: dict, save) -> None:
         save()
 
 
+def still_fastest(row: dict, spec) -> bool:
+    """Whether a row measured earlier measured spec (rows written before they held a spec key held
+    a Triton spec's summary)."""
+    if "spec_key" in row:
+        return row["spec_key"] == spec.key()
+    return spec.backend == "triton" and row["spec"] == spec.summary()
+
+
 def markdown(out: dict) -> str:
     rows = out.get("shapes", [])
     wins = [r for r in rows if r["quack_beats_torch"]]
@@ -84,17 +131,23 @@ def markdown(out: dict) -> str:
              f"{len(rows)} validation shapes of `{out['export']}` measured; quack_autotune beat torch.matmul on "
              f"{len(wins)}; on those, ours at least as fast as quack's on "
              f"{sum(1 for r in wins if (r['ours_over_quack'] or 0) >= 1)}.", ""]
+    if out.get("screened_out"):
+        lines += [f"Screened out ({len(out['screened_out'])}): the exports' brief timing had quack_autotune more "
+                  f"than {out['screen']:.0%} slower than torch.matmul there: {', '.join(out['screened_out'])}.", ""]
     missing = {r.get("quack_autotune_why") for r in rows if r.get("quack_autotune_why")}
     lines += [f"quack unavailable: {m}" for m in missing]
     lines += ["", "| shape | set | our spec | ours us | torch us | quack us | quack beats torch | quack / ours |",
               "|---|---|---|---:|---:|---:|---|---:|"]
+
+    def spec(r):
+        return f"{r['backend']} {r['spec']}" if r.get("backend") else r["spec"]
 
     def us(ms):
         return f"{ms * 1e3:.1f}" if ms else "-"
 
     for r in sorted(rows, key=lambda r: (not r["quack_beats_torch"], r["shape"])):
         ratio = f"{r['ours_over_quack']:.3f}" if r["ours_over_quack"] else "-"
-        lines.append(f"| {r['shape']} | {r['set']} | `{r['spec']}` | {us(r['ours_ms'])} | {us(r['torch_ms'])} | "
+        lines.append(f"| {r['shape']} | {r['set']} | `{spec(r)}` | {us(r['ours_ms'])} | {us(r['torch_ms'])} | "
                      f"{us(r['quack_autotune_ms'])} | {'yes' if r['quack_beats_torch'] else 'no'} | {ratio} |")
     return "\n".join(lines) + "\n"
 
@@ -102,12 +155,15 @@ def markdown(out: dict) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--export", type=Path, required=True, help="a `cudal2 dataset export` (.csv or .csv.gz)")
+    ap.add_argument("--export", type=Path, action="append", required=True,
+                    help="a `cudal2 dataset export` (.csv or .csv.gz); give it again for more")
+    ap.add_argument("--screen", type=float, default=None, metavar="MARGIN",
+                    help="measure only shapes where an export has quack within MARGIN of torch or faster")
     ap.add_argument("--max-seconds", type=float, default=500)
     ap.add_argument("--recorded", action="store_true", help="synthetic numbers on a CPU (checks the script)")
     args = ap.parse_args()
     deadline = time.time() + args.max_seconds
-    best = fastest_per_validation_shape(args.export)
+    best, dropped = screened(fastest_per_validation_shape(args.export), quack_over_torch(args.export), args.screen)
     if args.recorded:
         from cudal2.search.recorded import RecordedRunner
 
@@ -119,12 +175,16 @@ def main() -> int:
         env = runner.environment()
         gpu = env.gpu_name if env else "?"
     out = {"command": "python benchmarks/quack_vs_sweep.py " + " ".join(sys.argv[1:]), "gpu": gpu,
-           "date": time.strftime("%Y-%m-%d"), "export": args.export.name}
+           "date": time.strftime("%Y-%m-%d"), "export": ", ".join(e.name for e in args.export)}
+    if args.screen is not None:
+        out.update(screen=args.screen, screened_out=dropped)
     earlier = args.out.with_suffix(".json")
-    if earlier.exists():  # resume: keep the shapes measured on the same GPU model from the same export
+    if earlier.exists():  # resume: keep the shapes measured on the same GPU model with the spec still fastest
         before = json.loads(earlier.read_text())
-        if before.get("export") == out["export"] and before.get("gpu") == gpu:
-            out["shapes"] = before.get("shapes", [])
+        if before.get("gpu") == gpu:
+            fastest = {p.label(): v[0] for p, v in best.items()}
+            out["shapes"] = [r for r in before.get("shapes", [])
+                             if r["shape"] in fastest and still_fastest(r, fastest[r["shape"]])]
             out["date"] = " and ".join(dict.fromkeys([before.get("date", "?"), out["date"]]))
 
     def save():

@@ -180,3 +180,47 @@ def test_quack_vs_sweep_takes_each_validation_shape_s_fastest_spec_and_reports_q
                             "--export", str(export), "--recorded"], capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "quack beats torch" not in again.stdout  # no shape measured
     assert json.loads((tmp_path / "q.json").read_text())["shapes"] == d["shapes"]
+
+
+def test_quack_vs_sweep_takes_the_fastest_spec_over_several_exports_and_screens_on_their_quack_times(tmp_path):
+    """Two exports of one validation shape set, each fastest somewhere; --screen leaves out the shapes
+    whose export had quack more than the margin slower than torch, and a row whose spec is no longer
+    the fastest is measured again."""
+    import csv
+    import gzip
+    import json
+    import subprocess
+
+    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
+        rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
+    shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:3]
+    rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
+
+    def write(name, rows):
+        with gzip.open(tmp_path / name, "wt", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+        return str(tmp_path / name)
+
+    first = write("a.csv.gz", rows)
+    # the second export: one spec of the first shape, made twice as fast, quack slow on the second shape
+    faster = dict(next(r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) == shapes[0] and r["status"] == "ok"))
+    faster["kernel_ms.offline"] = str(min(float(r["kernel_ms.offline"]) for r in rows
+                                          if r["status"] == "ok" and r["m"] == faster["m"]) / 2)
+    slow = dict(next(r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) == shapes[1]))
+    slow["quack_autotune_ms.offline"] = str(float(slow["torch_ms.offline"]) * 1.5)
+    second = write("b.csv.gz", [faster, slow])
+    script = [sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / "q.md"), "--recorded"]
+    out = subprocess.run(script + ["--export", first], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    out = subprocess.run(script + ["--export", first, "--export", second, "--screen", "0.05"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    d = json.loads((tmp_path / "q.json").read_text())
+    first_row = next(r for r in d["shapes"] if r["shape"].startswith("x".join(shapes[0][:3]) + "-"))
+    assert len(d["shapes"]) == 2 and d["screened_out"] == [f"{'x'.join(shapes[1][:3])}-float16-{shapes[1][3]}"]
+    assert first_row["spec_key"] == faster["spec_key"]  # measured again: the second export's spec is faster
+    assert out.stdout.count("quack beats torch") == 1  # the third shape's row was kept
+    report = (tmp_path / "q.md").read_text()
+    assert "a.csv.gz, b.csv.gz" in report and "Screened out (1)" in report
