@@ -1,15 +1,15 @@
 """Our CuTe DSL kernels against quack-kernels', config for config, on validation shapes. Every figure
 is the project's evaluator (correctness first, CUDA-graph kernel time, torch.matmul interleaved),
-offline mode, fp16, layout NT (x @ W^T).
+offline mode, fp16, layout NT (x @ W^T), or each shape's own layout with --own-layout.
 
     python benchmarks/peer_parity.py OUT.md [--shapes serving:validation] [--sample 8] [--budget 16]
-        [--max-seconds 500]
+        [--own-layout] [--max-seconds 500]
 
 Per shape, in one evaluator call each:
 - (a) quack's autotuned config (quack's own autotuner, read from its cache), timed as quack forced to
   it, beside our kernel at the same config (the deepest pipeline that fits);
 - (b) our search's winner (cudal2.search over cute_dsl at --budget), beside quack forced to that config
-  where quack's kernel has that form;
+  where quack's kernel has that form (--budget 0: no search);
 - (c) torch.matmul, as the evaluator's baseline.
 The report gives ours / quack per config (kernel time of quack over ours: above 1, ours is faster),
 their geomeans, and how many of quack's sm90 configs our IR expresses (cudal2.bench.peers). Without
@@ -112,14 +112,17 @@ def measure_shape(problem, budget: int) -> dict:
     from cudal2.bench.peers import PeerConfig, autotuned_config
 
     a = torch.randn(problem.m, problem.k, dtype=torch.float16, device="cuda")
-    w = torch.randn(problem.n, problem.k, dtype=torch.float16, device="cuda")
-    tuned = autotuned_config(a, w.t())
-    del a, w
+    if problem.layout[0] == "T":
+        a = torch.randn(problem.k, problem.m, dtype=torch.float16, device="cuda").t()
+    b = (torch.randn(problem.n, problem.k, dtype=torch.float16, device="cuda").t() if problem.layout[1] == "T"
+         else torch.randn(problem.k, problem.n, dtype=torch.float16, device="cuda"))
+    tuned = autotuned_config(a, b)  # quack tunes per operand layout: tune on the shape's own
+    del a, b
     out = {"shape": problem.label(), "quack_autotuned": tuned.label() if tuned else None}
     if tuned is not None:
         out["a"] = pair(problem, deepest_spec(problem, tuned.to_spec_fields()), tuned)
-    res = cudal2.search(problem, backends=("cute_dsl",), budget=budget, progress=False)
-    if res.best is not None:
+    res = cudal2.search(problem, backends=("cute_dsl",), budget=budget, progress=False) if budget > 0 else None
+    if res is not None and res.best is not None:
         out["b"] = pair(problem, res.best.spec, PeerConfig.from_spec(res.best.spec))
     return out
 
@@ -158,6 +161,7 @@ def main() -> int:
     ap.add_argument("--shapes", default="serving:validation")
     ap.add_argument("--sample", type=int, default=8)
     ap.add_argument("--budget", type=int, default=16)
+    ap.add_argument("--own-layout", action="store_true", help="each shape's own layout (default: NT)")
     ap.add_argument("--max-seconds", type=float, default=500)
     args = ap.parse_args()
     try:
@@ -169,7 +173,8 @@ def main() -> int:
 
     from cudal2.dataset.sweep import draw_shapes, resolve_shapes
 
-    problems = [p.replace(layout="NT") for p in draw_shapes(resolve_shapes(args.shapes), args.sample)]
+    problems = [p if args.own_layout else p.replace(layout="NT")
+                for p in draw_shapes(resolve_shapes(args.shapes), args.sample)]
     refused = refusals(problems)
     out = {"command": "python benchmarks/peer_parity.py " + " ".join(sys.argv[1:]),
            "gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),

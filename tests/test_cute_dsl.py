@@ -400,6 +400,41 @@ def test_unit_extent_compiles_to_2d_tma(tmp_path):
 
 
 @needs_dsl
+def test_kernels_launch_early_and_wait_for_the_previous_kernel_before_touching_memory(tmp_path):
+    """Programmatic dependent launch: the GEMM kernel's PTX waits on the grid it depends on
+    (griddepcontrol.wait) and lets the next one start (griddepcontrol.launch_dependents), in a
+    shape-generic ping-pong kernel and a cooperative split-K one; a config without it has neither."""
+    script = KEEP_PTX + textwrap.dedent("""
+        import dataclasses
+        from cudal2.codegen import cute_dsl
+        from cudal2.codegen.cute_dsl import CuteDslBackend
+        from cudal2.ir import GemmProblem, KernelSpec
+        be = CuteDslBackend()
+        base = dict(backend="cute_dsl", num_warps=12, load_path="tma", persistent=True, block_m=128,
+                    block_n=128, block_k=64, stages=4)
+        p = GemmProblem(m=256, n=8192, k=64, layout="NN")
+        be.compile(be.render(p, KernelSpec(**base, warp_specialization="pingpong", shape_specialization="dynamic")))
+        keep_ptx(0)
+        be.compile(be.render(p.replace(k=4096), KernelSpec(**base, warp_specialization="cooperative",
+                                                          decomposition="split_k", split_k=4,
+                                                          split_k_reduction="workspace")))
+        keep_ptx(1)
+        made = cute_dsl.gemm_config
+        cute_dsl.gemm_config = lambda *a: dataclasses.replace(made(*a), pdl=False)
+        be = CuteDslBackend()
+        be.compile(be.render(p.replace(n=4096), KernelSpec(**base, warp_specialization="cooperative")))
+        keep_ptx(2)
+    """)
+    env = {**os.environ, "CUTE_DSL_ARCH": "sm_90a", "CUTE_DSL_KEEP": "ptx", "CUTE_DSL_DUMP_DIR": str(tmp_path),
+           "CUDAL2_CACHE_DIR": str(tmp_path / "cache"), "CUDAL2_CUTE_DSL_DISK_CACHE": "0"}
+    subprocess.run([sys.executable, "-c", script], env=env, cwd=tmp_path, check=True, timeout=600)
+    texts = [(tmp_path / f"kernel{i}.ptx").read_text() for i in range(3)]
+    for text in texts[:2]:
+        assert "griddepcontrol.wait" in text and "griddepcontrol.launch_dependents" in text
+    assert "griddepcontrol" not in texts[2]
+
+
+@needs_dsl
 def test_split_k_partials_of_whole_tiles_leave_in_pairs(tmp_path):
     """Element-by-element partial stores wrote each 32-byte sector in two halves (ncu on the H100,
     512x512x12288); when no tile crosses an edge, adjacent columns go out as one 8-byte store. An

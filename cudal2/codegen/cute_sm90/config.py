@@ -79,6 +79,11 @@ class GemmConfig:
     red_vec: int  # split-K reduction: outputs per thread, RED_THREADS apart
     whole_tiles: bool  # split-K partials: no tile crosses an edge, so adjacent columns leave together
     sm_count: int  # stream-K: the most CTAs its workspace has slots for
+    # programmatic dependent launch: the kernel may start while the previous kernel on its stream
+    # finishes; it sets up (descriptor prefetch, barriers, shared memory) and then waits for that
+    # kernel's writes before touching global memory, and lets the next kernel start once its own
+    # main loops are done
+    pdl: bool = True
 
     def replace(self, **changes) -> "GemmConfig":
         return dataclasses.replace(self, **changes)

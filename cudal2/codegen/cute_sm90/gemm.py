@@ -111,7 +111,8 @@ class Sm90Gemm:
         self.shared = self._shared_storage(sA_layout, sB_layout, sD_layout)
         self.kernel(tma_a, gA, tma_b, gB, mC, mD, mBias, tiled_mma, sA_layout, sB_layout, sched_params,
                     tma_d, gD, sD_layout, mW, mFlags).launch(
-            grid=grid, block=[cfg.threads, 1, 1], cluster=self.cluster_mnk, min_blocks_per_mp=1, stream=stream)
+            grid=grid, block=[cfg.threads, 1, 1], cluster=self.cluster_mnk, min_blocks_per_mp=1, stream=stream,
+            use_pdl=cfg.pdl)
         if cutlass.const_expr(cfg.split):
             # then, on the same stream: sum the K slices and apply the epilogue
             mWf = cute.make_tensor(w_ptr, cute.make_layout((cfg.split_k * m * n,), stride=(1,)))
@@ -240,6 +241,10 @@ class Sm90Gemm:
             cute.group_modes(gB, 0, 2))
 
         pipeline.pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
+        if cutlass.const_expr(cfg.pdl):
+            # launched early (programmatic dependent launch): everything above overlaps the previous
+            # kernel's tail; nothing below reads or writes global memory before that kernel is done
+            cute.arch.griddepcontrol_wait()
         walk, slot = None, None
         if cutlass.const_expr(cfg.stream_k):
             # this cluster's share (unit, first, end, steps), which the producer and the consumers walk
@@ -403,6 +408,10 @@ class Sm90Gemm:
                 else:
                     sched.advance_to_next_work()
                 work = sched.get_current_work()
+        if cutlass.const_expr(cfg.pdl):
+            # this warpgroup's main loops are done: the next kernel may start its own set-up (it waits
+            # for this grid to finish before it reads anything)
+            cute.arch.griddepcontrol_launch_dependents()
         if cutlass.const_expr(cfg.tma_store):
             store.tail()
 
