@@ -130,15 +130,16 @@ def read_peer_parity(path: Path) -> tuple[str, list[str], str]:
     at_quack = geomean(s["a"].get("ours_over_quack") for s in shapes if s.get("a"))
     ours = geomean(s["b"].get("ours_vs_torch") for s in shapes if s.get("b"))
     quack = geomean(s["a"].get("quack_vs_torch") for s in shapes if s.get("a"))
-    head = (f"ours at quack's autotuned configs {at_quack:.3f}x quack; our search {ours:.3f}x torch against "
+    fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
+    searched = f"our search {ours:.3f}x torch" if ours else "no search (--budget 0)"
+    head = (f"ours at quack's autotuned configs {at_quack:.3f}x quack; {searched} against "
             f"quack's autotune {quack:.3f}x ({len(shapes)} shapes)")
     body = [f"- our kernel at quack's autotuned config, over quack's kernel at it: geomean {at_quack:.3f}",
-            f"- over torch.matmul: our search's winner {ours:.3f}, quack's autotuned kernel {quack:.3f} (geomeans)",
+            f"- over torch.matmul: our search's winner {fmt(ours)}, quack's autotuned kernel {quack:.3f} (geomeans)",
             f"- quack sm90 configs our IR expresses on these shapes: {d['expressible'][0]} of {d['expressible'][1]}",
             *refused_lines(d.get("refused") or {}),
             "", "| shape | quack's pick | ours / quack there | ours vs torch there | our search's pick | "
             "ours vs torch | quack autotuned vs torch |", "|---|---|---:|---:|---|---:|---:|"]
-    fmt = lambda x: f"{x:.3f}" if x else "-"  # noqa: E731
     for s in shapes:
         a, b = s.get("a") or {}, s.get("b") or {}
         body.append(f"| {s['shape']} | {a.get('config', '-')} | {fmt(a.get('ours_over_quack'))} | "
@@ -426,6 +427,38 @@ EXPERIMENTS: list[Experiment] = [
                "--max-seconds 270`: on validation shapes of the dataset above, drawn in a fixed order, its fastest "
                "spec checked and timed again in one evaluator call with torch.matmul and quack_autotune (quack-kernels "
                "0.6.5, nvidia-cutlass-dsl 4.8.1, full timing); 29 of the 154 shapes before the time ran out."),
+    Experiment("CuTe DSL catalog sweep on every validation shape of at most 4 GFLOP, four H100s",
+               "sweep_cute_dsl_validation_h100x4_2026-11-27.csv.gz", "sweep",
+               "`cudal2 sweep all:validation --max-gflop 4 --specs 100 --backend cute_dsl --workers auto` (resumed "
+               "once after a timeout), then `cudal2 dataset export`: 100 shape-generic CuTe DSL catalog specs on the "
+               "154 validation shapes, one Dask worker per GPU, quack-kernels 0.6.5 and nvmath-python 1.0.0 installed "
+               "(so quack's and cuBLASLt's baselines are in every row), nvidia-cutlass-dsl 4.8.1; kernels without "
+               "programmatic dependent launch."),
+    Experiment("quack's autotuned GEMM against the fastest kernel of both sweeps, validation shapes",
+               "quack_vs_sweep_both_h100_2026-11-27.json", "quack_vs_sweep",
+               "`benchmarks/quack_vs_sweep.py OUT.md --export sweep_triton_all_h100x4_2026-11-27.csv.gz --export "
+               "sweep_cute_dsl_validation_h100x4_2026-11-27.csv.gz --screen 0.05`: each validation shape's fastest "
+               "spec over both exports timed again with torch.matmul and quack_autotune (full timing), on the 60 "
+               "shapes where the CuTe DSL sweep's brief timing had quack within 5% of torch or faster (29 rows kept "
+               "from the run above where the Triton spec was still the fastest); on the 4-GPU machine's first GPU, "
+               "kernels without programmatic dependent launch."),
+    Experiment("Our CuTe DSL kernels at quack's autotuned configs, small-K NN validation shapes",
+               "peer_parity_small_k_nn_h100_2026-11-27.json", "peer_parity",
+               "`benchmarks/peer_parity.py --own-layout --budget 0 --sample 8 --shapes 1024x2048x128,...`: the eight "
+               "shapes of the run above where quack led ours the most, quack autotuned on each shape's own layout "
+               "(NN), then ours and quack forced to that config in one evaluator call; ours without programmatic "
+               "dependent launch."),
+    Experiment("The same, with programmatic dependent launch", "peer_parity_small_k_nn_pdl_h100_2026-11-27.json",
+               "peer_parity", "The same command and shapes after the CuTe DSL kernel took programmatic dependent "
+               "launch (as quack's sm90 kernel does), another machine of the same kind."),
+    Experiment("The same, with programmatic dependent launch, twelve more shapes",
+               "peer_parity_small_k_nn_pdl_rest_h100_2026-11-27.json", "peer_parity",
+               "`--sample 14 --max-seconds 300` on the other 14 shapes where the next run's fastest spec stayed "
+               "slower than quack; 12 measured before the time ran out."),
+    Experiment("quack's autotuned GEMM against the fastest kernel of both sweeps, with programmatic dependent launch",
+               "quack_vs_sweep_pdl_h100_2026-11-27.json", "quack_vs_sweep",
+               "The command of the run two above (a new OUT: every shape timed again), after the CuTe DSL kernel "
+               "took programmatic dependent launch; the fastest specs are those the sweeps picked without it."),
     Experiment("CuTe DSL catalog sweep, train and validation shapes, H100", "sweep_cute_dsl_h100_2026-11-26.csv.gz",
                "sweep", "`cudal2 sweep all:train --sample 64 --specs 96 --backend cute_dsl` and `cudal2 sweep "
                "all:validation --sample 24 --specs 96 --backend cute_dsl` into one store, then `cudal2 dataset export`: "
