@@ -47,6 +47,31 @@ def test_cute_dsl_catalog_spans_the_declared_space_and_every_spec_runs_somewhere
     assert sample(30, "cute_dsl") == sample(30, "cute_dsl") and sample(30, "cute_dsl") != sample(30)
 
 
+def test_the_deep_catalog_holds_each_base_arrangement_once_at_the_deepest_pipeline_that_fits():
+    from cudal2.codegen import get_backend
+    from cudal2.ir import GemmProblem, SpecError
+    from cudal2.search.catalog import DEEPEST_STAGES, catalog, sample
+
+    deep, base = catalog("cute_dsl", "sm_90a", "deep"), catalog("cute_dsl", "sm_90a")
+    arrangement = lambda s: (s.block_m, s.block_n, s.num_warps, s.warp_specialization, s.cluster_m,  # noqa: E731
+                             s.cluster_n, s.swap_ab)
+    assert len({arrangement(s) for s in deep}) == len(deep) > 100
+    # every arrangement base holds with the TMA store is there, and no other (three consumer
+    # warpgroups take only the registers epilogue: docs/cute_dsl_backend.md)
+    assert {arrangement(s) for s in deep} == {arrangement(s) for s in base if s.epilogue_path == "tma_store"}
+    assert all(s.epilogue_path == "tma_store" and s.decomposition == "data_parallel" and s.raster_group == 8
+               and s.shape_specialization == "dynamic" for s in deep)
+    be, reference = get_backend("cute_dsl"), GemmProblem.parse("4096x4096x4096")
+    for s in deep:  # one stage more is refused, or the cap
+        if s.stages < DEEPEST_STAGES:
+            try:
+                assert not be.supports(reference, s.replace(stages=s.stages + 1))
+            except SpecError:
+                pass
+    assert {s.stages for s in deep} >= {4, 5, 8}  # 128x256 fits 4, 128x128 5 or 6, 64x64 the cap
+    assert sample(30, "cute_dsl", name="deep") == sample(30, "cute_dsl", name="deep")
+
+
 def test_the_narrow_catalog_adds_small_tiles_deep_split_k_and_pipelines_to_the_base():
     from cudal2.codegen import get_backend
     from cudal2.ir import GemmProblem
@@ -63,8 +88,8 @@ def test_the_narrow_catalog_adds_small_tiles_deep_split_k_and_pipelines_to_the_b
     assert all(be.supports(small, s) for s in narrow[::40])
     drawn = sample(20, "cute_dsl", name="narrow")
     assert drawn == sample(20, "cute_dsl", name="narrow") and set(drawn) <= set(narrow)
-    assert names_for("cute_dsl") == ["base", "narrow"] and names_for("triton") == ["base"]
-    with pytest.raises(ValueError, match="no spec catalog named 'wide'; there are base, narrow"):
+    assert names_for("cute_dsl") == ["base", "narrow", "deep"] and names_for("triton") == ["base"]
+    with pytest.raises(ValueError, match="no spec catalog named 'wide'; there are base, narrow, deep"):
         catalog("cute_dsl", "sm_90a", "wide")
     with pytest.raises(ValueError, match="has no specs for backend 'triton'"):
         catalog("triton", "sm_90a", "narrow")

@@ -239,6 +239,9 @@ def test_the_proposer_ranks_the_catalogs_its_model_was_trained_on(model, split):
     assert trained_catalogs(as_if) == ("base",) and narrow(as_if) == []
     as_if.info["data"]["catalogs"]["narrow"] = 1
     assert len(narrow(as_if)) > 100
+    as_if.info["data"]["catalogs"]["deep"] = 1  # shares specs with base: each is ranked once
+    keys = [s.key() for s in LearnedProposer(("cute_dsl",), "sm_90a", model=as_if).candidates(problem)[0]]
+    assert len(keys) == len(set(keys))
     del as_if.info["data"]["catalogs"]  # a model trained before provenance named them: the base one
     assert trained_catalogs(as_if) == ("base",)
 

@@ -86,8 +86,9 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
               "only N shapes drawn with a fixed seed (after --max-gflop; the same N draws the same shapes)"))] = None,
           runner: RunnerOpt = "gpu", workers: WorkersOpt = None,
           catalog_name: Annotated[str, typer.Option("--catalog", help=(
-              "the spec catalog: 'base' (every backend), or 'narrow' (cute_dsl tiles under 64 wide, "
-              "deep split-K and pipelines, for small outputs)"))] = "base") -> None:
+              "the spec catalog: 'base' (every backend), 'narrow' (cute_dsl tiles under 64 wide, "
+              "deep split-K and pipelines, for small outputs) or 'deep' (each cute_dsl tile, warp, cluster "
+              "and swap arrangement once, at the deepest pipeline that fits)"))] = "base") -> None:
     """Measure many specs on many shapes into the store: one row per (spec, shape) pair, resumable
     (pairs the store holds are not measured again). `cudal2 dataset export` writes them out."""
     from ..api import default_arch

@@ -13,8 +13,9 @@ Catalogs (`--catalog`): "base" spans each backend's tile widths from 64 up (Trit
 catalog is added, never changed, so that a count drawn from it keeps meaning the same specs.
 "narrow" holds the CuTe DSL kernel's tiles narrower than 64 along N with deep pipelines, block_k
 128 and split-K up to 16: what small outputs over a deep K need (cuBLAS runs 64x32 tiles with up
-to 16 stages there), which "base" cannot express. The learned proposer ranks the catalogs its
-model was trained on (cudal2.learn.samples.provenance records them).
+to 16 stages there), which "base" cannot express. "deep" holds each of base's CuTe DSL tile,
+warp, cluster and swap arrangements once, at the deepest pipeline that fits. The learned proposer
+ranks the catalogs its model was trained on (cudal2.learn.samples.provenance records them).
 """
 
 from __future__ import annotations
@@ -75,7 +76,29 @@ NARROW_AXES: dict[str, dict[str, tuple]] = {
         "persistent": (True,),
     },
 }
-CATALOGS: dict[str, dict[str, dict[str, tuple]]] = {"base": AXES, "narrow": NARROW_AXES}
+# Every tile, warp arrangement, cluster and swap of "base" once, at the deepest pipeline that fits (up
+# to DEEPEST_STAGES): base draws its stage count at random, so a draw of 100 of its 2358 specs holds
+# few of these arrangements at a good depth (6 of quack's 44 configs, all at 3 or 4 stages, in
+# the validation sweep of 2026-11-27), while the pipeline that fits is what both CUTLASS
+# (StageCountAutoCarveout) and quack give a config. TMA-store epilogue, raster group 8, no split-K.
+DEEPEST = "deepest"
+DEEPEST_STAGES = 8
+DEEP_AXES: dict[str, dict[str, tuple | str]] = {
+    "cute_dsl": {
+        "tile": AXES["cute_dsl"]["tile"],
+        "warps": AXES["cute_dsl"]["warps"],
+        "cluster": AXES["cute_dsl"]["cluster"],
+        "swap_ab": (False, True),
+        "block_k": (64,),
+        "stages": DEEPEST,
+        "epilogue_path": ("tma_store",),
+        "raster_group": (8,),
+        "load_path": ("tma",),
+        "persistent": (True,),
+    },
+}
+# Catalogs may share specs ("deep" holds base specs whose drawn depth was the deepest).
+CATALOGS: dict[str, dict[str, dict]] = {"base": AXES, "narrow": NARROW_AXES, "deep": DEEP_AXES}
 # A spec the backend refuses on this problem (large, every extent aligned) is refused on any: it is
 # not in the catalog.
 REFERENCE_PROBLEM = "4096x4096x4096"
@@ -120,17 +143,24 @@ def _catalog(backend: str, arch: str, name: str) -> tuple[KernelSpec, ...]:
     from ..codegen import get_backend
     from ..ir import GemmProblem
 
-    axes = CATALOGS[name][backend]
+    axes = dict(CATALOGS[name][backend])
     caps = capabilities.resolve(backend)
     be = get_backend(backend)
     reference = GemmProblem.parse(REFERENCE_PROBLEM)
+    depths = (tuple(range(DEEPEST_STAGES, 1, -1)) if axes.get("stages") == DEEPEST  # the first that fits
+              else None)
+    if depths:
+        del axes["stages"]
     names = list(axes)
     out: dict[str, KernelSpec] = {}
     for combo in itertools.product(*(axes[n] for n in names)):
-        spec = _spec(backend, arch, dict(zip(names, combo)))
-        if spec is None or (caps is not None and _refused(caps, spec, arch)) or not be.supports(reference, spec):
-            continue
-        out.setdefault(spec.key(), spec)
+        for stages in depths or (None,):
+            values = dict(zip(names, combo), **({"stages": stages} if stages else {}))
+            spec = _spec(backend, arch, values)
+            if spec is None or (caps is not None and _refused(caps, spec, arch)) or not be.supports(reference, spec):
+                continue
+            out.setdefault(spec.key(), spec)
+            break
     return tuple(out.values())
 
 

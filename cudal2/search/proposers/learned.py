@@ -123,8 +123,9 @@ class LearnedProposer:
             specs: list[KernelSpec] = []
             for backend in self.charted:
                 be = get_backend(backend)
-                for spec in (s for name in trained_catalogs(self.model) if name in names_for(backend)
-                             for s in catalog(backend, self.arch, name)):
+                names = [name for name in trained_catalogs(self.model) if name in names_for(backend)]
+                # catalogs may share specs: each is ranked once
+                for spec in {s.key(): s for name in names for s in catalog(backend, self.arch, name)}.values():
                     try:
                         check_compatible(problem, spec)
                     except SpecError:
