@@ -6,7 +6,7 @@ interleaved, full timing. A shape counts where quack beats torch.matmul; there t
 whether our kernel is at least as fast as quack's.
 
     python benchmarks/quack_vs_sweep.py OUT.md --export benchmarks/results/sweep_....csv.gz \\
-        [--export another.csv.gz] [--screen 0.05] [--max-seconds 500] [--recorded]
+        [--export another.csv.gz] [--screen 0.05] [--gpus 4] [--max-seconds 500] [--recorded]
 
 --screen MARGIN measures only the shapes where an export's own brief timing has quack_autotune
 within MARGIN of torch.matmul or faster (a sweep run with quack-kernels installed records both),
@@ -16,6 +16,7 @@ Shapes are taken in an order drawn with a fixed seed, so a run cut short by --ma
 spans the shape sets. The report (with a .json beside it) is rewritten after every shape. A run
 given an OUT whose .json holds shapes measured on the same GPU model keeps each whose spec is still
 the fastest, and measures the others.
+--gpus N runs one process per GPU, each timing every N-th shape, and writes one report of all.
 --recorded replays synthetic numbers on a CPU, to check the script, not to measure.
 """
 
@@ -87,11 +88,13 @@ def screened(best: dict, ratio: dict, margin: float | None) -> tuple[dict, list[
     return keep, sorted(out)
 
 
-def measure(best: dict, runner, deadline: float, out: dict, save) -> None:
+def measure(best: dict, runner, deadline: float, out: dict, save, part: tuple[int, int] = (0, 1)) -> None:
+    """Time each shape of best (the part-th of every parts shapes, in the drawn order) not in out."""
     rows = out.setdefault("shapes", [])
     done = {r["shape"] for r in rows}  # the rows kept are those whose spec is still the fastest
-    for problem in draw_shapes(list(best), len(best)):
-        if problem.label() in done:
+    index, parts = part
+    for i, problem in enumerate(draw_shapes(list(best), len(best))):
+        if i % parts != index or problem.label() in done:
             continue
         if time.time() > deadline:
             break
@@ -160,8 +163,13 @@ def main() -> int:
     ap.add_argument("--screen", type=float, default=None, metavar="MARGIN",
                     help="measure only shapes where an export has quack within MARGIN of torch or faster")
     ap.add_argument("--max-seconds", type=float, default=500)
+    ap.add_argument("--gpus", type=int, default=1,
+                    help="measure on this many GPUs at once, one process each, every GPU's shapes its own")
+    ap.add_argument("--part", default="0/1", help=argparse.SUPPRESS)  # I/N: the I-th of N processes (--gpus)
     ap.add_argument("--recorded", action="store_true", help="synthetic numbers on a CPU (checks the script)")
     args = ap.parse_args()
+    if args.gpus > 1:
+        return on_gpus(args)
     deadline = time.time() + args.max_seconds
     best, dropped = screened(fastest_per_validation_shape(args.export), quack_over_torch(args.export), args.screen)
     if args.recorded:
@@ -178,13 +186,17 @@ def main() -> int:
            "date": time.strftime("%Y-%m-%d"), "export": ", ".join(e.name for e in args.export)}
     if args.screen is not None:
         out.update(screen=args.screen, screened_out=dropped)
+    index, parts = (int(x) for x in args.part.split("/"))
     earlier = args.out.with_suffix(".json")
+    if not earlier.exists() and parts > 1:  # a process of --gpus: resume from the whole run's report
+        earlier = whole_report(args.out).with_suffix(".json")
     if earlier.exists():  # resume: keep the shapes measured on the same GPU model with the spec still fastest
         before = json.loads(earlier.read_text())
         if before.get("gpu") == gpu:
             fastest = {p.label(): v[0] for p, v in best.items()}
-            out["shapes"] = [r for r in before.get("shapes", [])
-                             if r["shape"] in fastest and still_fastest(r, fastest[r["shape"]])]
+            mine = {p.label() for i, p in enumerate(draw_shapes(list(best), len(best))) if i % parts == index}
+            out["shapes"] = [r for r in before.get("shapes", []) if r["shape"] in fastest and r["shape"] in mine
+                             and still_fastest(r, fastest[r["shape"]])]
             out["date"] = " and ".join(dict.fromkeys([before.get("date", "?"), out["date"]]))
 
     def save():
@@ -192,13 +204,56 @@ def main() -> int:
         args.out.write_text(markdown(out))
 
     try:
-        measure(best, runner, deadline, out, save)
+        measure(best, runner, deadline, out, save, (index, parts))
     finally:
         if hasattr(runner, "close"):
             runner.close()
     save()
     print(markdown(out).split("\n\n")[2])
     return 0
+
+
+def part_report(out: Path, index: int) -> Path:
+    return out.with_name(f"{out.stem}.part{index}{out.suffix}")
+
+
+def whole_report(part: Path) -> Path:
+    stem, _, _ = part.stem.rpartition(".part")
+    return part.with_name(stem + part.suffix)
+
+
+def on_gpus(args) -> int:
+    """One process of this script per GPU (CUDA_VISIBLE_DEVICES), each timing every gpus-th shape
+    into its own report, then one report of them all. The processes resume from the whole run's
+    report, so a run cut short and run again measures only what is missing."""
+    import os
+    import subprocess
+
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    devices = [d for d in visible.split(",") if d] or [str(i) for i in range(args.gpus)]
+    argv = [x for e in args.export for x in ("--export", str(e))] + ["--max-seconds", str(args.max_seconds)]
+    argv += ["--screen", str(args.screen)] if args.screen is not None else []
+    argv += ["--recorded"] if args.recorded else []
+    procs = []
+    for i in range(args.gpus):
+        env = {**os.environ, "CUDA_VISIBLE_DEVICES": devices[i % len(devices)]}
+        procs.append(subprocess.Popen([sys.executable, __file__, str(part_report(args.out, i)), *argv,
+                                       "--part", f"{i}/{args.gpus}"], env=env))
+    codes = [p.wait() for p in procs]
+    parts = [json.loads(f.read_text()) for i in range(args.gpus)
+             if (f := part_report(args.out, i).with_suffix(".json")).exists()]
+    if not parts:
+        print(f"quack_vs_sweep: no process of --gpus {args.gpus} wrote a report (exit codes {codes})")
+        return 1
+    out = {**parts[0], "command": "python benchmarks/quack_vs_sweep.py " + " ".join(sys.argv[1:]),
+           "shapes": [r for d in parts for r in d.get("shapes", [])]}
+    args.out.with_suffix(".json").write_text(json.dumps(out, indent=1))
+    args.out.write_text(markdown(out))
+    for i in range(args.gpus):
+        for f in (part_report(args.out, i), part_report(args.out, i).with_suffix(".json")):
+            f.unlink(missing_ok=True)
+    print(markdown(out).split("\n\n")[2])
+    return max(codes)
 
 
 if __name__ == "__main__":

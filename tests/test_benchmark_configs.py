@@ -224,3 +224,36 @@ def test_quack_vs_sweep_takes_the_fastest_spec_over_several_exports_and_screens_
     assert out.stdout.count("quack beats torch") == 1  # the third shape's row was kept
     report = (tmp_path / "q.md").read_text()
     assert "a.csv.gz, b.csv.gz" in report and "Screened out (1)" in report
+
+
+def test_quack_vs_sweep_on_several_gpus_splits_the_shapes_and_writes_one_report(tmp_path):
+    """--gpus 2 (recorded numbers): two processes, each its share of the shapes, merged into one
+    report holding every shape once, as one process would; run again, it measures nothing."""
+    import csv
+    import gzip
+    import json
+    import subprocess
+
+    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
+        rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
+    shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:5]
+    rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
+    with gzip.open(tmp_path / "e.csv.gz", "wt", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+
+    def run(out, *more):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / out),
+                               "--export", str(tmp_path / "e.csv.gz"), "--recorded", *more],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done, json.loads((tmp_path / out).with_suffix(".json").read_text())
+
+    _, one = run("one.md")
+    _, two = run("two.md", "--gpus", "2")
+    shapes = [r["shape"] for r in two["shapes"]]
+    assert sorted(shapes) == sorted(r["shape"] for r in one["shapes"]) and len(shapes) == len(set(shapes)) == 5
+    assert not list(tmp_path.glob("*.part*"))
+    again, merged = run("two.md", "--gpus", "2")
+    assert "quack beats torch" not in again.stdout and merged["shapes"] == two["shapes"]
