@@ -111,9 +111,8 @@ def measure_shape(problem, budget: int) -> dict:
     import cudal2
     from cudal2.bench.peers import PeerConfig, autotuned_config
 
-    a = torch.randn(problem.m, problem.k, dtype=torch.float16, device="cuda")
-    if problem.layout[0] == "T":
-        a = torch.randn(problem.k, problem.m, dtype=torch.float16, device="cuda").t()
+    a = (torch.randn(problem.k, problem.m, dtype=torch.float16, device="cuda").t() if problem.layout[0] == "T"
+         else torch.randn(problem.m, problem.k, dtype=torch.float16, device="cuda"))
     b = (torch.randn(problem.n, problem.k, dtype=torch.float16, device="cuda").t() if problem.layout[1] == "T"
          else torch.randn(problem.k, problem.n, dtype=torch.float16, device="cuda"))
     tuned = autotuned_config(a, b)  # quack tunes per operand layout: tune on the shape's own

@@ -35,19 +35,33 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from cudal2.dataset import draw_shapes  # noqa: E402
-from cudal2.learn.samples import from_csv  # noqa: E402
+from cudal2.learn.samples import from_rows  # noqa: E402
 
 BASELINES = ("torch", "quack_autotune")
 
 
-def fastest_per_validation_shape(exports: list[Path]) -> dict:
-    """{problem: (spec, its kernel time over the shape's torch time in its export, shape set)} for
-    the fastest spec of each validation shape over all exports."""
-    best: dict = {}
+def read_exports(exports: list[Path]) -> dict[str, list[dict]]:
+    """{export name: its rows}, each export read once."""
+    tables = {}
     for export in exports:
-        where = {key: (r["split"], r["shape_set"]) for key, r in _rows(export)}
-        for s in from_csv(export):
-            split, shape_set = where[(str(s.problem.m), str(s.problem.n), str(s.problem.k), s.problem.layout)]
+        with gzip.open(export, "rt", newline="") if export.suffix == ".gz" else open(export, newline="") as f:
+            tables[export.name] = list(csv.DictReader(f))
+    return tables
+
+
+def shape_key(problem) -> tuple[str, str, str, str]:
+    """A problem's shape as an export's rows write it."""
+    return str(problem.m), str(problem.n), str(problem.k), problem.layout
+
+
+def fastest_per_validation_shape(tables: dict[str, list[dict]]) -> dict:
+    """{problem: (spec, its kernel time over the shape's torch time in its export, shape set)} for
+    the fastest spec of each validation shape over all exports (read_exports)."""
+    best: dict = {}
+    for name, rows in tables.items():
+        where = {(r["m"], r["n"], r["k"], r["layout"]): (r["split"], r["shape_set"]) for r in rows}
+        for s in from_rows(rows, where=name):
+            split, shape_set = where[shape_key(s.problem)]
             if split != "validation":
                 continue
             relative = math.exp(-s.log_speedup)  # kernel time in units of the shape's torch time
@@ -56,22 +70,17 @@ def fastest_per_validation_shape(exports: list[Path]) -> dict:
     return best
 
 
-def quack_over_torch(exports: list[Path]) -> dict:
+def quack_over_torch(tables: dict[str, list[dict]]) -> dict:
     """{(m, n, k, layout): the lowest quack_autotune / torch.matmul time any export's brief timing
     recorded} for the shapes whose exports hold a quack time."""
     ratio: dict = {}
-    for export in exports:
-        for key, r in _rows(export):
+    for rows in tables.values():
+        for r in rows:
             q, t = r.get("quack_autotune_ms.offline"), r.get("torch_ms.offline")
             if q and t:
+                key = (r["m"], r["n"], r["k"], r["layout"])
                 ratio[key] = min(ratio.get(key, math.inf), float(q) / float(t))
     return ratio
-
-
-def _rows(export: Path):
-    with gzip.open(export, "rt", newline="") if export.suffix == ".gz" else open(export, newline="") as f:
-        for r in csv.DictReader(f):
-            yield (r["m"], r["n"], r["k"], r["layout"]), r
 
 
 def screened(best: dict, ratio: dict, margin: float | None) -> tuple[dict, list[str]]:
@@ -80,7 +89,7 @@ def screened(best: dict, ratio: dict, margin: float | None) -> tuple[dict, list[
         return best, []
     keep, out = {}, []
     for problem, v in best.items():
-        r = ratio.get((str(problem.m), str(problem.n), str(problem.k), problem.layout))
+        r = ratio.get(shape_key(problem))
         if r is not None and r > 1 + margin:
             out.append(problem.label())
         else:
@@ -171,7 +180,8 @@ def main() -> int:
     if args.gpus > 1:
         return on_gpus(args)
     deadline = time.time() + args.max_seconds
-    best, dropped = screened(fastest_per_validation_shape(args.export), quack_over_torch(args.export), args.screen)
+    tables = read_exports(args.export)
+    best, dropped = screened(fastest_per_validation_shape(tables), quack_over_torch(tables), args.screen)
     if args.recorded:
         from cudal2.search.recorded import RecordedRunner
 

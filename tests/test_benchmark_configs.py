@@ -146,6 +146,18 @@ def test_peer_parity_names_each_refusal_with_the_backends_reason():
     assert refused_lines(refused)[0].startswith("- refused on 512x4100x1024")
 
 
+def _write_export(path, rows) -> str:
+    """rows (dicts of one export's columns) as a gzipped export at path."""
+    import csv
+    import gzip
+
+    with gzip.open(path, "wt", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return str(path)
+
+
 def test_quack_vs_sweep_takes_each_validation_shape_s_fastest_spec_and_reports_quack_s_wins(tmp_path):
     """Recorded numbers (no quack, no GPU): the script picks the fastest correct spec of each
     validation shape in the export and writes its report and .json."""
@@ -160,10 +172,7 @@ def test_quack_vs_sweep_takes_each_validation_shape_s_fastest_spec_and_reports_q
     shapes = {(r["m"], r["n"], r["k"], r["layout"]) for r in rows if r["split"] == "validation"}
     keep = set(sorted(shapes)[:3]) | {next((r["m"], r["n"], r["k"], r["layout"]) for r in rows if r["split"] == "train")}
     rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in keep]
-    with gzip.open(export, "wt", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    _write_export(export, rows)
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / "q.md"),
                           "--export", str(export), "--recorded"], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -196,21 +205,14 @@ def test_quack_vs_sweep_takes_the_fastest_spec_over_several_exports_and_screens_
     shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:3]
     rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
 
-    def write(name, rows):
-        with gzip.open(tmp_path / name, "wt", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=list(rows[0]))
-            w.writeheader()
-            w.writerows(rows)
-        return str(tmp_path / name)
-
-    first = write("a.csv.gz", rows)
+    first = _write_export(tmp_path / "a.csv.gz", rows)
     # the second export: one spec of the first shape, made twice as fast, quack slow on the second shape
     faster = dict(next(r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) == shapes[0] and r["status"] == "ok"))
     faster["kernel_ms.offline"] = str(min(float(r["kernel_ms.offline"]) for r in rows
                                           if r["status"] == "ok" and r["m"] == faster["m"]) / 2)
     slow = dict(next(r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) == shapes[1]))
     slow["quack_autotune_ms.offline"] = str(float(slow["torch_ms.offline"]) * 1.5)
-    second = write("b.csv.gz", [faster, slow])
+    second = _write_export(tmp_path / "b.csv.gz", [faster, slow])
     script = [sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / "q.md"), "--recorded"]
     out = subprocess.run(script + ["--export", first], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
@@ -238,10 +240,7 @@ def test_quack_vs_sweep_on_several_gpus_splits_the_shapes_and_writes_one_report(
         rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
     shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:5]
     rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
-    with gzip.open(tmp_path / "e.csv.gz", "wt", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    _write_export(tmp_path / "e.csv.gz", rows)
 
     def run(out, *more):
         done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / out),

@@ -41,7 +41,7 @@ def from_store(store) -> Iterator[Sample]:
     """Every correct, timed pair of the store whose shape has a torch time."""
     from ..dataset import export_rows
 
-    yield from _from_rows(export_rows(store))
+    yield from from_rows(export_rows(store))
 
 
 def from_csv(path: Path) -> Iterator[Sample]:
@@ -49,10 +49,11 @@ def from_csv(path: Path) -> Iterator[Sample]:
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", newline="") as f:
-        yield from _from_rows(csv.DictReader(f), where=path.name)
+        yield from from_rows(csv.DictReader(f), where=path.name)
 
 
-def _from_rows(rows: Iterable[dict], where: str = "store") -> Iterator[Sample]:
+def from_rows(rows: Iterable[dict], where: str = "store") -> Iterator[Sample]:
+    """The correct, timed pairs among export rows (dicts of `cudal2 dataset export`'s columns)."""
     for i, row in enumerate(rows):
         if row.get("status") != "ok":
             continue
