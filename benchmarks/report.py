@@ -459,6 +459,20 @@ EXPERIMENTS: list[Experiment] = [
                "quack_vs_sweep_pdl_h100_2026-11-27.json", "quack_vs_sweep",
                "The command of the run two above (a new OUT: every shape timed again), after the CuTe DSL kernel "
                "took programmatic dependent launch; the fastest specs are those the sweeps picked without it."),
+    Experiment("CuTe DSL deep catalog sweep on every validation shape of at most 4 GFLOP, four H100s",
+               "sweep_cute_dsl_deep_validation_h100x4_2026-11-27.csv.gz", "sweep",
+               "`cudal2 sweep all:validation --max-gflop 4 --specs all --backend cute_dsl --catalog deep --workers "
+               "auto` (resumed once after a timeout), then `cudal2 dataset export`: the 150 specs of the deep catalog "
+               "(each TMA-store arrangement once, at the deepest pipeline that fits) on the 154 validation shapes, "
+               "one Dask worker per GPU, quack-kernels 0.6.5 and nvmath-python 1.0.0 installed, "
+               "nvidia-cutlass-dsl 4.8.1; kernels with programmatic dependent launch."),
+    Experiment("quack's autotuned GEMM against the fastest kernel of three sweeps, four H100s",
+               "quack_vs_sweep_deep_h100x4_2026-11-27.json", "quack_vs_sweep",
+               "`benchmarks/quack_vs_sweep.py OUT.md --export sweep_triton_all_h100x4_2026-11-27.csv.gz --export "
+               "sweep_cute_dsl_validation_h100x4_2026-11-27.csv.gz --export "
+               "sweep_cute_dsl_deep_validation_h100x4_2026-11-27.csv.gz --screen 0.05 --gpus 4`: each screened "
+               "validation shape's fastest spec over the three exports (by their brief timing) timed again with "
+               "torch.matmul and quack_autotune (full timing), one process per GPU, on the machine that swept."),
     Experiment("CuTe DSL catalog sweep, train and validation shapes, H100", "sweep_cute_dsl_h100_2026-11-26.csv.gz",
                "sweep", "`cudal2 sweep all:train --sample 64 --specs 96 --backend cute_dsl` and `cudal2 sweep "
                "all:validation --sample 24 --specs 96 --backend cute_dsl` into one store, then `cudal2 dataset export`: "
