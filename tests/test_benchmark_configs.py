@@ -256,3 +256,46 @@ def test_quack_vs_sweep_on_several_gpus_splits_the_shapes_and_writes_one_report(
     assert not list(tmp_path.glob("*.part*"))
     again, merged = run("two.md", "--gpus", "2")
     assert "quack beats torch" not in again.stdout and merged["shapes"] == two["shapes"]
+
+
+def test_quack_vs_sweep_top_times_a_shortlist_again_and_reports_the_fastest_of_it_timed_anew(tmp_path):
+    """--top 3 (recorded numbers): each shape's three fastest specs by the export, timed again; the
+    row's spec is the fastest of that timing, and its figure comes from a further call. Run again
+    with the same shortlists nothing is measured; with --top 2 every shape is measured again."""
+    import csv
+    import gzip
+    import json
+    import subprocess
+
+    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
+        rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
+    shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:3]
+    rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
+    _write_export(tmp_path / "e.csv.gz", rows)
+
+    def run(*more):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / "q.md"),
+                               "--export", str(tmp_path / "e.csv.gz"), "--recorded", *more],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done, json.loads((tmp_path / "q.json").read_text())
+
+    _, d = run("--top", "3")
+    assert len(d["shapes"]) == 3 and d["top"] == 3
+    for row in d["shapes"]:
+        m, n, k = row["shape"].split("-")[0].split("x")
+        ok = sorted((float(r["kernel_ms.offline"]), r["spec_key"]) for r in rows
+                    if (r["m"], r["n"], r["k"]) == (m, n, k) and r["status"] == "ok")
+        listed = [s["spec_key"] for s in row["shortlist"]]
+        assert sorted(listed) == sorted(key for _, key in ok[:3]) and len(set(listed)) == 3
+        timed = [s for s in row["shortlist"] if s["ms"] is not None]
+        assert row["spec_key"] == min(timed, key=lambda s: s["ms"])["spec_key"]
+    assert "3 fastest specs" in (tmp_path / "q.md").read_text()
+    again, _ = run("--top", "3")
+    assert "quack beats torch" not in again.stdout
+    fewer, d2 = run("--top", "2")
+    assert fewer.stdout.count("quack beats torch") == 3 and all(len(r["shortlist"]) == 2 for r in d2["shapes"])
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / "q.md"),
+                          "--export", str(tmp_path / "e.csv.gz"), "--recorded", "--top", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode != 0 and "--top 0" in bad.stderr and "Traceback" not in bad.stderr
