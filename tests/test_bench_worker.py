@@ -304,3 +304,49 @@ def test_compile_processes_end_when_their_parent_is_killed(tmp_path):
     while any(alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not any(alive(p) for p in pids)
+
+
+def _alive(pid: int) -> bool:
+    import os
+    from pathlib import Path
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")  # a zombie not yet reaped counts as gone
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
+@pytest.mark.parametrize("end", ["close", "kill", "parent gone"])
+def test_processes_a_worker_started_end_with_it(end):
+    # quack's autotuner, run in the worker, starts a forkserver and a compile pool; once the worker
+    # stopped they lived on as orphans, holding memory and a finished sweep's output pipe. Here a
+    # process put in the worker's group stands for them.
+    import os
+    import subprocess
+    import time
+
+    from cudal2.bench.worker import Worker
+
+    w = Worker("cpu")
+    deadline = time.monotonic() + 30
+    while os.getpgid(w.proc.pid) != w.proc.pid and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert os.getpgid(w.proc.pid) == w.proc.pid  # the worker leads a group of its own
+    started = subprocess.Popen(["sleep", "120"], process_group=w.proc.pid)
+    try:
+        if end == "close":
+            w.close()
+        elif end == "kill":  # a hung worker: killed, its own cleanup never runs
+            w.kill()
+        else:  # the parent died: the worker reads the end of its pipe and stops
+            w.conn.close()
+            w.proc.join(10)
+        deadline = time.monotonic() + 10
+        while started.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert started.poll() is not None and not _alive(started.pid)
+    finally:
+        started.kill()
+        w.kill()

@@ -21,6 +21,7 @@ tests exercise crashes and hangs without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import multiprocessing as mp
@@ -133,6 +134,10 @@ class Worker:
             return
         if self.proc.is_alive():
             self.proc.kill()
+        # What the worker started, in the group it leads (serve), goes with it: a worker that
+        # hung or crashed never ran its own cleanup.
+        with contextlib.suppress(AttributeError, OSError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.join(5)
         try:
             self.conn.close()
@@ -289,7 +294,38 @@ def _describe(e: BaseException) -> str:
 
 def serve(conn, device: str) -> None:
     """The worker's loop (runs in the child process). With $CUDAL2_PROFILE_WORKER=DIR it runs under
-    cProfile and writes DIR/worker-<pid>.prof when it stops (to see where a sweep's time goes)."""
+    cProfile and writes DIR/worker-<pid>.prof when it stops (to see where a sweep's time goes).
+
+    The worker leads a process group of its own and ends that group when it stops. What it runs
+    may start processes of its own (quack-kernels' autotuner starts a forkserver and a compile
+    pool), and those would outlive it: orphans that keep memory and the caller's stdout, so a
+    shell pipe reading a finished sweep's output never ends."""
+    own_group = _lead_own_group()
+    try:
+        _serve_maybe_profiled(conn, device)
+    finally:
+        if own_group:
+            _end_own_group()
+
+
+def _lead_own_group() -> bool:
+    try:
+        os.setpgrp()
+        return True
+    except (AttributeError, OSError):  # not POSIX: the processes it starts are its own business
+        return False
+
+
+def _end_own_group() -> None:
+    """SIGTERM to every other process of this worker's group (this one ignores it: it is exiting)."""
+    try:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        os.killpg(os.getpgrp(), signal.SIGTERM)
+    except (AttributeError, OSError):
+        pass
+
+
+def _serve_maybe_profiled(conn, device: str) -> None:
     where = os.environ.get("CUDAL2_PROFILE_WORKER")
     if not where:
         return _serve(conn, device)
