@@ -6,7 +6,8 @@ interleaved, full timing. A shape counts where quack beats torch.matmul; there t
 whether our kernel is at least as fast as quack's.
 
     python benchmarks/quack_vs_sweep.py OUT.md --export benchmarks/results/sweep_....csv.gz \\
-        [--export another.csv.gz] [--screen 0.05] [--top 4] [--gpus 4] [--max-seconds 500] [--recorded]
+        [--export another.csv.gz] [--screen 0.05] [--top 4] [--shapes 128x16384x64,...] [--timing brief]
+        [--gpus 4] [--max-seconds 500] [--recorded]
 
 --screen MARGIN measures only the shapes where an export's own brief timing has quack_autotune
 within MARGIN of torch.matmul or faster (a sweep run with quack-kernels installed records both),
@@ -14,12 +15,15 @@ and the shapes no export has a quack time for; the others are listed as screened
 
 Shapes are taken in an order drawn with a fixed seed, so a run cut short by --max-seconds still
 spans the shape sets. The report (with a .json beside it) is rewritten after every shape. A run
-given an OUT whose .json holds shapes measured on the same GPU model keeps each whose spec is still
-the fastest, and measures the others.
+given an OUT whose .json holds shapes measured on the same GPU model with the same timing keeps
+each whose spec is still the fastest, and measures the others.
 --top K takes each shape's K fastest specs by the exports' brief timing (a sweep's one brief timing
 per pair ranks near-equal specs by noise), checks and times them again in one call, and times the
 fastest of those once more with the baselines: the figure reported is that last timing, never the
 one that chose it.
+--shapes takes only the shapes listed (MxNxK, or full labels). --timing brief times as a sweep does
+(10 graph replays of about 1 ms after 1 ms of warm-up) instead of the evaluator's full timing, to
+see whether a ranking depends on the timing's length.
 --gpus N runs one process per GPU, each timing every N-th shape, and writes one report of all.
 --recorded replays synthetic numbers on a CPU, to check the script, not to measure.
 """
@@ -110,6 +114,19 @@ def screened(best: dict, ratio: dict, margin: float | None) -> tuple[dict, list[
     return keep, sorted(out)
 
 
+def only_shapes(best: dict, listed: str) -> dict:
+    """best less the shapes not in listed (comma-separated MxNxK or full labels); an unknown one is
+    an error that names it."""
+    wanted = [w.strip() for w in listed.split(",") if w.strip()]
+    kept = {p: v for p, v in best.items() if p.label() in wanted or p.label().split("-")[0] in wanted}
+    known = {p.label() for p in kept} | {p.label().split("-")[0] for p in kept}
+    unknown = [w for w in wanted if w not in known]
+    if unknown:
+        raise SystemExit(f"quack_vs_sweep: --shapes {', '.join(unknown)}: not a validation shape of the exports "
+                         "(or screened out); give MxNxK as the exports' rows have it")
+    return kept
+
+
 def measure(best: dict, runner, deadline: float, out: dict, save, part: tuple[int, int] = (0, 1)) -> None:
     """Time each shape of best (the part-th of every parts shapes, in the drawn order) not in out."""
     rows = out.setdefault("shapes", [])
@@ -167,6 +184,9 @@ def markdown(out: dict) -> str:
              f"{len(rows)} validation shapes of `{out['export']}` measured; quack_autotune beat torch.matmul on "
              f"{len(wins)}; on those, ours at least as fast as quack's on "
              f"{sum(1 for r in wins if (r['ours_over_quack'] or 0) >= 1)}.", ""]
+    if out.get("timing") == "brief":
+        lines += ["Brief timing (a sweep's: 10 graph replays of about 1 ms after 1 ms of warm-up), not the "
+                  "evaluator's full timing.", ""]
     if out.get("top", 1) > 1:
         lines += [f"Each shape's {out['top']} fastest specs by the exports' brief timing were checked and timed "
                   "again; the fastest of those was timed once more with the baselines, and that timing is "
@@ -201,6 +221,9 @@ def main() -> int:
                     help="measure only shapes where an export has quack within MARGIN of torch or faster")
     ap.add_argument("--top", type=int, default=1, metavar="K",
                     help="time each shape's K fastest specs again and report the fastest of them, timed anew")
+    ap.add_argument("--shapes", default=None, help="only these shapes, comma-separated (MxNxK or full labels)")
+    ap.add_argument("--timing", choices=("full", "brief"), default="full",
+                    help="full: the evaluator's timing; brief: a sweep's (shorter) timing")
     ap.add_argument("--max-seconds", type=float, default=500)
     ap.add_argument("--gpus", type=int, default=1,
                     help="measure on this many GPUs at once, one process each, every GPU's shapes its own")
@@ -214,6 +237,8 @@ def main() -> int:
     deadline = time.time() + args.max_seconds
     tables = read_exports(args.export)
     best, dropped = screened(fastest_per_validation_shape(tables, args.top), quack_over_torch(tables), args.screen)
+    if args.shapes:
+        best = only_shapes(best, args.shapes)
     if args.recorded:
         from cudal2.search.recorded import RecordedRunner
 
@@ -221,7 +246,10 @@ def main() -> int:
     else:
         from cudal2.bench.evaluator import Evaluator
 
-        runner = Evaluator(baselines=BASELINES)
+        from cudal2.bench.timing import TimingConfig
+
+        timing = TimingConfig.sweep() if args.timing == "brief" else TimingConfig()
+        runner = Evaluator(baselines=BASELINES, timing=timing)
         env = runner.environment()
         gpu = env.gpu_name if env else "?"
     out = {"command": "python benchmarks/quack_vs_sweep.py " + " ".join(sys.argv[1:]), "gpu": gpu,
@@ -230,13 +258,15 @@ def main() -> int:
         out.update(screen=args.screen, screened_out=dropped)
     if args.top > 1:
         out["top"] = args.top
+    if args.timing != "full":
+        out["timing"] = args.timing
     index, parts = (int(x) for x in args.part.split("/"))
     earlier = args.out.with_suffix(".json")
     if not earlier.exists() and parts > 1:  # a process of --gpus: resume from the whole run's report
         earlier = whole_report(args.out).with_suffix(".json")
     if earlier.exists():  # resume: keep the shapes measured on the same GPU model with the spec still fastest
         before = json.loads(earlier.read_text())
-        if before.get("gpu") == gpu:
+        if before.get("gpu") == gpu and before.get("timing", "full") == args.timing:
             fastest = {p.label(): v[0] for p, v in best.items()}
             mine = {p.label() for i, p in enumerate(draw_shapes(list(best), len(best))) if i % parts == index}
             out["shapes"] = [r for r in before.get("shapes", []) if r["shape"] in fastest and r["shape"] in mine
@@ -277,7 +307,8 @@ def on_gpus(args) -> int:
     devices = [d for d in visible.split(",") if d] or [str(i) for i in range(args.gpus)]
     argv = [x for e in args.export for x in ("--export", str(e))] + ["--max-seconds", str(args.max_seconds)]
     argv += ["--screen", str(args.screen)] if args.screen is not None else []
-    argv += ["--top", str(args.top)]
+    argv += ["--top", str(args.top), "--timing", args.timing]
+    argv += ["--shapes", args.shapes] if args.shapes else []
     argv += ["--recorded"] if args.recorded else []
     procs = []
     for i in range(args.gpus):

@@ -473,6 +473,11 @@ EXPERIMENTS: list[Experiment] = [
                "sweep_cute_dsl_deep_validation_h100x4_2026-11-27.csv.gz --screen 0.05 --gpus 4`: each screened "
                "validation shape's fastest spec over the three exports (by their brief timing) timed again with "
                "torch.matmul and quack_autotune (full timing), one process per GPU, on the machine that swept."),
+    Experiment("The same with a shortlist: each shape's four fastest specs timed again, four H100s",
+               "quack_vs_sweep_top4_h100x4_2026-11-27.json", "quack_vs_sweep",
+               "The command above with `--top 4`, on a new machine of the same kind: each screened shape's four "
+               "fastest specs over the three exports checked and timed again in one call, and the fastest of them "
+               "timed once more with torch.matmul and quack_autotune; the table gives that last timing."),
     Experiment("CuTe DSL catalog sweep, train and validation shapes, H100", "sweep_cute_dsl_h100_2026-11-26.csv.gz",
                "sweep", "`cudal2 sweep all:train --sample 64 --specs 96 --backend cute_dsl` and `cudal2 sweep "
                "all:validation --sample 24 --specs 96 --backend cute_dsl` into one store, then `cudal2 dataset export`: "

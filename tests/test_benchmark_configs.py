@@ -299,3 +299,37 @@ def test_quack_vs_sweep_top_times_a_shortlist_again_and_reports_the_fastest_of_i
                           "--export", str(tmp_path / "e.csv.gz"), "--recorded", "--top", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode != 0 and "--top 0" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_quack_vs_sweep_takes_only_the_shapes_listed_and_keeps_brief_and_full_timing_apart(tmp_path):
+    """--shapes picks shapes by MxNxK; --timing brief is recorded, and a report of one timing is
+    never resumed with the other; an unknown shape is a one-line error that names it."""
+    import csv
+    import gzip
+    import json
+    import subprocess
+
+    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
+        rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
+    shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:3]
+    rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
+    _write_export(tmp_path / "e.csv.gz", rows)
+    listed = ",".join("x".join(s[:3]) for s in shapes[:2])
+
+    def run(*more):
+        return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / "q.md"),
+                               "--export", str(tmp_path / "e.csv.gz"), "--recorded", "--shapes", listed, *more],
+                              capture_output=True, text=True, timeout=300)
+
+    brief = run("--timing", "brief")
+    assert brief.returncode == 0, brief.stderr[-2000:]
+    d = json.loads((tmp_path / "q.json").read_text())
+    assert sorted(r["shape"].split("-")[0] for r in d["shapes"]) == sorted(listed.split(","))
+    assert d["timing"] == "brief" and "Brief timing" in (tmp_path / "q.md").read_text()
+    full = run()
+    assert full.returncode == 0 and full.stdout.count("quack beats torch") == 2  # not resumed from brief
+    assert "timing" not in json.loads((tmp_path / "q.json").read_text())
+    bad = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "quack_vs_sweep.py"), str(tmp_path / "q.md"),
+                          "--export", str(tmp_path / "e.csv.gz"), "--recorded", "--shapes", "3x5x7"],
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode != 0 and "--shapes 3x5x7" in bad.stderr and "Traceback" not in bad.stderr
