@@ -158,6 +158,17 @@ def _write_export(path, rows) -> str:
     return str(path)
 
 
+def _validation_rows(shapes: int) -> tuple[list[tuple], list[dict]]:
+    """The first `shapes` validation shapes (sorted) of the committed Triton export, and their rows."""
+    import csv
+    import gzip
+
+    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
+        rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
+    kept = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:shapes]
+    return kept, [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in kept]
+
+
 def test_quack_vs_sweep_takes_each_validation_shape_s_fastest_spec_and_reports_quack_s_wins(tmp_path):
     """Recorded numbers (no quack, no GPU): the script picks the fastest correct spec of each
     validation shape in the export and writes its report and .json."""
@@ -195,15 +206,10 @@ def test_quack_vs_sweep_takes_the_fastest_spec_over_several_exports_and_screens_
     """Two exports of one validation shape set, each fastest somewhere; --screen leaves out the shapes
     whose export had quack more than the margin slower than torch, and a row whose spec is no longer
     the fastest is measured again."""
-    import csv
-    import gzip
     import json
     import subprocess
 
-    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
-        rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
-    shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:3]
-    rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
+    shapes, rows = _validation_rows(3)
 
     first = _write_export(tmp_path / "a.csv.gz", rows)
     # the second export: one spec of the first shape, made twice as fast, quack slow on the second shape
@@ -231,15 +237,10 @@ def test_quack_vs_sweep_takes_the_fastest_spec_over_several_exports_and_screens_
 def test_quack_vs_sweep_on_several_gpus_splits_the_shapes_and_writes_one_report(tmp_path):
     """--gpus 2 (recorded numbers): two processes, each its share of the shapes, merged into one
     report holding every shape once, as one process would; run again, it measures nothing."""
-    import csv
-    import gzip
     import json
     import subprocess
 
-    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
-        rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
-    shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:5]
-    rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
+    shapes, rows = _validation_rows(5)
     _write_export(tmp_path / "e.csv.gz", rows)
 
     def run(out, *more):
@@ -262,15 +263,10 @@ def test_quack_vs_sweep_top_times_a_shortlist_again_and_reports_the_fastest_of_i
     """--top 3 (recorded numbers): each shape's three fastest specs by the export, timed again; the
     row's spec is the fastest of that timing, and its figure comes from a further call. Run again
     with the same shortlists nothing is measured; with --top 2 every shape is measured again."""
-    import csv
-    import gzip
     import json
     import subprocess
 
-    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
-        rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
-    shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:3]
-    rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
+    shapes, rows = _validation_rows(3)
     _write_export(tmp_path / "e.csv.gz", rows)
 
     def run(*more):
@@ -304,15 +300,10 @@ def test_quack_vs_sweep_top_times_a_shortlist_again_and_reports_the_fastest_of_i
 def test_quack_vs_sweep_takes_only_the_shapes_listed_and_keeps_brief_and_full_timing_apart(tmp_path):
     """--shapes picks shapes by MxNxK; --timing brief is recorded, and a report of one timing is
     never resumed with the other; an unknown shape is a one-line error that names it."""
-    import csv
-    import gzip
     import json
     import subprocess
 
-    with gzip.open(ROOT / "benchmarks" / "results" / "sweep_triton_all_h100x4_2026-11-27.csv.gz", "rt") as f:
-        rows = [r for r in csv.DictReader(f) if r["split"] == "validation"]
-    shapes = sorted({(r["m"], r["n"], r["k"], r["layout"]) for r in rows})[:3]
-    rows = [r for r in rows if (r["m"], r["n"], r["k"], r["layout"]) in shapes]
+    shapes, rows = _validation_rows(3)
     _write_export(tmp_path / "e.csv.gz", rows)
     listed = ",".join("x".join(s[:3]) for s in shapes[:2])
 
