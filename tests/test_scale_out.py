@@ -399,3 +399,38 @@ def test_the_commands_keep_gpu_models_apart(tmp_path, monkeypatch):
     assert "2 GPU models" in line and "--gpu NAME" in line
     r = cli.invoke(app, ["dataset", "export", "--out", str(tmp_path / "d.csv"), *store, "--gpu", "NVIDIA H100"])
     assert r.exit_code == 0 and "wrote 2 rows" in r.output, r.output
+
+
+def test_ctrl_c_on_a_local_cluster_sweep_is_one_line_and_leaves_no_process(tmp_path):
+    # Ctrl-C reaches every process of the terminal's group: each Dask worker printed a
+    # KeyboardInterrupt traceback, and then a heartbeat error, while the sweep was already
+    # stopping them. Now the workers leave it to the sweep, which says how to resume.
+    import contextlib
+    import subprocess
+
+    store = tmp_path / "s.db"
+    proc = subprocess.Popen([sys.executable, "-m", "cudal2.cli", "sweep", "all:train", "--specs", "40", "--runner",
+                             "recorded", "--workers", "2", "--store", str(store)], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # its own group, as a terminal's
+    try:
+        for line in proc.stdout:  # the cluster is up once the sweep says where it measures
+            if line.startswith("sweep:"):
+                break
+        time.sleep(2.0)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    said = out + err.replace("\r", "\n")
+    assert "interrupted; run the same command to resume" in said
+    assert "Traceback" not in said and "KeyboardInterrupt" not in said, err[-3000:]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:  # every process of its group has ended
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        raise AssertionError("processes of the interrupted sweep are still running")

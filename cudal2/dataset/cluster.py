@@ -22,7 +22,9 @@ import contextlib
 import logging
 import os
 import re
+import signal
 import socket
+import threading
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -105,12 +107,29 @@ def open_cluster(workers: Any, *, gpus: bool = True, what: str = "--workers", co
     # The setting stays for the cluster's life: a nanny reads it again when it restarts a worker
     # that died, and a daemon worker could not start its evaluator.
     with dask.config.set({"distributed.worker.daemon": False}):
-        cluster = _local_gpu_cluster(request) if gpus else _local_cpu_cluster(request.count)
+        with _interrupt_left_to_this_process():
+            cluster = _local_gpu_cluster(request) if gpus else _local_cpu_cluster(request.count)
         try:
             with Client(cluster) as client:
                 yield client
         finally:
             cluster.close()
+
+
+@contextlib.contextmanager
+def _interrupt_left_to_this_process() -> Iterator[None]:
+    """Start local workers that ignore Ctrl-C. It reaches every process of the terminal's group, and
+    each worker printed a KeyboardInterrupt traceback while this process, which handles it, was
+    already shutting them down. A process started while SIGINT is ignored keeps ignoring it (Python
+    and asyncio install no handler of their own then). Ctrl-C waits while the workers start."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _is_client(obj: Any) -> bool:
@@ -150,6 +169,14 @@ def _visible_gpus() -> int:
         return 0
 
 
+# The log level of the Dask clusters we start (their scheduler here, their workers): none. What
+# fails on a worker reaches the sweep or search as a result, and ClusterError names it in one line.
+# What Dask logs while such a cluster shuts down under Ctrl-C (a heartbeat to a scheduler already
+# gone, a plugin already removed, a result for a client already closed, some of it at CRITICAL) is
+# tracebacks with nothing for the user to do.
+QUIET = logging.CRITICAL + 1
+
+
 def _local_gpu_cluster(request: Workers):
     visible, count = _visible_gpus(), request.count
     if visible == 0:
@@ -163,14 +190,14 @@ def _local_gpu_cluster(request: Workers):
         raise ClusterError(f"one local worker per GPU needs dask-cuda, which is not installed: {EXTRA}") from None
     # dask-cuda gives each worker its own CUDA_VISIBLE_DEVICES (its GPU first) and one thread.
     return LocalCUDACluster(n_workers=count, threads_per_worker=1, dashboard_address=":0",
-                            silence_logs=logging.ERROR)
+                            silence_logs=QUIET)
 
 
 def _local_cpu_cluster(count: int | None):
     from distributed import LocalCluster
 
     return LocalCluster(n_workers=count or os.cpu_count() or 1, threads_per_worker=1, processes=True,
-                        dashboard_address=":0", silence_logs=logging.ERROR)
+                        dashboard_address=":0", silence_logs=QUIET)
 
 
 @contextlib.contextmanager
