@@ -25,6 +25,7 @@ import re
 import signal
 import socket
 import threading
+import time
 import uuid
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
@@ -169,6 +170,8 @@ def _visible_gpus() -> int:
         return 0
 
 
+POLL_S = 0.05  # how often a wait on a cluster looks for finished futures and for Ctrl-C
+
 # The log level of the Dask clusters we start (their scheduler here, their workers): none. What
 # fails on a worker reaches the sweep or search as a result, and ClusterError names it in one line.
 # What Dask logs while such a cluster shuts down under Ctrl-C (a heartbeat to a scheduler already
@@ -250,12 +253,16 @@ def run_searches(problems: Sequence[GemmProblem], client, make_runner: Callable[
     store_url as it goes; SearchResults come back in the order of problems. options: run_search's
     (backends, arch, proposer, budget, modes, batch_size, confirm, ...); a proposer is a name,
     made on the worker for its GPU, or an object that pickles."""
+    from distributed import as_completed
+
     from .cluster_worker import search_task
 
     check_store_reachable(client, store_url)
     with runner_on_workers(client, make_runner) as name:
         futures = [client.submit(search_task, name, p, store_url, options, pure=False) for p in problems]
         try:
+            for _ in finished(as_completed(futures)):  # Ctrl-C is seen while they run
+                pass
             done = [_result_of(f, p) for f, p in zip(futures, problems)]
         finally:
             client.cancel([f for f in futures if not f.done()])
@@ -263,6 +270,35 @@ def run_searches(problems: Sequence[GemmProblem], client, make_runner: Callable[
         if searched.refused is not None:
             raise searched.refused
     return _with_studies(done, store_url)
+
+
+def finished(flow) -> Iterator:
+    """The futures of flow (distributed.as_completed) as they finish; Ctrl-C raises
+    KeyboardInterrupt here. Raised by Python wherever the main thread happens to be, it could land
+    in a callback of Dask's (its garbage-collection diagnosis) that swallows it, and a sweep went on
+    to the end; so while the main thread waits on a cluster, Ctrl-C only sets a flag, and this loop
+    raises it."""
+    with _ctrl_c_as_flag() as pressed:
+        while not flow.is_empty():
+            if pressed.is_set():
+                raise KeyboardInterrupt
+            done = flow.next_batch(block=False)
+            if not done:
+                time.sleep(POLL_S)
+            yield from done
+
+
+@contextlib.contextmanager
+def _ctrl_c_as_flag() -> Iterator[threading.Event]:
+    pressed = threading.Event()
+    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
+        yield pressed
+        return
+    before = signal.signal(signal.SIGINT, lambda *_: pressed.set())
+    try:
+        yield pressed
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def _result_of(future, problem: GemmProblem):

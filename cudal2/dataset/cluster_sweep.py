@@ -22,20 +22,15 @@ One sweep measures one GPU model: a batch timed on a second model stops it.
 
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
-import time
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Sequence
 
 from ..ir import GemmProblem, KernelSpec, SpecError
 from ..search.store import Store
-from .cluster import ClusterError, lost_worker, runner_on_workers
+from .cluster import ClusterError, finished, lost_worker, runner_on_workers
 from .cluster_worker import Batch, Measured, WorkerSetupError, measure_batch
 from .sweep import CHUNK, SweepSummary, chunked
 
 RESUBMITS = 2  # times a batch is submitted again after its workers died (Dask retries it first)
-POLL_S = 0.05  # how often the loop looks for finished batches and for Ctrl-C
 TASK_CALLS = 4  # evaluator calls of one shape a batch holds: a worker killed mid-batch loses at most these
 
 
@@ -129,7 +124,7 @@ def _measure_all(client, name: str, batches: list[Batch], writer: _Writer) -> No
     resubmitted: dict[int, int] = {}
     flow = as_completed(pending)
     try:
-        for future in _finished(flow):
+        for future in finished(flow):
             i, batch = pending.pop(future)
             try:
                 writer.write(_result_of(future))
@@ -143,34 +138,6 @@ def _measure_all(client, name: str, batches: list[Batch], writer: _Writer) -> No
                 flow.add(again)
     finally:
         client.cancel(list(pending))  # interrupted: the batches in flight are measured by the next run
-
-
-def _finished(flow) -> Iterator:
-    """The futures of flow (distributed.as_completed) as they finish; Ctrl-C raises
-    KeyboardInterrupt here. Raised by Python wherever the main thread happens to be, it could land
-    in a callback of Dask's (its garbage-collection diagnosis) that swallows it, and the sweep went
-    on to the end; so Ctrl-C only sets a flag, and this loop raises it."""
-    with _ctrl_c_as_flag() as pressed:
-        while not flow.is_empty():
-            if pressed.is_set():
-                raise KeyboardInterrupt
-            done = flow.next_batch(block=False)
-            if not done:
-                time.sleep(POLL_S)
-            yield from done
-
-
-@contextlib.contextmanager
-def _ctrl_c_as_flag() -> Iterator[threading.Event]:
-    pressed = threading.Event()
-    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
-        yield pressed
-        return
-    before = signal.signal(signal.SIGINT, lambda *_: pressed.set())
-    try:
-        yield pressed
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 class _Lost(Exception):
