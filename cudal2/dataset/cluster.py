@@ -117,16 +117,22 @@ def open_cluster(workers: Any, *, gpus: bool = True, what: str = "--workers", co
             cluster.close()
 
 
-@contextlib.contextmanager
-def _interrupt_left_to_this_process() -> Iterator[None]:
+def _interrupt_left_to_this_process():
     """Start local workers that ignore Ctrl-C. It reaches every process of the terminal's group, and
     each worker printed a KeyboardInterrupt traceback while this process, which handles it, was
     already shutting them down. A process started while SIGINT is ignored keeps ignoring it (Python
     and asyncio install no handler of their own then). Ctrl-C waits while the workers start."""
+    return _on_sigint(signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def _on_sigint(handler) -> Iterator[None]:
+    """SIGINT handled by handler inside the block, as before it after; nothing changes off the main
+    thread (only the main thread gets signals, and only it may set their handlers)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    before = signal.signal(signal.SIGINT, handler)
     try:
         yield
     finally:
@@ -278,7 +284,8 @@ def finished(flow) -> Iterator:
     in a callback of Dask's (its garbage-collection diagnosis) that swallows it, and a sweep went on
     to the end; so while the main thread waits on a cluster, Ctrl-C only sets a flag, and this loop
     raises it."""
-    with _ctrl_c_as_flag() as pressed:
+    pressed = threading.Event()
+    with _on_sigint(lambda *_: pressed.set()):
         while not flow.is_empty():
             if pressed.is_set():
                 raise KeyboardInterrupt
@@ -286,19 +293,6 @@ def finished(flow) -> Iterator:
             if not done:
                 time.sleep(POLL_S)
             yield from done
-
-
-@contextlib.contextmanager
-def _ctrl_c_as_flag() -> Iterator[threading.Event]:
-    pressed = threading.Event()
-    if threading.current_thread() is not threading.main_thread():  # only the main thread gets signals
-        yield pressed
-        return
-    before = signal.signal(signal.SIGINT, lambda *_: pressed.set())
-    try:
-        yield pressed
-    finally:
-        signal.signal(signal.SIGINT, before)
 
 
 def _result_of(future, problem: GemmProblem):
