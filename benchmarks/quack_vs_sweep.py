@@ -62,6 +62,11 @@ def shape_key(problem) -> tuple[str, str, str, str]:
     return str(problem.m), str(problem.n), str(problem.k), problem.layout
 
 
+def row_shape(row: dict) -> tuple[str, str, str, str]:
+    """An export row's shape, as shape_key writes a problem's."""
+    return row["m"], row["n"], row["k"], row["layout"]
+
+
 def fastest_per_validation_shape(tables: dict[str, list[dict]], top: int = 1) -> dict:
     """{problem: (its top fastest specs, fastest first; the first's kernel time over the shape's
     torch time in its export; shape set)} for each validation shape over all exports
@@ -69,7 +74,7 @@ def fastest_per_validation_shape(tables: dict[str, list[dict]], top: int = 1) ->
     times: dict = {}  # problem -> {spec key: (relative time, spec)}
     sets: dict = {}
     for name, rows in tables.items():
-        where = {(r["m"], r["n"], r["k"], r["layout"]): (r["split"], r["shape_set"]) for r in rows}
+        where = {row_shape(r): (r["split"], r["shape_set"]) for r in rows}
         for s in from_rows(rows, where=name):
             split, shape_set = where[shape_key(s.problem)]
             if split != "validation":
@@ -95,7 +100,7 @@ def quack_over_torch(tables: dict[str, list[dict]]) -> dict:
         for r in rows:
             q, t = r.get("quack_autotune_ms.offline"), r.get("torch_ms.offline")
             if q and t:
-                key = (r["m"], r["n"], r["k"], r["layout"])
+                key = row_shape(r)
                 ratio[key] = min(ratio.get(key, math.inf), float(q) / float(t))
     return ratio
 
@@ -140,7 +145,7 @@ def measure(best: dict, runner, deadline: float, out: dict, save, part: tuple[in
         specs, _, shape_set = best[problem]
         spec, shortlist = specs[0], None
         if len(specs) > 1:  # choose by one timing, report another: the chosen time is a selected minimum
-            timed = runner.evaluate(problem, specs)
+            timed = runner.evaluate(problem, specs, with_baselines=False)  # the baselines: with the pick
             shortlist = [{"spec_key": r.spec.key(), "status": r.status, "ms": r.kernel_ms() if r.ok else None}
                          for r in timed]
             ok = [r for r in timed if r.ok]
