@@ -291,19 +291,10 @@ def test_compile_processes_end_when_their_parent_is_killed(tmp_path):
     holder.send_signal(signal.SIGKILL)
     holder.wait()
 
-    def alive(pid: int) -> bool:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return False
-        # a zombie that its new parent has not reaped yet counts as gone
-        stat = Path(f"/proc/{pid}/stat")
-        return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
-
     deadline = time.monotonic() + 10
-    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert not any(alive(p) for p in pids)
+    assert not any(_alive(p) for p in pids)
 
 
 def _alive(pid: int) -> bool:
