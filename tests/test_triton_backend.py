@@ -5,6 +5,7 @@ backend's declared capabilities. Small blocks (16/32) keep the interpreter fast.
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -342,6 +343,7 @@ def test_source_is_cached_on_disk_and_imported_once(backend):
 def test_compile_ahead_for_hopper_and_ampere(tmp_path):
     """Run in a subprocess: the interpreter replaces triton.jit once TRITON_INTERPRET is set."""
     script = textwrap.dedent("""
+        import re
         from cudal2 import GemmProblem, KernelSpec, get_backend
         from cudal2.ir import Epilogue
         be = get_backend("triton")
@@ -362,6 +364,18 @@ def test_compile_ahead_for_hopper_and_ampere(tmp_path):
         for shapes in ("dynamic", "static"):
             ks = be.compile_ahead(be.render(odd, ptr.replace(shape_specialization=shapes, arch="sm_90a")))
             assert "mma" in ks["matmul_kernel"].asm["ptx"]
+        for spec in (ptr.replace(persistent=True), tma.replace(split_k=3)):  # no divisions by run-time counts
+            ks = be.compile_ahead(be.render(odd.replace(m=72, n=40, k=136) if spec.load_path == "tma" else odd,
+                                            spec.replace(shape_specialization="dynamic", arch="sm_90a")))
+            for name, k in ks.items():
+                assert not re.search(r"\b(div|rem)\.[su](32|64)", k.asm["ptx"]), f"{name}: integer division"
+        # one binary for every token count where A is row-major (M bounds masks only), another per
+        # alignment of M where M is A's leading dimension
+        for layout, ms, count in (("NT", (64, 255, 1), 1), ("TN", (64, 72), 2)):
+            dyn = tma.replace(shape_specialization="dynamic")
+            keys = {be.compile_ahead(be.render(p.replace(m=m, layout=layout), dyn))["matmul_kernel"].hash
+                    for m in ms}
+            assert len(keys) == count, (layout, keys)
         print("ok")
     """)
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
@@ -380,7 +394,9 @@ def test_a_dynamic_kernel_takes_64_bit_offsets_only_where_a_shape_needs_them(bac
     wide = GemmProblem(m=65536, n=40, k=32768, layout="NT")  # A: 2**31 elements
     assert not backend.variant_key(small, spec(**kw)).endswith("w") and backend.variant_key(wide, spec(**kw)).endswith("w")
     source = backend.render(small, spec(**kw))
-    assert "tl.int64" not in source.text.split("if WIDE:")[0].split("def matmul_kernel")[0]
+    head = source.text.split("if WIDE:")[0].split("def matmul_kernel")[0]
+    head = re.sub(r"def fast_div\(.*?\n\n\n", "", head, flags=re.S)  # its 64-bit product is of counts < 2**30
+    assert "tl.int64" not in head
     kernel = backend.compile(source)
     kernel.num_sms = 3
     module = backend.module(source)
@@ -394,6 +410,38 @@ def test_a_dynamic_kernel_takes_64_bit_offsets_only_where_a_shape_needs_them(bac
         module.WIDE_FROM = 2**31
     for out in (want, got):
         assert ((out.float() - ref).norm() / ref.norm()).item() < BOUND["float16"]
+
+
+def test_a_new_token_count_needs_no_new_variant_where_a_is_row_major(backend):
+    """M is no leading dimension where A is row-major: the dynamic kernel is not specialized on it
+    (only a pointer kernel's tile evenness remains); where A is column-major M's alignment counts."""
+    tma, ptr = spec(load_path="tma", shape_specialization="dynamic"), spec(shape_specialization="dynamic")
+    keys = lambda layout, s: {backend.variant_key(GemmProblem(m=m, n=64, k=64, layout=layout), s) for m in (1, 64, 255)}
+    assert len(keys("NT", tma)) == 1 and len(keys("NN", tma)) == 1
+    assert len(keys("NT", ptr)) == 2  # 64 is whole 32-row tiles, 1 and 255 are not
+    assert len(keys("TN", tma)) == 3
+    text = backend.render(GemmProblem(m=64, n=64, k=64, layout="NT"), tma).text
+    assert "do_not_specialize=['M', " in text
+
+
+def test_a_dynamic_kernels_divisors_divide_exactly(backend):
+    """The tile arithmetic of a dynamic kernel divides by run-time tile counts as (n * magic) >> shift
+    (fast_div), with (magic, shift) from launch(): exact for every n < 2**30, and magic fits int32
+    (what Triton passes a small Python int as)."""
+    module = backend.module(backend.render(GemmProblem(m=72, n=40, k=136), spec(shape_specialization="dynamic")))
+    rng = torch.Generator().manual_seed(3)
+    divisors = list(range(1, 1100)) + [2**p + e for p in range(11, 30) for e in (-1, 0, 1)] + \
+        torch.randint(1, 2**30, (200,), generator=rng).tolist()
+    for d in divisors:
+        magic, shift = module.divisor(d)
+        assert 0 < magic < 2**31
+        ns = [0, 1, d - 1, d, d + 1, 2**30 - 1, (2**30 - 1) // d * d, (2**30 - 1) // d * d - 1] + \
+            torch.randint(0, 2**30, (50,), generator=rng).tolist()
+        for n in ns:
+            if 0 <= n < 2**30:
+                assert (n * magic) >> shift == n // d, (n, d)
+    with pytest.raises(ValueError, match="2\\*\\*30 or more work units"):
+        module.divisors(2**20, 2**20)
 
 
 @pytest.mark.parametrize("family", ["pointer", "pointer-persistent-along_n", "tma", "splitk-workspace"])

@@ -24,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from threading import Lock
 from typing import Any
@@ -89,8 +90,9 @@ class TritonBackend(Backend):
     name = "triton"
     # 2: M, N and K are kernel arguments (constexprs unless the spec asks for dynamic); 3: a dynamic
     # kernel's offsets are int32 unless launch() says WIDE; 4: and its K loop is straight code where
-    # launch() finds K within one BLOCK_K step (ONE_K)
-    version = "4"
+    # launch() finds K within one BLOCK_K step (ONE_K); 5: its tile arithmetic divides by run-time
+    # tile counts with a multiply and a shift (fast_div)
+    version = "5"
     capabilities = Capabilities(
         options=options(
             block_m=_ALL_BLOCKS, block_n=_ALL_BLOCKS, block_k=_ALL_BLOCKS,
@@ -144,10 +146,12 @@ class TritonBackend(Backend):
         """Triton's JIT compiles an integer argument as the constant 1, as a multiple of 16, or
         plain; a dynamic kernel also takes as constexprs whether its offsets need 64 bits (WIDE)
         and, without split-K, whether K is one BLOCK_K step (ONE_K), and a dynamic pointer kernel
-        the tile evenness of M, N and K."""
+        the tile evenness of M, N and K. An extent that is no leading dimension ("a") is not
+        specialized at all."""
         if not self.dynamic(spec):
             return ""
-        extents = "".join("1" if x == 1 else "d" if x % 16 == 0 else "n" for x in problem.shape)
+        extents = "".join("a" if name in _unspecialized(problem) else "1" if x == 1 else "d" if x % 16 == 0 else "n"
+                          for name, x in zip("MNK", problem.shape))
         width = ("w" if _wide(problem, spec) else "") + ("k" if _one_k(problem, spec) else "")
         if self.family(problem, spec) != "matmul":
             return extents + width
@@ -202,6 +206,7 @@ class TritonBackend(Backend):
             # a dynamic pointer kernel is also compiled per tile evenness of the shape (masks cost
             # the pointer loads about 8% on the H100; TMA loads need none)
             **_even_flags(dynamic and self.family(problem, spec) == "matmul", spec),
+            **_divisor_args(dynamic, split, _unspecialized(problem) if dynamic else ()),
             wide_param=", WIDE: tl.constexpr" if dynamic else "", wide_arg=", WIDE=wide" if dynamic else "",
             wide_pass=", WIDE" if dynamic else "",
             # and whether K is one BLOCK_K step (not for split-K, whose slices take their own steps)
@@ -304,6 +309,8 @@ class TritonBackend(Backend):
                 "EVEN_M": p.m % spec.block_m == 0, "EVEN_N": p.n % spec.block_n == 0, "EVEN_K": p.k % spec.block_k == 0,
                 "WIDE": _wide(p, spec), "ONE_K": _one_k(p, spec)}
         module = self.module(source)
+        if self.dynamic(spec):
+            args.update(zip(_divisor_names(spec.split_k if split else 1), module.divisors(p.m, p.n)))
         # the launch options exactly as launch() passes them (they are part of Triton's cache key)
         kernels = [("matmul_kernel", dict(num_warps=spec.num_warps, num_stages=spec.stages))]
         if split:
@@ -331,6 +338,32 @@ def _one_k(problem: GemmProblem, spec: KernelSpec) -> bool:
     each call.)"""
     split = spec.split_k if spec.decomposition == "split_k" else 1
     return split == 1 and problem.k <= spec.block_k
+
+
+def _divisor_names(split: int) -> list[str]:
+    """The (magic, shift) kernel arguments of a dynamic kernel's run-time divisors (see the
+    template's fast_div and launch's divisors)."""
+    return [f"{d}_{part}" for d in ("group", "last", "tiles")[:3 if split > 1 else 2] for part in ("magic", "shift")]
+
+
+def _divisor_args(dynamic: bool, split: int, extents: Sequence[str]) -> dict[str, str]:
+    """Template text that threads a dynamic kernel's divisors from launch() to the tile arithmetic,
+    and the kernels' do_not_specialize list: the divisors (Triton would otherwise compile a variant
+    per value that happens to be 1 or a multiple of 16) and the extents that are no leading
+    dimension (_unspecialized)."""
+    if not dynamic:
+        return dict(divs_param="", divs_pass="", divs_arg="", jit_options="")
+    names = _divisor_names(split)
+    return dict(divs_param="".join(f", {n}" for n in names), divs_pass="".join(f", {n}" for n in names),
+                divs_arg=", *divisors(M, N)", jit_options=f"(do_not_specialize={[*extents, *names]!r})")
+
+
+def _unspecialized(problem: GemmProblem) -> tuple[str, ...]:
+    """The extents a dynamic kernel leaves unspecialized. Triton compiles an integer argument apart
+    where it is 1 or a multiple of 16, for the alignment of the addresses it takes part in. M is
+    no leading dimension where A is row-major (A's rows are K long, the output's N): it bounds
+    masks only, so a new token count of a served weight finds its kernels compiled."""
+    return ("M",) if problem.a_row_major else ()
 
 
 def _even_flags(on: bool, spec: KernelSpec) -> dict[str, str]:

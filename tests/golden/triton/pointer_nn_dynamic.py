@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v5, family matmul).
 
 problems MxNxK-float16-NN: D[M, N] = A @ B
          A MxK row-major, B KxN row-major, float16 in, float16 out, fp32 accumulation
@@ -8,6 +8,8 @@ M, N and K are arguments: this one module serves every shape of its dtype, layou
 Triton compiles it once per alignment class (each extent divisible by 16 or not) and tile
 evenness (EVEN_M/N/K) and caches it; every spec value is a compile-time constant below.
 """
+
+import functools
 
 import triton
 import triton.language as tl
@@ -28,18 +30,35 @@ WIDE_FROM = 2**31  # elements: a shape with an operand, output or workspace this
 
 
 @triton.jit
-def tile_coords(tile_id, M, N):
+def fast_div(n, magic, shift):
+    """n // d for 0 <= n < 2**30, where (magic, shift) = divisor(d) comes from launch(): a multiply
+    and a shift. `//` by a run-time d is a long instruction sequence that the tile arithmetic would
+    pay once per work unit; a static kernel's divisors are constants the compiler turns into this."""
+    return ((tl.cast(n, tl.int64) * magic) >> shift).to(tl.int32)
+
+
+@triton.jit
+def tile_coords(tile_id, M, N, group_magic, group_shift, last_magic, last_shift):
     """Grouped rasterization: groups of GROUP tile rows; inside a group consecutive tiles walk
     down M, so concurrently running blocks share B columns and A rows in L2."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_in_group = GROUP * tl.cdiv(N, BLOCK_N)
-    group_id = tile_id // tiles_in_group
+    group_id = fast_div(tile_id, group_magic, group_shift)
     in_group = tile_id - group_id * tiles_in_group
-    first_m = group_id * GROUP
-    group_rows = min(tiles_m - first_m, GROUP)
-    pid_m = first_m + in_group % group_rows
-    pid_n = in_group // group_rows
+    first = group_id * GROUP
+    group_size = min(tiles_m - first, GROUP)
+    # every group but the last has GROUP rows, a constant divisor; launch() passes the last one's
+    pid_n = tl.where(group_size == GROUP, in_group // GROUP, fast_div(in_group, last_magic, last_shift))
+    pid_m = first + in_group - pid_n * group_size
     return pid_m, pid_n
+
+
+@triton.jit
+def work_coords(work_id, M, N, group_magic, group_shift, last_magic, last_shift):
+    """(split_id, pid_m, pid_n) of a work unit: work units are the tiles of K slice 0, then of slice 1, ..."""
+    split_id = 0
+    pid_m, pid_n = tile_coords(work_id, M, N, group_magic, group_shift, last_magic, last_shift)
+    return split_id, pid_m, pid_n
 
 
 @triton.jit
@@ -69,11 +88,9 @@ def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N):
 
 
 @triton.jit
-def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, ONE_K: tl.constexpr):
+def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, group_magic, group_shift, last_magic, last_shift, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, ONE_K: tl.constexpr):
     """One work unit: the K slice `split_id` of output tile `tile_id`, pointer loads."""
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    split_id = work_id // num_tiles
-    pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N)
+    split_id, pid_m, pid_n = work_coords(work_id, M, N, group_magic, group_shift, last_magic, last_shift)
     lo, hi = k_range(split_id, K, ONE_K)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -102,11 +119,30 @@ def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl
     finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N)
 
 
-@triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr, ONE_K: tl.constexpr):
+@triton.jit(do_not_specialize=['M', 'group_magic', 'group_shift', 'last_magic', 'last_shift'])
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, group_magic, group_shift, last_magic, last_shift, EVEN_M: tl.constexpr, EVEN_N: tl.constexpr, EVEN_K: tl.constexpr, WIDE: tl.constexpr, ONE_K: tl.constexpr):
     if WIDE:  # 64-bit offsets: launch() found an offset that may pass 2**31 (elsewhere int32 serves)
         M, N, K = tl.cast(M, tl.int64), tl.cast(N, tl.int64), tl.cast(K, tl.int64)
-    mainloop(tl.program_id(0), a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, EVEN_M, EVEN_N, EVEN_K, ONE_K)
+    mainloop(tl.program_id(0), a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, group_magic, group_shift, last_magic, last_shift, EVEN_M, EVEN_N, EVEN_K, ONE_K)
+
+
+def divisor(d):
+    """(magic, shift) such that n // d == (n * magic) >> shift for every 0 <= n < 2**30: the
+    round-up method of Granlund and Montgomery. magic < 2**31, so Triton passes it as int32."""
+    s = (d - 1).bit_length()  # ceil(log2(d))
+    return -(-(1 << (30 + s)) // d), 30 + s
+
+
+@functools.lru_cache(maxsize=256)
+def divisors(M, N):
+    """The tile arithmetic's run-time divisors for an M x N output, as the kernels' (magic, shift)
+    arguments: a rasterization group's tiles, the last group's rows."""
+    tiles_m, tiles_n = triton.cdiv(M, 32), triton.cdiv(N, 32)
+    if tiles_m * tiles_n * 1 >= 2**30:
+        raise ValueError(f"{M}x{N} has 2**30 or more work units for 32x32 tiles; "
+                         "use larger tiles")
+    group, last = 8 * tiles_n, tiles_m % 8 or 8
+    return (*divisor(group), *divisor(last))
 
 
 def launch(a, b, c, bias, workspace, num_sms):
@@ -117,7 +153,7 @@ def launch(a, b, c, bias, workspace, num_sms):
     one_k = K <= 32  # all of K in one BLOCK_K step: the kernel's K loop becomes straight code
     num_tiles = triton.cdiv(M, 32) * triton.cdiv(N, 32)
     grid = (num_tiles,)  # work units: output tiles
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, num_warps=NUM_WARPS,
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, *divisors(M, N), EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, num_warps=NUM_WARPS,
                         num_stages=NUM_STAGES)
     return c
 
@@ -127,5 +163,5 @@ def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K):
     dtypes (or None) stand in for tensors."""
     wide = max(M * K, K * N, M * N * 1) >= WIDE_FROM
     one_k = K <= 32
-    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, grid=(1,),
+    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, *divisors(M, N), EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, grid=(1,),
                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)

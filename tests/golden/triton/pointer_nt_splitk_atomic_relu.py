@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v5, family matmul).
 
 problem  8192x256x256-float16-NT-a1b0-relu: D[8192, 256] = relu(A @ B)
          A 8192x256 row-major, B 256x256 column-major, float16 in, bfloat16 out, fp32 accumulation
@@ -33,11 +33,22 @@ def tile_coords(tile_id, M, N):
     tiles_in_group = GROUP * tl.cdiv(N, BLOCK_N)
     group_id = tile_id // tiles_in_group
     in_group = tile_id - group_id * tiles_in_group
-    first_m = group_id * GROUP
-    group_rows = min(tiles_m - first_m, GROUP)
-    pid_m = first_m + in_group % group_rows
-    pid_n = in_group // group_rows
+    first = group_id * GROUP
+    group_size = min(tiles_m - first, GROUP)
+    pid_m = first + in_group % group_size
+    pid_n = in_group // group_size
     return pid_m, pid_n
+
+
+@triton.jit
+def work_coords(work_id, M, N):
+    """(split_id, pid_m, pid_n) of a work unit: work units are the tiles of K slice 0, then of slice 1, ..."""
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    # (without split-K too: the constant division bounds the tile id, and the compiler folds the
+    # rasterization's arithmetic where the shape's tile rows are whole groups)
+    split_id = work_id // num_tiles
+    pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N)
+    return split_id, pid_m, pid_n
 
 
 @triton.jit
@@ -83,9 +94,7 @@ def finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N):
 @triton.jit
 def mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K):
     """One work unit: the K slice `split_id` of output tile `tile_id`, pointer loads."""
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    split_id = work_id // num_tiles
-    pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N)
+    split_id, pid_m, pid_n = work_coords(work_id, M, N)
     lo, hi = k_range(split_id, K)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v5, family matmul_tma).
 
 problem  4096x4096x4096-float16-NN: D[4096, 4096] = A @ B
          A 4096x4096 row-major, B 4096x4096 row-major, float16 in, float16 out, fp32 accumulation
@@ -33,11 +33,22 @@ def tile_coords(tile_id, M, N):
     tiles_in_group = GROUP * tl.cdiv(N, BLOCK_N)
     group_id = tile_id // tiles_in_group
     in_group = tile_id - group_id * tiles_in_group
-    first_m = group_id * GROUP
-    group_rows = min(tiles_m - first_m, GROUP)
-    pid_m = first_m + in_group % group_rows
-    pid_n = in_group // group_rows
+    first = group_id * GROUP
+    group_size = min(tiles_m - first, GROUP)
+    pid_m = first + in_group % group_size
+    pid_n = in_group // group_size
     return pid_m, pid_n
+
+
+@triton.jit
+def work_coords(work_id, M, N):
+    """(split_id, pid_m, pid_n) of a work unit: work units are the tiles of K slice 0, then of slice 1, ..."""
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    # (without split-K too: the constant division bounds the tile id, and the compiler folds the
+    # rasterization's arithmetic where the shape's tile rows are whole groups)
+    split_id = work_id // num_tiles
+    pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N)
+    return split_id, pid_m, pid_n
 
 
 @triton.jit
@@ -72,9 +83,7 @@ def make_descriptors(a_ptr, b_ptr, M, N, K):
 @triton.jit
 def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K):
     """One work unit: the K slice `split_id` of output tile `tile_id`, TMA loads."""
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    split_id = work_id // num_tiles
-    pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N)
+    split_id, pid_m, pid_n = work_coords(work_id, M, N)
     lo, hi = k_range(split_id, K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in tl.range(lo, hi):

@@ -1,4 +1,4 @@
-"""GEMM kernel for Triton, rendered by cudal2 (backend triton v4, family matmul_tma).
+"""GEMM kernel for Triton, rendered by cudal2 (backend triton v5, family matmul_tma).
 
 problems MxNxK-float16-NT-a1b0-bias: D[M, N] = A @ B + bias
          A MxK row-major, B KxN column-major, float16 in, float16 out, fp32 accumulation
@@ -8,6 +8,8 @@ M, N and K are arguments: this one module serves every shape of its dtype, layou
 Triton compiles it once per alignment class (each extent divisible by 16 or not) and caches it;
 every spec value is a compile-time constant below.
 """
+
+import functools
 
 import triton
 import triton.language as tl
@@ -28,18 +30,36 @@ WIDE_FROM = 2**31  # elements: a shape with an operand, output or workspace this
 
 
 @triton.jit
-def tile_coords(tile_id, M, N):
+def fast_div(n, magic, shift):
+    """n // d for 0 <= n < 2**30, where (magic, shift) = divisor(d) comes from launch(): a multiply
+    and a shift. `//` by a run-time d is a long instruction sequence that the tile arithmetic would
+    pay once per work unit; a static kernel's divisors are constants the compiler turns into this."""
+    return ((tl.cast(n, tl.int64) * magic) >> shift).to(tl.int32)
+
+
+@triton.jit
+def tile_coords(tile_id, M, N, group_magic, group_shift, last_magic, last_shift, tiles_magic, tiles_shift):
     """Grouped rasterization: groups of GROUP tile rows; inside a group consecutive tiles walk
     down M, so concurrently running blocks share B columns and A rows in L2."""
     tiles_m = tl.cdiv(M, BLOCK_M)
     tiles_in_group = GROUP * tl.cdiv(N, BLOCK_N)
-    group_id = tile_id // tiles_in_group
+    group_id = fast_div(tile_id, group_magic, group_shift)
     in_group = tile_id - group_id * tiles_in_group
-    first_m = group_id * GROUP
-    group_rows = min(tiles_m - first_m, GROUP)
-    pid_m = first_m + in_group % group_rows
-    pid_n = in_group // group_rows
+    first = group_id * GROUP
+    group_size = min(tiles_m - first, GROUP)
+    # every group but the last has GROUP rows, a constant divisor; launch() passes the last one's
+    pid_n = tl.where(group_size == GROUP, in_group // GROUP, fast_div(in_group, last_magic, last_shift))
+    pid_m = first + in_group - pid_n * group_size
     return pid_m, pid_n
+
+
+@triton.jit
+def work_coords(work_id, M, N, group_magic, group_shift, last_magic, last_shift, tiles_magic, tiles_shift):
+    """(split_id, pid_m, pid_n) of a work unit: work units are the tiles of K slice 0, then of slice 1, ..."""
+    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    split_id = fast_div(work_id, tiles_magic, tiles_shift)
+    pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N, group_magic, group_shift, last_magic, last_shift, tiles_magic, tiles_shift)
+    return split_id, pid_m, pid_n
 
 
 @triton.jit
@@ -60,12 +80,12 @@ def epilogue(acc, c_ptr, bias_ptr, offs_m, offs_n, M, N):
     tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=mask)
 
 
-@triton.jit
-def splitk_epilogue_kernel(c_ptr, bias_ptr, ws_ptr, M, N, WIDE: tl.constexpr):
+@triton.jit(do_not_specialize=['M', 'group_magic', 'group_shift', 'last_magic', 'last_shift', 'tiles_magic', 'tiles_shift'])
+def splitk_epilogue_kernel(c_ptr, bias_ptr, ws_ptr, M, N, group_magic, group_shift, last_magic, last_shift, tiles_magic, tiles_shift, WIDE: tl.constexpr):
     """Sum the SPLIT_K fp32 partial tiles of the workspace [SPLIT_K, M, N], then the epilogue."""
     if WIDE:  # 64-bit offsets: launch() found an offset that may pass 2**31
         M, N = tl.cast(M, tl.int64), tl.cast(N, tl.int64)
-    pid_m, pid_n = tile_coords(tl.program_id(0), M, N)
+    pid_m, pid_n = tile_coords(tl.program_id(0), M, N, group_magic, group_shift, last_magic, last_shift, tiles_magic, tiles_shift)
     offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
     offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
@@ -95,11 +115,9 @@ def make_descriptors(a_ptr, b_ptr, M, N, K):
 
 
 @triton.jit
-def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K, WIDE: tl.constexpr):
+def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K, group_magic, group_shift, last_magic, last_shift, tiles_magic, tiles_shift, WIDE: tl.constexpr):
     """One work unit: the K slice `split_id` of output tile `tile_id`, TMA loads."""
-    num_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
-    split_id = work_id // num_tiles
-    pid_m, pid_n = tile_coords(work_id - split_id * num_tiles, M, N)
+    split_id, pid_m, pid_n = work_coords(work_id, M, N, group_magic, group_shift, last_magic, last_shift, tiles_magic, tiles_shift)
     lo, hi = k_range(split_id, K)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     for kt in tl.range(lo, hi):
@@ -113,13 +131,32 @@ def mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K, WIDE: tl
     finish_tile(acc, c_ptr, bias_ptr, ws_ptr, split_id, offs_m, offs_n, M, N)
 
 
-@triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, WIDE: tl.constexpr):
+@triton.jit(do_not_specialize=['M', 'group_magic', 'group_shift', 'last_magic', 'last_shift', 'tiles_magic', 'tiles_shift'])
+def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K, group_magic, group_shift, last_magic, last_shift, tiles_magic, tiles_shift, WIDE: tl.constexpr):
     a_desc, b_desc = make_descriptors(a_ptr, b_ptr, M, N, K)
     # persistent: the grid is min(#SMs, work units) blocks, each strides over the work units
     num_work = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N) * SPLIT_K
     for work_id in tl.range(tl.program_id(0), num_work, tl.num_programs(0)):
-        mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K, WIDE)
+        mainloop(work_id, a_desc, b_desc, c_ptr, bias_ptr, ws_ptr, M, N, K, group_magic, group_shift, last_magic, last_shift, tiles_magic, tiles_shift, WIDE)
+
+
+def divisor(d):
+    """(magic, shift) such that n // d == (n * magic) >> shift for every 0 <= n < 2**30: the
+    round-up method of Granlund and Montgomery. magic < 2**31, so Triton passes it as int32."""
+    s = (d - 1).bit_length()  # ceil(log2(d))
+    return -(-(1 << (30 + s)) // d), 30 + s
+
+
+@functools.lru_cache(maxsize=256)
+def divisors(M, N):
+    """The tile arithmetic's run-time divisors for an M x N output, as the kernels' (magic, shift)
+    arguments: a rasterization group's tiles, the last group's rows, the tiles of one K slice."""
+    tiles_m, tiles_n = triton.cdiv(M, 64), triton.cdiv(N, 128)
+    if tiles_m * tiles_n * 4 >= 2**30:
+        raise ValueError(f"{M}x{N} has 2**30 or more work units for 64x128 tiles; "
+                         "use larger tiles")
+    group, last = 8 * tiles_n, tiles_m % 8 or 8
+    return (*divisor(group), *divisor(last), *divisor(tiles_m * tiles_n))
 
 
 def launch(a, b, c, bias, workspace, num_sms):
@@ -129,9 +166,9 @@ def launch(a, b, c, bias, workspace, num_sms):
     wide = max(M * K, K * N, M * N * 4) >= WIDE_FROM  # the kernel's offsets need 64 bits
     num_tiles = triton.cdiv(M, 64) * triton.cdiv(N, 128)
     grid = (min(num_sms, num_tiles * 4),)  # persistent: at most one block per SM, each loops over work
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, WIDE=wide, num_warps=NUM_WARPS,
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, *divisors(M, N), WIDE=wide, num_warps=NUM_WARPS,
                         num_stages=NUM_STAGES)
-    splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, WIDE=wide, num_warps=4)
+    splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, *divisors(M, N), WIDE=wide, num_warps=4)
     return c
 
 
@@ -139,6 +176,6 @@ def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K):
     """Compile without launching (fills Triton's disk cache) for the alignment class of M, N, K;
     dtypes (or None) stand in for tensors."""
     wide = max(M * K, K * N, M * N * 4) >= WIDE_FROM
-    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, WIDE=wide, grid=(1,),
+    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, *divisors(M, N), WIDE=wide, grid=(1,),
                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    splitk_epilogue_kernel.warmup(c_dtype, bias_dtype, ws_dtype, M, N, WIDE=wide, grid=(1,), num_warps=4)
+    splitk_epilogue_kernel.warmup(c_dtype, bias_dtype, ws_dtype, M, N, *divisors(M, N), WIDE=wide, grid=(1,), num_warps=4)
