@@ -105,7 +105,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
            proposer: Any = "auto", budget: int | str = 64, modes: Sequence[str] = ("offline",),
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
            n_proposals: int | None = None, seed: int | None = None, progress: bool = True, tag: str = "",
-           batch_size: int = 4, confirm: Confirm | None = Confirm(), cluster: Any = None, **problem_fields):
+           batch_size: int = 4, confirm: Confirm | None = Confirm(), cluster: Any = None,
+           shape_generic: bool = True, lookahead: bool = True, **problem_fields):
     """Search kernels for one GEMM and return a SearchResult.
 
     shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time
@@ -119,6 +120,13 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     confirm: a cudal2.search.confirm.Confirm (Confirm(mode="sustained") ranks the leaders at the
     clock their own power draw sets; default: the 3 leaders timed 3 more times, the
     winner named by the median of those rounds; None: the best search trial's own figures).
+    shape_generic: measure each spec's shape-generic kernel where its backend has one (one compile
+    serves every shape of the problem's dtype, layout and epilogue, so the next shape's search finds
+    them compiled); False: kernels compiled for this one shape (the backends' "auto").
+    lookahead: ask for the next batch while one is measured and compile it meanwhile
+    (cudal2.search.loop.run_search); on the H100 it took a warm search of a new shape from 9.8 to
+    8.9 s and of a weight whose kernels were compiled from 10.0 to 8.2 s
+    (benchmarks/results/tune_speed_lookahead_triton_h100_2026-11-27.md).
     The search resumes a study of the same problem and backends found in the store.
     A problem whose operands and output do not fit the target GPU's free memory (with no GPU,
     the target arch's largest part) is refused first: MemoryFitError, a SpecError.
@@ -143,7 +151,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     if cluster is not None:
         return _search_on_cluster(problem, cluster, runner, store, backends=backends, proposer=proposer, arch=arch,
                                   budget=budget, modes=tuple(modes), n_proposals=n_proposals, sampler=sampler,
-                                  seed=seed, tag=tag, batch_size=batch_size, confirm=confirm)
+                                  seed=seed, tag=tag, batch_size=batch_size, confirm=confirm,
+                                  shape_generic=shape_generic, lookahead=lookahead)
     arch = arch or default_arch()
     own_runner = runner is None
     runner = default_runner() if own_runner else runner
@@ -153,7 +162,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
                           proposer=resolve_proposer(proposer, backends, arch), runner=runner,
                           store=resolve_store(store), budget=budget, modes=tuple(modes), n_proposals=n_proposals,
                           sampler=sampler, seed=seed, tag=tag, progress=progress, batch_size=batch_size,
-                          confirm=confirm)
+                          confirm=confirm, shape_generic=shape_generic, lookahead=lookahead)
     finally:
         if own_runner and hasattr(runner, "close"):
             runner.close()  # the GPU worker and compile pool we started

@@ -14,9 +14,10 @@ from cudal2.search.recorded import RecordedRunner
 from cudal2.search.store import Store
 
 PROBLEM = GemmProblem(m=1024, n=1024, k=512)
-LUCKY = KernelSpec(block_m=128, block_n=64, block_k=32, num_warps=4, stages=2)
-STEADY = KernelSpec(block_m=64, block_n=64, block_k=32, num_warps=4, stages=2)
-SLOW = KernelSpec(block_m=64, block_n=128, block_k=32, num_warps=4, stages=2)
+# the shape-generic kernels a search measures by default (Refiner.kernel_of)
+LUCKY = KernelSpec(block_m=128, block_n=64, block_k=32, num_warps=4, stages=2, shape_specialization="dynamic")
+STEADY = KernelSpec(block_m=64, block_n=64, block_k=32, num_warps=4, stages=2, shape_specialization="dynamic")
+SLOW = KernelSpec(block_m=64, block_n=128, block_k=32, num_warps=4, stages=2, shape_specialization="dynamic")
 TORCH_MS = 0.100
 
 

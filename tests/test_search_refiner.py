@@ -11,7 +11,8 @@ from cudal2.search.space import fields_from, params_of, search_space
 from cudal2.search.store import Store
 
 PROBLEM = GemmProblem(m=1024, n=1024, k=512)
-FAST = KernelSpec(block_m=128, block_n=64, block_k=32, num_warps=4, stages=2, raster_group=4)
+FAST = KernelSpec(block_m=128, block_n=64, block_k=32, num_warps=4, stages=2, raster_group=4,
+                  shape_specialization="dynamic")  # the shape-generic kernels a search measures by default
 
 
 class ListProposer:
@@ -57,7 +58,7 @@ def test_proposals_first_invalid_pruned_with_reason_best_found(tmp_path):
     store = Store(tmp_path / "s.db")
     small_k = GemmProblem(m=1024, n=1024, k=64)
     too_deep = KernelSpec(block_k=64, decomposition="split_k", split_k=4)  # K=64 has one block of 64
-    good = [FAST, KernelSpec(block_m=64, block_n=64, block_k=32, stages=2)]
+    good = [FAST, KernelSpec(block_m=64, block_n=64, block_k=32, stages=2, shape_specialization="dynamic")]
     runner = RecordedRunner(rows=[({"block_m": 128, "block_n": 64, "block_k": 32, "num_warps": 4, "stages": 2,
                                     "raster_group": 4}, 0.001)],
                             model=lambda p, s: 0.05, baselines={"torch": 0.002, "cublaslt_autotune": 0.0018})
@@ -148,7 +149,7 @@ def test_batches_keep_proposals_first_and_meet_the_budget_exactly(tmp_path):
             self.batches.append(len(specs))
             return super().evaluate(problem, specs, modes)
 
-    specs = [KernelSpec(stages=s, block_k=32) for s in (1, 2, 3, 4, 5)]
+    specs = [KernelSpec(stages=s, block_k=32, shape_specialization="dynamic") for s in (1, 2, 3, 4, 5)]
     runner = Counting()
     res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(specs), runner=runner,
                      store=Store(tmp_path / "s.db"), budget=11, n_proposals=5, seed=0, batch_size=4,
@@ -258,7 +259,7 @@ def test_a_two_backend_search_samples_few_specs_its_backends_refuse(tmp_path):
 
 
 def test_next_batch_is_asked_and_prefetched_while_the_current_one_is_measured(tmp_path):
-    specs = [KernelSpec(stages=s, block_k=bk) for bk in (32, 64) for s in (1, 2, 3, 4, 5)]
+    specs = [KernelSpec(stages=s, block_k=bk, shape_specialization="dynamic") for bk in (32, 64) for s in (1, 2, 3, 4, 5)]
     runner = RecordedRunner()
     res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(specs), runner=runner,
                      store=Store(tmp_path / "s.db"), budget=19, n_proposals=10, seed=0, batch_size=4,
@@ -302,7 +303,7 @@ def test_interrupt_gives_back_the_batch_asked_ahead_too(tmp_path):
             return super().evaluate(problem, specs, modes)
 
     store = Store(tmp_path / "s.db")
-    specs = [KernelSpec(stages=s, block_k=32) for s in (1, 2, 3, 4, 5, 6)]
+    specs = [KernelSpec(stages=s, block_k=32, shape_specialization="dynamic") for s in (1, 2, 3, 4, 5, 6)]
     first = BreaksSecond()
     with pytest.raises(KeyboardInterrupt):
         run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(specs), runner=first,
@@ -315,3 +316,29 @@ def test_interrupt_gives_back_the_batch_asked_ahead_too(tmp_path):
     assert runner.calls[:3] == specs[3:]  # the proposals given back are measured first on resume
     assert res.evaluations == 9 and len({s.key() for s in first.calls + runner.calls}) == 9
     assert not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]
+
+
+def test_a_search_measures_shape_generic_kernels_unless_asked_for_per_shape_ones(tmp_path):
+    """By default each spec's shape-generic kernel ("dynamic") is measured, proposals and sampled
+    trials alike, and a proposal of the same spec is not queued twice; shape_generic=False measures
+    the backends' own choice ("auto"). A spec with no shape-generic kernel (CuTe DSL stream-K,
+    whose work split is planned for one shape) keeps the backend's own."""
+    runner = RecordedRunner(rows=[], model=lambda p, s: 0.05 + 0.001 * s.stages, baselines={"torch": 0.05})
+    fast, slow = FAST.replace(shape_specialization="auto"), KernelSpec(block_m=64, block_n=64, block_k=32, stages=2)
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([fast, slow, fast]),
+                     runner=runner, store=Store(tmp_path / "g.db"), budget=5, n_proposals=3, seed=1, progress=False)
+    assert len(runner.calls) == 5 and {s.shape_specialization for s in runner.calls} == {"dynamic"}
+    assert runner.calls[:2] == [FAST, slow.replace(shape_specialization="dynamic")]
+    assert res.best.spec.shape_specialization == "dynamic"
+    per_shape = RecordedRunner(rows=[], model=lambda p, s: 0.05, baselines={"torch": 0.05})
+    run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([fast]), runner=per_shape,
+               store=Store(tmp_path / "p.db"), budget=3, n_proposals=1, seed=1, progress=False, shape_generic=False)
+    assert {s.shape_specialization for s in per_shape.calls} == {"auto"} and per_shape.calls[0] == fast
+    refiner = Refiner(PROBLEM, ("cute_dsl",), Store(tmp_path / "c.db"), "sm_90a")
+    stream_k = KernelSpec(backend="cute_dsl", block_m=128, block_n=128, block_k=64, num_warps=12, stages=4,
+                          load_path="tma", warp_specialization="cooperative", persistent=True,
+                          decomposition="stream_k", epilogue_path="tma_store")
+    plain = stream_k.replace(decomposition="data_parallel")
+    assert refiner.kernel_of(stream_k) == stream_k
+    assert refiner.kernel_of(plain) == plain.replace(shape_specialization="dynamic")
+    assert refiner.kernel_of(plain.replace(shape_specialization="static")).shape_specialization == "static"

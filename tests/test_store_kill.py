@@ -147,7 +147,7 @@ def test_killed_at_each_stage_and_resumed_counts_each_spec_once(tmp_path):
     assert keys <= {line.split()[1] for line in measured}
     assert len(measured) - len(set(measured)) <= 5 * 3
     # the twins ran as one spec: one record, and both of their trials are settled
-    twin = KernelSpec(stages=6, block_k=64, arch="sm_90a").key()
+    twin = KernelSpec(stages=6, block_k=64, arch="sm_90a", shape_specialization="dynamic").key()  # measured shape-generic
     assert twin in keys
 
 
@@ -187,7 +187,7 @@ class InterruptedStore(Store):
 @pytest.mark.parametrize("where", ["runner", "store write"])
 @pytest.mark.parametrize("lookahead", [False, True])
 def test_keyboard_interrupt_gives_the_batch_back(tmp_path, lookahead, where):
-    specs = [KernelSpec(stages=s, block_k=32) for s in (1, 2, 3, 4, 5, 6, 7, 8)]
+    specs = [KernelSpec(stages=s, block_k=32, shape_specialization="dynamic") for s in (1, 2, 3, 4, 5, 6, 7, 8)]
     interrupted = where == "store write"
     store = (InterruptedStore if interrupted else Store)(tmp_path / "s.db")
     kw = dict(backends=("triton",), arch="sm_90a", seed=0, batch_size=3, progress=False, lookahead=lookahead,

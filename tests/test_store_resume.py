@@ -117,7 +117,7 @@ def _dead_pid() -> int:
 def test_recover_requeues_a_dead_workers_trials_through_optunas_retry_callback(tmp_path):
     store = Store(tmp_path / "s.db")
     ref = Refiner(PROBLEM, ("triton",), store, "sm_90a")
-    measured, lost = KernelSpec(stages=2), KernelSpec(stages=5)
+    measured, lost = (KernelSpec(stages=s, shape_specialization="dynamic") for s in (2, 5))  # what a search measures
     ref.study.enqueue_trial(params_of(measured, ref.space))
     ref.study.enqueue_trial(params_of(lost, ref.space))
     dead = f"{WORKER.rpartition(':')[0]}:{_dead_pid()}"

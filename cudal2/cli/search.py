@@ -30,6 +30,9 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            n: Annotated[int, typer.Option(min=1, help="proposals to show in a dry run")] = 8,
            arch: Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")] = None,
            confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None,
+           per_shape: Annotated[bool, typer.Option("--per-shape", help=(
+               "measure kernels compiled for this one shape (the backends' \"auto\") instead of each "
+               "spec's shape-generic kernel, which one compile serves for every shape"))] = False,
            runner: RunnerOpt = "gpu", llm_fatal: LlmFatalOpt = False) -> None:
     """Search kernels for one shape (resumes the study of that shape found in the store)."""
     from ..api import default_arch
@@ -49,7 +52,8 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
         with _llm_fatal(prop):
             res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
                              store=s, budget=budget, modes=tuple(mode), sampler=sampler, seed=seed,
-                             batch_size=batch, confirm=_confirm(confirm, confirm_mode))
+                             batch_size=batch, confirm=_confirm(confirm, confirm_mode), shape_generic=not per_shape,
+                             lookahead=True)
     finally:
         if hasattr(run, "close"):
             run.close()

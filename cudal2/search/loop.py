@@ -112,7 +112,8 @@ class Search:
                  runner: Runner, store: Store, budget: int | str | Budget = 64, modes: Sequence[Mode] = ("offline",),
                  n_proposals: int | None = None, sampler: str = "tpe", seed: int | None = None, tag: str = "",
                  progress: bool = True, max_trials: int | None = None, batch_size: int = 1,
-                 deadline: float | None = None, lookahead: bool = False, confirm: Confirm | None = None):
+                 deadline: float | None = None, lookahead: bool = False, confirm: Confirm | None = None,
+                 shape_generic: bool = True):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -120,7 +121,8 @@ class Search:
         self.budget, self.modes = Budget.parse(budget), tuple(modes)
         self.mode = _objective_mode(self.modes)
         self.batch_size, self.deadline, self.confirm_with, self.progress = batch_size, deadline, confirm, progress
-        self.refiner = Refiner(problem, backends, store, arch, sampler=sampler, seed=seed, tag=tag)
+        self.refiner = Refiner(problem, backends, store, arch, sampler=sampler, seed=seed, tag=tag,
+                               shape_generic=shape_generic)
         self.refiner.recover()
         self.study, self.storage = self.refiner.study, store.optuna_storage
         # Heartbeats serve workers on other hosts (a PostgreSQL store); a SQLite store's journal has none
@@ -353,22 +355,26 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                seed: int | None = None, tag: str = "", progress: bool = True,
                max_trials: int | None = None, batch_size: int = 1,
                deadline: float | None = None, lookahead: bool = False,
-               confirm: Confirm | None = None) -> SearchResult:
+               confirm: Confirm | None = None, shape_generic: bool = True) -> SearchResult:
     """Run (or resume) the study of `problem` until `budget` is spent; see the module docstring.
     batch_size: specs handed to runner.evaluate at once (the evaluator compiles a batch in
     parallel; the TPE sampler's constant liar keeps a batch diverse). deadline: a time.monotonic()
     after which no new batch starts (the study stays resumable). lookahead: ask for the next batch
     while the current one is measured and hand it to runner.prefetch (if the runner has one), so
-    that it compiles in the meantime. Off by default: on the H100 it cut the wait for compiles
-    (0.12 -> 0.09 s a candidate) but the one comparison made gave no shorter search (0.86 against
-    0.74 s a candidate, run first and on a cold process), and compiles running during the timing
-    job compete with it for the host. confirm: once the budget is spent, time the leaders again
+    that it compiles in the meantime. Off here, on in cudal2.search and `cudal2 search`: on the
+    H100 a first comparison (cold process, kernels compiled per shape) cut the wait for compiles
+    (0.12 -> 0.09 s a candidate) but gave no shorter search (0.86 against 0.74 s a candidate); with
+    shape-generic kernels, warm searches of a new shape and of a weight whose kernels were compiled
+    took 8.9 and 8.2 s against 9.8 and 10.0 s without it, on one machine
+    (benchmarks/results/tune_speed_lookahead_triton_h100_2026-11-27.md). confirm: once the budget is spent, time the leaders again
     and rank them by those rounds (confirm.py); None (here; cudal2.search, the CLI and the
-    benchmarks pass Confirm()) or rounds=0 reports the best search trial."""
+    benchmarks pass Confirm()) or rounds=0 reports the best search trial. shape_generic: measure
+    each spec's shape-generic kernel where its backend has one (Refiner.kernel_of); False: the
+    backend's own choice ("auto", a kernel compiled for this one shape)."""
     return Search(problem, backends=backends, arch=arch, proposer=proposer, runner=runner, store=store,
                   budget=budget, modes=modes, n_proposals=n_proposals, sampler=sampler, seed=seed, tag=tag,
                   progress=progress, max_trials=max_trials, batch_size=batch_size, deadline=deadline,
-                  lookahead=lookahead, confirm=confirm).run()
+                  lookahead=lookahead, confirm=confirm, shape_generic=shape_generic).run()
 
 
 def _queued(study) -> bool:
