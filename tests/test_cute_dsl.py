@@ -261,7 +261,7 @@ def test_swap_ab_refusals(pkw, skw, word):
     (dict(block_n=192, stages=5), 2),  # 200 KiB: two fit, four would not
     (dict(block_m=192, stages=5, swap_ab=True), 2),  # the same kernel, D's tile named transposed
     (dict(block_m=192, num_warps=16, stages=5), 2),  # 12 KiB pieces on three consumer warpgroups
-    (dict(warp_specialization="pingpong", stages=6), 4),  # a set of pieces per warpgroup
+    (dict(warp_specialization="pingpong", stages=6), 8),  # one set of twice as many, the warpgroups' turns share it
     (dict(stages=6), 4),
 ])
 def test_epilogue_stages_shrink_to_make_room_for_main_loop_stages(backend, skw, pieces):

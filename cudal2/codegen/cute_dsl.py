@@ -63,26 +63,29 @@ KERNEL_WIDTHS = [w for w in TILE_WIDTHS if w % 16 == 0]
 
 # Output pieces in flight through shared memory with the TMA store: the first count that fits beside
 # the spec's main-loop stages. Two instead of four frees the shared memory that lets 192-wide tiles
-# (40 KiB a stage) run the 5 stages cuBLAS gives its 128x192 kernel on 12288x256x16384.
+# (40 KiB a stage) run the 5 stages cuBLAS gives its 128x192 kernel on 12288x256x16384. Ping-pong's
+# two warpgroups, whose epilogues take turns, share one set of twice as many (the same bytes): a
+# 128x128 tile's eight pieces are then all in flight, and no piece waits for an earlier one's store.
 EPILOGUE_STAGES = (4, 2)
 BARRIER_BYTES = 1024  # the kernel's mbarriers and scheduler words
 
 
 def _epilogue_piece_bytes(f: Mapping[str, Any]) -> int:
-    """One staged output piece: (64 rows per consumer warpgroup of the tile) x (32 columns) fp16,
-    a set per consumer warpgroup with ping-pong."""
+    """One staged output piece: (64 rows per consumer warpgroup of the tile) x (32 columns) fp16."""
     pingpong = f["warp_specialization"] == "pingpong"
     wgs = 1 if pingpong else f["num_warps"] // 4 - 1  # warpgroups sharing a tile, less the producer
     rows, cols = (f["block_n"], f["block_m"]) if f.get("swap_ab") else (f["block_m"], f["block_n"])
-    return min(rows, 64 * wgs) * epilogue_piece_width(cols) * 2 * (2 if pingpong else 1)
+    return min(rows, 64 * wgs) * epilogue_piece_width(cols) * 2
 
 
 def epilogue_stages(f: Mapping[str, Any]) -> int:
     """How many output pieces the TMA-store epilogue of a spec (given as its fields) keeps in flight:
-    the most of EPILOGUE_STAGES that fit in shared memory beside its main-loop stages and barriers."""
+    the most of EPILOGUE_STAGES that fit in shared memory beside its main-loop stages and barriers
+    (twice as many with ping-pong, one set its warpgroups share)."""
     room = arch_limits(f["arch"]).smem_per_block - BARRIER_BYTES - f["stages"] * stage_bytes(f)
     piece = _epilogue_piece_bytes(f)
-    return next((n for n in EPILOGUE_STAGES if n * piece <= room), EPILOGUE_STAGES[-1])
+    counts = tuple(2 * n for n in EPILOGUE_STAGES) if f["warp_specialization"] == "pingpong" else EPILOGUE_STAGES
+    return next((n for n in counts if n * piece <= room), counts[-1])
 
 
 def epilogue_smem_bytes(f: Mapping[str, Any]) -> int:
@@ -297,7 +300,10 @@ def _cache_root() -> Path:
 
 class CuteDslBackend(Backend):
     name = "cute_dsl"
-    version = "4"  # 4: ping-pong skips the other warpgroup's stages in one step; 3: the grouped walk
+    # 5: ping-pong's warpgroups share one set of staged output pieces, twice as deep; a piece waits
+    # for an earlier store only where it reuses its buffer; the producer alone waits for the previous
+    # grid (PDL). 4: ping-pong skips the other warpgroup's stages in one step; 3: the grouped walk
+    version = "5"
     language = "python"
     capabilities = CAPABILITIES
     templates = {"sm90_ws": "gemm_sm90.py.j2"}

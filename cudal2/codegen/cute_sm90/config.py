@@ -104,8 +104,9 @@ class GemmConfig:
 
     @property
     def epi_buffers(self) -> int:
-        """Staged output pieces in shared memory: a set per consumer warpgroup with ping-pong."""
-        return self.epi_stages * (2 if self.pingpong else 1)
+        """Staged output pieces in shared memory: one set, which ping-pong's warpgroups share (their
+        epilogues take turns, and each drains its stores' reads before it passes the turn)."""
+        return self.epi_stages
 
     @property
     def epi_tile(self) -> tuple[int, int]:

@@ -103,7 +103,8 @@ class TmaStore:
     @cute.jit
     def store(self, tma_d, mD_tma, crd, done_before_tiles, epi_barrier, warp, mwg):
         """Store the fragment's output tile at crd. done_before_tiles: tiles this warpgroup stored
-        before (the staged buffers rotate across tiles)."""
+        before (the staged buffers rotate across tiles; with ping-pong every tile starts on the
+        shared set that the other warpgroup drained before passing its turn)."""
         cfg = self.cfg
         gD_tile = cute.zipped_divide(cute.local_tile(mD_tma, (cfg.tile_m, cfg.tile_n), (crd[0], crd[1], crd[2])),
                                      cfg.epi_tile)
@@ -111,21 +112,36 @@ class TmaStore:
         pieces = cute.size(gD_tile, mode=[1])
         piece_grid = cute.make_layout(gD_tile.shape[1], stride=(gD_tile.shape[1][1], 1))
         done_before = done_before_tiles * pieces
+        storer = warp == 4 + 4 * mwg * cfg.pingpong  # the first warp of the tile's warpgroup(s)
         for p in cutlass.range_constexpr(pieces):
             for v in cutlass.range_constexpr(self.piece_size):
                 self.piece_acc[v] = self.tRS_acc[p * self.piece_size + v]
             self.piece_out.store(self.piece_acc.load().to(dsl_type(cfg.d_dtype)))
-            buf = (done_before + p) % cfg.epi_stages + (mwg * cfg.epi_stages if cfg.pingpong else 0)
+            if cutlass.const_expr(cfg.pingpong):
+                buf = p % cfg.epi_stages
+            else:
+                buf = (done_before + p) % cfg.epi_stages
+            if cutlass.const_expr(not cfg.pingpong or p >= cfg.epi_stages):
+                # the buffer's earlier store has read it (on a drained set, the first epi_stages
+                # pieces of a tile have nothing to wait for)
+                if storer:
+                    self.pipe.producer_acquire()
+                epi_barrier.arrive_and_wait()
             cute.copy(self.r2s, self.piece_out, self.tRS_sD[(None, None, None, buf)])
             cute.arch.fence_proxy("async.shared", space="cta")
             epi_barrier.arrive_and_wait()
-            if warp == 4 + 4 * mwg * cfg.pingpong:  # the first warp of the tile's warpgroup(s)
+            if storer:
                 cute.copy(tma_d, bSG_sD[(None, buf)], bSG_gD[(None, piece_grid.get_hier_coord(p))])
                 self.pipe.producer_commit()
-                self.pipe.producer_acquire()
-            epi_barrier.arrive_and_wait()
+        if cutlass.const_expr(cfg.pingpong):
+            # The stores have read the shared set before this warpgroup passes its turn to the other,
+            # which writes the set next: the turn completes once every thread of this warpgroup has
+            # arrived, the storing warp after this wait.
+            if storer:
+                self.pipe.producer_tail()
 
     def tail(self):
+        """Wait until every store issued by this thread has read its staged piece."""
         self.pipe.producer_tail()
 
 

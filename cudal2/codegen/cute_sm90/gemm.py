@@ -241,9 +241,10 @@ class Sm90Gemm:
             cute.group_modes(gB, 0, 2))
 
         pipeline.pipeline_init_wait(cluster_shape_mn=(cfg.cluster_m, cfg.cluster_n))
-        if cutlass.const_expr(cfg.pdl):
+        if cutlass.const_expr(cfg.pdl and cfg.stream_k):
             # launched early (programmatic dependent launch): everything above overlaps the previous
-            # kernel's tail; nothing below reads or writes global memory before that kernel is done
+            # kernel's tail. Stream-K's consumers read and raise flags in global memory, so every
+            # thread waits here for that kernel to finish; otherwise the producer alone does (below).
             cute.arch.griddepcontrol_wait()
         walk, slot = None, None
         if cutlass.const_expr(cfg.stream_k):
@@ -256,6 +257,11 @@ class Sm90Gemm:
         if wg == 0:
             # ---------------- producer warpgroup: one warp issues the TMA loads -------------------
             cute.arch.setmaxregister_decrease(cfg.producer_regs)
+            if cutlass.const_expr(cfg.pdl and not cfg.stream_k):
+                # The previous kernel is done before the first load. Every global access of the
+                # consumers (C, bias, the output, a split-K workspace) follows a load's arrival, so
+                # their set-up overlaps that kernel's tail.
+                cute.arch.griddepcontrol_wait()
             if warp == 0:
                 self._produce(mainloop, tma_a, tma_b, tAgA, tAsA, tBgB, tBsB, a_mask, b_mask, k_tiles,
                               sched_params, walk, cluster_crd)
@@ -424,8 +430,14 @@ class Sm90Gemm:
         cfg = self.cfg
         read.reset_count()
         release.reset_count()
-        c.acc.fill(0.0)
-        c.tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        tiled_mma = c.tiled_mma  # (a local: the loop below carries its accumulate flag)
+        if cutlass.const_expr(cfg.split or cfg.stream_k):
+            c.acc.fill(0.0)  # (a K slice or a stream-K segment may hold no k-tile)
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+        else:
+            # the first WGMMA overwrites the accumulators (every tile has a k-tile: K >= 1), so they
+            # are not zeroed by a pass over the registers first
+            tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
         if cutlass.const_expr(cfg.pingpong):
             turns.wait(turn)  # the other warpgroup has issued its main loop
         warpgroup.fence()
@@ -435,7 +447,8 @@ class Sm90Gemm:
             mainloop.consumer_wait(read)
             for kb in cutlass.range_constexpr(c.k_blocks):
                 blk = (None, None, kb, read.index)
-                cute.gemm(c.tiled_mma, c.acc, c.tCrA[blk], c.tCrB[blk], c.acc)
+                cute.gemm(tiled_mma, c.acc, c.tCrA[blk], c.tCrB[blk], c.acc)
+                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
             warpgroup.commit_group()
             if kt > 0:
                 warpgroup.wait_group(1)
