@@ -418,7 +418,8 @@ def test_ctrl_c_on_a_local_cluster_sweep_is_one_line_and_leaves_no_process(tmp_p
     store = tmp_path / "s.db"
     proc = subprocess.Popen([sys.executable, "-m", "cudal2.cli", "sweep", "all:train", "--specs", "40", "--runner",
                              "recorded", "--workers", "2", "--store", str(store)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)  # its own group, as a terminal's
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,  # its own group, as a terminal's
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})  # its lines as it says them, not at exit
     try:
         for line in proc.stdout:  # the cluster is up once the sweep says where it measures
             if line.startswith("sweep:"):
