@@ -168,9 +168,19 @@ def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[
     d = {k: v for k, v in d.items() if k == "gpu" or not parts or k in parts}
     body, heads = [], []
     if d.get("tune"):
-        body += ["| run | shape | seconds | vs torch |", "|---|---|---:|---:|"]
+        phased = any("phases" in r for r in d["tune"])  # where the evaluator's time went (EvalStats)
+        body += (["| run | shape | seconds | vs torch | compile wait | checks | timing | the search's own |",
+                  "|---|---|---:|---:|---:|---:|---:|---:|"] if phased else
+                 ["| run | shape | seconds | vs torch |", "|---|---|---:|---:|"])
         for r in d["tune"]:
-            body.append(f"| {r['kind']} | {r['shape']} | {r['seconds']:.1f} | {r['speedup_torch'] or 0:.3f} |")
+            line = f"| {r['kind']} | {r['shape']} | {r['seconds']:.1f} | {r['speedup_torch'] or 0:.3f} |"
+            p = r.get("phases")
+            if phased and p:
+                own = r["seconds"] - p["waiting_for_compile_s"] - p["checking_s"] - p["timing_s"]
+                line += f" {p['waiting_for_compile_s']:.1f} | {p['checking_s']:.1f} | {p['timing_s']:.1f} | {own:.1f} |"
+            elif phased:
+                line += " | | | |"
+            body.append(line)
         warm = [r["seconds"] for r in d["tune"] if r["kind"].startswith("warm")]
         if warm:
             heads.append(f"warm tune at budget 32: {min(warm):.1f}-{max(warm):.1f} s")
@@ -478,6 +488,33 @@ EXPERIMENTS: list[Experiment] = [
                "The command above with `--top 4`, on a new machine of the same kind: each screened shape's four "
                "fastest specs over the three exports checked and timed again in one call, and the fastest of them "
                "timed once more with torch.matmul and quack_autotune; the table gives that last timing."),
+    Experiment("quack against the fastest of three sweeps, CuTe DSL backend version 5, four H100s",
+               "quack_vs_sweep_v5_top4_h100x4_2026-11-27.json", "quack_vs_sweep",
+               "The `--screen 0.05 --top 4` command above, two GPUs of a four-GPU machine (`--gpus 2`), after the CuTe "
+               "DSL kernel changed (backend version 5: ping-pong's warpgroups share one set of staged output pieces, "
+               "twice as deep; a piece waits for an earlier store only where it reuses its buffer; the producer alone "
+               "waits for the previous grid; the first WGMMA sets the accumulators). The other two GPUs ran other "
+               "benchmarks."),
+    Experiment("The 7 shapes quack still won, eight fastest specs each, CuTe DSL backend version 5",
+               "quack_vs_sweep_losers_v5_top8_h100x4_2026-11-27.json", "quack_vs_sweep",
+               "The shapes where the run above had quack_autotune faster than our kernel, `--shapes ... --top 8 "
+               "--gpus 3`, three GPUs of a four-GPU machine."),
+    Experiment("Ours against quack at quack's own autotuned config on those 7 shapes, CuTe DSL backend version 5",
+               "peer_parity_losers_v5_h100_2026-11-27.json", "peer_parity",
+               "`benchmarks/peer_parity.py --shapes <the 7> --sample 7 --budget 0 --own-layout`: quack's autotuned "
+               "config read from its cache, quack forced to it beside our kernel at the same config (deepest "
+               "pipeline that fits), one GPU of a four-GPU machine."),
+    Experiment("The 11 shapes quack won, eight fastest specs each, with the shared output staging alone",
+               "quack_vs_sweep_losers_staging_top8_h100x4_2026-11-27.json", "quack_vs_sweep",
+               "As the 11-shape run below, one GPU of a four-GPU machine, with the kernel between version 4 and 5: "
+               "the shared, deeper output staging and the producer's PDL wait, not yet the accumulators set by the "
+               "first WGMMA."),
+    Experiment("The 11 shapes quack won in both runs, eight fastest specs each, two H100s",
+               "quack_vs_sweep_losers_top8_h100x4_2026-11-27.json", "quack_vs_sweep",
+               "The command above on the 11 shapes where quack_autotune beat our fastest kernel in both runs "
+               "(`--shapes ... --top 8 --gpus 2`, two GPUs of a four-GPU machine, the other two running other "
+               "benchmarks): each shape's eight fastest specs by the exports' brief timing checked and timed again, "
+               "full timing. CuTe DSL backend version 4."),
     Experiment("CuTe DSL catalog sweep, train and validation shapes, H100", "sweep_cute_dsl_h100_2026-11-26.csv.gz",
                "sweep", "`cudal2 sweep all:train --sample 64 --specs 96 --backend cute_dsl` and `cudal2 sweep "
                "all:validation --sample 24 --specs 96 --backend cute_dsl` into one store, then `cudal2 dataset export`: "
@@ -684,6 +721,35 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("The evaluator against two other clocks", "crosscheck_h100_2026-11-25.json", "crosscheck",
                "`benchmarks/crosscheck.py`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
+    Experiment("Dynamic-shape Triton kernels whose tile arithmetic divides by multiply and shift, against static ones",
+               "tune_speed_static_triton_fastdiv_h100_2026-11-27.json", "tune_speed",
+               f"The rules' first two Triton proposals on {PROBE48}, rendered static and dynamic (backend version 5: "
+               "the tile arithmetic divides by run-time tile counts with a multiply and a shift from launch(), none "
+               "without split-K; M unspecialized where A is row-major), timed in one evaluator call per shape "
+               "(`--part static --backend triton`), on one GPU of a four-GPU machine whose other GPUs ran other "
+               "benchmarks.", parts=("static",)),
+    Experiment("Seconds to tune a new shape: the search on shape-generic kernels, compiling ahead, Triton",
+               "tune_speed_lookahead_triton_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend triton --lookahead`: cudal2.search measuring each spec's "
+               "shape-generic kernel and compiling its next batch while one is measured; one GPU of a four-GPU "
+               "machine whose other GPUs ran the CuTe DSL GPU tests and a quack comparison.", parts=("tune",)),
+    Experiment("The same without compiling ahead, the same GPU right after",
+               "tune_speed_generic2_triton_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend triton`, right after the run above on the same GPU.",
+               parts=("tune",)),
+    Experiment("Seconds to tune a new shape: the search on shape-generic kernels, CuTe DSL",
+               "tune_speed_generic_cute_dsl_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl` (no look-ahead), one GPU of a four-GPU machine "
+               "whose other GPUs ran other benchmarks; CuTe DSL kernels between backend version 4 and 5.",
+               parts=("tune",)),
+    Experiment("Seconds to tune a new shape: the search on shape-generic kernels, Triton, first run",
+               "tune_speed_generic_triton_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend triton` (no look-ahead), beside the CuTe DSL run above.",
+               parts=("tune",)),
+    Experiment("Seconds to tune a new shape, with where the evaluator's time went",
+               "tune_speed_warm_phases_h100_2026-11-27.json", "tune_speed",
+               "The tune part alone on a one-GPU machine, under cProfile, Triton backend version 5, the search on "
+               "kernels compiled per shape; the evaluator's phases (EvalStats) per run.", parts=("tune",)),
     Experiment("Dynamic-shape Triton kernels with a straight K loop where K is one step, against static ones",
                "tune_speed_static_triton_onek_h100_2026-11-27.json", "tune_speed",
                f"The rules' first two Triton proposals on {PROBE48}, rendered static and dynamic (int32 offsets unless "

@@ -22,6 +22,7 @@ it measured.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -87,7 +88,7 @@ def part_static(probe: Path, backends, deadline: float, out: dict, save) -> None
             save()
 
 
-def part_tune(backends, deadline: float, out: dict, save, shared: bool = False) -> None:
+def part_tune(backends, deadline: float, out: dict, save, shared: bool = False, lookahead: bool = False) -> None:
     """Seconds to tune new shapes: cold caches, warm caches. shared: one evaluator for every run, as
     a process that tunes shapes one after another keeps it (the cold run then pays its start: the
     worker, the compile pool, CUDA); otherwise each search starts its own."""
@@ -110,15 +111,21 @@ def part_tune(backends, deadline: float, out: dict, save, shared: bool = False) 
         if time.time() > deadline:
             break
         start = time.time()
+        before = dataclasses.asdict(runner.stats) if hasattr(runner, "stats") else None
         res = cudal2.search(shape, layout="NT", backends=backends, budget=BUDGET, progress=False,
-                            store=str(cache / f"store{i}.db"), seed=0, runner=runner)
+                            store=str(cache / f"store{i}.db"), seed=0, runner=runner, lookahead=lookahead)
         wall = time.time() - start
         kind += ", one evaluator for all runs" if shared else ", an evaluator per search"
+        kind += ", look-ahead" if lookahead else ""
         row = {"kind": kind, "shape": res.problem.label(), "seconds": wall, "evaluations": res.evaluations,
                "speedup_torch": res.speedup.get("torch"), "best": res.best.spec.summary() if res.best else None}
+        if before is not None:  # where the shared evaluator's time went in this run (EvalStats)
+            after = dataclasses.asdict(runner.stats)
+            row["phases"] = {k: after[k] - before[k] for k in after}
         rows.append(row)
         print(f"tune {kind:18s} {row['shape']:26s} {wall:6.1f} s, {res.evaluations} evaluations, "
-              f"{row['speedup_torch']} of torch", flush=True)
+              f"{row['speedup_torch']} of torch" + (f"; evaluator {row['phases']}" if "phases" in row else ""),
+              flush=True)
         save()
     if runner is not None:
         runner.close()
@@ -187,6 +194,19 @@ def markdown(out: dict) -> str:
             lines.append(f"| {r['kind']} | {r['shape']} | {r['seconds']:.1f} | {r['evaluations']} | {sp} | "
                          f"`{r['best']}` |")
         lines.append("")
+        if any("phases" in r for r in out["tune"]):
+            lines += ["Where the evaluator's time went in each run (seconds; the rest of a run's time is the "
+                      "search's own: proposals, sampler, store):", "",
+                      "| run | candidates | compile wait | checks | timing | of which baseline setup | rest |",
+                      "|---|---:|---:|---:|---:|---:|---:|"]
+            for r in out["tune"]:
+                p = r.get("phases")
+                if p:
+                    used = p["waiting_for_compile_s"] + p["checking_s"] + p["timing_s"]
+                    lines.append(f"| {r['kind']} | {p['candidates']} | {p['waiting_for_compile_s']:.1f} | "
+                                 f"{p['checking_s']:.1f} | {p['timing_s']:.1f} | {p['baseline_setup_s']:.1f} | "
+                                 f"{r['seconds'] - used:.1f} |")
+            lines.append("")
     if out.get("sweep"):
         s = out["sweep"]
         lines += ["## Bulk measurement", "",
@@ -213,6 +233,8 @@ def main() -> None:
     ap.add_argument("--backend", action="append")
     ap.add_argument("--specs", type=int, default=64, help="catalog specs per shape in the sweep")
     ap.add_argument("--max-seconds", type=float, default=500)
+    ap.add_argument("--lookahead", action="store_true",
+                    help="tune: the search compiles its next batch while one is measured")
     ap.add_argument("--shared-evaluator", action="store_true",
                     help="tune: one evaluator for every run (otherwise each search starts its own)")
     args = ap.parse_args()
@@ -237,7 +259,7 @@ def main() -> None:
         if part == "static":
             part_static(args.probe, backends, deadline, out, save)
         elif part == "tune":
-            part_tune(backends, deadline, out, save, args.shared_evaluator)
+            part_tune(backends, deadline, out, save, args.shared_evaluator, args.lookahead)
         else:
             part_sweep(backends, args.specs, deadline, out, save)
     save()

@@ -302,7 +302,8 @@ class CuteDslBackend(Backend):
     name = "cute_dsl"
     # 5: ping-pong's warpgroups share one set of staged output pieces, twice as deep; a piece waits
     # for an earlier store only where it reuses its buffer; the producer alone waits for the previous
-    # grid (PDL). 4: ping-pong skips the other warpgroup's stages in one step; 3: the grouped walk
+    # grid (PDL); the first WGMMA sets the accumulators. 4: ping-pong skips the other warpgroup's
+    # stages in one step; 3: the grouped walk
     version = "5"
     language = "python"
     capabilities = CAPABILITIES
