@@ -80,7 +80,10 @@ def autotuned_config(a, b) -> PeerConfig | None:
 
 
 class QuackAtConfig:
-    """quack's GEMM forced to one config (its autotuner bypassed): kernel(a, b, c=None, bias=None) -> c."""
+    """quack's GEMM forced to one config (its autotuner bypassed): kernel(a, b, c=None, bias=None) -> c.
+    On the H100 (quack-kernels 0.6.5, 2026-11-27) it ran at 0.67-0.91 of the speed of quack's autotuned
+    call at the config that call's cache names, timed in one evaluator call: compare with
+    quack_autotune as well (benchmarks/peer_parity.py times both)."""
 
     def __init__(self, config: PeerConfig):
         self.config = asdict(config)
