@@ -119,10 +119,15 @@ def read_retime_against(path: Path, against: Path) -> tuple[str, list[str], str]
     return head, body, "versions as in both reports"
 
 
+def _benchmarks_importable() -> None:
+    """The scripts beside this file importable: it is also imported as a module (the tests)."""
+    if str(ROOT / "benchmarks") not in sys.path:
+        sys.path.insert(0, str(ROOT / "benchmarks"))
+
+
 def read_peer_parity(path: Path) -> tuple[str, list[str], str]:
     """benchmarks/peer_parity.py: our CuTe DSL kernel against quack's, config for config."""
-    if str(ROOT / "benchmarks") not in sys.path:  # imported as a module (the tests), not run as a script
-        sys.path.insert(0, str(ROOT / "benchmarks"))
+    _benchmarks_importable()
     from peer_parity import refused_lines  # benchmarks/, beside this file
 
     d = json.loads(path.read_text())
@@ -170,6 +175,9 @@ def read_crosscheck(path: Path) -> tuple[str, list[str], str]:
 
 
 def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[str], str]:
+    _benchmarks_importable()
+    from tune_speed import search_own_s  # benchmarks/, beside this file
+
     d = json.loads(path.read_text())
     runs = [v for k, v in sorted(d.items()) if k.startswith("run_")] or [d]  # several runs in one file
     # each part from the last run that has it
@@ -185,8 +193,8 @@ def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[
             line = f"| {r['kind']} | {r['shape']} | {r['seconds']:.1f} | {r['speedup_torch'] or 0:.3f} |"
             p = r.get("phases")
             if phased and p:
-                own = r["seconds"] - p["waiting_for_compile_s"] - p["checking_s"] - p["timing_s"]
-                line += f" {p['waiting_for_compile_s']:.1f} | {p['checking_s']:.1f} | {p['timing_s']:.1f} | {own:.1f} |"
+                line += (f" {p['waiting_for_compile_s']:.1f} | {p['checking_s']:.1f} | {p['timing_s']:.1f} | "
+                         f"{search_own_s(r):.1f} |")
             elif phased:
                 line += " | | | |"
             body.append(line)

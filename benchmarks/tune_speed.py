@@ -50,6 +50,13 @@ def tune_shapes() -> list[str]:
     return [f"{s.m}x{s.n}x{s.k}" for s in pick]
 
 
+def search_own_s(row: dict) -> float:
+    """Seconds of a tune run outside the evaluator's phases (EvalStats): the search's own work,
+    its proposals, sampler and store."""
+    p = row["phases"]
+    return row["seconds"] - p["waiting_for_compile_s"] - p["checking_s"] - p["timing_s"]
+
+
 def geomean(xs):
     xs = [x for x in xs if x]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -202,10 +209,9 @@ def markdown(out: dict) -> str:
             for r in out["tune"]:
                 p = r.get("phases")
                 if p:
-                    used = p["waiting_for_compile_s"] + p["checking_s"] + p["timing_s"]
                     lines.append(f"| {r['kind']} | {p['candidates']} | {p['waiting_for_compile_s']:.1f} | "
                                  f"{p['checking_s']:.1f} | {p['timing_s']:.1f} | {p['baseline_setup_s']:.1f} | "
-                                 f"{r['seconds'] - used:.1f} |")
+                                 f"{search_own_s(r):.1f} |")
             lines.append("")
     if out.get("sweep"):
         s = out["sweep"]

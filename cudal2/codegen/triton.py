@@ -352,10 +352,10 @@ def _divisor_args(dynamic: bool, split: int, extents: Sequence[str]) -> dict[str
     per value that happens to be 1 or a multiple of 16) and the extents that are no leading
     dimension (_unspecialized)."""
     if not dynamic:
-        return dict(divs_param="", divs_pass="", divs_arg="", jit_options="")
+        return dict(divs="", divs_arg="", jit_options="")
     names = _divisor_names(split)
-    return dict(divs_param="".join(f", {n}" for n in names), divs_pass="".join(f", {n}" for n in names),
-                divs_arg=", *divisors(M, N)", jit_options=f"(do_not_specialize={[*extents, *names]!r})")
+    return dict(divs="".join(f", {n}" for n in names), divs_arg=", *divs",
+                jit_options=f"(do_not_specialize={[*extents, *names]!r})")
 
 
 def _unspecialized(problem: GemmProblem) -> tuple[str, ...]:

@@ -366,8 +366,8 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     (0.12 -> 0.09 s a candidate) but gave no shorter search (0.86 against 0.74 s a candidate); with
     shape-generic kernels, warm searches of a new shape and of a weight whose kernels were compiled
     took 8.9 and 8.2 s against 9.8 and 10.0 s without it, on one machine
-    (benchmarks/results/tune_speed_lookahead_triton_h100_2026-11-27.md). confirm: once the budget is spent, time the leaders again
-    and rank them by those rounds (confirm.py); None (here; cudal2.search, the CLI and the
+    (benchmarks/results/tune_speed_lookahead_triton_h100_2026-11-27.md). confirm: once the budget
+    is spent, time the leaders again and rank them by those rounds (confirm.py); None (here; cudal2.search, the CLI and the
     benchmarks pass Confirm()) or rounds=0 reports the best search trial. shape_generic: measure
     each spec's shape-generic kernel where its backend has one (Refiner.kernel_of); False: the
     backend's own choice ("auto", a kernel compiled for this one shape)."""

@@ -151,9 +151,10 @@ def launch(a, b, c, bias, workspace, num_sms):
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     wide = max(M * K, K * N, M * N * 1) >= WIDE_FROM  # the kernel's offsets need 64 bits
     one_k = K <= 32  # all of K in one BLOCK_K step: the kernel's K loop becomes straight code
+    divs = divisors(M, N)
     num_tiles = triton.cdiv(M, 32) * triton.cdiv(N, 32)
     grid = (num_tiles,)  # work units: output tiles
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, *divisors(M, N), EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, num_warps=NUM_WARPS,
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, *divs, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, num_warps=NUM_WARPS,
                         num_stages=NUM_STAGES)
     return c
 
@@ -163,5 +164,6 @@ def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K):
     dtypes (or None) stand in for tensors."""
     wide = max(M * K, K * N, M * N * 1) >= WIDE_FROM
     one_k = K <= 32
-    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, *divisors(M, N), EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, grid=(1,),
+    divs = divisors(M, N)
+    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, *divs, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, grid=(1,),
                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)

@@ -164,11 +164,12 @@ def launch(a, b, c, bias, workspace, num_sms):
     a, b, c, bias are checked by the caller; workspace is fp32 [4, M, N]: one partial sum per K slice."""
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     wide = max(M * K, K * N, M * N * 4) >= WIDE_FROM  # the kernel's offsets need 64 bits
+    divs = divisors(M, N)
     num_tiles = triton.cdiv(M, 64) * triton.cdiv(N, 128)
     grid = (min(num_sms, num_tiles * 4),)  # persistent: at most one block per SM, each loops over work
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, *divisors(M, N), WIDE=wide, num_warps=NUM_WARPS,
+    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, *divs, WIDE=wide, num_warps=NUM_WARPS,
                         num_stages=NUM_STAGES)
-    splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, *divisors(M, N), WIDE=wide, num_warps=4)
+    splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, *divs, WIDE=wide, num_warps=4)
     return c
 
 
@@ -176,6 +177,7 @@ def warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K):
     """Compile without launching (fills Triton's disk cache) for the alignment class of M, N, K;
     dtypes (or None) stand in for tensors."""
     wide = max(M * K, K * N, M * N * 4) >= WIDE_FROM
-    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, *divisors(M, N), WIDE=wide, grid=(1,),
+    divs = divisors(M, N)
+    matmul_kernel.warmup(a_dtype, b_dtype, c_dtype, bias_dtype, ws_dtype, M, N, K, *divs, WIDE=wide, grid=(1,),
                          num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    splitk_epilogue_kernel.warmup(c_dtype, bias_dtype, ws_dtype, M, N, *divisors(M, N), WIDE=wide, grid=(1,), num_warps=4)
+    splitk_epilogue_kernel.warmup(c_dtype, bias_dtype, ws_dtype, M, N, *divs, WIDE=wide, grid=(1,), num_warps=4)
