@@ -57,6 +57,33 @@ def search_own_s(row: dict) -> float:
     return row["seconds"] - p["waiting_for_compile_s"] - p["checking_s"] - p["timing_s"]
 
 
+def twin_outcome(store_url: str, problem) -> dict:
+    """How the confirmation's static twin fared (cudal2.search.confirm): its original's median
+    relative time over its own (above 1: static faster), and whether it was kept; {} without one."""
+    from cudal2.search.confirm import generic_original, kept_twins, summarize
+    from cudal2.search.store import Store
+
+    confirmed = summarize(Store(store_url).confirmations(problem), "torch", "offline")
+    kept = kept_twins(confirmed)
+    for key, c in confirmed.items():
+        original = generic_original(c.rounds[0]["result"].spec) if c.rounds else None
+        rival = confirmed.get(original.key()) if original is not None else None
+        if rival is not None:
+            ratio = rival.score / c.score if not c.failed and math.isfinite(c.score) else None
+            return {"twin_ratio": ratio, "twin_kept": key in kept and not c.failed,
+                    "twin_status": c.rounds[-1]["result"].status}
+    return {}
+
+
+def compile_seconds(store_url: str, problem) -> dict:
+    """The compile seconds the kernel table records for problem's candidates (pool and worker)."""
+    from cudal2.search.store import Store
+
+    secs = [r["result"].compile_s for r in Store(store_url).kernels(problem)]
+    return {"compile_s_sum": sum(secs), "compile_s_max": max(secs, default=0.0),
+            "compiled_over_1s": sum(s > 1.0 for s in secs)}
+
+
 def geomean(xs):
     xs = [x for x in xs if x]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
@@ -95,7 +122,8 @@ def part_static(probe: Path, backends, deadline: float, out: dict, save) -> None
             save()
 
 
-def part_tune(backends, deadline: float, out: dict, save, shared: bool = False, lookahead: bool = False) -> None:
+def part_tune(backends, deadline: float, out: dict, save, shared: bool = False, lookahead: bool = False,
+              shapes: tuple[str, ...] = (), layout: str = "NT") -> None:
     """Seconds to tune new shapes: cold caches, warm caches. shared: one evaluator for every run, as
     a process that tunes shapes one after another keeps it (the cold run then pays its start: the
     worker, the compile pool, CUDA); otherwise each search starts its own."""
@@ -108,19 +136,23 @@ def part_tune(backends, deadline: float, out: dict, save, shared: bool = False, 
     # exports) and Triton's own. Worker and pool processes inherit these.
     os.environ["CUDAL2_CACHE_DIR"] = str(cache / "cudal2")
     os.environ["TRITON_CACHE_DIR"] = str(cache / "triton")
-    a, b, c = tune_shapes()
-    # The last run tunes the new weight again, into a fresh store: warm in the issue's sense (the
-    # kernels its search tries are compiled), on a 55-GFLOP shape rather than a 3-GFLOP one.
-    runs = [("cold", a), ("warm, same shape", a), ("warm, new shape", b), ("warm, new weight", c),
-            ("warm, the new weight again", c)]
+    if shapes:  # given shapes, each tuned once, one after another
+        runs = [("given shape", s) for s in shapes]
+    else:
+        a, b, c = tune_shapes()
+        # The last run tunes the new weight again, into a fresh store: warm in the issue's sense (the
+        # kernels its search tries are compiled), on a 55-GFLOP shape rather than a 3-GFLOP one.
+        runs = [("cold", a), ("warm, same shape", a), ("warm, new shape", b), ("warm, new weight", c),
+                ("warm, the new weight again", c)]
     runner = default_runner() if shared else None
     for i, (kind, shape) in enumerate(runs):
         if time.time() > deadline:
             break
         start = time.time()
         before = dataclasses.asdict(runner.stats) if hasattr(runner, "stats") else None
-        res = cudal2.search(shape, layout="NT", backends=backends, budget=BUDGET, progress=False,
-                            store=str(cache / f"store{i}.db"), seed=0, runner=runner, lookahead=lookahead)
+        store = str(cache / f"store{i}.db")
+        res = cudal2.search(shape, layout=layout, backends=backends, budget=BUDGET, progress=False,
+                            store=store, seed=0, runner=runner, lookahead=lookahead)
         wall = time.time() - start
         kind += ", one evaluator for all runs" if shared else ", an evaluator per search"
         kind += ", look-ahead" if lookahead else ""
@@ -129,6 +161,8 @@ def part_tune(backends, deadline: float, out: dict, save, shared: bool = False, 
         if before is not None:  # where the shared evaluator's time went in this run (EvalStats)
             after = dataclasses.asdict(runner.stats)
             row["phases"] = {k: after[k] - before[k] for k in after}
+        row.update(twin_outcome(store, res.problem))
+        row.update(compile_seconds(store, res.problem))
         rows.append(row)
         print(f"tune {kind:18s} {row['shape']:26s} {wall:6.1f} s, {res.evaluations} evaluations, "
               f"{row['speedup_torch']} of torch" + (f"; evaluator {row['phases']}" if "phases" in row else ""),
@@ -195,22 +229,29 @@ def markdown(out: dict) -> str:
         lines.append("")
     if out.get("tune"):
         lines += [f"## Seconds to tune a new shape (budget {BUDGET}, confirmed)", "",
-                  "| run | shape | seconds | evaluations | vs torch | best |", "|---|---|---:|---:|---:|---|"]
+                  "| run | shape | seconds | evaluations | vs torch | best | static twin: generic/static, kept |",
+                  "|---|---|---:|---:|---:|---|---|"]
         for r in out["tune"]:
             sp = f"{r['speedup_torch']:.3f}" if r["speedup_torch"] else "-"
+            twin = ("-" if "twin_kept" not in r else
+                    f"{r['twin_ratio']:.3f}, {'kept' if r['twin_kept'] else 'not kept'}" if r.get("twin_ratio")
+                    else r.get("twin_status", "-"))
             lines.append(f"| {r['kind']} | {r['shape']} | {r['seconds']:.1f} | {r['evaluations']} | {sp} | "
-                         f"`{r['best']}` |")
+                         f"`{r['best']}` | {twin} |")
         lines.append("")
         if any("phases" in r for r in out["tune"]):
             lines += ["Where the evaluator's time went in each run (seconds; the rest of a run's time is the "
                       "search's own: proposals, sampler, store):", "",
-                      "| run | candidates | compile wait | checks | timing | of which baseline setup | rest |",
-                      "|---|---:|---:|---:|---:|---:|---:|"]
+                      "| run | candidates | compile wait | checks | timing | baseline setup | of which quack's | "
+                      "compile s recorded (sum, max) | rest |",
+                      "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
             for r in out["tune"]:
                 p = r.get("phases")
                 if p:
                     lines.append(f"| {r['kind']} | {p['candidates']} | {p['waiting_for_compile_s']:.1f} | "
                                  f"{p['checking_s']:.1f} | {p['timing_s']:.1f} | {p['baseline_setup_s']:.1f} | "
+                                 f"{p.get('peer_setup_s', 0.0):.1f} | "
+                                 f"{r.get('compile_s_sum', 0):.1f}, {r.get('compile_s_max', 0):.1f} | "
                                  f"{search_own_s(r):.1f} |")
             lines.append("")
     if out.get("sweep"):
@@ -241,6 +282,9 @@ def main() -> None:
     ap.add_argument("--max-seconds", type=float, default=500)
     ap.add_argument("--lookahead", action="store_true",
                     help="tune: the search compiles its next batch while one is measured")
+    ap.add_argument("--shape", action="append", default=[],
+                    help="tune: these shapes, each once (default: a cold run and four warm ones on serving shapes)")
+    ap.add_argument("--layout", default="NT", help="tune: the layout of the shapes")
     ap.add_argument("--shared-evaluator", action="store_true",
                     help="tune: one evaluator for every run (otherwise each search starts its own)")
     args = ap.parse_args()
@@ -265,7 +309,8 @@ def main() -> None:
         if part == "static":
             part_static(args.probe, backends, deadline, out, save)
         elif part == "tune":
-            part_tune(backends, deadline, out, save, args.shared_evaluator, args.lookahead)
+            part_tune(backends, deadline, out, save, args.shared_evaluator, args.lookahead, tuple(args.shape),
+                      args.layout)
         else:
             part_sweep(backends, args.specs, deadline, out, save)
     save()

@@ -34,9 +34,10 @@ def default_arch() -> str:
 
 
 def default_runner(**config):
-    """The GPU evaluator of cudal2.bench (config: EvalConfig fields; by default a search's trials are
-    timed with TimingConfig.sweep() and its confirmation rounds in full). Raises a clear error
-    without a GPU."""
+    """The GPU evaluator of cudal2.bench (config: EvalConfig fields). By default a search's trials are
+    timed with TimingConfig.sweep() beside torch.matmul alone, the reference of their objective,
+    and its confirmation rounds in full beside every baseline (a sweep passes trial_baselines=None:
+    it times them all once per shape). Raises a clear error without a GPU."""
     if not gpu_available():
         raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine use a dry run "
                            "(`cudal2 search SHAPE --dry-run`: propose, validate, render and compile only), "
@@ -51,7 +52,7 @@ def default_runner(**config):
                                "pass runner=... to cudal2.search") from e
     from .bench.timing import TimingConfig
 
-    return Evaluator(**{"trial_timing": TimingConfig.sweep(), **config})
+    return Evaluator(**{"trial_timing": TimingConfig.sweep(), "trial_baselines": ("torch",), **config})
 
 
 def target_memory(arch: str, runner: Any = None) -> tuple[int, str]:

@@ -122,3 +122,20 @@ def test_bench_without_gpu_is_a_clear_error():
         pytest.skip("checks the no-GPU message")
     r = runner.invoke(app, ["bench", "1024x1024x1024"])
     assert r.exit_code == 2 and ("no CUDA GPU" in r.output or "not installed" in r.output)
+
+
+def test_search_times_the_leaders_static_twin_unless_told_not_to(tmp_path):
+    from cudal2.search.store import Store
+
+    args = ["search", "1024x512x256", "--budget", "4", "--proposer", "random", "--runner", "recorded", "--seed", "0"]
+    statics = {}
+    for twins in ("1", "0"):
+        db = tmp_path / f"t{twins}.db"
+        r = runner.invoke(app, [*args, "--static-twins", twins, "--store", str(db)])
+        assert r.exit_code == 0, r.output
+        (problem,) = Store(db).problems()
+        statics[twins] = {c["result"].spec.key() for c in Store(db).confirmations(problem)
+                          if c["result"].spec.shape_specialization == "static"}
+    assert len(statics["1"]) == 1 and statics["0"] == set()
+    r = runner.invoke(app, [*args, "--static-twins", "-1"])
+    assert r.exit_code == 2 and "'--static-twins'" in r.output

@@ -46,7 +46,7 @@ class Sequenced(RecordedRunner):
         return seq[min(i, len(seq) - 1)]
 
 
-def search(runner, store, confirm=Confirm(top=2, rounds=3), **kw):
+def search(runner, store, confirm=Confirm(top=2, rounds=3, static_twins=0), **kw):
     return run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([LUCKY, STEADY, SLOW]),
                       runner=runner, store=store, budget=3, n_proposals=3, seed=0, progress=False, confirm=confirm,
                       **kw)
@@ -102,9 +102,9 @@ def test_a_deadline_leaves_confirmation_to_the_resume(tmp_path):
     assert len(store.confirmations(PROBLEM)) == rounds and again.best.spec == STEADY
 
 
-@pytest.mark.parametrize("kw", [dict(top=0), dict(rounds=-1)])
+@pytest.mark.parametrize("kw", [dict(top=0), dict(rounds=-1), dict(static_twins=-1)])
 def test_bad_confirm_settings_are_refused(kw):
-    with pytest.raises(ValueError, match="top must be >= 1 and rounds >= 0"):
+    with pytest.raises(ValueError, match="top must be >= 1, rounds and static_twins >= 0"):
         Confirm(**kw)
 
 
@@ -175,7 +175,7 @@ def test_leaders_found_offline_are_ranked_in_the_confirmation_mode(tmp_path):
     offline = search(runner, Store(tmp_path / "a.db"))
     assert offline.best.spec == LUCKY and offline.mode == "offline"
     runner = PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]})
-    res = search(runner, Store(tmp_path / "b.db"), confirm=Confirm(top=2, rounds=3, mode="sustained"))
+    res = search(runner, Store(tmp_path / "b.db"), confirm=Confirm(top=2, rounds=3, static_twins=0, mode="sustained"))
     # the trials ran offline only; the confirmation rounds timed both modes and ranked sustained
     assert res.best.spec == STEADY and res.mode == "sustained" and res.confirmed_rounds == 3
     assert set(res.best.time_ms) == {"offline", "sustained"}
@@ -212,7 +212,7 @@ def test_the_tuned_table_ranks_in_the_mode_asked_for(tmp_path):
 
     store = Store(tmp_path / "s.db")
     search(PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}), store,
-           confirm=Confirm(top=2, rounds=3, mode="sustained"))
+           confirm=Confirm(top=2, rounds=3, static_twins=0, mode="sustained"))
     (offline,) = list(TunedTable.from_store(store, mode="offline"))
     (sustained,) = list(TunedTable.from_store(store, mode="sustained"))
     assert offline.spec == LUCKY and offline.kernel_ms == pytest.approx(0.080)
@@ -226,11 +226,11 @@ def test_the_serving_table_takes_sustained_rounds_where_they_exist(tmp_path):
 
     store = Store(tmp_path / "s.db")
     times = {LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}
-    search(PowerHungry(times, hungry=None), store, confirm=Confirm(top=2, rounds=3, mode="sustained"))
+    search(PowerHungry(times, hungry=None), store, confirm=Confirm(top=2, rounds=3, static_twins=0, mode="sustained"))
     other = GemmProblem(m=2048, n=1024, k=512)
     run_search(other, backends=("triton",), arch="sm_90a", proposer=ListProposer([LUCKY, STEADY, SLOW]),
                runner=Sequenced(times), store=store, budget=3, n_proposals=3, seed=0, progress=False,
-               confirm=Confirm(top=2, rounds=3))
+               confirm=Confirm(top=2, rounds=3, static_twins=0))
     assert TunedTable.from_store(store).lookup(PROBLEM).spec == LUCKY  # offline, it wins
     serving = TunedTable.for_serving(store)
     assert serving.lookup(PROBLEM) is None
@@ -277,3 +277,88 @@ def test_the_evaluator_times_trials_with_trial_timing_and_confirmations_with_tim
     with ev.full_timing():
         assert ev.timing == TimingConfig()
     assert ev.timing is brief and Evaluator(device="cpu").timing == TimingConfig()
+
+
+# ---- static twins: the leader's kernel compiled for the one shape, kept only where it pays ------
+def static(spec):
+    return spec.replace(shape_specialization="static")
+
+
+def twin_search(runner, store, **kw):
+    return search(runner, store, confirm=Confirm(top=2, rounds=3, static_twins=1), **kw)
+
+
+def test_a_static_twin_that_pays_is_the_winner_and_what_the_table_serves(tmp_path):
+    from cudal2 import TunedTable
+
+    store = Store(tmp_path / "s.db")
+    runner = Sequenced({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200], static(LUCKY): [0.076]})
+    res = twin_search(runner, store)
+    # the best trial's twin was timed beside the two leaders in each of their three rounds; no other twin
+    calls = [s.key() for s in runner.calls]
+    assert calls.count(static(LUCKY).key()) == 3 and static(STEADY).key() not in calls
+    assert res.best.spec == static(LUCKY) and "shapes=static" in res.best.source
+    assert res.speedup["torch"] == pytest.approx(TORCH_MS / 0.076)
+    assert TunedTable.from_store(store).lookup(PROBLEM).spec == static(LUCKY)
+
+
+@pytest.mark.parametrize("twin_ms", [0.080, 0.0795])  # as fast; 0.6% faster, within STATIC_MARGIN
+def test_a_static_twin_that_does_not_beat_its_original_by_the_margin_is_not_kept(tmp_path, twin_ms):
+    from cudal2 import TunedTable
+    from cudal2.search.confirm import STATIC_MARGIN
+
+    assert twin_ms > 0.080 * (1 - STATIC_MARGIN)
+    store = Store(tmp_path / "s.db")
+    res = twin_search(Sequenced({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200], static(LUCKY): [twin_ms]}), store)
+    assert res.best.spec == LUCKY and res.rejected == []
+    assert TunedTable.from_store(store).lookup(PROBLEM).spec == LUCKY
+
+
+def test_a_twin_its_backend_cannot_build_is_dropped_after_one_round_and_a_wrong_one_is_rejected(tmp_path):
+    runner = Sequenced({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200], static(LUCKY): ["unsupported"]})
+    res = twin_search(runner, Store(tmp_path / "a.db"))
+    assert res.best.spec == LUCKY and res.rejected == []
+    assert [s.key() for s in runner.calls].count(static(LUCKY).key()) == 1  # never asked again
+    runner = Sequenced({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200], static(LUCKY): [0.050, "incorrect"]})
+    res = twin_search(runner, Store(tmp_path / "b.db"))
+    assert res.best.spec == LUCKY and [r.spec for r in res.rejected] == [static(LUCKY)]
+
+
+def test_with_look_ahead_the_best_kernels_twin_compiles_before_the_confirmation_rounds(tmp_path):
+    runner = Sequenced({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200], static(LUCKY): [0.076]})
+    twin_search(runner, Store(tmp_path / "s.db"), lookahead=True, batch_size=1)
+    events = runner.events
+    first_round = next(i for i, (kind, keys) in enumerate(events) if kind == "evaluate" and static(LUCKY).key() in keys)
+    assert ("prefetch", [static(LUCKY).key()]) in events[:first_round]
+    # only the leader's twin, once: a kernel that never led compiles no twin
+    assert sum(static(STEADY).key() in keys for kind, keys in events if kind == "prefetch") == 0
+    assert sum(keys == [static(LUCKY).key()] for kind, keys in events if kind == "prefetch") == 1
+
+
+class PeersInFullTiming(BriefTrials):
+    """torch alone beside the trials; torch and a peer inside full_timing() (as the evaluator with
+    trial_baselines)."""
+
+    def baselines(self, problem, modes=("offline",)):
+        out = super().baselines(problem, modes)
+        if self.full:
+            out["quack_autotune"] = out["torch"].__class__(name="quack_autotune", timing=out["torch"].timing)
+        return out
+
+
+def test_trials_time_the_reference_alone_and_the_confirmation_rounds_every_baseline(tmp_path):
+    store = Store(tmp_path / "s.db")
+    res = search(PeersInFullTiming({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}), store)
+    assert set(res.baselines) == {"torch", "quack_autotune"} and "quack_autotune" in res.speedup
+    assert set(store.baselines(PROBLEM)) == {"torch", "quack_autotune"}  # kept for reports and the table
+    assert all(set(r["baselines"]) == {"torch"} for r in store.kernels(PROBLEM))
+
+
+def test_the_evaluator_times_trials_beside_trial_baselines_and_confirmations_beside_all():
+    from cudal2.bench.evaluator import DEFAULT_BASELINES, Evaluator
+
+    ev = Evaluator(device="cpu", trial_baselines=("torch",))
+    assert ev.timed_baselines == ("torch",)
+    with ev.full_timing():
+        assert ev.timed_baselines == DEFAULT_BASELINES
+    assert Evaluator(device="cpu").timed_baselines == DEFAULT_BASELINES

@@ -70,6 +70,10 @@ class EvalConfig:
     # are reported, run inside full_timing() with `timing`. None: `timing` everywhere.
     trial_timing: TimingConfig | None = None
     baselines: tuple[str, ...] = DEFAULT_BASELINES
+    # The baselines timed with those same calls (None: `baselines`). A trial only needs the one its
+    # speedup is taken against; the peers' autotune (quack's: 6-8 s on each new shape, 42 s with its
+    # kernels uncompiled, on the H100) then runs once, in the confirmation rounds that are reported.
+    trial_baselines: tuple[str, ...] | None = None
     worker_env: dict[str, str] = field(default_factory=dict)
     # Over a short K, fp16 accumulation is as accurate as fp32 accumulation, so the error bound
     # cannot see it. A spec whose problem has K below this is also rendered for the same M, N
@@ -89,6 +93,7 @@ class EvalStats:
     checking_s: float = 0.0  # GPU worker: load/compile, correctness checks, long-K probes, stream order
     timing_s: float = 0.0  # interleaved timing jobs (candidates + baselines)
     baseline_setup_s: float = 0.0  # of which: preparing the baselines (cuBLASLt plans and autotune)
+    peer_setup_s: float = 0.0  # of which: preparing the peers' (quack's autotune)
 
     def line(self) -> str:
         per = 1.0 / max(1, self.candidates)
@@ -155,8 +160,9 @@ class Evaluator:
 
     @contextlib.contextmanager
     def full_timing(self):
-        """evaluate() calls inside take config.timing even where config.trial_timing is set: the
-        search's confirmation rounds run here (cudal2.search.confirm)."""
+        """evaluate() calls inside take config.timing and config.baselines even where
+        config.trial_timing and config.trial_baselines are set: the search's confirmation rounds
+        run here (cudal2.search.confirm)."""
         before, self._full_timing = self._full_timing, True
         try:
             yield self
@@ -168,6 +174,12 @@ class Evaluator:
         """The timing the next evaluate() call takes."""
         trial = self.config.trial_timing
         return self.config.timing if self._full_timing or trial is None else trial
+
+    @property
+    def timed_baselines(self) -> tuple[str, ...]:
+        """The baselines the next evaluate() call times (and baselines() answers for)."""
+        trial = self.config.trial_baselines
+        return self.config.baselines if self._full_timing or trial is None else trial
 
     # ---- memory -----------------------------------------------------------------------------------
     def device_memory(self, problem: GemmProblem | None = None) -> DeviceMemory | None:
@@ -217,7 +229,7 @@ class Evaluator:
             else:
                 kept.append(i)
         items = [(_label(specs[i], i), specs[i], None) for i in kept]
-        baselines = self.config.baselines if with_baselines else ()
+        baselines = self.timed_baselines if with_baselines else ()
         for i, result in zip(kept, self._run(problem, items, modes, baselines)):
             results[i] = result
         return results  # type: ignore[return-value]
@@ -311,10 +323,12 @@ class Evaluator:
         """The baselines' figures on problem (measured once per problem and modes). Raises
         MemoryFitError when the problem does not fit the GPU's free memory."""
         problem, modes = GemmProblem.parse(problem), _modes(modes)
-        key = (problem.key(), modes, self.config.baselines)
+        key = (problem.key(), modes, self.timed_baselines)
         if key not in self._baselines:
             self.check_fits(problem)
-            self._time(problem, [], modes, self.config.baselines)
+            t0 = time.perf_counter()
+            self._time(problem, [], modes, self.timed_baselines)
+            self.stats.timing_s += time.perf_counter() - t0
         return self._baselines.get(key, {})
 
     def environment(self) -> Environment | None:
@@ -619,6 +633,7 @@ class Evaluator:
             return {r.name: self._last_death for r in refs}
         p = msg[1]
         self.stats.baseline_setup_s += p.get("baseline_setup_s", 0.0)
+        self.stats.peer_setup_s += p.get("peer_setup_s", 0.0)
         res: dict[str, tuple] = {}
         for r in refs:
             status, reason = p["failures"].get(r.name, ("ok", ""))

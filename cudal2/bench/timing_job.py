@@ -56,9 +56,9 @@ class TimingJob:
         self.contenders: dict[str, Any] = {}
         self.prepared: dict[str, bl.PreparedBaseline] = {}
         self._add_candidates()
-        setup_start = time.perf_counter()
+        self.setup_s: dict[str, float] = {}  # baseline -> seconds preparing it (cuBLASLt plans, autotune)
         self._add_baselines()
-        self.baseline_setup_s = time.perf_counter() - setup_start  # cuBLASLt plans, autotune included
+        self.baseline_setup_s = sum(self.setup_s.values())
         self.timings: dict[str, dict[str, Any]] = {n: {} for n in self.contenders}
         self.notes: dict[str, str] = {n: plan.note for n in self.outs if plan.note}
         self.post_err: dict[str, float] = {}
@@ -93,7 +93,9 @@ class TimingJob:
                 b_outs = [g.c for g in self.shared] if self.shared else [
                     torch.empty(problem.m, problem.n, dtype=torch_dtype(problem.c_dtype), device=self.dev)
                     for _ in range(self.n_sets)]
+            start = time.perf_counter()
             self.prepared[name] = p = bl.prepare(name, problem, self.sets, b_outs, self.state.baseline_plans)
+            self.setup_s[name] = time.perf_counter() - start
             if p.available:
                 self.contenders[f"baseline:{name}"] = p.call
 
@@ -186,6 +188,7 @@ class TimingJob:
                                                     f"call {t.call_ms * 1e3:.3f} us)")
 
     def reply(self) -> dict:
+        from . import baselines as bl
         from .results import Correctness
 
         base_info = {}
@@ -206,4 +209,5 @@ class TimingJob:
 
         return {"timings": own(self.timings), "failures": own(self.failures), "notes": own(self.notes),
                 "post_error": own(self.post_err), "baselines": base_info, "n_sets": self.n_sets,
-                "baseline_setup_s": self.baseline_setup_s}
+                "baseline_setup_s": self.baseline_setup_s,
+                "peer_setup_s": sum(t for n, t in self.setup_s.items() if n in bl.QUACK)}

@@ -251,14 +251,20 @@ ConfirmModeOpt = Annotated[Optional[ModeName], typer.Option(
                            "power draw sets; default: the search's own mode)")]
 
 
-def _confirm(rounds: int, mode: str | None = None):
+StaticTwinsOpt = Annotated[int, typer.Option(
+    "--static-twins", min=0, help="time this many leaders beside their kernel compiled for this one shape in the "
+                                  "confirmation rounds; one kept only where it beats the shape-generic one by over 1% "
+                                  "(0: none)")]
+
+
+def _confirm(rounds: int, mode: str | None = None, static_twins: int = 1):
     from ..search.confirm import Confirm
 
     mode = _value(mode)
     try:
-        return Confirm(rounds=rounds, mode=mode)
+        return Confirm(rounds=rounds, mode=mode, static_twins=static_twins)
     except ValueError as e:
-        _fail(f"--confirm {rounds} --confirm-mode {mode}: {e}")
+        _fail(f"--confirm {rounds} --confirm-mode {mode} --static-twins {static_twins}: {e}")
 
 
 LlmFatalOpt = Annotated[bool, typer.Option(

@@ -152,7 +152,9 @@ def _sweep_here(problems, specs, runner_name: str, store, modes, total: int, bac
     """The sweep in this process, on GPU 0 (or the recorded runner)."""
     from ..bench.timing import TimingConfig
 
-    run = _runner(runner_name, timing=TimingConfig.sweep()) if runner_name == "gpu" else _runner(runner_name)
+    # every baseline, timed once per shape (a search's runner times its trials beside torch alone)
+    run = (_runner(runner_name, timing=TimingConfig.sweep(), trial_baselines=None) if runner_name == "gpu"
+           else _runner(runner_name))
     console.print(f"sweep: {len(specs)} {backend} specs x {len(problems)} shapes = {total} pairs "
                   f"into {_shown_url(store)}")
     try:
@@ -181,7 +183,7 @@ def _sweep_on_cluster(workers: str, problems, specs, runner_name: str, store, mo
         console.print("[yellow]runner 'recorded': synthetic numbers from a model, not GPU measurements[/yellow]")
         make_runner = RecordedRunner
     else:
-        make_runner = functools.partial(gpu_runner, timing=TimingConfig.sweep())
+        make_runner = functools.partial(gpu_runner, timing=TimingConfig.sweep(), trial_baselines=None)
     with cluster.open_cluster(request, gpus=runner_name == "gpu") as client:
         console.print(f"sweep: {len(specs)} {backend} specs x {len(problems)} shapes = {total} pairs on "
                       f"{cluster.worker_count(client)} workers ({request.where}) into {_shown_url(store)}")

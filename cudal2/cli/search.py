@@ -10,7 +10,7 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
+from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, StaticTwinsOpt, LlmFatalOpt, ModeName,
                      Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StoreOpt, _confirm, _fail, _llm_fatal,
                      _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _x, app, console)
 
@@ -29,7 +29,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            batch: BatchOpt = 4,
            n: Annotated[int, typer.Option(min=1, help="proposals to show in a dry run")] = 8,
            arch: Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")] = None,
-           confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None,
+           confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, static_twins: StaticTwinsOpt = 1,
            per_shape: Annotated[bool, typer.Option("--per-shape", help=(
                "measure kernels compiled for this one shape (the backends' \"auto\") instead of each "
                "spec's shape-generic kernel, which one compile serves for every shape"))] = False,
@@ -52,7 +52,8 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
         with _llm_fatal(prop):
             res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
                              store=s, budget=budget, modes=tuple(mode), sampler=sampler, seed=seed,
-                             batch_size=batch, confirm=_confirm(confirm, confirm_mode), shape_generic=not per_shape,
+                             batch_size=batch, confirm=_confirm(confirm, confirm_mode, static_twins),
+                             shape_generic=not per_shape,
                              lookahead=True)
     finally:
         if hasattr(run, "close"):

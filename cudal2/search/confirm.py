@@ -11,6 +11,14 @@ round (its kernel time and the baselines timed with it, one evaluator call).
 
 Rounds are stored (Store.record_confirmation), so a search stopped mid-way resumes them, and a
 larger budget later confirms whatever then leads.
+
+Static twins: a search measures shape-generic kernels, which serve every shape of their class. The
+best `static_twins` leaders (by trial) that are shape-generic are timed beside their static twin,
+the same spec compiled for this one shape (shape_specialization="static"), in the same rounds. The
+twin is kept, and may win, only where its median beats its generic original's by more than
+STATIC_MARGIN (kept_twins): static specialization stays where a measurement shows it pays, on
+this shape alone (on the H100 two of the 48 probe shapes read 5 to 6% faster static, in
+geometric mean 0.7%: docs/results.md).
 """
 
 from __future__ import annotations
@@ -27,6 +35,11 @@ from ..bench.results import MODES
 from ..ir import GemmProblem, KernelSpec
 from .refiner import relative_time
 
+# A static twin replaces its shape-generic original only when its median round is faster by more
+# than this share: about the spread of one kernel's confirmation medians, so noise alone does not
+# pin a shape to a kernel compiled for it.
+STATIC_MARGIN = 0.01
+
 
 @dataclass(frozen=True)
 class Confirm:
@@ -38,10 +51,12 @@ class Confirm:
     top: int = 3
     rounds: int = 3
     mode: str | None = None
+    static_twins: int = 1  # leaders (best trial first) timed beside their static twin; 0: none
 
     def __post_init__(self):
-        if self.top < 1 or self.rounds < 0:
-            raise ValueError(f"Confirm(top={self.top}, rounds={self.rounds}): top must be >= 1 and rounds >= 0")
+        if self.top < 1 or self.rounds < 0 or self.static_twins < 0:
+            raise ValueError(f"Confirm(top={self.top}, rounds={self.rounds}, static_twins={self.static_twins}): "
+                             "top must be >= 1, rounds and static_twins >= 0")
         if self.mode is not None and self.mode not in MODES:
             raise ValueError(f"Confirm(mode={self.mode!r}): use None (the search's own mode) or one of {MODES}")
 
@@ -114,6 +129,36 @@ def summarize(confirmation_rows: Sequence[dict[str, Any]], reference: str | None
     return out
 
 
+def static_twin(spec: KernelSpec) -> KernelSpec | None:
+    """The shape-generic spec's kernel compiled for one shape, or None where spec is not shape-generic."""
+    return spec.replace(shape_specialization="static") if spec.shape_specialization == "dynamic" else None
+
+
+def generic_original(spec: KernelSpec) -> KernelSpec | None:
+    """The shape-generic spec whose static twin spec is, or None where spec is no static one."""
+    return spec.replace(shape_specialization="dynamic") if spec.shape_specialization == "static" else None
+
+
+def with_twins(keys: set[str], rows: Sequence[dict[str, Any]]) -> set[str]:
+    """keys (a study's spec keys) and the keys of their static twins, among the specs of rows."""
+    twins = {t.key() for r in rows if r["result"].spec.key() in keys and (t := static_twin(r["result"].spec))}
+    return set(keys) | twins
+
+
+def kept_twins(confirmed: dict[str, Confirmed]) -> dict[str, Confirmed]:
+    """confirmed without the static twins that did not pay: a twin stays where its generic original
+    was not confirmed, or where its median beats the original's by more than STATIC_MARGIN (a failed
+    one stays too, which is never a winner, so that a wrong twin is reported)."""
+    out = {}
+    for key, c in confirmed.items():
+        original = generic_original(c.rounds[0]["result"].spec) if c.rounds else None
+        rival = confirmed.get(original.key()) if original is not None else None
+        if not c.failed and rival is not None and not rival.failed and not c.score < rival.score * (1 - STATIC_MARGIN):
+            continue
+        out[key] = c
+    return out
+
+
 def leaders(ranked: Sequence[tuple[float, dict[str, Any]]], confirmed: dict[str, Confirmed], top: int) -> list[KernelSpec]:
     """The `top` best specs by their search trial, skipping those a confirmation round failed."""
     out = []
@@ -139,6 +184,9 @@ def run_confirmation(problem: GemmProblem, ranked_now, runner, store, modes: Seq
     while True:
         confirmed = summarize(rounds_on(store.confirmations(problem), gpu_name), reference, mode)
         lead = leaders(ranked_now(), confirmed, confirm.top)
+        twins = [t for s in lead[:confirm.static_twins] if (t := static_twin(s)) is not None]
+        # a twin that failed a round (one its backend cannot build for this shape, say) is out
+        lead += [t for t in twins if not (t.key() in confirmed and confirmed[t.key()].failed)]
         needing = [s for s in lead if len(confirmed[s.key()].rounds if s.key() in confirmed else []) < confirm.rounds]
         if not needing:
             return True
@@ -151,11 +199,15 @@ def run_confirmation(problem: GemmProblem, ranked_now, runner, store, modes: Seq
         timed = tuple(dict.fromkeys([*modes, mode]))
         # A runner that times trials briefly (Evaluator.trial_timing) times these rounds in full.
         full = getattr(runner, "full_timing", None)
+        # (and with every baseline it has, where its trials time only the reference: Evaluator.trial_baselines)
         with full() if full is not None else contextlib.nullcontext():
             results = runner.evaluate(problem, needing, timed)
+            baselines = runner.baselines(problem, timed)
         if len(results) != len(needing):
             raise RuntimeError(f"runner returned {len(results)} results for {len(needing)} specs")
-        baselines = runner.baselines(problem, timed) or store.baselines(problem)
         environment = runner.environment()
+        if baselines:
+            store.record_baselines(problem, baselines, environment)
+        baselines = baselines or store.baselines(problem)
         for result in results:
             store.record_confirmation(problem, result, baselines, environment)

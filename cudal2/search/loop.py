@@ -14,6 +14,7 @@ wall time spent inside the runner (compiling, checking and timing candidates).
 
 from __future__ import annotations
 
+import math
 import re
 import time
 import warnings
@@ -22,8 +23,8 @@ from typing import Any, Sequence
 
 from ..bench.results import BaselineResult, CandidateResult, Mode, Runner
 from ..ir import GemmProblem, KernelSpec, SpecError
-from .confirm import Confirm, ranked_trials, run_confirmation
-from .outcome import SearchResult, Tally, collect, study_keys
+from .confirm import Confirm, ranked_trials, run_confirmation, static_twin
+from .outcome import SearchResult, Tally, collect, render_source, study_keys
 from .proposal import Proposer
 from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, fail_trials, reference_of, relative_time, requeue,
                       speedups_of, trial_attrs)
@@ -79,16 +80,6 @@ def ensure_baselines(problem: GemmProblem, runner: Runner, store: Store, modes: 
     return measured
 
 
-def render_source(problem: GemmProblem, spec: KernelSpec) -> str:
-    """The rendered source for the kernel table; empty when the backend cannot render (yet)."""
-    try:
-        from ..codegen import get_backend
-
-        return get_backend(spec.backend).render(problem, spec).text
-    except Exception:  # noqa: BLE001 - the evaluator reports render failures; the table just lacks text
-        return ""
-
-
 @dataclass
 class Batch:
     """Trials asked of the study: those whose spec needs a GPU measurement, and their twins (trials
@@ -141,6 +132,8 @@ class Search:
         # with a batch asked ahead, they go back to the queue rather than stay RUNNING.
         self.in_hand: dict[int, Any] = {}
         self.prefetch = getattr(runner, "prefetch", None) if lookahead else None
+        self.leader: tuple[float, KernelSpec] | None = None  # (relative time, spec): the best measured here
+        self.twins_prefetched: set[str] = set()
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> SearchResult:
@@ -233,14 +226,31 @@ class Search:
                     beating.stop()
             if len(results) != len(batch.trials):
                 raise RuntimeError(f"runner returned {len(results)} results for {len(batch.trials)} specs")
-            self.record(batch, results, (time.perf_counter() - t0) / len(batch.trials))
+            now = self.record(batch, results, (time.perf_counter() - t0) / len(batch.trials))
+            self.prefetch_twin(results, now)
         for trial, spec in batch.twins:  # their twin was measured in this batch or the one before
             self.tell_known(trial, spec)
         # Other workers may share the study (a PostgreSQL store): count what they measured too.
         self.tally = Tally.from_study(self.study, self.store, self.problem, self.reference, self.mode)
         return ahead
 
-    def record(self, batch: Batch, results: list[CandidateResult], share_s: float) -> None:
+    def prefetch_twin(self, results: list[CandidateResult], baselines: dict[str, BaselineResult]) -> None:
+        """Look-ahead for the confirmation rounds: the static twin of the best kernel so far
+        (confirm.static_twin) compiles while the search goes on, so the rounds rarely wait for it."""
+        if self.prefetch is None or self.confirm_with is None or self.confirm_with.static_twins <= 0:
+            return
+        for r in results:
+            ms = r.kernel_ms(self.mode) if r.ok else None
+            if ms is not None and math.isfinite(ms):
+                rel = relative_time(ms, baselines, self.reference, self.mode)
+                if self.leader is None or rel < self.leader[0]:
+                    self.leader = (rel, r.spec)
+        twin = static_twin(self.leader[1]) if self.leader is not None else None
+        if twin is not None and twin.key() not in self.twins_prefetched:
+            self.twins_prefetched.add(twin.key())
+            self.prefetch(self.problem, [twin])
+
+    def record(self, batch: Batch, results: list[CandidateResult], share_s: float) -> dict[str, BaselineResult]:
         """The kernel table first, then the study: a kill after the table's write loses nothing
         (the trial's retry is told from it). Speedups are taken against the baselines timed in the
         same call (the evaluator interleaves them); a runner without them keeps the first ones."""
@@ -252,6 +262,7 @@ class Search:
                                      self.mode, baselines=now)
         for (trial, spec), result in zip(batch.trials, results):
             self.tell(trial, result, True, share_s, now)
+        return now
 
     def tell(self, trial, result: CandidateResult, measured_now: bool, gpu_s: float,
              against: dict[str, BaselineResult]) -> None:

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from ..bench.results import BaselineResult, CandidateResult
 from ..ir import GemmProblem, KernelSpec
-from .confirm import ranked_trials, rounds_on, summarize
+from .confirm import kept_twins, ranked_trials, rounds_on, summarize, with_twins
 from .refiner import measured_spec_keys, speedups_of
 from .store import Store
 
@@ -135,6 +135,16 @@ def proposal_sources(study) -> dict[str, int]:
     return counts
 
 
+def render_source(problem: GemmProblem, spec: KernelSpec) -> str:
+    """The rendered source for the kernel table; empty when the backend cannot render (yet)."""
+    try:
+        from ..codegen import get_backend
+
+        return get_backend(spec.backend).render(problem, spec).text
+    except Exception:  # noqa: BLE001 - the evaluator reports render failures; the table just lacks text
+        return ""
+
+
 def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, BaselineResult], mode: str,
             reference: str | None, confirm_mode: str | None = None, gpu_name: str | None = None) -> SearchResult:
     """A SearchResult from what the study and the store hold: trials ranked in `mode`, confirmation
@@ -150,8 +160,12 @@ def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, Base
     keys = study_keys(study)
     ranked = ranked_trials(rows, keys, baselines, reference, mode)
     rounds_here = rounds_on(store.confirmations(problem), gpu_name)
-    confirmed = {k: c for k, c in summarize(rounds_here, reference, confirm_mode).items() if k in keys}
-    rejected = [c.rounds[-1]["result"] for c in confirmed.values() if c.failed]
+    # the study's own specs and their static twins (confirm.py), the twins only where they paid
+    allowed = with_twins(keys, rows)
+    confirmed = kept_twins({k: c for k, c in summarize(rounds_here, reference, confirm_mode).items() if k in allowed})
+    # (a twin its backend cannot build for this shape is no rejected kernel)
+    rejected = [c.rounds[-1]["result"] for c in confirmed.values()
+                if c.failed and c.rounds[-1]["result"].status != "unsupported"]
     passed = sorted((c for c in confirmed.values() if not c.failed), key=lambda c: c.score)
     best, speedups, trial_speedups, rounds = None, {}, {}, 0
     if ranked:
@@ -168,7 +182,8 @@ def collect(problem: GemmProblem, study, store: Store, baselines: dict[str, Base
         res, baselines = ranked[0][1]["result"], ranked[0][1]["baselines"] or baselines
     if passed or ranked:
         best = Best(spec=res.spec, time_ms={m: t.kernel_ms for m, t in res.timing.items()},
-                    source=sources.get(res.spec.key(), ""), result=res)
+                    # (a static twin, timed in confirmation rounds only, has no kernel-table row)
+                    source=sources.get(res.spec.key()) or render_source(problem, res.spec), result=res)
         speedups = speedups_of(res, baselines)
     shown = confirm_mode if passed else mode
     return SearchResult(problem=problem, best=best, speedup=speedups.get(shown, {}), speedups=speedups,

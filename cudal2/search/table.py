@@ -148,7 +148,7 @@ class TunedTable:
     @classmethod
     def _from_store(cls, store, modes: tuple[str, ...]) -> dict[str, "TunedTable"]:
         """from_store's table in each of modes, from one read of the store."""
-        from .confirm import gpu_of, rounds_in_mode, summarize
+        from .confirm import gpu_of, kept_twins, rounds_in_mode, summarize
         from .store import Store
 
         store = store if isinstance(store, Store) else Store(store)
@@ -164,7 +164,7 @@ class TunedTable:
                 for row in rounds_in_mode(confirmations, mode):
                     confirmed.setdefault(gpu_of(row), []).append(row)
                 rows = [c.median_round for gpu_rows in confirmed.values()
-                        for c in summarize(gpu_rows, "torch", mode).values() if not c.failed]
+                        for c in kept_twins(summarize(gpu_rows, "torch", mode)).values() if not c.failed]
                 rows += [r for r in kernels if gpu_of(r) not in confirmed]
                 for row in rows:
                     res = row["result"]
