@@ -36,7 +36,7 @@ def default_arch() -> str:
 def default_runner(**config):
     """The GPU evaluator of cudal2.bench (config: EvalConfig fields). By default a search's trials are
     timed with TimingConfig.sweep() beside torch.matmul alone, the reference of their objective,
-    and its confirmation rounds in full beside every baseline (a sweep passes trial_baselines=None:
+    and its confirmation rounds with TimingConfig.confirmation() beside every baseline (a sweep passes trial_baselines=None:
     it times them all once per shape). Raises a clear error without a GPU."""
     if not gpu_available():
         raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine use a dry run "
@@ -52,7 +52,8 @@ def default_runner(**config):
                                "pass runner=... to cudal2.search") from e
     from .bench.timing import TimingConfig
 
-    return Evaluator(**{"trial_timing": TimingConfig.sweep(), "trial_baselines": ("torch",), **config})
+    return Evaluator(**{"timing": TimingConfig.confirmation(), "trial_timing": TimingConfig.sweep(),
+                        "trial_baselines": ("torch",), **config})
 
 
 def target_memory(arch: str, runner: Any = None) -> tuple[int, str]:

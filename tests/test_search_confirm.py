@@ -362,3 +362,12 @@ def test_the_evaluator_times_trials_beside_trial_baselines_and_confirmations_bes
     with ev.full_timing():
         assert ev.timed_baselines == DEFAULT_BASELINES
     assert Evaluator(device="cpu").timed_baselines == DEFAULT_BASELINES
+
+
+def test_confirmation_timing_keeps_the_kernel_timing_and_takes_the_call_time_from_fewer_groups():
+    from cudal2.bench.timing import TimingConfig
+
+    full, confirm = TimingConfig(), TimingConfig.confirmation()
+    assert (confirm.groups, confirm.warmup_ms, confirm.target_group_ms) == (full.groups, full.warmup_ms,
+                                                                            full.target_group_ms)
+    assert full.call_groups is None and 0 < confirm.call_groups < confirm.groups
