@@ -123,7 +123,7 @@ def part_static(probe: Path, backends, deadline: float, out: dict, save) -> None
 
 
 def part_tune(backends, deadline: float, out: dict, save, shared: bool = False, lookahead: bool = False,
-              shapes: tuple[str, ...] = (), layout: str = "NT") -> None:
+              shapes: tuple[str, ...] = (), layout: str = "NT", peers: bool = True) -> None:
     """Seconds to tune new shapes: cold caches, warm caches. shared: one evaluator for every run, as
     a process that tunes shapes one after another keeps it (the cold run then pays its start: the
     worker, the compile pool, CUDA); otherwise each search starts its own."""
@@ -144,7 +144,13 @@ def part_tune(backends, deadline: float, out: dict, save, shared: bool = False, 
         # kernels its search tries are compiled), on a 55-GFLOP shape rather than a 3-GFLOP one.
         runs = [("cold", a), ("warm, same shape", a), ("warm, new shape", b), ("warm, new weight", c),
                 ("warm, the new weight again", c)]
-    runner = default_runner() if shared else None
+    from cudal2.bench.baselines import QUACK
+    from cudal2.bench.evaluator import DEFAULT_BASELINES
+
+    # without peers: the confirmation rounds time torch.matmul and cuBLASLt alone (quack's autotune
+    # of each new shape, its setup, then never runs)
+    config = {} if peers else {"baselines": tuple(b for b in DEFAULT_BASELINES if b not in QUACK)}
+    runner = default_runner(**config) if shared else None
     for i, (kind, shape) in enumerate(runs):
         if time.time() > deadline:
             break
@@ -156,6 +162,7 @@ def part_tune(backends, deadline: float, out: dict, save, shared: bool = False, 
         wall = time.time() - start
         kind += ", one evaluator for all runs" if shared else ", an evaluator per search"
         kind += ", look-ahead" if lookahead else ""
+        kind += "" if peers else ", no peers"
         row = {"kind": kind, "shape": res.problem.label(), "seconds": wall, "evaluations": res.evaluations,
                "speedup_torch": res.speedup.get("torch"), "best": res.best.spec.summary() if res.best else None}
         if before is not None:  # where the shared evaluator's time went in this run (EvalStats)
@@ -285,6 +292,8 @@ def main() -> None:
     ap.add_argument("--shape", action="append", default=[],
                     help="tune: these shapes, each once (default: a cold run and four warm ones on serving shapes)")
     ap.add_argument("--layout", default="NT", help="tune: the layout of the shapes")
+    ap.add_argument("--no-peers", action="store_true",
+                    help="tune: the searches time torch.matmul and cuBLASLt only (no quack baselines)")
     ap.add_argument("--shared-evaluator", action="store_true",
                     help="tune: one evaluator for every run (otherwise each search starts its own)")
     args = ap.parse_args()
@@ -292,6 +301,8 @@ def main() -> None:
     backends = tuple(args.backend or ["triton"])
     if "static" in parts and not args.probe:
         ap.error("--part static needs --probe")
+    if args.no_peers and not args.shared_evaluator:
+        ap.error("--no-peers configures the shared evaluator: add --shared-evaluator")
     import torch
 
     out = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
@@ -310,7 +321,7 @@ def main() -> None:
             part_static(args.probe, backends, deadline, out, save)
         elif part == "tune":
             part_tune(backends, deadline, out, save, args.shared_evaluator, args.lookahead, tuple(args.shape),
-                      args.layout)
+                      args.layout, peers=not args.no_peers)
         else:
             part_sweep(backends, args.specs, deadline, out, save)
     save()
