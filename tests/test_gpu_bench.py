@@ -130,3 +130,29 @@ def test_sustained_mode_times_each_contender_alone_for_its_whole_window():
     assert once.groups >= 2 * 3
     calls = max(1, min(cfg.max_calls_per_group, int(cfg.target_group_ms / once.kernel_ms) + 1))
     assert once.kernel_ms * calls * once.groups >= 0.8 * cfg.sustained_rounds * cfg.window_ms
+
+
+def test_a_contender_slow_on_the_host_is_timed_at_the_gpus_pace():
+    """A call that spends a millisecond of Python before a 4-us kernel: its graph replays the kernel
+    alone, so its kernel time must match the same kernel launched from a fast host path. Groups
+    sized from the host's pace held 2 calls, and each replay's fixed cost read as kernel time."""
+    import time
+
+    import torch
+
+    from cudal2.bench.timing import TimingConfig, measure
+
+    a = [torch.randn(128, 64, device="cuda", dtype=torch.float16) for _ in range(2)]
+    b = [torch.randn(64, 16384, device="cuda", dtype=torch.float16) for _ in range(2)]
+    c = torch.empty(128, 16384, device="cuda", dtype=torch.float16)
+
+    def slow(i):
+        time.sleep(0.001)
+        torch.matmul(a[i], b[i], out=c)
+
+    contenders = {"fast": lambda i: torch.matmul(a[i], b[i], out=c), "slow": slow}
+    res = measure(contenders, 2, "offline", TimingConfig(groups=10, call_groups=2), device="cuda")
+    fast, slow_t = res["fast"].timing, res["slow"].timing
+    assert fast.method == slow_t.method == "cuda-graph"
+    assert slow_t.kernel_ms < 1.1 * fast.kernel_ms, (slow_t, fast)
+    assert slow_t.call_ms > 50 * slow_t.kernel_ms  # the host's millisecond stays in its call time

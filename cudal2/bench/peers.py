@@ -9,6 +9,7 @@ here imports it until a kernel is called or its autotuner is read.
 
 from __future__ import annotations
 
+from functools import lru_cache
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -66,13 +67,10 @@ def autotuned_config(a, b) -> PeerConfig | None:
     read from its autotuner's cache (None where this quack keeps no readable cache)."""
     from quack.gemm_interface import gemm, gemm_tuned
 
-    before = set(getattr(gemm_tuned, "cache", {}))
     gemm(a, b, tuned=True)
-    cache = getattr(gemm_tuned, "cache", {})
-    new = [k for k in cache if k not in before] or list(cache)
-    if not new:
-        return None
-    chosen = cache[new[-1]]
+    # the config this very call ran (the autotuner sets it on every call; its cache's last key may
+    # be another shape's where this one was tuned earlier in the process)
+    chosen = getattr(gemm_tuned, "best_config", None)
     cfg = getattr(chosen, "kwargs", {}).get("config")
     if cfg is None:
         return None
@@ -81,22 +79,29 @@ def autotuned_config(a, b) -> PeerConfig | None:
 
 class QuackAtConfig:
     """quack's GEMM forced to one config (its autotuner bypassed): kernel(a, b, c=None, bias=None) -> c.
-    On the H100 (quack-kernels 0.6.5, 2026-11-27) it ran at 0.67-0.91 of the speed of quack's autotuned
-    call at the config that call's cache names, timed in one evaluator call: compare with
-    quack_autotune as well (benchmarks/peer_parity.py times both)."""
+    The config is looked up once: building quack's config list took about 1.1 ms of Python per call,
+    and the evaluator, which then sized its timed groups from the host's pace, read the fixed cost
+    of each graph replay as kernel time (0.67-0.91 of quack's autotuned call at the same config on
+    the H100, 2026-11-27; the evaluator now sizes groups from the GPU's pace too)."""
 
     def __init__(self, config: PeerConfig):
         self.config = asdict(config)
 
     def __call__(self, a, b, c=None, bias=None):
         import torch
-        from quack.gemm_config import GemmConfig
         from quack.gemm_interface import gemm_tuned
 
         out = c if c is not None else torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
         run = getattr(gemm_tuned, "fn", gemm_tuned)  # the function under quack's autotuner
-        run(a, b, out, bias=bias, config=quack_config(GemmConfig, self.config))
+        run(a, b, out, bias=bias, config=_resolved_config(tuple(sorted(self.config.items()))))
         return out
+
+
+@lru_cache(maxsize=None)
+def _resolved_config(fields: tuple):
+    from quack.gemm_config import GemmConfig
+
+    return quack_config(GemmConfig, dict(fields))
 
 
 def quack_config(config_type, fields: dict[str, Any]):
