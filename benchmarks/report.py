@@ -186,9 +186,12 @@ def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[
     body, heads = [], []
     if d.get("tune"):
         phased = any("phases" in r for r in d["tune"])  # where the evaluator's time went (EvalStats)
-        body += (["| run | shape | seconds | vs torch | compile wait | checks | timing | the search's own |",
-                  "|---|---|---:|---:|---:|---:|---:|---:|"] if phased else
-                 ["| run | shape | seconds | vs torch |", "|---|---|---:|---:|"])
+        peers = any("peer_setup_s" in (r.get("phases") or {}) for r in d["tune"])  # quack's setup apart
+        twins = any("twin_kept" in r for r in d["tune"])  # the confirmation's static twin
+        body += (["| run | shape | seconds | vs torch | compile wait | checks | timing | the search's own |"
+                  + (" of the timing, quack's setup |" if peers else "") + (" static twin: generic/static |" if twins else ""),
+                  "|---|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if peers else "") + ("---|" if twins else "")]
+                 if phased else ["| run | shape | seconds | vs torch |", "|---|---|---:|---:|"])
         for r in d["tune"]:
             line = f"| {r['kind']} | {r['shape']} | {r['seconds']:.1f} | {r['speedup_torch'] or 0:.3f} |"
             p = r.get("phases")
@@ -197,6 +200,12 @@ def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[
                          f"{search_own_s(r):.1f} |")
             elif phased:
                 line += " | | | |"
+            if peers:
+                line += f" {(p or {}).get('peer_setup_s', 0.0):.1f} |"
+            if twins:
+                ratio = r.get("twin_ratio")
+                line += (f" {ratio:.3f}, {'kept' if r.get('twin_kept') else 'not kept'} |" if ratio
+                         else f" {r.get('twin_status', '-')} |")
             body.append(line)
         warm = [r["seconds"] for r in d["tune"] if r["kind"].startswith("warm")]
         if warm:
@@ -505,6 +514,20 @@ EXPERIMENTS: list[Experiment] = [
                "The command above with `--top 4`, on a new machine of the same kind: each screened shape's four "
                "fastest specs over the three exports checked and timed again in one call, and the fastest of them "
                "timed once more with torch.matmul and quack_autotune; the table gives that last timing."),
+    Experiment("quack against the fastest of three sweeps, sixteen fastest specs each, one H100 (cut short)",
+               "quack_vs_sweep_top16_partial_h100_2026-11-27.json", "quack_vs_sweep",
+               "The `--screen 0.05` command below with `--top 16 --gpus 1`, after the evaluator began sizing its timed "
+               "groups from the GPU's pace: the session's device time ran out after 427 s, with 40 of the 60 screened "
+               "shapes measured."),
+    Experiment("The 7 shapes quack won, sixteen fastest specs each, one H100",
+               "quack_vs_sweep_losers_top16_h100_2026-11-27.json", "quack_vs_sweep",
+               "`--shapes <the 7> --top 16 --gpus 1` on a one-GPU machine, with the evaluator sizing its timed groups "
+               "from the GPU's pace."),
+    Experiment("Ours against quack at quack's own config, quack's config looked up once, one H100",
+               "peer_parity_quack_config_once_h100_2026-11-27.json", "peer_parity",
+               "The peer_parity command below on the 7 shapes, with quack forced to a config that is looked up once "
+               "(it was rebuilt from quack's 486-entry list on every call, about 1.1 ms of Python) and the evaluator "
+               "sizing its timed groups from the GPU's pace: quack forced now matches its autotuned call."),
     Experiment("quack against the fastest of three sweeps, CuTe DSL backend version 5, four H100s",
                "quack_vs_sweep_v5_top4_h100x4_2026-11-27.json", "quack_vs_sweep",
                "The `--screen 0.05 --top 4` command above, two GPUs of a four-GPU machine (`--gpus 2`), after the CuTe "
@@ -750,6 +773,28 @@ EXPERIMENTS: list[Experiment] = [
                "without split-K; M unspecialized where A is row-major), timed in one evaluator call per shape "
                "(`--part static --backend triton`), on one GPU of a four-GPU machine whose other GPUs ran other "
                "benchmarks.", parts=("static",)),
+    Experiment("Seconds to tune a new shape: confirmation's call time from 10 groups, CuTe DSL",
+               "tune_speed_confirm_calls_cute_dsl_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead` on a one-GPU machine with quack and "
+               "nvmath installed: trials timed beside torch.matmul alone, the confirmation rounds beside every "
+               "baseline (quack's autotune of each new shape among them) with the call time from 10 of their 50 "
+               "groups, the best trial's static twin in those rounds.", parts=("tune",)),
+    Experiment("The same, Triton, right after on the same GPU",
+               "tune_speed_confirm_calls_triton_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend triton --lookahead`, right after the run above (quack's "
+               "autotune of these shapes was cached on disk by then).", parts=("tune",)),
+    Experiment("Seconds to tune a new shape with static twins and trial baselines, CuTe DSL",
+               "tune_speed_twins_cute_dsl_h100_2026-11-27.json", "tune_speed",
+               "As the run above, with the confirmation rounds' call time from all 50 groups; an earlier machine of the "
+               "same kind.", parts=("tune",)),
+    Experiment("The same, Triton", "tune_speed_twins_triton_h100_2026-11-27.json", "tune_speed",
+               "`--backend triton`, right after the run above on the same GPU.", parts=("tune",)),
+    Experiment("Static twins on the two probe shapes where static read more than 5% faster, Triton",
+               "tune_speed_twins_probe_triton_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend triton --lookahead --layout NN --shape 1024x128x1024 "
+               "--shape 16384x256x64`: a search of each at budget 32; the winner's static twin timed in its "
+               "confirmation rounds and kept only where its median beat the shape-generic kernel's by over 1%.",
+               parts=("tune",)),
     Experiment("Seconds to tune a new shape: the search on shape-generic kernels, compiling ahead, Triton",
                "tune_speed_lookahead_triton_h100_2026-11-27.json", "tune_speed",
                "`--part tune --shared-evaluator --backend triton --lookahead`: cudal2.search measuring each spec's "

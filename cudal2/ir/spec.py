@@ -85,8 +85,9 @@ class KernelSpec(IRModel):
     # A dynamic kernel takes M, N and K at run time: compiled once, it serves every shape of its
     # dtype, layout and epilogue (what a sweep over many shapes and an op serving unseen shapes
     # want). A static one bakes the shape in. auto: the backend's choice, which is static for
-    # both backends today (on the 48 probe shapes on an H100, Triton's dynamic kernels measured 3%
-    # slower, the CuTe DSL backend's 1.3%, and up to 6% on shapes of 2 to 3 us).
+    # both backends (on the 48 probe shapes on an H100, the dynamic kernels measured 0.7% slower
+    # with Triton, 1.3% with the CuTe DSL, up to 6% on a few). A search measures the dynamic
+    # kernels and times its leader's static twin in its confirmation rounds (search/confirm.py).
     shape_specialization: Literal["auto", "dynamic", "static"] = Field(
         "auto", description="dynamic: one kernel for every M, N, K; static: compiled for one shape")
 
