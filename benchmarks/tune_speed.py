@@ -60,14 +60,13 @@ def search_own_s(row: dict) -> float:
 def twin_outcome(store_url: str, problem) -> dict:
     """How the confirmation's static twin fared (cudal2.search.confirm): its original's median
     relative time over its own (above 1: static faster), and whether it was kept; {} without one."""
-    from cudal2.search.confirm import generic_original, kept_twins, summarize
+    from cudal2.search.confirm import kept_twins, summarize, twin_rival
     from cudal2.search.store import Store
 
     confirmed = summarize(Store(store_url).confirmations(problem), "torch", "offline")
     kept = kept_twins(confirmed)
     for key, c in confirmed.items():
-        original = generic_original(c.rounds[0]["result"].spec) if c.rounds else None
-        rival = confirmed.get(original.key()) if original is not None else None
+        rival = twin_rival(confirmed, c)
         if rival is not None:
             ratio = rival.score / c.score if not c.failed and math.isfinite(c.score) else None
             return {"twin_ratio": ratio, "twin_kept": key in kept and not c.failed,

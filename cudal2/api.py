@@ -36,8 +36,9 @@ def default_arch() -> str:
 def default_runner(**config):
     """The GPU evaluator of cudal2.bench (config: EvalConfig fields). By default a search's trials are
     timed with TimingConfig.sweep() beside torch.matmul alone, the reference of their objective,
-    and its confirmation rounds with TimingConfig.confirmation() beside every baseline (a sweep passes trial_baselines=None:
-    it times them all once per shape). Raises a clear error without a GPU."""
+    and its confirmation rounds with TimingConfig.confirmation() beside every baseline (a sweep
+    passes trial_baselines=None: it times them all once per shape). Raises a clear error without
+    a GPU."""
     if not gpu_available():
         raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine use a dry run "
                            "(`cudal2 search SHAPE --dry-run`: propose, validate, render and compile only), "

@@ -335,6 +335,14 @@ def test_with_look_ahead_the_best_kernels_twin_compiles_before_the_confirmation_
     assert sum(keys == [static(LUCKY).key()] for kind, keys in events if kind == "prefetch") == 1
 
 
+def test_without_confirmation_rounds_no_twin_compiles_ahead(tmp_path):
+    runner = Sequenced({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200], static(LUCKY): [0.076]})
+    search(runner, Store(tmp_path / "s.db"), confirm=Confirm(top=2, rounds=0, static_twins=1), lookahead=True,
+           batch_size=1)
+    prefetched = {k for kind, keys in runner.events if kind == "prefetch" for k in keys}
+    assert prefetched and static(LUCKY).key() not in prefetched
+
+
 class PeersInFullTiming(BriefTrials):
     """torch alone beside the trials; torch and a peer inside full_timing() (as the evaluator with
     trial_baselines)."""

@@ -10,9 +10,9 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
-from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, StaticTwinsOpt, LlmFatalOpt, ModeName,
-                     Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StoreOpt, _confirm, _fail, _llm_fatal,
-                     _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _x, app, console)
+from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
+                     Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StaticTwinsOpt, StoreOpt, _confirm, _fail,
+                     _llm_fatal, _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _x, app, console)
 
 @app.command()
 def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")],
@@ -53,8 +53,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
             res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
                              store=s, budget=budget, modes=tuple(mode), sampler=sampler, seed=seed,
                              batch_size=batch, confirm=_confirm(confirm, confirm_mode, static_twins),
-                             shape_generic=not per_shape,
-                             lookahead=True)
+                             shape_generic=not per_shape, lookahead=True)
     finally:
         if hasattr(run, "close"):
             run.close()

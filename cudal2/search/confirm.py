@@ -145,14 +145,19 @@ def with_twins(keys: set[str], rows: Sequence[dict[str, Any]]) -> set[str]:
     return set(keys) | twins
 
 
+def twin_rival(confirmed: dict[str, Confirmed], c: Confirmed) -> Confirmed | None:
+    """The confirmed shape-generic original of c where c is a static twin, else None."""
+    original = generic_original(c.rounds[0]["result"].spec) if c.rounds else None
+    return confirmed.get(original.key()) if original is not None else None
+
+
 def kept_twins(confirmed: dict[str, Confirmed]) -> dict[str, Confirmed]:
     """confirmed without the static twins that did not pay: a twin stays where its generic original
     was not confirmed, or where its median beats the original's by more than STATIC_MARGIN (a failed
     one stays too, which is never a winner, so that a wrong twin is reported)."""
     out = {}
     for key, c in confirmed.items():
-        original = generic_original(c.rounds[0]["result"].spec) if c.rounds else None
-        rival = confirmed.get(original.key()) if original is not None else None
+        rival = twin_rival(confirmed, c)
         if not c.failed and rival is not None and not rival.failed and not c.score < rival.score * (1 - STATIC_MARGIN):
             continue
         out[key] = c

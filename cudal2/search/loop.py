@@ -237,7 +237,8 @@ class Search:
     def prefetch_twin(self, results: list[CandidateResult], baselines: dict[str, BaselineResult]) -> None:
         """Look-ahead for the confirmation rounds: the static twin of the best kernel so far
         (confirm.static_twin) compiles while the search goes on, so the rounds rarely wait for it."""
-        if self.prefetch is None or self.confirm_with is None or self.confirm_with.static_twins <= 0:
+        c = self.confirm_with
+        if self.prefetch is None or c is None or c.rounds <= 0 or c.static_twins <= 0:
             return
         for r in results:
             ms = r.kernel_ms(self.mode) if r.ok else None
@@ -378,8 +379,9 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     shape-generic kernels, warm searches of a new shape and of a weight whose kernels were compiled
     took 8.9 and 8.2 s against 9.8 and 10.0 s without it, on one machine
     (benchmarks/results/tune_speed_lookahead_triton_h100_2026-11-27.md). confirm: once the budget
-    is spent, time the leaders again and rank them by those rounds (confirm.py); None (here; cudal2.search, the CLI and the
-    benchmarks pass Confirm()) or rounds=0 reports the best search trial. shape_generic: measure
+    is spent, time the leaders again and rank them by those rounds (confirm.py); None (here;
+    cudal2.search, the CLI and the benchmarks pass Confirm()) or rounds=0 reports the best search
+    trial. shape_generic: measure
     each spec's shape-generic kernel where its backend has one (Refiner.kernel_of); False: the
     backend's own choice ("auto", a kernel compiled for this one shape)."""
     return Search(problem, backends=backends, arch=arch, proposer=proposer, runner=runner, store=store,

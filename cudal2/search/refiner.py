@@ -172,8 +172,8 @@ class Refiner:
         count, a new weight of the same dtype and layout), so a search of a new shape finds most of
         its kernels compiled. Static kernels stay an IR option for a final winner
         (shape_specialization="static", the confirmation's static twin, confirm.py): on the H100 the
-        shape-generic ones measured 0.993 (Triton)
-        and 0.987 (CuTe DSL) of their speed over the 48 probe shapes (docs/results.md)."""
+        shape-generic ones measured 0.993 (Triton) and 0.987 (CuTe DSL) of their speed over the 48
+        probe shapes (docs/results.md)."""
         if not self.shape_generic or spec.shape_specialization != "auto":
             return spec
         generic = spec.replace(shape_specialization="dynamic")
