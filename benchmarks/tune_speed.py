@@ -163,7 +163,8 @@ def part_tune(backends, deadline: float, out: dict, save, shared: bool = False, 
         kind += ", look-ahead" if lookahead else ""
         kind += "" if peers else ", no peers"
         row = {"kind": kind, "shape": res.problem.label(), "seconds": wall, "evaluations": res.evaluations,
-               "speedup_torch": res.speedup.get("torch"), "best": res.best.spec.summary() if res.best else None}
+               "speedup_torch": res.speedup.get("torch"), "best": res.best.spec.summary() if res.best else None,
+               "search_phases": dict(res.phase_s), "proposals": dict(res.proposals)}
         if before is not None:  # where the shared evaluator's time went in this run (EvalStats)
             after = dataclasses.asdict(runner.stats)
             row["phases"] = {k: after[k] - before[k] for k in after}
@@ -259,6 +260,18 @@ def markdown(out: dict) -> str:
                                  f"{p.get('peer_setup_s', 0.0):.1f} | "
                                  f"{r.get('compile_s_sum', 0):.1f}, {r.get('compile_s_max', 0):.1f} | "
                                  f"{search_own_s(r):.1f} |")
+            lines.append("")
+        if any("search_phases" in r for r in out["tune"]):
+            lines += ["The search's steps in each run (wall seconds; \"measure\" and \"confirm\" hold the "
+                      "evaluator's time above; the rest of a run is its start, the memory check and the result):", "",
+                      "| run | setup | propose | ask | measure | record | confirm | measured from: proposer, sampler |",
+                      "|---|---:|---:|---:|---:|---:|---:|---|"]
+            for r in out["tune"]:
+                p = r.get("search_phases")
+                if p:
+                    src = ", ".join(f"{k} {v}" for k, v in sorted(r.get("proposals", {}).items()))
+                    lines.append(f"| {r['kind']} | " + " | ".join(f"{p.get(k, 0.0):.1f}" for k in
+                                 ("setup", "propose", "ask", "measure", "record", "confirm")) + f" | {src} |")
             lines.append("")
     if out.get("sweep"):
         s = out["sweep"]

@@ -109,7 +109,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
            n_proposals: int | None = None, seed: int | None = None, progress: bool = True, tag: str = "",
            batch_size: int = 4, confirm: Confirm | None = Confirm(), cluster: Any = None,
-           shape_generic: bool = True, lookahead: bool = True, **problem_fields):
+           shape_generic: bool = True, lookahead: bool | int = True, **problem_fields):
     """Search kernels for one GEMM and return a SearchResult.
 
     shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time

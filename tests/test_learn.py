@@ -189,6 +189,50 @@ def test_the_search_asks_an_adaptive_proposer_after_every_batch(model, tmp_path)
     assert res.proposals == {"learned": 9, "optuna": 3}
 
 
+@pytest.mark.parametrize("depth, expected", [(1, [(0, 3, 0), (0, 3, 3), (3, 3, 3)]),
+                                             (2, [(0, 3, 0), (0, 3, 3), (0, 3, 6)])])
+def test_look_ahead_asks_the_adaptive_proposer_with_the_batches_in_flight_pending(model, tmp_path, depth, expected):
+    """Asked ahead, the next batches are still the proposer's while its share lasts (not the
+    sampler's), and the proposer is told which specs are under measurement, so it proposes new ones."""
+    from cudal2.search.loop import run_search
+    from cudal2.search.proposers import get_proposer
+    from cudal2.search.recorded import RecordedRunner
+    from cudal2.search.store import Store
+
+    model.save(tmp_path / "m.json")
+    prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json",
+                        beyond_catalog=False)
+    calls = []
+    real = prop.propose
+
+    def spy(problem, history, n, pending=()):
+        calls.append((len(history), n, len(pending)))
+        return real(problem, history, n, pending=pending)
+
+    prop.propose = spy
+    res = run_search(GemmProblem(m=256, n=1024, k=512), backends=("triton",), arch="sm_90a", proposer=prop,
+                     runner=RecordedRunner(), store=Store(tmp_path / "s.db"), budget=12, batch_size=3,
+                     progress=False, lookahead=depth)
+    assert calls == expected  # (measured, asked for, pending): the second and third batches asked ahead
+    assert res.proposals == {"learned": 9, "optuna": 3}
+
+
+def test_a_proposer_without_the_pending_keyword_is_asked_for_more_and_its_repeats_dropped():
+    from cudal2.search.proposal import Proposal, propose_excluding, takes_pending
+
+    specs = [KernelSpec(backend="triton", block_m=m) for m in (16, 32, 64, 128)]
+
+    class Old:
+        name = "old"
+
+        def propose(self, problem, history, n):
+            return [Proposal(spec=s) for s in specs[:n]]
+
+    assert not takes_pending(Old())
+    got = propose_excluding(Old(), GemmProblem(m=256, n=256, k=256), [], 2, pending=specs[:1])
+    assert [p.spec for p in got] == specs[1:3]
+
+
 def test_the_shipped_model_loads_and_says_where_its_data_came_from():
     from cudal2.search.proposers.learned import shipped_model_path
 

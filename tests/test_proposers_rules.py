@@ -106,6 +106,19 @@ def test_history_is_skipped():
     assert not {p.spec.key() for p in first} & {p.spec.key() for p in second}
 
 
+def test_a_spec_measured_as_its_shape_generic_kernel_or_under_measurement_is_not_new():
+    """A search measures an "auto" proposal as its shape-generic kernel (Refiner.kernel_of): the
+    history holds the "dynamic" spec, and a rules proposal of the same "auto" spec is no new one."""
+    problem = GemmProblem(m=2048, n=1024, k=4096)
+    rules = RulesProposer()
+    first = rules.propose(problem, [], n=6)
+    assert all(p.spec.shape_specialization == "auto" for p in first)
+    measured = [CandidateResult(spec=p.spec.replace(shape_specialization="dynamic"), status="ok",
+                                timing={"offline": Timing(0.1, 0.11, 10)}) for p in first[:3]]
+    again = rules.propose(problem, measured, n=6, pending=[p.spec for p in first[3:]])
+    assert len(again) == 6 and not {p.spec.key() for p in first} & {p.spec.key() for p in again}
+
+
 def test_failed_configurations_sink():
     problem = GemmProblem(m=4096, n=4096, k=4096)
     first = RulesProposer().propose(problem, [], n=4)

@@ -372,10 +372,10 @@ def test_the_evaluator_times_trials_beside_trial_baselines_and_confirmations_bes
     assert Evaluator(device="cpu").timed_baselines == DEFAULT_BASELINES
 
 
-def test_confirmation_timing_keeps_the_kernel_timing_and_takes_the_call_time_from_fewer_groups():
+def test_confirmation_rounds_time_a_contender_over_at_least_the_defaults_groups_in_all():
     from cudal2.bench.timing import TimingConfig
 
-    full, confirm = TimingConfig(), TimingConfig.confirmation()
-    assert (confirm.groups, confirm.warmup_ms, confirm.target_group_ms) == (full.groups, full.warmup_ms,
-                                                                            full.target_group_ms)
+    full, confirm, sweep = TimingConfig(), TimingConfig.confirmation(), TimingConfig.sweep()
+    assert (confirm.warmup_ms, confirm.target_group_ms) == (full.warmup_ms, full.target_group_ms)
+    assert confirm.groups * Confirm().rounds >= full.groups and confirm.groups > sweep.groups
     assert full.call_groups is None and 0 < confirm.call_groups < confirm.groups

@@ -77,10 +77,16 @@ def exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="cudal2-parent-watch", daemon=True).start()
 
 
+# A search with look-ahead has up to three batches of 4 compiling (the one in hand and two asked
+# ahead, cudal2.search.loop.LOOKAHEAD_BATCHES) and its leader's static twin.
+MAX_WORKERS = 12
+
+
 class CompilePool:
     def __init__(self, workers: int | None = None, timeout_s: float = 300.0,
                  task: Callable[[GemmProblem, KernelSpec], Prepared] = render_and_precompile):
-        self.workers = workers or max(1, min(8, (os.cpu_count() or 2) - 1))
+        # One process a core, less the caller's and the GPU worker's, up to MAX_WORKERS
+        self.workers = workers or max(1, min(MAX_WORKERS, (os.cpu_count() or 2) - 2))
         self.timeout_s = timeout_s
         self.task = task  # a module-level function (it is pickled by reference); tests inject one
         self._pool: cf.ProcessPoolExecutor | None = None

@@ -64,11 +64,14 @@ class TimingConfig:
 
     @classmethod
     def confirmation(cls) -> "TimingConfig":
-        """The default's kernel timing, with the call time from 10 of its 50 groups: a search's
-        confirmation rounds report both, and the call time (the host's cost) is steady where the
-        kernel's is not. On the H100 the rounds (3 leaders, a static twin and 5 baselines, three
-        times) took about 6 s of a 17 s warm CuTe DSL search with plain calls in every group."""
-        return cls(call_groups=10)
+        """A search's confirmation rounds: 20 groups of about 2 ms a contender and round, the call
+        time from 5 of them (the host's cost, steadier than the kernel's). The rounds are repeated
+        (Confirm.rounds, 3) and ranked by the median of their medians, so a contender is timed over
+        60 groups in all, against 10 in its search trial; what moves a round is the GPU's state
+        between rounds, which more groups in one round do not average out. On the H100 the rounds
+        (3 leaders, a static twin and 2 baselines, three times) took about 4 s of an 8.7 s warm
+        CuTe DSL search with 50 groups a round, call time from 10."""
+        return cls(groups=20, call_groups=5)
 
 
 @dataclass

@@ -14,21 +14,28 @@ wall time spent inside the runner (compiling, checking and timing candidates).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import re
 import time
 import warnings
-from dataclasses import dataclass, field
+from collections import Counter
+from dataclasses import dataclass, field, replace
 from typing import Any, Sequence
 
 from ..bench.results import BaselineResult, CandidateResult, Mode, Runner
 from ..ir import GemmProblem, KernelSpec, SpecError
 from .confirm import Confirm, ranked_trials, run_confirmation, static_twin
 from .outcome import SearchResult, Tally, collect, render_source, study_keys
-from .proposal import Proposer
+from .proposal import Proposer, propose_excluding
 from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, fail_trials, reference_of, relative_time, requeue,
                       speedups_of, trial_attrs)
 from .store import Store, retry_callback
+
+# Batches a search with look-ahead asks before they are measured, so that they compile meanwhile.
+# Two keep a compile pool of 8 or more busy with batches of 4 while one is timed: on the H100 a
+# CuTe DSL compile takes 1-4 s and a batch is timed in about 0.3 s.
+LOOKAHEAD_BATCHES = 2
 
 # An adaptive proposer (one that learns from each batch) is asked a batch at a time for this share
 # of the budget; Optuna refines after it. Any other proposer is asked once, for half the budget.
@@ -99,15 +106,22 @@ class Batch:
 class Search:
     """One study of one problem, run until its budget is spent (see run_search for the arguments)."""
 
+    # The steps whose wall seconds a search keeps (SearchResult.phase_s): opening the study and its
+    # baselines, the proposer, asking the sampler (pruning invalid specs on the way), the runner's
+    # measurement, writing the store and telling the study, the confirmation rounds.
+    PHASES = ("setup", "propose", "ask", "measure", "record", "confirm")
+
     def __init__(self, problem: GemmProblem, *, backends: Sequence[str], arch: str, proposer: Proposer | None,
                  runner: Runner, store: Store, budget: int | str | Budget = 64, modes: Sequence[Mode] = ("offline",),
                  n_proposals: int | None = None, sampler: str = "tpe", seed: int | None = None, tag: str = "",
                  progress: bool = True, max_trials: int | None = None, batch_size: int = 1,
-                 deadline: float | None = None, lookahead: bool = False, confirm: Confirm | None = None,
+                 deadline: float | None = None, lookahead: bool | int = False, confirm: Confirm | None = None,
                  shape_generic: bool = True):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
+        self.phase_s: Counter[str] = Counter()
+        t0 = time.perf_counter()
         self.problem, self.proposer, self.runner, self.store = problem, proposer, runner, store
         self.budget, self.modes = Budget.parse(budget), tuple(modes)
         self.mode = _objective_mode(self.modes)
@@ -132,8 +146,20 @@ class Search:
         # with a batch asked ahead, they go back to the queue rather than stay RUNNING.
         self.in_hand: dict[int, Any] = {}
         self.prefetch = getattr(runner, "prefetch", None) if lookahead else None
+        # batches asked ahead: True takes LOOKAHEAD_BATCHES, a number that many
+        self.depth = 0 if self.prefetch is None else (LOOKAHEAD_BATCHES if lookahead is True else int(lookahead))
+        self.ahead: list[Batch] = []
         self.leader: tuple[float, KernelSpec] | None = None  # (relative time, spec): the best measured here
         self.twins_prefetched: set[str] = set()
+        self.phase_s["setup"] += time.perf_counter() - t0
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.phase_s[name] += time.perf_counter() - t0
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> SearchResult:
@@ -145,14 +171,13 @@ class Search:
             try:
                 batch = Batch() if self.stopped() else self.ask(self.room(0))
                 while batch:
-                    ahead = self.measure(batch)
+                    self.measure(batch)
                     bar.update(self.tally)
                     if self.stopped():
                         break
-                    if self.adaptive and not ahead and self.tally.evaluations < self.proposer_share \
-                            and not _queued(self.study):
-                        self.propose(min(self.room(0), self.proposer_share - self.tally.evaluations))
-                    batch = ahead or self.ask(self.room(0))
+                    if not self.ahead:
+                        self.refill()
+                    batch = self.ahead.pop(0) if self.ahead else self.ask(self.room(0))
             except BaseException:
                 self.give_back("interrupted before it was measured; queued again")
                 raise
@@ -161,12 +186,30 @@ class Search:
         return self.result()
 
     # ---- its steps --------------------------------------------------------------------------------
-    def propose(self, n: int) -> None:
-        """The proposer's next n specs, enqueued; it sees everything measured for this problem."""
-        history = [r["result"] for r in self.store.kernels(self.problem)]
-        self.refiner.enqueue(self.proposer.propose(self.problem, history, n))
+    def propose(self, n: int, pending: Sequence[KernelSpec] = ()) -> None:
+        """The proposer's next n specs, enqueued; it sees everything measured for this problem, and
+        is told the specs under measurement (pending), which are not new."""
+        with self.phase("propose"):
+            history = [r["result"] for r in self.store.kernels(self.problem)]
+            self.refiner.enqueue(propose_excluding(self.proposer, self.problem, history, n, pending))
+
+    def refill(self, in_flight: Sequence[KernelSpec] = ()) -> None:
+        """An adaptive proposer's next batch, while its share of the budget is not spent (the batch
+        in flight counts as spent) and its queued proposals do not fill the next batch. With
+        look-ahead it is asked while a batch is measured, so it sees that batch as pending."""
+        if not self.adaptive:
+            return
+        queued = _queued(self.study)
+        share_left = self.proposer_share - self.tally.evaluations - len(in_flight) - queued
+        want = min(self.room(len(in_flight)) - queued, share_left)
+        if want > 0:
+            self.propose(want, pending=in_flight)
 
     def ask(self, room: int, in_flight: Sequence[tuple[Any, KernelSpec]] = ()) -> Batch:
+        with self.phase("ask"):
+            return self._ask(room, in_flight)
+
+    def _ask(self, room: int, in_flight: Sequence[tuple[Any, KernelSpec]]) -> Batch:
         """Trials until `room` of them need a GPU measurement (or trials run out). On the way,
         invalid specs are pruned and specs already measured (by this study or another) are told
         from the kernel table at once: a trial left RUNNING across a measurement is one the study
@@ -205,34 +248,51 @@ class Search:
             batch.trials.append((trial, spec))
         return batch
 
-    def measure(self, batch: Batch) -> Batch:
-        """Measure a batch on the GPU, record it, tell the study; returns the batch asked ahead
-        (look-ahead only: it compiles in the runner's pool while this one is timed)."""
-        ahead = Batch()
+    def measure(self, batch: Batch) -> None:
+        """Measure a batch on the GPU, record it, tell the study. With look-ahead, the next batches
+        are asked first (up to `depth`, in self.ahead) and compile in the runner's pool while this
+        one is timed."""
         if batch.trials:
             if self.prefetch is not None:
                 self.prefetch(self.problem, batch.specs)  # the batch in hand compiles first
-                if not self.stopped() and (room := self.ahead_room(len(batch.trials))) > 0:
-                    ahead = self.ask(room, batch.trials)
-                    if ahead.trials:
-                        self.prefetch(self.problem, ahead.specs)
+                self.ask_ahead(batch)
             t0 = time.perf_counter()
-            beating = _Heartbeat(self.storage, [t._trial_id for t, _ in (*batch.trials, *ahead.trials)]) \
-                if self.heartbeats else None
+            asked = [t._trial_id for b in (batch, *self.ahead) for t, _ in b.trials]
+            beating = _Heartbeat(self.storage, asked) if self.heartbeats else None
             try:
-                results = self.runner.evaluate(self.problem, batch.specs, self.modes)
+                with self.phase("measure"):
+                    results = self.runner.evaluate(self.problem, batch.specs, self.modes)
             finally:
                 if beating is not None:
                     beating.stop()
             if len(results) != len(batch.trials):
                 raise RuntimeError(f"runner returned {len(results)} results for {len(batch.trials)} specs")
-            now = self.record(batch, results, (time.perf_counter() - t0) / len(batch.trials))
+            with self.phase("record"):
+                now = self.record(batch, results, (time.perf_counter() - t0) / len(batch.trials))
             self.prefetch_twin(results, now)
-        for trial, spec in batch.twins:  # their twin was measured in this batch or the one before
-            self.tell_known(trial, spec)
-        # Other workers may share the study (a PostgreSQL store): count what they measured too.
-        self.tally = Tally.from_study(self.study, self.store, self.problem, self.reference, self.mode)
-        return ahead
+        with self.phase("record"):
+            for trial, spec in batch.twins:  # their twin was measured in this batch or the one before
+                self.tell_known(trial, spec)
+            # Other workers may share the study (a PostgreSQL store): count what they measured too.
+            self.tally = Tally.from_study(self.study, self.store, self.problem, self.reference, self.mode)
+
+    def ask_ahead(self, batch: Batch) -> None:
+        """Top self.ahead up to `depth` batches, each handed to the runner's prefetch as it is asked.
+        The proposer's share comes first (refill, with every batch in flight pending)."""
+        while len(self.ahead) < self.depth and not self.stopped():
+            flight = [ts for b in (batch, *self.ahead) for ts in b.trials]
+            self.refill([s for _, s in flight])
+            room = self.ahead_room(len(flight))
+            if room <= 0:
+                return
+            nxt = self.ask(room, flight)
+            if not nxt:
+                return
+            if nxt.trials:
+                self.prefetch(self.problem, nxt.specs)
+            self.ahead.append(nxt)
+            if not nxt.trials:
+                return  # only repeats of specs in flight: told once those are measured
 
     def prefetch_twin(self, results: list[CandidateResult], baselines: dict[str, BaselineResult]) -> None:
         """Look-ahead for the confirmation rounds: the static twin of the best kernel so far
@@ -342,6 +402,10 @@ class Search:
         c = self.confirm_with
         if c is None or c.rounds <= 0 or self.cut_short():
             return
+        with self.phase("confirm"):
+            self._confirm(c)
+
+    def _confirm(self, c: Confirm) -> None:
         keys = study_keys(self.study)
         run_confirmation(self.problem, lambda: ranked_trials(self.store.kernels(self.problem), keys, self.baselines,
                                                              self.reference, self.mode),
@@ -357,8 +421,11 @@ class Search:
         return getattr(self.environment, "gpu_name", None) or None  # confirmation rounds count on this GPU only
 
     def result(self) -> SearchResult:
-        return collect(self.problem, self.study, self.store, self.baselines, self.mode, self.reference,
-                       self.confirm_mode, self.gpu)
+        t0 = time.perf_counter()
+        res = collect(self.problem, self.study, self.store, self.baselines, self.mode, self.reference,
+                      self.confirm_mode, self.gpu)
+        self.phase_s["record"] += time.perf_counter() - t0
+        return replace(res, phase_s={k: self.phase_s[k] for k in self.PHASES})
 
 
 def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, proposer: Proposer | None,
@@ -366,14 +433,14 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                modes: Sequence[Mode] = ("offline",), n_proposals: int | None = None, sampler: str = "tpe",
                seed: int | None = None, tag: str = "", progress: bool = True,
                max_trials: int | None = None, batch_size: int = 1,
-               deadline: float | None = None, lookahead: bool = False,
+               deadline: float | None = None, lookahead: bool | int = False,
                confirm: Confirm | None = None, shape_generic: bool = True) -> SearchResult:
     """Run (or resume) the study of `problem` until `budget` is spent; see the module docstring.
     batch_size: specs handed to runner.evaluate at once (the evaluator compiles a batch in
     parallel; the TPE sampler's constant liar keeps a batch diverse). deadline: a time.monotonic()
-    after which no new batch starts (the study stays resumable). lookahead: ask for the next batch
-    while the current one is measured and hand it to runner.prefetch (if the runner has one), so
-    that it compiles in the meantime. Off here, on in cudal2.search and `cudal2 search`: on the
+    after which no new batch starts (the study stays resumable). lookahead: ask for the next batches
+    while the current one is measured and hand them to runner.prefetch (if the runner has one), so
+    that they compile in the meantime (True: LOOKAHEAD_BATCHES of them; a number: that many). Off here, on in cudal2.search and `cudal2 search`: on the
     H100 a first comparison (cold process, kernels compiled per shape) cut the wait for compiles
     (0.12 -> 0.09 s a candidate) but gave no shorter search (0.86 against 0.74 s a candidate); with
     shape-generic kernels, warm searches of a new shape and of a weight whose kernels were compiled
@@ -390,11 +457,11 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                   lookahead=lookahead, confirm=confirm, shape_generic=shape_generic).run()
 
 
-def _queued(study) -> bool:
-    """Whether trials wait in the study's queue (enqueued proposals not yet asked for)."""
+def _queued(study) -> int:
+    """How many trials wait in the study's queue (enqueued proposals not yet asked for)."""
     import optuna
 
-    return bool(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
+    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
 
 
 class _Heartbeat:

@@ -53,6 +53,9 @@ class SearchResult:
     # GPU measurements of the study by where their spec came from: a proposer's source ("rules",
     # "llm:<model>", "rules (fallback: llm failed)"), "optuna" (sampled) or "requeued"
     proposals: dict[str, int] = field(default_factory=dict)
+    # Wall seconds of this call by step (Search.PHASES): where a search's time went, the evaluator's
+    # included ("measure", "confirm"); empty where the result was built from a store alone.
+    phase_s: dict[str, float] = field(default_factory=dict)
     _kernel: Any = field(default=None, repr=False)
 
     @property

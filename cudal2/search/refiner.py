@@ -158,12 +158,37 @@ class Refiner:
     # ---- one trial -----------------------------------------------------------------------------
     def suggest(self, trial) -> KernelSpec:
         """The spec of a trial (fixed params for enqueued proposals, sampled otherwise).
-        Raises SpecError when the combination is invalid."""
+        Raises SpecError when the combination is invalid.
+
+        A sampled stage count is a ceiling: where the spec does not fit at that depth (most often
+        its shared memory), the deepest pipeline below it that the IR and the backend accept is
+        taken, as CUTLASS's StageCountAutoCarveout and quack size a config's pipeline to what fits.
+        (Over a CuTe DSL search, 22 of 69 pruned trials had exceeded shared memory by their stages;
+        each pruned trial costs a sampler step and store writes.) A proposal's own stages are kept."""
         fields = choose(self.space, self.arch, lambda o: trial.suggest_categorical(o.name, list(o.choices))
                         if o.choices is not None else trial.suggest_int(o.name, o.low, o.high, log=o.log))
-        spec = KernelSpec(**fields)
-        validate(self.problem, spec)
+        try:
+            spec = KernelSpec(**fields)
+            validate(self.problem, spec)
+        except SpecError:
+            if "proposal" in trial.user_attrs or "stages" not in fields:  # a proposal is taken as it is
+                raise
+            spec = self._shallower(fields)
+            if spec is None:
+                raise
         return self.kernel_of(spec)
+
+    def _shallower(self, fields: dict[str, Any]) -> KernelSpec | None:
+        """The spec of `fields` at the deepest valid stage count below its own, or None."""
+        low = next((o.low for o in self.space if o.target == "stages" and o.low is not None), 1)
+        for stages in range(fields["stages"] - 1, low - 1, -1):
+            try:
+                spec = KernelSpec(**{**fields, "stages": stages})
+                validate(self.problem, spec)
+                return spec
+            except SpecError:
+                continue
+        return None
 
     def kernel_of(self, spec: KernelSpec) -> KernelSpec:
         """The spec whose kernel the search measures: with shape_generic, the shape-generic kernel

@@ -13,8 +13,8 @@ from dataclasses import replace
 from typing import Callable, Sequence
 
 from ...bench.results import CandidateResult
-from ...ir import GemmProblem
-from ..proposal import Proposal, Proposer, ProposerUnavailable
+from ...ir import GemmProblem, KernelSpec
+from ..proposal import Proposal, Proposer, ProposerUnavailable, propose_excluding
 
 log = logging.getLogger("cudal2.search")
 
@@ -47,9 +47,10 @@ class FallbackProposer:
     def __repr__(self) -> str:
         return f"FallbackProposer({self.primary!r}, fallback={self.fallback.name if self.fallback else None!r})"
 
-    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult], n: int) -> list[Proposal]:
+    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult], n: int, *,
+                pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
         try:
-            return self.primary.propose(problem, history, n)
+            return propose_excluding(self.primary, problem, history, n, pending)
         except ProposerUnavailable as e:
             self.failures.append(e)
             self._warn(failure_line(self.primary.name, e, self.next_step()))
@@ -57,7 +58,7 @@ class FallbackProposer:
             return []
         marked = f"(fallback: {self.primary.name} failed)"
         return [replace(p, source=f"{p.source or self.fallback.name} {marked}")
-                for p in self.fallback.propose(problem, history, n)]
+                for p in propose_excluding(self.fallback, problem, history, n, pending)]
 
     def next_step(self) -> str:
         if self.fallback is None:

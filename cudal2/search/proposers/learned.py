@@ -144,16 +144,19 @@ class LearnedProposer:
         order = np.argsort(-mu, kind="stable")[:n]
         return [(specs[i], float(np.exp(mu[i]))) for i in order]
 
-    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:
+    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8, *,
+                pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
         specs = self.candidates(problem)[0]
         if self.rules is None or not specs:
             mine = n if specs else 0
         else:
             mine = max(1, n // 2)
-        ruled = self.rules.propose(problem, history, n - mine) if self.rules is not None and n > mine else []
-        return self._learned(problem, history, mine) + ruled
+        ruled = self.rules.propose(problem, history, n - mine, pending=pending) \
+            if self.rules is not None and n > mine else []
+        return self._learned(problem, history, mine, pending) + ruled
 
-    def _learned(self, problem: GemmProblem, history: Sequence[CandidateResult], n: int) -> list[Proposal]:
+    def _learned(self, problem: GemmProblem, history: Sequence[CandidateResult], n: int,
+                 pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
         from ...learn import bandit
 
         specs, mu, leaves = self.candidates(problem)
@@ -171,6 +174,7 @@ class LearnedProposer:
                 measured.append(i)
                 y.append(-float(np.log(ms)))  # log speed; the shape's torch time is the constant left out
         tried -= set(measured)
+        tried |= {i for s in pending if (i := index.get(_kernel_key(s))) is not None}  # under measurement
         sd = float(self.model.info.get("residual_sd", 0.3))
         picks = bandit.choose(mu, leaves, measured, y, n, prior_sd=sd, beta=self.beta, exclude=sorted(tried))
         why = "model's best prediction" if not measured else f"upper bound after {len(measured)} measured"

@@ -25,7 +25,7 @@ from typing import Any, Callable, Sequence
 from ...bench.results import CandidateResult
 from ...ir import ARCHS, GemmProblem, KernelSpec, SpecError, check_compatible
 from ...ir.errors import short_repr
-from ..proposal import Proposal
+from ..proposal import Proposal, seen_key, seen_keys
 from . import prompt, space
 from .llm_client import ChatClient, LLMConfig, LLMError, Reply, StructuredOutputUnsupported
 
@@ -94,16 +94,17 @@ class LLMProposer:
         self.client.close()
 
     # ---- public ---------------------------------------------------------------------------------
-    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:
-        seen = {r.spec.key() for r in history}
+    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8, *,
+                pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
+        seen = seen_keys(history, pending)
         schema = prompt.reply_schema(self.backends, self.arch, n)
-        messages = [{"role": "user", "content": self._user_prompt(problem, history, n, schema)}]
+        messages = [{"role": "user", "content": self._user_prompt(problem, history, n, schema, pending)}]
         try:
             reply = self._turn(messages, schema)
         except StructuredOutputUnsupported as e:
             log.info("endpoint refused structured output; falling back to JSON in the prompt (%s)", e)
             self.structured = False
-            messages = [{"role": "user", "content": self._user_prompt(problem, history, n, schema)}]
+            messages = [{"role": "user", "content": self._user_prompt(problem, history, n, schema, pending)}]
             reply = self._turn(messages, schema)
 
         specs, errors, analysis = self._check(problem, reply, seen, attempt=1)
@@ -115,15 +116,15 @@ class LLMProposer:
                 self.rejected.append(Rejection(2, f"repair request failed: {e}", ""))
             else:
                 more, _errors, analysis2 = self._check(problem, again, seen, attempt=2,
-                                                       proposed={s.key() for s in specs})
+                                                       proposed={seen_key(s) for s in specs})
                 specs += more
                 analysis = analysis2 or analysis
         self.last_analysis = analysis
         return [Proposal(spec=s, reasoning=analysis, source=self.source) for s in specs[:n]]
 
     # ---- internals ------------------------------------------------------------------------------
-    def _user_prompt(self, problem, history, n, schema) -> str:
-        return prompt.user_prompt(problem, history, n, self.backends, self.arch, gpu_name=self.gpu_name,
+    def _user_prompt(self, problem, history, n, schema, pending=()) -> str:
+        return prompt.user_prompt(problem, history, n, self.backends, self.arch, gpu_name=self.gpu_name, pending=pending,
                                   n_best=self.n_best, n_worst=self.n_worst, n_failures=self.n_failures,
                                   baselines=self.baselines, schema=None if self.structured else schema,
                                   predictions=self.advisor.ranked(problem, self.n_advice) if self.advisor else None)
@@ -157,13 +158,13 @@ class LLMProposer:
                 why = self._invalid(problem, item)
             if not why:
                 spec = KernelSpec.from_dict(item)
-                if spec.key() in keys:
+                if seen_key(spec) in keys:
                     why = ("repeats a spec that was already measured or proposed; propose a different one"
-                           if spec.key() in seen else "")
+                           if seen_key(spec) in seen else "")
                     if not why:
                         continue  # a duplicate inside the reply: drop quietly
                 else:
-                    keys.add(spec.key())
+                    keys.add(seen_key(spec))
                     good.append(spec)
                     continue
             errors.append(f"specs[{i}]: {why}")

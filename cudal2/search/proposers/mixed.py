@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Sequence
 
 from ...bench.results import CandidateResult
-from ...ir import GemmProblem
+from ...ir import GemmProblem, KernelSpec
 from ..proposal import Proposal
 
 
@@ -33,10 +33,13 @@ class LlmWithLearned:
             raise AttributeError(attr)
         return getattr(self.llm, attr)
 
-    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:
-        written = self.llm.propose(problem, history, max(1, n // 2))  # an endpoint failure propagates
+    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8, *,
+                pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
+        # an endpoint failure propagates
+        written = self.llm.propose(problem, history, max(1, n // 2), pending=pending)
         taken = {p.spec.key() for p in written}
-        rest = [p for p in self.learned.propose(problem, history, n + len(written)) if p.spec.key() not in taken]
+        rest = [p for p in self.learned.propose(problem, history, n + len(written), pending=pending)
+                if p.spec.key() not in taken]
         return (written + rest)[:n]
 
     def close(self) -> None:

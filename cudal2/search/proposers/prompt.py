@@ -189,7 +189,8 @@ def describe_predictions(ranked: Sequence[tuple[KernelSpec, float]]) -> str:
 def user_prompt(problem: GemmProblem, history: Sequence[CandidateResult], n: int, backends: Sequence[str],
                 arch: str, *, gpu_name: str | None = None, n_best: int = 4, n_worst: int = 2, n_failures: int = 4,
                 baselines: dict[str, float] | None = None, schema: dict | None = None,
-                predictions: Sequence[tuple[KernelSpec, float]] | None = None) -> str:
+                predictions: Sequence[tuple[KernelSpec, float]] | None = None,
+                pending: Sequence[KernelSpec] = ()) -> str:
     """The request. With `schema` (no structured output available), the JSON Schema is
     spelled out and the model is asked for bare JSON. With `predictions`, a cost model's best
     specs and their predicted speedups come before the task."""
@@ -200,6 +201,9 @@ def user_prompt(problem: GemmProblem, history: Sequence[CandidateResult], n: int
         "## Measured so far (kernel time, median of CUDA-graph replays)\n"
         + describe_history(problem, history, n_best, n_worst, n_failures, baselines),
     ]
+    if pending:
+        parts.append("## Being measured now (no result yet; do not propose these again)\n"
+                     + "\n".join(f"- {compact(s)}" for s in pending))
     if predictions is not None:
         parts.append("## A cost model's best specs (trained on measured speed on other shapes; predictions, not "
                      "measurements: where the measurements above disagree, trust them)\n"

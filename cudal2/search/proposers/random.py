@@ -7,8 +7,8 @@ import random as _random
 from typing import Sequence
 
 from ...bench.results import CandidateResult
-from ...ir import ARCHS, GemmProblem
-from ..proposal import Proposal
+from ...ir import ARCHS, GemmProblem, KernelSpec
+from ..proposal import Proposal, seen_key, seen_keys
 from . import space
 
 # Fields the sampler leaves at their base value: they only mean something together with
@@ -43,10 +43,11 @@ class RandomProposer:
     def __repr__(self) -> str:
         return f"RandomProposer(backends={self.backends}, arch={self.arch!r}, seed={self.seed})"
 
-    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:
+    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8, *,
+                pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
         from ...codegen import get_backend
 
-        seen = {r.spec.key() for r in history}
+        seen = seen_keys(history, pending)
         out: list[Proposal] = []
         for _ in range(n * MAX_TRIES_PER_SPEC):
             if len(out) >= n:
@@ -70,8 +71,8 @@ class RandomProposer:
                     continue
                 fields["split_k"] = self.rng.choice(splits)
             spec, _why = space.validate(problem, fields)
-            if spec is None or spec.key() in seen:
+            if spec is None or seen_key(spec) in seen:
                 continue
-            seen.add(spec.key())
+            seen.add(seen_key(spec))
             out.append(Proposal(spec=spec, reasoning=f"uniform random draw (seed {self.seed})", source=self.name))
         return out

@@ -26,9 +26,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Mapping, Sequence
 
 from ...bench.results import CandidateResult
-from ...ir import ARCHS, DTYPE_BYTES, DeviceProfile, GemmProblem
+from ...ir import ARCHS, DTYPE_BYTES, DeviceProfile, GemmProblem, KernelSpec
 from ...ir.spec import OPERAND_BYTES, PRODUCER_WARPS, REGISTER_RESERVE, epilogue_smem_bytes, stage_bytes
-from ..proposal import Proposal
+from ..proposal import Proposal, seen_key, seen_keys
 from . import space
 from .rules_data import DEFAULT_PREFERENCES, PREFERENCES, Preferences, Throughput, _cdiv, _measured_factor
 
@@ -142,8 +142,9 @@ class RulesProposer:
         return f"RulesProposer(backends={self.backends}, arch={self.arch!r})"
 
     # ---- public -------------------------------------------------------------------------------
-    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8) -> list[Proposal]:
-        seen = {r.spec.key() for r in history}
+    def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8, *,
+                pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
+        seen = seen_keys(history, pending)
         broken = Counter(_family_of(r.spec.to_dict()) for r in history if r.status in FAILED)
         out: list[Proposal] = []
         self.dropped = []
@@ -181,7 +182,7 @@ class RulesProposer:
                 if spec is None:
                     self.dropped.append((cand.fields, why))
                     continue
-                key = spec.key()
+                key = seen_key(spec)
                 if key in seen or key in taken:
                     continue
                 taken.add(key)
