@@ -514,6 +514,23 @@ EXPERIMENTS: list[Experiment] = [
                "The command above with `--top 4`, on a new machine of the same kind: each screened shape's four "
                "fastest specs over the three exports checked and timed again in one call, and the fastest of them "
                "timed once more with torch.matmul and quack_autotune; the table gives that last timing."),
+    Experiment("quack against the fastest of three sweeps, sixteen fastest specs each, every screened shape, one H100",
+               "quack_vs_sweep_top16_h100_2026-11-27.json", "quack_vs_sweep",
+               "The `--screen 0.05 --top 16 --gpus 1` command, resumed from the run cut short below (its report "
+               "copied to OUT.json, so its 40 shapes were kept): the other 20 screened shapes measured on a new "
+               "one-GPU machine of the same kind the same day. The one shape below 1.000 (2048x1024x256, 4.5 us) "
+               "was measured three times more on its own: the three runs below."),
+    Experiment("The shape quack won in the run above, measured again (1 of 3)",
+               "quack_vs_sweep_top16_repeat1_2048x1024x256_h100_2026-11-27.json", "quack_vs_sweep",
+               "The command above with `--shapes 2048x1024x256` into a new report (no resume), three times in a "
+               "row on one H100: its sixteen fastest specs checked and timed again, the fastest timed once more "
+               "with the baselines."),
+    Experiment("The same shape measured again (2 of 3)",
+               "quack_vs_sweep_top16_repeat2_2048x1024x256_h100_2026-11-27.json", "quack_vs_sweep",
+               "Right after the run above, on the same GPU."),
+    Experiment("The same shape measured again (3 of 3)",
+               "quack_vs_sweep_top16_repeat3_2048x1024x256_h100_2026-11-27.json", "quack_vs_sweep",
+               "Right after the run above, on the same GPU."),
     Experiment("quack against the fastest of three sweeps, sixteen fastest specs each, one H100 (cut short)",
                "quack_vs_sweep_top16_partial_h100_2026-11-27.json", "quack_vs_sweep",
                "The `--screen 0.05` command below with `--top 16 --gpus 1`, after the evaluator began sizing its timed "
@@ -773,6 +790,37 @@ EXPERIMENTS: list[Experiment] = [
                "without split-K; M unspecialized where A is row-major), timed in one evaluator call per shape "
                "(`--part static --backend triton`), on one GPU of a four-GPU machine whose other GPUs ran other "
                "benchmarks.", parts=("static",)),
+    Experiment("Seconds to tune a new shape: the proposer's share kept, two batches ahead, CuTe DSL, no peers",
+               "tune_speed_share_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers` on a one-GPU machine: "
+               "look-ahead asks the learned proposer for its 24 of 32 trials (it had handed most of them to the "
+               "sampler) with the batches in flight pending; a sampled stage count is a ceiling; two batches asked "
+               "ahead into a compile pool of 12; confirmation rounds of 20 groups; torch.matmul and cuBLASLt timed, "
+               "not quack (its autotune of a new shape is the peer's cost, shown in the run with peers).",
+               parts=("tune",)),
+    Experiment("The same, Triton, right after on the same GPU",
+               "tune_speed_share_triton_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend triton --lookahead --no-peers`.", parts=("tune",)),
+    Experiment("The same with quack timed in the confirmation rounds, CuTe DSL",
+               "tune_speed_share_cute_dsl_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead`, right after the two runs above: "
+               "quack's autotune of each new shape (34.6 s cold, 5.7-7.6 s warm) runs in the rounds.",
+               parts=("tune",)),
+    Experiment("The same with quack, Triton", "tune_speed_share_triton_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend triton --lookahead`, on the same machine right after.",
+               parts=("tune",)),
+    Experiment("The proposer's share kept and the stage ceiling alone, CuTe DSL, no peers",
+               "tune_speed_share_lookahead1_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "The run above before two batches were asked ahead, the compile pool grew from 8 to 12 and the "
+               "confirmation rounds went from 50 groups to 20: one batch ahead.", parts=("tune",)),
+    Experiment("The same, Triton", "tune_speed_share_lookahead1_triton_nopeers_h100_2026-11-27.json", "tune_speed",
+               "Right after the run above.", parts=("tune",)),
+    Experiment("Before: where a CuTe DSL search's time went, no peers",
+               "tune_speed_before_share_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers --shape 255x6144x4096 "
+               "--shape 255x6144x4096 --shape 1000x17920x1536` under cProfile, before the changes above: a search "
+               "with look-ahead measured 24 of its 32 trials from the sampler, which pruned 2-3 invalid specs for "
+               "each it measured.", parts=("tune",)),
     Experiment("Seconds to tune a new shape: confirmation's call time from 10 groups, CuTe DSL",
                "tune_speed_confirm_calls_cute_dsl_h100_2026-11-27.json", "tune_speed",
                "`--part tune --shared-evaluator --backend cute_dsl --lookahead` on a one-GPU machine with quack and "
