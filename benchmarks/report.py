@@ -815,6 +815,14 @@ EXPERIMENTS: list[Experiment] = [
                "confirmation rounds went from 50 groups to 20: one batch ahead.", parts=("tune",)),
     Experiment("The same, Triton", "tune_speed_share_lookahead1_triton_nopeers_h100_2026-11-27.json", "tune_speed",
                "Right after the run above.", parts=("tune",)),
+    Experiment("Where the time of the changed CuTe DSL search went, main process and GPU worker profiled",
+               "tune_speed_profiled_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`CUDAL2_PROFILE_WORKER=DIR python -m cProfile ... --no-peers --shape 64x6144x4096 --shape "
+               "255x6144x4096` (cold, then a new token count), after the changes above, figures under cProfile: "
+               "the GPU worker loaded 65 exported kernels in 0.18 s, and spent 5.3 s (the main process 3.4 s) "
+               "compiling Python source to bytecode, because the lent machine's packages were installed without it "
+               "(`--no-compile`; tools/device_env.sh and tools/gpu_cute_dsl.sh now byte-compile them).",
+               parts=("tune",)),
     Experiment("Before: where a CuTe DSL search's time went, no peers",
                "tune_speed_before_share_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
                "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers --shape 255x6144x4096 "

@@ -36,6 +36,9 @@ if [ $# -gt 0 ] && [ -d "$1" ]; then
     part="$site.parts/part1"
   fi
   dsl_path=$(bash "$unpack" "$part" "$site")
+  # byte-compile what was unpacked, as pip would (see tools/device_env.sh); a file that does not
+  # compile on this Python is left to its import
+  python3 -m compileall -q -j 0 "$site" >/dev/null 2>&1 || true
   if [ ! -f "$part/libcute_dsl_runtime.so" ]; then
     echo "unpacked $part into $site; now run this script with part2 (same machine, while it is warm)"
     exit 0
