@@ -6,7 +6,8 @@ from cudal2 import GemmProblem, KernelSpec
 from cudal2.search.loop import Budget, run_search
 from cudal2.search.proposal import Proposal
 from cudal2.search.recorded import RecordedRunner
-from cudal2.search.refiner import Refiner, study_name
+from cudal2.ir import SpecError
+from cudal2.search.refiner import Refiner, study_name, validate
 from cudal2.search.space import fields_from, params_of, search_space
 from cudal2.search.store import Store
 
@@ -342,3 +343,42 @@ def test_a_search_measures_shape_generic_kernels_unless_asked_for_per_shape_ones
     assert refiner.kernel_of(stream_k) == stream_k
     assert refiner.kernel_of(plain) == plain.replace(shape_specialization="dynamic")
     assert refiner.kernel_of(plain.replace(shape_specialization="static")).shape_specialization == "static"
+
+
+def test_a_sampled_stage_count_is_a_ceiling_and_a_proposal_keeps_its_own(tmp_path):
+    """A sampled spec too deep for shared memory is measured at the deepest pipeline that fits below
+    the sampled count, not pruned; a proposal is taken as written."""
+    mine = KernelSpec(backend="cute_dsl", num_warps=12, load_path="tma", warp_specialization="cooperative",
+                      persistent=True, block_m=128, block_n=128, block_k=64, stages=3)
+    res = run_search(GemmProblem(m=2048, n=2048, k=2048), backends=("cute_dsl",), arch="sm_90a",
+                     proposer=ListProposer([mine]), runner=RecordedRunner(), store=Store(tmp_path / "s.db"),
+                     budget=16, n_proposals=1, sampler="random", seed=0, progress=False)
+    trials = sorted(res.study.trials, key=lambda t: t.number)
+    assert trials[0].user_attrs["proposal"] == "list"
+    assert KernelSpec.from_json(trials[0].user_attrs["spec"]).stages == 3 == trials[0].params["stages"]
+    sampled = [(t.params["stages"], KernelSpec.from_json(t.user_attrs["spec"]).stages)
+               for t in trials[1:] if t.state.name == "COMPLETE" and "stages" in t.params]
+    assert all(measured <= drawn for drawn, measured in sampled)
+    assert any(measured < drawn for drawn, measured in sampled)  # shortened to fit, not pruned
+    # a draw pruned for its shared memory has no valid depth below it either
+    space = search_space(("cute_dsl",), "sm_90a")
+    for t in trials[1:]:
+        if t.state.name == "PRUNED" and "shared memory" in t.user_attrs.get("error", ""):
+            fields = fields_from(t.params, space, "sm_90a")
+            for stages in range(2, fields["stages"]):
+                with pytest.raises(SpecError):
+                    validate(res.problem, KernelSpec(**{**fields, "stages": stages}))
+
+
+def test_a_search_says_where_its_time_went(tmp_path):
+    import time
+
+    from cudal2.search.loop import Search
+
+    t0 = time.perf_counter()
+    res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([FAST]),
+                     runner=RecordedRunner(), store=Store(tmp_path / "s.db"), budget=6, seed=0, progress=False,
+                     lookahead=True)
+    wall = time.perf_counter() - t0
+    assert tuple(res.phase_s) == Search.PHASES and all(v >= 0 for v in res.phase_s.values())
+    assert res.phase_s["ask"] > 0 and res.phase_s["propose"] > 0 and sum(res.phase_s.values()) <= wall
