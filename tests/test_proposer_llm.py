@@ -181,6 +181,20 @@ def test_specs_already_measured_are_not_proposed_again():
     assert len(srv.received) == 2 and "already measured" in user_texts(srv.received[1])[-1]
 
 
+def test_specs_under_measurement_are_shown_and_not_proposed_again():
+    """A search that looks ahead asks while a batch is timed: the prompt names the specs in flight,
+    and a reply that repeats one is sent back as a repeat."""
+    busy = KernelSpec(block_m=128, block_n=128, block_k=64, num_warps=4, stages=4, raster_group=8,
+                      shape_specialization="dynamic")  # what the search measures for the reply's "auto" spec
+    with Replay([ok("openai_valid.json"), ok("openai_valid.json")]) as srv:
+        llm = proposer(srv.url)
+        props = llm.propose(PROBLEM, [], n=3, pending=[busy])
+    assert len(props) == 2 and busy.replace(shape_specialization="auto").key() not in {p.spec.key() for p in props}
+    first = srv.received[0]["body"]["messages"][1]["content"]
+    assert "Being measured now" in first and first.index("Being measured now") < first.index("## Task")
+    assert "already measured" in user_texts(srv.received[1])[-1]
+
+
 # ---- invalid replies: one repair round-trip, then drop --------------------------------------------
 
 def test_invalid_json_is_sent_back_once_then_the_repaired_reply_is_used():

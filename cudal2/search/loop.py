@@ -32,9 +32,9 @@ from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, fail_trials, reference_of
                       speedups_of, trial_attrs)
 from .store import Store, retry_callback
 
-# Batches a search with look-ahead asks before they are measured, so that they compile meanwhile.
-# Two keep a compile pool of 8 or more busy with batches of 4 while one is timed: on the H100 a
-# CuTe DSL compile takes 1-4 s and a batch is timed in about 0.3 s.
+# Batches a search with look-ahead asks before they are measured, so that they compile meanwhile:
+# on the H100 a CuTe DSL compile takes 1-4 s and a batch of 4 is timed in about 0.3 s, so one batch
+# ahead left the compile pool idle while the search waited (docs/search.md).
 LOOKAHEAD_BATCHES = 2
 
 # An adaptive proposer (one that learns from each batch) is asked a batch at a time for this share
@@ -440,7 +440,8 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
     parallel; the TPE sampler's constant liar keeps a batch diverse). deadline: a time.monotonic()
     after which no new batch starts (the study stays resumable). lookahead: ask for the next batches
     while the current one is measured and hand them to runner.prefetch (if the runner has one), so
-    that they compile in the meantime (True: LOOKAHEAD_BATCHES of them; a number: that many). Off here, on in cudal2.search and `cudal2 search`: on the
+    that they compile in the meantime (True: LOOKAHEAD_BATCHES of them; a number: that many). Off
+    here, on in cudal2.search and `cudal2 search`: on the
     H100 a first comparison (cold process, kernels compiled per shape) cut the wait for compiles
     (0.12 -> 0.09 s a candidate) but gave no shorter search (0.86 against 0.74 s a candidate); with
     shape-generic kernels, warm searches of a new shape and of a weight whose kernels were compiled

@@ -124,8 +124,8 @@ class LLMProposer:
 
     # ---- internals ------------------------------------------------------------------------------
     def _user_prompt(self, problem, history, n, schema, pending=()) -> str:
-        return prompt.user_prompt(problem, history, n, self.backends, self.arch, gpu_name=self.gpu_name, pending=pending,
-                                  n_best=self.n_best, n_worst=self.n_worst, n_failures=self.n_failures,
+        return prompt.user_prompt(problem, history, n, self.backends, self.arch, gpu_name=self.gpu_name,
+                                  pending=pending, n_best=self.n_best, n_worst=self.n_worst, n_failures=self.n_failures,
                                   baselines=self.baselines, schema=None if self.structured else schema,
                                   predictions=self.advisor.ranked(problem, self.n_advice) if self.advisor else None)
 
