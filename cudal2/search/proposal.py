@@ -74,5 +74,5 @@ def propose_excluding(proposer, problem: GemmProblem, history: Sequence[Candidat
         return proposer.propose(problem, history, n)
     if takes_pending(proposer):
         return proposer.propose(problem, history, n, pending=pending)
-    busy = {s.key() for s in pending}
-    return [p for p in proposer.propose(problem, history, n + len(pending)) if p.spec.key() not in busy][:n]
+    busy = {seen_key(s) for s in pending}
+    return [p for p in proposer.propose(problem, history, n + len(pending)) if seen_key(p.spec) not in busy][:n]
