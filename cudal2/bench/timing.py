@@ -150,11 +150,12 @@ def _warmup(call: Call, n_sets: int, cfg: TimingConfig, device) -> float:
 def _calls_per_group(ms_per_call: float, n_sets: int, cfg: TimingConfig) -> int:
     """Calls in one timed group (a whole number of input-set rounds): about target_group_ms of work,
     at most max_calls_per_group."""
-    reps = max(1, min(cfg.max_calls_per_group // n_sets, math.ceil(cfg.target_group_ms / max(ms_per_call, 1e-4) / n_sets)))
+    fill = math.ceil(cfg.target_group_ms / max(ms_per_call, 1e-4) / n_sets)
+    reps = max(1, min(cfg.max_calls_per_group // n_sets, fill))
     return reps * n_sets
 
 
-def _replay_ms(graph, device) -> float:
+def _replay_ms(graph) -> float:
     """Milliseconds of one replay of graph (after one untimed replay)."""
     import torch
 
@@ -194,7 +195,7 @@ def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConf
                 # the GPU. A graph replays at the GPU's pace, so size the group from one replay:
                 # quack forced to a config (1.1 ms of Python per call) got one call per set, and
                 # each replay's fixed cost spread over 3 to 21 calls read 0.67-0.91 of its speed.
-                more = _calls_per_group(_replay_ms(graph, device) / n_calls, n_sets, cfg)
+                more = _calls_per_group(_replay_ms(graph) / n_calls, n_sets, cfg)
                 if more > 2 * n_calls:
                     bigger, _ = _capture(call, [j % n_sets for j in range(more)], device)
                     if bigger is not None:  # (else the first graph serves)
