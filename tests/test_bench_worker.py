@@ -105,6 +105,23 @@ def test_compile_pool_times_out_a_hung_compile_and_still_compiles_the_rest():
     assert got[3].reason == "compiled 128"
 
 
+def test_compile_processes_run_below_the_search_and_the_gpu_worker():
+    # Compiles ahead are background work; the GPU worker's checks and the search's own steps are
+    # what a search waits on.
+    import os
+
+    from cheats.slow_compile import report_niceness
+    from cudal2.bench.compile_pool import NICENESS, CompilePool
+
+    p = GemmProblem.parse((64, 64, 64))
+    pool = CompilePool(workers=1, timeout_s=60, task=report_niceness)
+    try:
+        (got,) = [pool.result(f, 0, p, [KernelSpec()]) for f in [pool.submit_all(p, [KernelSpec()])]]
+    finally:
+        pool.close()
+    assert int(got.reason) == min(19, os.nice(0) + NICENESS)
+
+
 def test_a_compile_that_kills_its_process_costs_only_its_own_spec():
     # An H100 search lost its run to this: the CuTe DSL compiler aborted on one spec, the pool broke
     # under the candidates and their long-K probes alike, and a cancelled probe future escaped.

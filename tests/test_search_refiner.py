@@ -283,6 +283,73 @@ def test_next_batch_is_asked_and_prefetched_while_the_current_one_is_measured(tm
     assert not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]
 
 
+class MeasuresWhileAsked(RecordedRunner):
+    """A runner whose prefetch may be called while it measures (as the evaluator's): its first
+    measurement waits until the search hands over a batch asked ahead, which it can do only from a
+    thread of its own."""
+
+    prefetch_concurrent = True
+
+    def __init__(self):
+        import threading
+
+        super().__init__()
+        self.handed_over = threading.Condition()
+        self.waited = []
+
+    def prefetch(self, problem, specs):
+        with self.handed_over:
+            super().prefetch(problem, specs)
+            self.handed_over.notify_all()
+
+    def evaluate(self, problem, specs, modes=("offline",), with_baselines=True):
+        before = len(self.events)
+        if not self.waited:
+            with self.handed_over:  # a prefetch while this batch is measured (up to 10 s)
+                self.waited.append(self.handed_over.wait_for(lambda: len(self.events) > before, timeout=10))
+        return super().evaluate(problem, specs, modes)
+
+
+def test_batches_are_asked_ahead_while_the_runner_measures_and_the_search_is_unchanged(tmp_path):
+    specs = [KernelSpec(stages=s, block_k=bk, shape_specialization="dynamic") for bk in (32, 64) for s in (1, 2, 3, 4, 5)]
+
+    def search(runner, name):
+        return run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(specs), runner=runner,
+                          store=Store(tmp_path / name), budget=19, n_proposals=10, seed=0, batch_size=4,
+                          progress=False, lookahead=True)
+
+    overlapped, runner = MeasuresWhileAsked(), None
+    res = search(overlapped, "a.db")
+    assert overlapped.waited == [True]  # the next batch was handed over while the first was measured
+    kinds = [kind for kind, _ in overlapped.events]
+    assert kinds[:3] == ["prefetch", "prefetch", "evaluate"] or kinds[:2] == ["prefetch", "evaluate"]
+    assert res.evaluations == 19 and not [t for t in res.study.trials if t.state.name in ("RUNNING", "WAITING")]
+    runner = RecordedRunner()  # asks ahead first, then measures
+    again = search(runner, "b.db")
+    assert [s.key() for s in overlapped.calls] == [s.key() for s in runner.calls]
+    assert again.best.spec == res.best.spec
+
+
+def test_an_error_asking_ahead_is_raised_once_the_batch_in_hand_is_measured(tmp_path):
+    class Broken(ListProposer):
+        def propose(self, problem, history, n):
+            if history:
+                raise RuntimeError("proposer broke")
+            return super().propose(problem, history, n)
+
+    class Adaptive(Broken):
+        adaptive = True
+
+    specs = [KernelSpec(stages=s, block_k=32, shape_specialization="dynamic") for s in (1, 2, 3, 4, 5, 6)]
+    runner = MeasuresWhileAsked()
+    store = Store(tmp_path / "s.db")
+    with pytest.raises(RuntimeError, match="proposer broke"):
+        run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=Adaptive(specs), runner=runner,
+                   store=store, budget=12, seed=0, batch_size=3, progress=False, lookahead=True)
+    assert len(runner.calls) >= 3  # the batch in hand was measured, and is in the store
+    assert len(store.kernels(PROBLEM)) == len(runner.calls)
+
+
 def test_look_ahead_over_two_backends_spends_the_whole_budget(tmp_path):
     """Asked ahead while the first batch ran, a sampler with no completed trial drew specs at
     random over two backends' union space: all invalid, which used up every trial (12 of 24 measured)."""

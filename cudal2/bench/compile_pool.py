@@ -77,6 +77,21 @@ def exit_with_parent(parent: int, poll_s: float = 0.5) -> None:
     threading.Thread(target=watch, name="cudal2-parent-watch", daemon=True).start()
 
 
+# Compiles ahead are background work: the GPU worker's checks and the search's own steps are what a
+# search waits on, so pool processes run this much nicer than them (a compile that the search does
+# wait on has the CPU to itself anyway).
+NICENESS = 5
+
+
+def start_pool_process(parent: int) -> None:
+    """Pool initializer: lower this process's CPU priority (NICENESS) and end it with its parent."""
+    try:
+        os.nice(NICENESS)
+    except (OSError, AttributeError):  # a platform without nice, or a limit on it: run as is
+        pass
+    exit_with_parent(parent)
+
+
 # A search with look-ahead has up to three batches of 4 compiling (the one in hand and two asked
 # ahead, cudal2.search.loop.LOOKAHEAD_BATCHES) and its leader's static twin.
 MAX_WORKERS = 12
@@ -91,20 +106,24 @@ class CompilePool:
         self.task = task  # a module-level function (it is pickled by reference); tests inject one
         self._pool: cf.ProcessPoolExecutor | None = None
         self.generation = 0  # +1 each time the processes are killed: older futures are lost
+        # submissions may come from two threads (a search hands its next batches over while the
+        # evaluator waits on this one's): a submission and a teardown do not interleave
+        self._lock = threading.RLock()
 
     def _executor(self) -> cf.ProcessPoolExecutor:
         if self._pool is None:
             self._pool = cf.ProcessPoolExecutor(self.workers, mp_context=mp.get_context("spawn"),
-                                                initializer=exit_with_parent, initargs=(os.getpid(),))
+                                                initializer=start_pool_process, initargs=(os.getpid(),))
         return self._pool
 
     def submit_all(self, problem: GemmProblem, specs: list[KernelSpec]) -> list[cf.Future]:
         return [self._submit(problem, s) for s in specs]
 
     def _submit(self, problem: GemmProblem, spec: KernelSpec) -> cf.Future:
-        future = self._executor().submit(self.task, problem, spec)
-        future.generation = self.generation  # type: ignore[attr-defined]  (which pool it went to)
-        return future
+        with self._lock:
+            future = self._executor().submit(self.task, problem, spec)
+            future.generation = self.generation  # type: ignore[attr-defined]  (which pool it went to)
+            return future
 
     def _lost(self, future: cf.Future) -> bool:
         """Submitted to a pool that has since been torn down, without a result of its own: it was
@@ -151,8 +170,9 @@ class CompilePool:
             return Prepared(status="compile_error", reason=f"compile worker failed: {type(e).__name__}: {e}")
 
     def _kill(self) -> None:
-        self.generation += 1
-        pool, self._pool = self._pool, None
+        with self._lock:
+            self.generation += 1
+            pool, self._pool = self._pool, None
         if pool is None:
             return
         # ProcessPoolExecutor cannot cancel a running task; end its processes (ours) by pid.
@@ -165,7 +185,8 @@ class CompilePool:
 
     def close(self, grace_s: float = 5.0) -> None:
         """Cancel what has not started; give running compiles grace_s, then end them."""
-        pool, self._pool = self._pool, None
+        with self._lock:
+            pool, self._pool = self._pool, None
         if pool is None:
             return
         procs = list(getattr(pool, "_processes", {}).values())

@@ -274,8 +274,23 @@ def call_and_verify(kernel: Callable, problem: GemmProblem, ops: Operands, out: 
     return err
 
 
+# The stream-order check's device-side delay must outlast the launches enqueued behind it. For a
+# group: a floor and a share for each kernel (a launch takes well under a millisecond, and an event
+# tells when the group's launches outlasted the delay anyway: its kernels are then checked again
+# one at a time). In GPU clock cycles, at 1.98 GHz: about 5 ms and 2.5 ms a kernel (16 kernels:
+# 45 ms; 4: 15 ms). A kernel checked alone, where lateness is not held against it (it may wait for
+# the device before it launches), gets the long delay: about 50 ms.
+DELAY_CYCLES = 10_000_000
+DELAY_CYCLES_PER_KERNEL = 5_000_000
+LONE_DELAY_CYCLES = 100_000_000
+
+
+def delay_cycles(kernels: int) -> int:
+    return LONE_DELAY_CYCLES if kernels <= 1 else DELAY_CYCLES + DELAY_CYCLES_PER_KERNEL * kernels
+
+
 def stream_order_check(kernel: Callable, problem: GemmProblem, ops: Operands, policy: AccuracyPolicy, seed: int,
-                       spin_cycles: int = 100_000_000, reserved: int = 0) -> float:
+                       spin_cycles: int | None = None, reserved: int = 0) -> float:
     """CUDA only: stream_order_many for one kernel. Returns its relative error, or raises
     CheckFailure with the reason. reserved: device bytes to leave free for the kernel (its workspace)."""
     found = stream_order_many({"kernel": kernel}, problem, ops, policy, seed, spin_cycles, reserved)["kernel"]
@@ -285,8 +300,9 @@ def stream_order_check(kernel: Callable, problem: GemmProblem, ops: Operands, po
 
 
 def stream_order_many(kernels: dict[str, Callable], problem: GemmProblem, ops: Operands, policy: AccuracyPolicy,
-                      seed: int, spin_cycles: int = 100_000_000, reserved: int = 0) -> dict[str, float | str]:
-    """The stream-order check of many kernels behind one device-side delay (about 50 ms): new inputs
+                      seed: int, spin_cycles: int | None = None, reserved: int = 0) -> dict[str, float | str]:
+    """The stream-order check of many kernels behind one device-side delay (spin_cycles, by default
+    delay_cycles(len(kernels))): new inputs
     are written on the caller's stream behind the delay, then every kernel is called at once, each into its own
     poisoned output. Every launch must be enqueued while the delay still runs (an event behind it
     says so); a kernel whose work on another stream does not wait reads the old inputs and fails.
@@ -301,7 +317,8 @@ def stream_order_many(kernels: dict[str, Callable], problem: GemmProblem, ops: O
     for out in outs.values():
         out.poison(fresh.c_in)
     torch.cuda.synchronize()
-    torch.cuda._sleep(spin_cycles)  # the caller's stream is busy; other streams are not
+    # the caller's stream is busy; other streams are not
+    torch.cuda._sleep(delay_cycles(len(kernels)) if spin_cycles is None else spin_cycles)
     delay_over = torch.cuda.Event()
     delay_over.record()
     for dst, src in ((ops.a, fresh.a), (ops.b, fresh.b), (ops.bias, fresh.bias), (ops.c_in, fresh.c_in)):

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import contextlib
+import threading
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping
@@ -124,6 +125,9 @@ class Evaluator:
         # (spec key, class key, variant key) -> Prepared of a shape-generic kernel, for every other
         # shape of its class whose compiled variant is the same
         self._compiled: dict[tuple[str, str], Prepared] = {}
+        # prefetch() may be called from another thread while evaluate() runs (prefetch_concurrent):
+        # the two share the prefetched futures, the compiled kernels and the pool
+        self._compile_lock = threading.RLock()
         self.stats = EvalStats()
         self._full_timing = False  # inside full_timing()
 
@@ -150,9 +154,10 @@ class Evaluator:
 
     @property
     def pool(self) -> CompilePool:
-        if self._pool is None:
-            self._pool = CompilePool(self.config.compile_workers, self.config.compile_timeout_s)
-        return self._pool
+        with self._compile_lock:
+            if self._pool is None:
+                self._pool = CompilePool(self.config.compile_workers, self.config.compile_timeout_s)
+            return self._pool
 
     @property
     def restarts(self) -> int:
@@ -234,12 +239,21 @@ class Evaluator:
             results[i] = result
         return results  # type: ignore[return-value]
 
+    # prefetch() may run in another thread while evaluate() runs: the search asks for its next
+    # batches and hands them over while the GPU measures the current one (cudal2.search.loop).
+    prefetch_concurrent = True
+
     def prefetch(self, problem: GemmProblem, specs: list[KernelSpec]) -> None:
         """Start rendering and compiling specs (and their long-K probe variants) in the CPU pool for
         a later evaluate() of the same problem, which picks the work up; the search calls this with
-        the next batch while the current one is checked and timed. Specs whose workspace did not fit
-        the free memory last reported are left out (evaluate() refuses them uncompiled)."""
+        the next batch while the current one is checked and timed, from its own thread. Specs whose
+        workspace did not fit the free memory last reported are left out (evaluate() refuses them
+        uncompiled)."""
         problem = GemmProblem.parse(problem)
+        with self._compile_lock:
+            self._prefetch(problem, specs)
+
+    def _prefetch(self, problem: GemmProblem, specs: list[KernelSpec]) -> None:
         pk = problem.key()
         self._prefetched = {k: v for k, v in self._prefetched.items() if k[0] == pk}  # other problems: stale
         specs = [s for s in specs if (pk, s.key()) not in self._prefetched
@@ -362,7 +376,8 @@ class Evaluator:
         # compile in the pool too, behind the candidates themselves; otherwise each one is compiled
         # serially in the GPU worker, which then idles.
         probe_problem = self._probe_problem(problem)
-        futures, probe_futures = self._compile_futures(problem, probe_problem, specs) if specs else ([], [])
+        with self._compile_lock:
+            futures, probe_futures = self._compile_futures(problem, probe_problem, specs) if specs else ([], [])
         self.stats.candidates += len(items)
         self.environment()  # clocks at the start, before the GPU is loaded
         results: list[CandidateResult | None] = [None] * len(items)
@@ -383,7 +398,8 @@ class Evaluator:
             if prep.status != "ok":
                 results[i] = CandidateResult(spec, prep.status, prep.reason, compile_s=prep.seconds, name=name)
                 continue
-            self._remember_compiled(problem, spec, prep)
+            with self._compile_lock:
+                self._remember_compiled(problem, spec, prep)
             ref = KernelRef(name, spec=spec, source=prep.source)
             entries.append((i, ref, *self._probe_of(problem, probe_problem, ref, probe_source),
                             prep.seconds, getattr(prep.source, "digest", "")))

@@ -21,7 +21,7 @@ import time
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field, replace
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..bench.results import BaselineResult, CandidateResult, Mode, Runner
 from ..ir import GemmProblem, KernelSpec, SpecError
@@ -250,25 +250,37 @@ class Search:
 
     def measure(self, batch: Batch) -> None:
         """Measure a batch on the GPU, record it, tell the study. With look-ahead, the next batches
-        are asked first (up to `depth`, in self.ahead) and compile in the runner's pool while this
-        one is timed."""
+        are asked (up to `depth`, in self.ahead) and compile in the runner's pool while this one is
+        timed: in a thread of their own while the runner measures, where its prefetch may be called
+        meanwhile (runner.prefetch_concurrent), else first."""
         if batch.trials:
+            asking = None
             if self.prefetch is not None:
                 self.prefetch(self.problem, batch.specs)  # the batch in hand compiles first
-                self.ask_ahead(batch)
+                if getattr(self.runner, "prefetch_concurrent", False):
+                    asking = _Aside(self.ask_ahead, batch)
+                else:
+                    self.ask_ahead(batch)
             t0 = time.perf_counter()
-            asked = [t._trial_id for b in (batch, *self.ahead) for t, _ in b.trials]
-            beating = _Heartbeat(self.storage, asked) if self.heartbeats else None
+            beating = _Heartbeat(self.storage, lambda: [t._trial_id for b in (batch, *self.ahead) for t, _ in b.trials]
+                                 ) if self.heartbeats else None
             try:
                 with self.phase("measure"):
                     results = self.runner.evaluate(self.problem, batch.specs, self.modes)
+            except BaseException:
+                if asking is not None:
+                    asking.join(reraise=False)  # its trials are in hand: given back with this batch's
+                raise
             finally:
                 if beating is not None:
                     beating.stop()
+            failed_ahead = asking.join(reraise=False) if asking is not None else None
             if len(results) != len(batch.trials):
                 raise RuntimeError(f"runner returned {len(results)} results for {len(batch.trials)} specs")
             with self.phase("record"):
                 now = self.record(batch, results, (time.perf_counter() - t0) / len(batch.trials))
+            if failed_ahead is not None:  # raised once what was measured meanwhile is recorded
+                raise failed_ahead
             self.prefetch_twin(results, now)
         with self.phase("record"):
             for trial, spec in batch.twins:  # their twin was measured in this batch or the one before
@@ -467,16 +479,17 @@ def _queued(study) -> int:
 
 class _Heartbeat:
     """Record Optuna heartbeats for trials under measurement, so that workers on other hosts
-    (fail_stale_trials) do not take a long batch for a dead one."""
+    (fail_stale_trials) do not take a long batch for a dead one. trial_ids() names them at each beat
+    (batches asked ahead during the measurement join them)."""
 
-    def __init__(self, storage, trial_ids: list[int], every_s: float = 30.0):
+    def __init__(self, storage, trial_ids: Callable[[], list[int]], every_s: float = 30.0):
         import threading
 
         self._done = threading.Event()
 
         def beat() -> None:
             while not self._done.wait(every_s):
-                for tid in trial_ids:
+                for tid in trial_ids():
                     try:
                         storage.record_heartbeat(tid)
                     except Exception:  # noqa: BLE001 - a missed heartbeat only risks a retry
@@ -488,6 +501,33 @@ class _Heartbeat:
     def stop(self) -> None:
         self._done.set()
         self._thread.join(timeout=5)
+
+
+class _Aside:
+    """fn(*args) in a thread of its own: the search's look-ahead (proposer, sampler, store reads),
+    while the main thread waits on the runner. The study and the store are not touched by the main
+    thread meanwhile; join() before they are."""
+
+    def __init__(self, fn: Callable[..., Any], *args: Any):
+        import threading
+
+        self._error: BaseException | None = None
+
+        def run() -> None:
+            try:
+                fn(*args)
+            except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread by join()
+                self._error = e
+
+        self._thread = threading.Thread(target=run, name="cudal2-ask-ahead", daemon=True)
+        self._thread.start()
+
+    def join(self, reraise: bool = True) -> BaseException | None:
+        """Wait for it; raise what it raised (reraise), or return it."""
+        self._thread.join()
+        if reraise and self._error is not None:
+            raise self._error
+        return self._error
 
 
 class _Bar:

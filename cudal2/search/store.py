@@ -158,18 +158,46 @@ def journal_path(db: Path) -> Path:
 
 def journal_storage(db: Path):
     """Optuna's JournalStorage on the journal file of the SQLite store at db (several processes may
-    append at once: Optuna locks the file for each write). A journal that cannot be read back
-    raises StoreError."""
+    append at once: each write holds the file's lock). A journal that cannot be read back raises
+    StoreError."""
     import optuna
-    from optuna.storages.journal import JournalFileBackend
 
     path = journal_path(db)
     path.parent.mkdir(parents=True, exist_ok=True)
     try:
-        return optuna.storages.JournalStorage(JournalFileBackend(str(path)))
+        return optuna.storages.JournalStorage(_journal_file(str(path)))
     except (ValueError, KeyError, TypeError) as e:  # a line that is not one of Optuna's records
         raise StoreError(f"studies file {path} cannot be read ({type(e).__name__}: {str(e)[:120]}); move it "
                          f"aside: the measurements stay in {db.name}, and each search starts its study anew") from None
+
+
+def _journal_file(path: str):
+    """Optuna's journal file backend, writing each record without forcing it to the disk.
+
+    Optuna writes one record per parameter and attribute of a trial, and its file backend forces
+    each to the disk (fsync): about 3,000 a search of 32 measurements, 0.4-0.5 s of its own time on
+    the H100 host. A process killed with SIGKILL loses none of them (they are in the operating
+    system's cache); a machine that loses power may lose the last ones, and what was measured is
+    still in the kernel table, which is written first (the trial's retry is told from it)."""
+    import json
+
+    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
+
+    class UnsyncedJournalFile(JournalFileBackend):
+        def __init__(self, file_path: str):
+            self._path, self._write_lock = file_path, JournalFileSymlinkLock(file_path)
+            super().__init__(file_path, lock_obj=self._write_lock)
+
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
+            self._write_lock.acquire()
+            try:
+                with open(self._path, "ab") as f:
+                    f.write(text)
+            finally:
+                self._write_lock.release()
+
+    return UnsyncedJournalFile(path)
 
 
 def retry_callback(max_retry: int | None):
