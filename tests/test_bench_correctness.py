@@ -103,3 +103,26 @@ def test_epilogue_reference_with_c_and_bias_and_activation():
     assert "nan-poison" not in corr.checks and corr.rel_error <= corr.bound
     with pytest.raises(CheckFailure):
         check_kernel(K.honest, p)  # ignores the epilogue
+
+
+def test_kernels_checked_on_the_same_inputs_share_references_and_every_cheat_is_still_caught(monkeypatch):
+    """The worker checks a request's candidates on the same fresh inputs (written anew before each
+    call) and takes each input set's reference once: the cheats are caught all the same, and an
+    honest kernel checked after them still passes."""
+    import cudal2.bench.correctness as C
+
+    p = GemmProblem.parse((64, 48, LONG_K))
+    storage, references, taken = (make_operands(p, 5), GuardedOutput(p)), {}, []
+    real = C.expected_for
+    monkeypatch.setattr(C, "expected_for", lambda *a, **k: taken.append(1) or real(*a, **k))
+
+    def check(kernel):
+        return check_kernel(kernel, p, base_seed=5, storage=storage, references=references)
+
+    assert check(K.honest).rel_error > 0
+    for name, dtype, why in CAUGHT:
+        if dtype == "float16":
+            with pytest.raises(CheckFailure, match=why):
+                check(getattr(K, name))
+    assert check(K.honest).seeds == 3
+    assert len(taken) == 3  # one reference an input set, for every kernel checked on it

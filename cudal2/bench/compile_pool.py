@@ -92,9 +92,9 @@ def start_pool_process(parent: int) -> None:
     exit_with_parent(parent)
 
 
-# A search with look-ahead has up to three batches of 4 compiling (the one in hand and two asked
-# ahead, cudal2.search.loop.LOOKAHEAD_BATCHES) and its leader's static twin.
-MAX_WORKERS = 12
+# A search with look-ahead has up to four batches of 4 compiling (the one in hand and three asked
+# ahead, cudal2.search.loop.LOOKAHEAD_BATCHES) and its leader's static twin: on a 16-core host, 14.
+MAX_WORKERS = 16
 
 
 class CompilePool:

@@ -354,10 +354,15 @@ CHECKS = ("fresh-normal-inputs", "refilled-same-pointers", "nan-poison", "guard-
           "rel-frobenius-vs-trusted")
 
 
+# A reference the checks of many kernels share (check_kernel's `references`) is kept only up to this
+# size: 72 MB for a 1000x17920 output; a larger one is taken again for each kernel, as memory allows.
+SHARED_REFERENCE_BYTES = 512 << 20
+
+
 def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: AccuracyPolicy = AccuracyPolicy(),
                  sync: Callable[[], None] = lambda: None, base_seed: int | None = None,
                  reserved: int = 0, storage: tuple[Operands, GuardedOutput] | None = None,
-                 stream_order: bool | None = None) -> Correctness:
+                 stream_order: bool | None = None, references: dict | None = None) -> Correctness:
     """The checks before any timing: `policy.seeds` input sets, each written into the same
     operand storage (same pointers, new values), each call into a freshly poisoned, guarded
     output. Raises CheckFailure on the first failing check.
@@ -370,7 +375,9 @@ def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: A
     storage: operands and output to reuse (the checks of many kernels on one problem allocate
     them once; every seed is written into them anew). stream_order: False leaves the stream-order
     check to the caller (stream_order_many checks many kernels behind one delay); None follows
-    the policy."""
+    the policy. references: a dict kept by a caller that checks many kernels on the same seeds
+    (the worker, for the candidates of one request): the reference of each (problem, seed) is
+    taken once and kept there (up to SHARED_REFERENCE_BYTES, on the device)."""
     base = secrets.randbits(31) if base_seed is None else base_seed
     if storage is None:
         ops, out = make_operands(problem, base, device), GuardedOutput(problem, device)
@@ -383,7 +390,13 @@ def check_kernel(kernel: Callable, problem: GemmProblem, device="cpu", policy: A
         if i:
             ops.refill(base + i)
         exp = None  # the last set's reference goes before the next one is made
-        exp = expected_for(problem, ops, policy, memory.spare_bytes(device, reserved))
+        key = (problem.key(), base + i)
+        exp = references.get(key) if references is not None else None
+        if exp is None:
+            exp = expected_for(problem, ops, policy, memory.spare_bytes(device, reserved))
+            if (references is not None and memory.reference_bytes(problem) <= SHARED_REFERENCE_BYTES
+                    and getattr(exp.ref, "device", None) == getattr(ops.a, "device", None)):
+                references[key] = exp
         try:
             err = call_and_verify(kernel, problem, ops, out, exp, sync)
         except CheckFailure as e:

@@ -32,10 +32,11 @@ from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, fail_trials, reference_of
                       speedups_of, trial_attrs)
 from .store import Store, retry_callback
 
-# Batches a search with look-ahead asks before they are measured, so that they compile meanwhile:
-# on the H100 a CuTe DSL compile takes 1-4 s and a batch of 4 is timed in about 0.3 s, so one batch
-# ahead left the compile pool idle while the search waited (docs/search.md).
-LOOKAHEAD_BATCHES = 2
+# Batches a search with look-ahead asks before they are measured, so that they compile meanwhile.
+# On the H100 a CuTe DSL compile takes 1.5-4 s and a batch of 4 is checked and timed in about 0.7 s:
+# about 2 s of compiles must be in flight, three batches. With two, warm CuTe DSL searches of a
+# new shape still waited 2.4-7.2 s for compiles (docs/search.md).
+LOOKAHEAD_BATCHES = 3
 
 # An adaptive proposer (one that learns from each batch) is asked a batch at a time for this share
 # of the budget; Optuna refines after it. Any other proposer is asked once, for half the budget.
