@@ -790,6 +790,33 @@ EXPERIMENTS: list[Experiment] = [
                "without split-K; M unspecialized where A is row-major), timed in one evaluator call per shape "
                "(`--part static --backend triton`), on one GPU of a four-GPU machine whose other GPUs ran other "
                "benchmarks.", parts=("static",)),
+    Experiment("Seconds to tune a new shape: look-ahead asked while the GPU measures, three batches ahead, CuTe DSL, "
+               "no peers", "tune_speed_aside_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers --max-seconds 180` on a "
+               "one-GPU machine: the batches ahead are asked in a thread of their own while the runner measures; "
+               "three batches ahead into a compile pool of up to 16 processes at a lower CPU priority; the study's "
+               "journal written without an fsync a record; the stream-order delay sized to its group; a request's "
+               "candidates checked on shared fresh inputs, each input set's reference taken once.", parts=("tune",)),
+    Experiment("The same again, CuTe DSL, right after on the same GPU",
+               "tune_speed_aside_cute_dsl_nopeers_repeat_h100_2026-11-27.json", "tune_speed",
+               "The same command, a second time.", parts=("tune",)),
+    Experiment("The same, Triton, right after on the same GPU", "tune_speed_aside_triton_nopeers_h100_2026-11-27.json",
+               "tune_speed", "`--part tune --shared-evaluator --backend triton --lookahead --no-peers "
+               "--max-seconds 130`.", parts=("tune",)),
+    Experiment("Look-ahead asked while the GPU measures, two batches ahead, CuTe DSL, no peers",
+               "tune_speed_aside_depth2_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "The first of the changes above alone (with the unsynced journal, the nicer compile pool and the "
+               "sized stream-order delay), two batches ahead into 12 processes: compile waits of 2.4-7.2 s "
+               "remained in new shapes' searches.", parts=("tune",)),
+    Experiment("Three batches ahead, before the shared references, CuTe DSL, no peers",
+               "tune_speed_depth3_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "Three batches ahead into up to 16 processes; each candidate still checked on inputs of its own.",
+               parts=("tune",)),
+    Experiment("Three batches ahead, before the shared references, CuTe DSL, with quack timed",
+               "tune_speed_depth3_cute_dsl_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead`: quack's autotune of each new "
+               "shape runs in the confirmation rounds (33.5 s cold, 5.3 and 7.6 s for the two new shapes).",
+               parts=("tune",)),
     Experiment("Seconds to tune a new shape: the proposer's share kept, two batches ahead, CuTe DSL, no peers",
                "tune_speed_share_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
                "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers` on a one-GPU machine: "
