@@ -127,3 +127,7 @@ class Runner(Protocol):
     def baselines(self, problem: GemmProblem, modes: tuple[Mode, ...] = ("offline",)) -> dict[str, BaselineResult]: ...
 
     def environment(self) -> Environment | None: ...
+
+    # Optional: prefetch(problem, specs) starts compiling specs for a later evaluate() (the search's
+    # look-ahead); prefetch_concurrent = True says it may be called from another thread while
+    # evaluate() runs, and the search then asks for its next batches while this one is measured.
