@@ -302,10 +302,10 @@ def stream_order_check(kernel: Callable, problem: GemmProblem, ops: Operands, po
 def stream_order_many(kernels: dict[str, Callable], problem: GemmProblem, ops: Operands, policy: AccuracyPolicy,
                       seed: int, spin_cycles: int | None = None, reserved: int = 0) -> dict[str, float | str]:
     """The stream-order check of many kernels behind one device-side delay (spin_cycles, by default
-    delay_cycles(len(kernels))): new inputs
-    are written on the caller's stream behind the delay, then every kernel is called at once, each into its own
-    poisoned output. Every launch must be enqueued while the delay still runs (an event behind it
-    says so); a kernel whose work on another stream does not wait reads the old inputs and fails.
+    delay_cycles(len(kernels))): new inputs are written on the caller's stream behind the delay,
+    then every kernel is called at once, each into its own poisoned output. Every launch must be
+    enqueued while the delay still runs (an event behind it says so); a kernel whose work on
+    another stream does not wait reads the old inputs and fails.
     Returns name -> relative error, or the reason it failed ("inconclusive: ..." where the
     launches outlasted the delay, so the caller checks those kernels again, fewer at a time).
     CUDA only."""
