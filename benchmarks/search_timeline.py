@@ -1,0 +1,69 @@
+"""Where a search's seconds go, call by call: searches of the given shapes one after another with
+one evaluator (CuTe DSL, budget 32, look-ahead, quack not timed), each evaluator call printed with
+when it started and ended (seconds from the search's start), how many of its kernels were compiled
+fresh, and its compile wait, checks and timing; each prefetch with when it was handed over.
+
+    python benchmarks/search_timeline.py 64x6144x4096 255x6144x4096 1000x17920x1536 > OUT.txt
+
+The kernel caches start empty (a temporary folder), so the first shape is a cold search.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+
+from cudal2.bench import evaluator as E  # noqa: E402
+
+START = [0.0]
+LOG: list[str] = []
+_run, _prefetch = E.Evaluator._run, E.Evaluator.prefetch
+
+
+def traced_run(self, problem, items, modes, baselines):
+    before, t = dataclasses.asdict(self.stats), time.perf_counter()
+    out = _run(self, problem, items, modes, baselines)
+    after = dataclasses.asdict(self.stats)
+    d = {k: after[k] - before[k] for k in ("waiting_for_compile_s", "checking_s", "timing_s")}
+    fresh = sum(1 for r in out if (r.compile_s or 0) > 0.5)
+    LOG.append(f"  eval t={t - START[0]:5.2f} n={len(items)} fresh={fresh} wait={d['waiting_for_compile_s']:.2f} "
+               f"check={d['checking_s']:.2f} time={d['timing_s']:.2f} full={self._full_timing} "
+               f"end={time.perf_counter() - START[0]:5.2f}")
+    return out
+
+
+def traced_prefetch(self, problem, specs):
+    LOG.append(f"  prefetch t={time.perf_counter() - START[0]:5.2f} n={len(specs)}")
+    return _prefetch(self, problem, specs)
+
+
+def main(shapes: list[str]) -> None:
+    cache = tempfile.mkdtemp(prefix="cudal2-timeline-")
+    os.environ["CUDAL2_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = cache + "/cudal2", cache + "/triton"
+    import cudal2
+    from cudal2.api import default_runner
+    from cudal2.bench.baselines import QUACK
+
+    E.Evaluator._run, E.Evaluator.prefetch = traced_run, traced_prefetch
+    runner = default_runner(baselines=tuple(b for b in E.DEFAULT_BASELINES if b not in QUACK))
+    try:
+        for i, shape in enumerate(shapes):
+            LOG.clear()
+            START[0] = time.perf_counter()
+            res = cudal2.search(shape, layout="NT", backends=["cute_dsl"], budget=32, progress=False,
+                                store=f"{cache}/store{i}.db", seed=0, runner=runner, lookahead=True)
+            print(f"{shape} {time.perf_counter() - START[0]:.1f} s {res.speedup.get('torch'):.3f}",
+                  {k: round(v, 2) for k, v in res.phase_s.items()})
+            print("\n".join(LOG), flush=True)
+    finally:
+        runner.close()
+
+
+if __name__ == "__main__":  # the evaluator's processes are spawned: they import this file
+    main(sys.argv[1:])
