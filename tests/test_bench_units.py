@@ -160,3 +160,70 @@ def test_quack_s_autotuner_may_start_its_compile_processes_inside_the_daemon_gpu
         worker.start()
         assert results.get(timeout=60) == said and results.get(timeout=60) is True
         worker.join(timeout=60)
+
+
+def test_confirmation_baselines_are_planned_once_per_problem_while_kernels_compile():
+    """The cuBLASLt baselines that the confirmation rounds time and the trials do not are planned in
+    the worker while a batch's kernels compile: once per problem, never when every kernel is compiled
+    already, and not at all where the trials time every baseline (a sweep) or inside full_timing()."""
+    import concurrent.futures as cf
+
+    from cudal2.bench.evaluator import Evaluator
+
+    class FakeWorker:
+        def __init__(self):
+            self.requests = []
+
+        def request(self, kind, payload, timeout, what):
+            self.requests.append((kind, payload[0].key(), payload[1]))
+            return ("ok", {"seconds": 0.0, "ready": list(payload[1])})
+
+    pending, done = cf.Future(), cf.Future()
+    done.set_result(None)
+    p, q = GemmProblem.parse((256, 256, 512)), GemmProblem.parse((512, 256, 512))
+    ev = Evaluator(baselines=("torch", "cublaslt_heuristic", "cublaslt_autotune"), trial_baselines=("torch",))
+    ev._worker = worker = FakeWorker()
+    ev._plan_confirmation_baselines(p, [done, None])  # compiled already: nothing to overlap
+    assert worker.requests == []
+    ev._plan_confirmation_baselines(p, [done, pending])
+    ev._plan_confirmation_baselines(p, [pending])  # planned already
+    with ev.full_timing():  # a confirmation round plans what it times itself
+        ev._plan_confirmation_baselines(q, [pending])
+    assert worker.requests == [("plan_baselines", p.key(), ("cublaslt_heuristic", "cublaslt_autotune"))]
+    ev._plan_confirmation_baselines(q, [pending])
+    assert [r[1] for r in worker.requests] == [p.key(), q.key()]
+
+    sweep = Evaluator(baselines=("torch", "cublaslt_heuristic"), trial_baselines=None)
+    sweep._worker = FakeWorker()
+    sweep._plan_confirmation_baselines(p, [pending])
+    assert sweep._worker.requests == []
+    ev._worker = sweep._worker = None  # nothing to close
+
+
+def test_the_worker_plans_baselines_into_the_plans_the_timing_job_reuses(monkeypatch):
+    """_plan_baselines prepares each named baseline on operands of the problem with the worker's plan
+    cache, which the timing job's baselines.prepare then finds, and answers the available ones."""
+    from cudal2.bench import baselines as bl
+    from cudal2.bench import worker as W
+
+    seen = []
+
+    def fake_cublaslt(name, problem, sets, cache=None):
+        seen.append((name, tuple(sets[0].a.shape)))
+        cache[(problem.key(), name)] = ("plan", "detail")
+        return bl.PreparedBaseline(name, None if name == "cublaslt_autotune" else (lambda i: None))
+
+    class Conn:
+        sent = []
+
+        def send(self, msg):
+            self.sent.append(msg)
+
+    monkeypatch.setattr(bl, "_cublaslt", fake_cublaslt)
+    state = W._State("cpu")
+    p = GemmProblem.parse((64, 32, 128))
+    W._plan_baselines(state, Conn(), (p, ("cublaslt_heuristic", "cublaslt_autotune"), 7))
+    assert seen == [("cublaslt_heuristic", (64, 128)), ("cublaslt_autotune", (64, 128))]
+    assert set(state.baseline_plans) == {(p.key(), "cublaslt_heuristic"), (p.key(), "cublaslt_autotune")}
+    status, reply = Conn.sent[0]
+    assert status == "ok" and reply["ready"] == ["cublaslt_heuristic"] and reply["seconds"] >= 0

@@ -30,7 +30,8 @@ from typing import Any, Callable
 from ..ir import GemmProblem
 
 QUACK = ("quack_heuristic", "quack_autotune")
-NAMES = ("torch", "cublaslt_heuristic", "cublaslt_autotune", *QUACK)
+CUBLASLT = ("cublaslt_heuristic", "cublaslt_autotune")
+NAMES = ("torch", *CUBLASLT, *QUACK)
 # Baselines that write into the output they are given (the others allocate their own results).
 WRITE_GIVEN_OUTPUT = ("torch", *QUACK)
 
@@ -57,7 +58,7 @@ def prepare(name: str, problem: GemmProblem, sets: list, outs: list, cache: dict
     again). The plan is bound to the new operands on every call."""
     if name == "torch":
         return _torch(problem, sets, outs)
-    if name in ("cublaslt_heuristic", "cublaslt_autotune"):
+    if name in CUBLASLT:
         try:
             return _cublaslt(name, problem, sets, cache)
         except ImportError as e:

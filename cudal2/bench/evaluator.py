@@ -130,6 +130,7 @@ class Evaluator:
         self._compile_lock = threading.RLock()
         self.stats = EvalStats()
         self._full_timing = False  # inside full_timing()
+        self._planned: set[str] = set()  # problems whose confirmation baselines were planned ahead
 
     # ---- lifetime ----------------------------------------------------------------------------
     def __enter__(self) -> "Evaluator":
@@ -380,6 +381,7 @@ class Evaluator:
             futures, probe_futures = self._compile_futures(problem, probe_problem, specs) if specs else ([], [])
         self.stats.candidates += len(items)
         self.environment()  # clocks at the start, before the GPU is loaded
+        self._plan_confirmation_baselines(problem, [*futures, *probe_futures])
         results: list[CandidateResult | None] = [None] * len(items)
         entries: list[tuple[int, KernelRef, tuple | None, str, float, str]] = []
         fi = 0
@@ -428,6 +430,30 @@ class Evaluator:
             results[i] = CandidateResult(spec, status, reason, correctness=corr, timing=timing, compile_s=compile_s,
                                          source_digest=digest, name=ref.name, detail=note)
         return results  # type: ignore[return-value]
+
+    def _plan_confirmation_baselines(self, problem: GemmProblem, futures: list) -> None:
+        """Plan the cuBLASLt baselines that the confirmation rounds time and the trials do not
+        (trial_baselines), in the GPU worker while this call's kernels still compile: the worker has
+        nothing else to do then, and the first round would otherwise spend the time (nvmath's plan and
+        its autotune over up to 100 algorithms; about 0.4 s of each warm CuTe DSL search of the
+        H100 results). Once per problem; the plan is the one the round would have made, bound to the
+        round's own operands (baselines.prepare)."""
+        from .baselines import CUBLASLT
+
+        names = tuple(b for b in self.config.baselines if b in CUBLASLT and b not in self.timed_baselines)
+        if (not names or problem.key() in self._planned
+                or all(f is None or f.done() for f in futures)):  # compiled already: no idle time to fill
+            return
+        self._planned.add(problem.key())
+        t0 = time.perf_counter()
+        try:
+            self.worker.request("plan_baselines", (problem, names, self.timing.seed + 15485863),
+                                self.config.time_timeout_s, "planning the baselines " + ", ".join(names))
+        except WorkerDied:
+            pass  # the first round plans them instead (and meets the fault there, if it is one)
+        spent = time.perf_counter() - t0  # in the timing phase, as when the first round plans them
+        self.stats.timing_s += spent
+        self.stats.baseline_setup_s += spent
 
     def _probe_of(self, problem: GemmProblem, probe: GemmProblem | None, ref: KernelRef,
                   source: Any) -> tuple[tuple[GemmProblem, KernelRef] | None, str]:

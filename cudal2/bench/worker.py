@@ -354,7 +354,8 @@ def _serve(conn, device: str) -> None:
         if kind == "stop":
             return
         try:
-            handler = {"check_many": _check_many, "time": _time, "env": _env, "env_end": _env_end, "memory": _memory}[kind]
+            handler = {"check_many": _check_many, "time": _time, "env": _env, "env_end": _env_end, "memory": _memory,
+                       "plan_baselines": _plan_baselines}[kind]
             handler(state, conn, payload)
             state.release()
         except Exception as e:  # noqa: BLE001 - report it; the parent decides
@@ -401,6 +402,21 @@ def _memory(state: _State, conn, problem: GemmProblem | None) -> None:
     import torch
 
     conn.send(("ok", memory.DeviceMemory(free=mem[0], total=mem[1], name=torch.cuda.get_device_name(state.device))))
+
+
+def _plan_baselines(state: _State, conn, req: tuple[GemmProblem, tuple[str, ...], int]) -> None:
+    """Make the baselines' plans for a problem (cuBLASLt's, autotune included) ahead of the timing
+    job that times them, which then binds the plan to its own operands (baselines.prepare keeps it
+    in state.baseline_plans). Answers the seconds it took and the baselines that are available."""
+    from . import baselines as bl
+    from .inputs import make_operands
+
+    problem, names, seed = req
+    t0 = time.perf_counter()
+    sets = [make_operands(problem, seed, state.device)]
+    ready = [name for name in names if bl.prepare(name, problem, sets, [], state.baseline_plans).available]
+    state.sync()
+    conn.send(("ok", {"seconds": time.perf_counter() - t0, "ready": ready}))
 
 
 def _check_many(state: _State, conn, req: CheckBatch) -> None:

@@ -18,6 +18,7 @@ The model is the one shipped for the arch (cudal2/data/models/), or a file from 
 
 from __future__ import annotations
 
+from functools import lru_cache
 from pathlib import Path
 from typing import Sequence
 
@@ -118,23 +119,24 @@ class LearnedProposer:
         if key not in self._cache:
             from ...codegen import get_backend
             from ...learn.features import matrix
-            from ..catalog import catalog, names_for
+            from ..catalog import names_for
 
             specs: list[KernelSpec] = []
+            keys: list[str] = []
             for backend in self.charted:
                 be = get_backend(backend)
-                names = [name for name in trained_catalogs(self.model) if name in names_for(backend)]
-                # catalogs may share specs: each is ranked once
-                for spec in {s.key(): s for name in names for s in catalog(backend, self.arch, name)}.values():
+                names = tuple(name for name in trained_catalogs(self.model) if name in names_for(backend))
+                for spec, spec_key in _catalog_union(backend, self.arch, names):
                     try:
                         check_compatible(problem, spec)
                     except SpecError:
                         continue
                     if be.supports(problem, spec):
                         specs.append(spec)
+                        keys.append(spec_key)
             x = matrix(problem, specs, self.device)
             self._cache = {key: (specs, *self.model.predict_with_leaves(x))}
-            self._index = {_kernel_key(s): i for i, s in enumerate(specs)}
+            self._index = {k: i for i, k in enumerate(keys)}
         return self._cache[key]
 
     def ranked(self, problem: GemmProblem, n: int = 1) -> list[tuple[KernelSpec, float]]:
@@ -180,6 +182,16 @@ class LearnedProposer:
         why = "model's best prediction" if not measured else f"upper bound after {len(measured)} measured"
         return [Proposal(spec=specs[i], source=self.name,
                          reasoning=f"{why}: predicted {np.exp(mu[i]):.2f}x torch.matmul") for i in picks]
+
+
+@lru_cache(maxsize=None)
+def _catalog_union(backend: str, arch: str, names: tuple[str, ...]) -> tuple[tuple[KernelSpec, str], ...]:
+    """The specs of the named catalogs with their kernel keys, each spec once (catalogs may share
+    specs): the same for every problem, so a search of a new shape does not build it again."""
+    from ..catalog import catalog
+
+    union = {s.key(): s for name in names for s in catalog(backend, arch, name)}
+    return tuple((s, _kernel_key(s)) for s in union.values())
 
 
 def _kernel_key(spec: KernelSpec) -> str:
