@@ -1,9 +1,11 @@
 """Where a search's seconds go, call by call: searches of the given shapes one after another with
 one evaluator (CuTe DSL, budget 32, look-ahead, quack not timed), each evaluator call printed with
 when it started and ended (seconds from the search's start), how many of its kernels were compiled
-fresh, and its compile wait, checks and timing; each prefetch with when it was handed over.
+fresh, its compile wait, checks and timing, the GPU worker's restarts so far and each kernel that
+failed (status, spec, reason); each prefetch with when it was handed over.
 
     python benchmarks/search_timeline.py 64x6144x4096 255x6144x4096 1000x17920x1536 > OUT.txt
+    python benchmarks/search_timeline.py --lookahead 4 SHAPES...   (batches asked ahead; default 3)
 
 The kernel caches start empty (a temporary folder), so the first shape is a cold search.
 """
@@ -32,9 +34,13 @@ def traced_run(self, problem, items, modes, baselines):
     after = dataclasses.asdict(self.stats)
     d = {k: after[k] - before[k] for k in ("waiting_for_compile_s", "checking_s", "timing_s")}
     fresh = sum(1 for r in out if (r.compile_s or 0) > 0.5)
+    failed = "".join(f" [{r.status}: {r.spec.summary()}: {r.reason[:120]}]" for r in out if r.status != "ok")
+    if d["checking_s"] > 0.5:  # a slow check: what each kernel's compile took and which checks it ran
+        failed += "".join(f"\n    {r.spec.summary()} {r.spec.decomposition} compile_s={r.compile_s or 0:.2f} "
+                          f"checks={list(r.correctness.checks) if r.correctness else None}" for r in out)
     LOG.append(f"  eval t={t - START[0]:5.2f} n={len(items)} fresh={fresh} wait={d['waiting_for_compile_s']:.2f} "
                f"check={d['checking_s']:.2f} time={d['timing_s']:.2f} full={self._full_timing} "
-               f"end={time.perf_counter() - START[0]:5.2f}")
+               f"end={time.perf_counter() - START[0]:5.2f} restarts={self.restarts}{failed}")
     return out
 
 
@@ -43,7 +49,7 @@ def traced_prefetch(self, problem, specs):
     return _prefetch(self, problem, specs)
 
 
-def main(shapes: list[str]) -> None:
+def main(shapes: list[str], lookahead: bool | int = True) -> None:
     cache = tempfile.mkdtemp(prefix="cudal2-timeline-")
     os.environ["CUDAL2_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = cache + "/cudal2", cache + "/triton"
     import cudal2
@@ -57,7 +63,7 @@ def main(shapes: list[str]) -> None:
             LOG.clear()
             START[0] = time.perf_counter()
             res = cudal2.search(shape, layout="NT", backends=["cute_dsl"], budget=32, progress=False,
-                                store=f"{cache}/store{i}.db", seed=0, runner=runner, lookahead=True)
+                                store=f"{cache}/store{i}.db", seed=0, runner=runner, lookahead=lookahead)
             print(f"{shape} {time.perf_counter() - START[0]:.1f} s {res.speedup.get('torch'):.3f}",
                   {k: round(v, 2) for k, v in res.phase_s.items()})
             print("\n".join(LOG), flush=True)
@@ -66,4 +72,8 @@ def main(shapes: list[str]) -> None:
 
 
 if __name__ == "__main__":  # the evaluator's processes are spawned: they import this file
-    main(sys.argv[1:])
+    args = sys.argv[1:]
+    depth: bool | int = True
+    if args[:1] == ["--lookahead"]:
+        depth, args = int(args[1]), args[2:]
+    main(args, depth)

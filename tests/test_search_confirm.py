@@ -335,23 +335,6 @@ def test_with_look_ahead_the_best_kernels_twin_compiles_before_the_confirmation_
     assert sum(keys == [static(LUCKY).key()] for kind, keys in events if kind == "prefetch") == 1
 
 
-def test_the_twin_compiles_only_once_every_trial_of_the_budget_is_asked(tmp_path):
-    """Until the last batch is asked, the twin's compiles would hold back the search's own (and the
-    lead may change hands): the leader's twin is handed over after the last trial's spec."""
-    more = [LUCKY.replace(stages=s) for s in (3, 4, 5)]
-    runner = Sequenced({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200], static(LUCKY): [0.076],
-                        **{s: [0.300] for s in more}})
-    run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([LUCKY, STEADY, SLOW, *more]),
-               runner=runner, store=Store(tmp_path / "s.db"), budget=6, n_proposals=6, seed=0, progress=False,
-               confirm=Confirm(top=2, rounds=3, static_twins=1), lookahead=1, batch_size=1)
-    events = runner.events
-    twin_at = events.index(("prefetch", [static(LUCKY).key()]))
-    last_asked = min(i for i, (kind, keys) in enumerate(events) if kind == "prefetch" and more[-1].key() in keys)
-    first_evaluate = next(i for i, (kind, _) in enumerate(events) if kind == "evaluate")
-    assert first_evaluate < last_asked < twin_at  # LUCKY led from the first trial on
-    assert twin_at < next(i for i, (kind, keys) in enumerate(events) if kind == "evaluate" and static(LUCKY).key() in keys)
-
-
 def test_without_confirmation_rounds_no_twin_compiles_ahead(tmp_path):
     runner = Sequenced({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200], static(LUCKY): [0.076]})
     search(runner, Store(tmp_path / "s.db"), confirm=Confirm(top=2, rounds=0, static_twins=1), lookahead=True,

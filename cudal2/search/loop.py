@@ -309,10 +309,7 @@ class Search:
 
     def prefetch_twin(self, results: list[CandidateResult], baselines: dict[str, BaselineResult]) -> None:
         """Look-ahead for the confirmation rounds: the static twin of the best kernel so far
-        (confirm.static_twin) compiles while the search's last batches are measured, so the rounds
-        rarely wait for it. Not before every batch of the budget is asked: until then its compiles
-        (the twin's and its long-K probe's) would hold back the search's own, and the lead may
-        still change hands, which would make them wasted."""
+        (confirm.static_twin) compiles while the search goes on, so the rounds rarely wait for it."""
         c = self.confirm_with
         if self.prefetch is None or c is None or c.rounds <= 0 or c.static_twins <= 0:
             return
@@ -323,7 +320,7 @@ class Search:
                 if self.leader is None or rel < self.leader[0]:
                     self.leader = (rel, r.spec)
         twin = static_twin(self.leader[1]) if self.leader is not None else None
-        if twin is not None and twin.key() not in self.twins_prefetched and self.asked_out():
+        if twin is not None and twin.key() not in self.twins_prefetched:
             self.twins_prefetched.add(twin.key())
             self.prefetch(self.problem, [twin])
 
@@ -369,13 +366,6 @@ class Search:
             return False
         self.tell(trial, known, False, 0.0, self.store.kernel_baselines(self.problem, spec) or self.baselines)
         return True
-
-    def asked_out(self) -> bool:
-        """Every trial of an evaluation budget is measured or asked ahead (a time budget's end is
-        not known in advance: True)."""
-        if self.budget.evaluations is None:
-            return True
-        return self.tally.evaluations + sum(len(b.trials) for b in self.ahead) >= self.budget.evaluations
 
     def room(self, in_flight: int) -> int:
         if self.budget.evaluations is None:
