@@ -358,3 +358,39 @@ def test_processes_a_worker_started_end_with_it(end):
     finally:
         started.kill()
         w.kill()
+
+
+def test_the_worker_records_each_backend_s_device_facts_before_it_answers_the_environment():
+    """Backend.record_device_facts runs in the GPU worker (a CUDA context) when the environment is
+    first asked, before any compile reaches the pool; a backend that fails to record is skipped."""
+    from cudal2.bench import worker as W
+    from cudal2.codegen import registry
+    from cudal2.codegen.triton import TritonBackend
+
+    calls = []
+
+    class Recording(TritonBackend):
+        name = "recording"
+
+        def record_device_facts(self, device):
+            calls.append(device)
+
+    class Broken(TritonBackend):
+        name = "broken"
+
+        def record_device_facts(self, device):
+            raise RuntimeError("no context")
+
+    registry.register("recording", Recording)
+    registry.register("broken", Broken)
+    try:
+        class State:
+            is_cuda, device = True, "cuda:3"
+
+        W._record_device_facts(State())
+        assert calls == ["cuda:3"]
+        State.is_cuda = False  # a CPU worker has nothing to record
+        W._record_device_facts(State())
+        assert calls == ["cuda:3"]
+    finally:
+        registry.refresh()

@@ -523,3 +523,40 @@ def test_operand_check_ignores_the_strides_of_unit_dimensions():
     w = torch.zeros(1, 64)  # N=1, K=64: W.t() is (64, 1) with strides (1, 1), laid out as (1, 64) wants
     assert same_strides(w.t(), (1, 64))
     assert not same_strides(torch.zeros(64, 8).t(), (1, 64))  # a real mismatch is still caught
+
+
+# ---- the persistent grid: one answer for the compile processes and the GPU side -------------------
+def test_a_process_without_a_context_takes_the_record_and_never_keeps_the_table_s_estimate(monkeypatch, tmp_path):
+    """A compile process holds no CUDA context, so the occupancy query fails there. It must read the
+    answer the GPU worker recorded, and where none is recorded yet take the arch table's count for
+    that call only: on an H100 the table's 33 clusters of 4 (30 fit) kept in a compile process made
+    the worker compile every 2x2-cluster kernel again."""
+    import cutlass.utils
+
+    from cudal2.codegen import cute_dsl as C
+
+    class NoContext:
+        def get_max_active_clusters(self, size):
+            raise RuntimeError("CUDA error code=3(b'CUDA_ERROR_NOT_INITIALIZED')")
+
+    monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake H100")
+    monkeypatch.setattr(cutlass.utils, "HardwareInfo", NoContext)
+    monkeypatch.setattr(C, "_ACTIVE_CLUSTERS", {})
+    assert C._max_active_clusters(4, 132) == 33  # no record: the table, for now
+    (tmp_path / "cute_dsl").mkdir(exist_ok=True)
+    (tmp_path / "cute_dsl" / "max_active_clusters.json").write_text('{"Fake H100|4": 30}')
+    assert C._max_active_clusters(4, 132) == 30  # recorded since: read, not the table kept from before
+
+    class Live:
+        def get_max_active_clusters(self, size):
+            return {1: 132, 2: 66, 4: 30}[size]
+
+    monkeypatch.setattr(cutlass.utils, "HardwareInfo", Live)  # a process with a context records its answer
+    assert C._max_active_clusters(2, 132) == 66
+    import json
+
+    assert json.loads((tmp_path / "cute_dsl" / "max_active_clusters.json").read_text()) == {
+        "Fake H100|4": 30, "Fake H100|2": 66}
+    assert C.cluster_sizes() == (1, 2, 4)

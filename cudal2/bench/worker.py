@@ -374,7 +374,22 @@ def _serve(conn, device: str) -> None:
 def _env(state: _State, conn, payload) -> None:
     from . import environment
 
+    _record_device_facts(state)
     conn.send(("ok", environment.capture(str(state.device))))
+
+
+def _record_device_facts(state: _State) -> None:
+    """Each backend's record of what its compiles read about this GPU (Backend.record_device_facts),
+    before the environment is answered: a search asks for it before it hands compiles to the pool."""
+    if not state.is_cuda:
+        return
+    from ..codegen import available_backends, get_backend
+
+    for name in available_backends():
+        try:
+            get_backend(name).record_device_facts(str(state.device))
+        except Exception:  # noqa: BLE001 - a fact not recorded costs a compile here, not the run
+            pass
 
 
 def _env_end(state: _State, conn, env) -> None:

@@ -72,6 +72,12 @@ class Backend:
         """Do the expensive compilation ahead, in a CPU worker process, so that compile() in
         the timing process finds it in the toolchain's disk cache. Default: nothing."""
 
+    def record_device_facts(self, device: str) -> None:
+        """Record what this backend's compiles read about the GPU and only a process holding a CUDA
+        context can learn, where the compile processes (which hold none) read it. The GPU worker
+        calls this before it answers its first request for the environment, which a search makes
+        before it hands any compile to the pool. Default: nothing."""
+
     def toolchain_version(self) -> str:
         """Version of the compiler stack; part of the compiled-kernel cache key."""
         return "none"

@@ -443,6 +443,18 @@ class CuteDslBackend(Backend):
             self._compiled[mem_key] = kernel
             return kernel
 
+    def record_device_facts(self, device: str) -> None:
+        """The persistent grid of each cluster size, asked of this GPU and recorded for the compile
+        processes (see _max_active_clusters); only on a Hopper GPU, which this backend compiles for."""
+        import torch
+
+        if not torch.cuda.is_available() or torch.cuda.get_device_capability(device) != (9, 0):
+            return
+        torch.empty(1, device=device)  # the occupancy query needs a CUDA context
+        with torch.cuda.device(device):
+            for size in cluster_sizes():
+                _max_active_clusters(size, arch_limits("sm_90a").sm_count)
+
     def precompile(self, source: Source) -> None:
         """Compile for sm_90a (no GPU needed) and export the object file that compile() then loads.
         The grid size is part of the artifact: precompile uses the live GPU if one is visible, else
@@ -450,33 +462,53 @@ class CuteDslBackend(Backend):
         self.compile(source)
 
 
-@lru_cache(maxsize=None)
+# (cluster size, the arch table's SM count) -> clusters that fit at once, as recorded or asked of the
+# live GPU; never the table's estimate, which a record written later replaces
+_ACTIVE_CLUSTERS: dict[tuple[int, int], int] = {}
+
+
 def _max_active_clusters(cluster_size: int, table_sm_count: int) -> int:
-    """The DSL's occupancy query. It builds a probe kernel in a CUDA context, so the answer is
-    kept per process and on disk per device name: compile-pool processes then read it instead
-    of each opening a context of their own."""
+    """Clusters of cluster_size CTAs the GPU runs at once: the persistent grid, compiled into the
+    kernel and its object file's name. The DSL's occupancy query builds a probe kernel and needs a
+    CUDA context: a process that holds one (the GPU worker, a program running the kernels) asks it
+    and records the answer on disk per device name; a compile process, which holds none, reads the
+    record. Without either it takes the arch table's count for this call only. (On an H100 the
+    table says 33 clusters of 4 where 30 fit: compile processes that kept the table's count built
+    every 2x2-cluster kernel for a grid the GPU worker did not ask for, and the worker compiled
+    each one again, 1.7 s apiece, while the GPU waited.)"""
+    key = (cluster_size, table_sm_count)
+    if key in _ACTIVE_CLUSTERS:
+        return _ACTIVE_CLUSTERS[key]
+    table = table_sm_count // cluster_size
     try:
         import torch
 
         if not torch.cuda.is_available():
-            return table_sm_count // cluster_size
+            return table
         memo = _cache_root() / "max_active_clusters.json"
-        key = f"{torch.cuda.get_device_name()}|{cluster_size}"
+        name = f"{torch.cuda.get_device_name()}|{cluster_size}"
         try:
             known = json.loads(memo.read_text())
         except (OSError, ValueError):
             known = {}
-        if key not in known:
+        if name not in known:
             import cutlass.utils
 
-            known[key] = int(cutlass.utils.HardwareInfo().get_max_active_clusters(cluster_size))
+            known[name] = int(cutlass.utils.HardwareInfo().get_max_active_clusters(cluster_size))  # needs a context
             memo.parent.mkdir(parents=True, exist_ok=True)
             tmp = memo.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(known))
             os.replace(tmp, memo)
-        return int(known[key])
-    except Exception:
-        return table_sm_count // cluster_size
+        _ACTIVE_CLUSTERS[key] = int(known[name])
+        return _ACTIVE_CLUSTERS[key]
+    except Exception:  # noqa: BLE001 - no context and no record yet: the table, not kept
+        return table
+
+
+def cluster_sizes() -> tuple[int, ...]:
+    """The CTAs per cluster this backend's specs may ask for (cluster_m x cluster_n)."""
+    ms, ns = CAPABILITIES.allowed("cluster_m", "sm_90a") or (1,), CAPABILITIES.allowed("cluster_n", "sm_90a") or (1,)
+    return tuple(sorted({m * n for m in ms for n in ns}))
 
 
 def tvm_ffi_version() -> str:
