@@ -208,8 +208,12 @@ def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[
                          else f" {r.get('twin_status', '-')} |")
             body.append(line)
         warm = [r["seconds"] for r in d["tune"] if r["kind"].startswith("warm")]
+        given = [r["seconds"] for r in d["tune"] if r["kind"].startswith("given shape")][1:]  # the first is cold
         if warm:
             heads.append(f"warm tune at budget 32: {min(warm):.1f}-{max(warm):.1f} s")
+        elif given:
+            span = f"{min(given):.1f}" if len(given) == 1 else f"{min(given):.1f}-{max(given):.1f}"
+            heads.append(f"tune at budget 32 after the first shape: {span} s")
     if d.get("sweep"):
         s = d["sweep"]
         rate = s["second_pairs"] / max(s["second_s"], 1e-9)
@@ -797,6 +801,26 @@ EXPERIMENTS: list[Experiment] = [
                "three batches ahead into a compile pool of up to 16 processes at a lower CPU priority; the study's "
                "journal written without an fsync a record; the stream-order delay sized to its group; a request's "
                "candidates checked on shared fresh inputs, each input set's reference taken once.", parts=("tune",)),
+    Experiment("Seconds to tune a new shape: confirmation plans made while the first kernels compile, one "
+               "persistent grid for the compile pool and the GPU worker, CuTe DSL, no peers",
+               "tune_speed_grid_record_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers --max-seconds 120` on a "
+               "one-GPU machine: the GPU worker makes the confirmation rounds' cuBLASLt plans while a problem's "
+               "first kernels compile, and records the DSL's persistent grid per cluster size before any compile, "
+               "which the compile processes read (they had taken the arch table's 33 clusters of 4 where the H100 "
+               "runs 30, and the worker compiled each 2x2-cluster kernel again).", parts=("tune",)),
+    Experiment("The same again, CuTe DSL, right after on the same GPU",
+               "tune_speed_grid_record_cute_dsl_nopeers_repeat_h100_2026-11-27.json", "tune_speed",
+               "The same command, a second time.", parts=("tune",)),
+    Experiment("The same, Triton, on the same kind of machine",
+               "tune_speed_grid_record_triton_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend triton --lookahead --no-peers --max-seconds 100`.",
+               parts=("tune",)),
+    Experiment("A token count of 1000 on each validation weight, one process after a cold search, CuTe DSL, no peers",
+               "tune_speed_weights_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers --max-seconds 200 --shape "
+               "64x6144x4096 --shape 1000xNxK ...` over the ten validation serving weights, in the order of the "
+               "split file; each search finds the kernels of the ones before it compiled.", parts=("tune",)),
     Experiment("The same again, CuTe DSL, right after on the same GPU",
                "tune_speed_aside_cute_dsl_nopeers_repeat_h100_2026-11-27.json", "tune_speed",
                "The same command, a second time.", parts=("tune",)),
