@@ -457,8 +457,8 @@ class CuteDslBackend(Backend):
 
     def precompile(self, source: Source) -> None:
         """Compile for sm_90a (no GPU needed) and export the object file that compile() then loads.
-        The grid size is part of the artifact: precompile uses the live GPU if one is visible, else
-        the arch table's SM count, so a CPU worker's artifact matches an H100 SXM (132 SMs)."""
+        The grid size is part of the artifact: the GPU worker's record of it (_max_active_clusters),
+        else the arch table's count, which on an H100 SXM matches clusters of 1 and 2, not of 4."""
         self.compile(source)
 
 
