@@ -34,13 +34,13 @@ def traced_run(self, problem, items, modes, baselines):
     after = dataclasses.asdict(self.stats)
     d = {k: after[k] - before[k] for k in ("waiting_for_compile_s", "checking_s", "timing_s")}
     fresh = sum(1 for r in out if (r.compile_s or 0) > 0.5)
-    failed = "".join(f" [{r.status}: {r.spec.summary()}: {r.reason[:120]}]" for r in out if r.status != "ok")
+    detail = "".join(f" [{r.status}: {r.spec.summary()}: {r.reason[:120]}]" for r in out if r.status != "ok")
     if d["checking_s"] > 0.5:  # a slow check: what each kernel's compile took and which checks it ran
-        failed += "".join(f"\n    {r.spec.summary()} {r.spec.decomposition} compile_s={r.compile_s or 0:.2f} "
+        detail += "".join(f"\n    {r.spec.summary()} {r.spec.decomposition} compile_s={r.compile_s or 0:.2f} "
                           f"checks={list(r.correctness.checks) if r.correctness else None}" for r in out)
     LOG.append(f"  eval t={t - START[0]:5.2f} n={len(items)} fresh={fresh} wait={d['waiting_for_compile_s']:.2f} "
                f"check={d['checking_s']:.2f} time={d['timing_s']:.2f} full={self._full_timing} "
-               f"end={time.perf_counter() - START[0]:5.2f} restarts={self.restarts}{failed}")
+               f"end={time.perf_counter() - START[0]:5.2f} restarts={self.restarts}{detail}")
     return out
 
 
@@ -72,8 +72,10 @@ def main(shapes: list[str], lookahead: bool | int = True) -> None:
 
 
 if __name__ == "__main__":  # the evaluator's processes are spawned: they import this file
-    args = sys.argv[1:]
-    depth: bool | int = True
-    if args[:1] == ["--lookahead"]:
-        depth, args = int(args[1]), args[2:]
-    main(args, depth)
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("shapes", nargs="+")
+    ap.add_argument("--lookahead", type=int, default=None, help="batches asked ahead (default: the search's own)")
+    args = ap.parse_args()
+    main(args.shapes, True if args.lookahead is None else args.lookahead)
