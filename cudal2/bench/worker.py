@@ -408,7 +408,8 @@ def _memory(state: _State, conn, problem: GemmProblem | None) -> None:
     keep = problem.key() if problem is not None else None
     for key in [k for k in state.baseline_plans if k[0] != keep]:
         del state.baseline_plans[key]
-    state.release(thorough=keep is None or keep != state.collected_for)
+    if keep is None or keep != state.collected_for:  # the same problem: the last request's release will do
+        state.release(thorough=True)
     state.collected_for = keep
     mem = memory.device_memory(state.device)
     if mem is None:
