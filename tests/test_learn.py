@@ -68,6 +68,12 @@ def test_numpy_scoring_is_lightgbms_own(split):
 
     ours = _from_lightgbm(booster.dump_model(), H100)
     np.testing.assert_allclose(ours.predict_rows(x), booster.predict(x), rtol=1e-9, atol=1e-9)
+    # One shape's candidates hold one value in each of its shape's columns, and a single row in all
+    # of them: the splits on those are taken before the walk, and must land where LightGBM's do.
+    one = matrix(held[0].problem, [s.spec for s in train[:400]], H100)
+    np.testing.assert_allclose(ours.predict_rows(one), booster.predict(one), rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(ours.predict_rows(one[:1]), booster.predict(one[:1]), rtol=1e-9, atol=1e-9)
+    assert ours.leaves(one[:0]).shape == (0, ours.roots.size)
 
 
 def test_training_is_reproducible_and_a_file_round_trips(split, model, tmp_path):
