@@ -821,6 +821,29 @@ EXPERIMENTS: list[Experiment] = [
                "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers --max-seconds 200 --shape "
                "64x6144x4096 --shape 1000xNxK ...` over the ten validation serving weights, in the order of the "
                "split file; each search finds the kernels of the ones before it compiled.", parts=("tune",)),
+    Experiment("Seconds to tune a new shape: guard patterns drawn on the GPU, CuTe DSL, no peers",
+               "tune_speed_guards_on_device_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers --max-seconds 120` on a "
+               "one-GPU machine: each guarded output draws its guard pattern on the GPU (drawn on the host, its copy "
+               "had waited for the GPU's queued work at every output), and the cost model's walk takes the splits "
+               "on the shape's own features once before it.", parts=("tune",)),
+    Experiment("The same again, CuTe DSL, right after on the same GPU",
+               "tune_speed_guards_on_device_cute_dsl_nopeers_repeat_h100_2026-11-27.json", "tune_speed",
+               "The same command, a second time.", parts=("tune",)),
+    Experiment("The same, Triton, right after on the same GPU",
+               "tune_speed_guards_on_device_triton_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend triton --lookahead --no-peers --max-seconds 95`.",
+               parts=("tune",)),
+    Experiment("The same CuTe DSL command on another machine of the kind, whose compile processes ran faster",
+               "tune_speed_guards_on_device_cute_dsl_nopeers_other_machine_h100_2026-11-27.json", "tune_speed",
+               "The same command on another one-GPU machine, earlier the same day: its compile processes recorded "
+               "35.4 s of compiles for the new token count where the machine above recorded 49.0 s.",
+               parts=("tune",)),
+    Experiment("A token count of 1000 on each validation weight, guard patterns drawn on the GPU, CuTe DSL, no peers",
+               "tune_speed_weights_guards_on_device_cute_dsl_nopeers_h100_2026-11-27.json", "tune_speed",
+               "`--part tune --shared-evaluator --backend cute_dsl --lookahead --no-peers --max-seconds 180 --shape "
+               "64x6144x4096 --shape 1000xNxK ...` over the ten validation serving weights, on the machine of the "
+               "first two runs above, right after them.", parts=("tune",)),
     Experiment("The same again, CuTe DSL, right after on the same GPU",
                "tune_speed_aside_cute_dsl_nopeers_repeat_h100_2026-11-27.json", "tune_speed",
                "The same command, a second time.", parts=("tune",)),
