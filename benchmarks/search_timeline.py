@@ -55,7 +55,9 @@ def main(shapes: list[str], lookahead: bool | int = True) -> None:
     import cudal2
     from cudal2.api import default_runner
     from cudal2.bench.baselines import QUACK
+    from cudal2.bench.environment import host_cpu
 
+    print(f"# host CPU: {host_cpu()} (the compile pool's speed follows it)", flush=True)
     E.Evaluator._run, E.Evaluator.prefetch = traced_run, traced_prefetch
     runner = default_runner(baselines=tuple(b for b in E.DEFAULT_BASELINES if b not in QUACK))
     try:

@@ -218,7 +218,8 @@ def part_sweep(backends, n_specs: int, deadline: float, out: dict, save) -> None
 
 
 def markdown(out: dict) -> str:
-    lines = [f"# Measurement speed ({out.get('gpu', '?')}, {out.get('date', '')})", "",
+    host = f", host {out['host_cpu']}" if out.get("host_cpu") else ""
+    lines = [f"# Measurement speed ({out.get('gpu', '?')}{host}, {out.get('date', '')})", "",
              f"`{out.get('command', '')}`", ""]
     st = [r for r in out.get("static", []) if r["ratio"]]
     if out.get("static"):
@@ -317,7 +318,9 @@ def main() -> None:
         ap.error("--no-peers configures the shared evaluator: add --shared-evaluator")
     import torch
 
-    out = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU",
+    from cudal2.bench.environment import host_cpu
+
+    out = {"gpu": torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU", "host_cpu": host_cpu(),
            "date": time.strftime("%Y-%m-%d"), "command": "python benchmarks/tune_speed.py " + " ".join(sys.argv[1:]),
            "backends": backends}
 

@@ -326,6 +326,18 @@ def test_the_environment_names_the_gpu_by_uuid_and_reads_its_clocks_by_it(monkey
     assert environment_from_dict(old).gpu_uuid == ""  # a record written before the UUID was kept
 
 
+def test_the_environment_names_the_host_cpu_whose_cores_compile_the_kernels(monkeypatch, tmp_path):
+    from cudal2.bench import environment
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\nmodel name\t: Intel(R) Xeon(R) Platinum 8480+\nprocessor\t: 1\n")
+    monkeypatch.setattr("os.cpu_count", lambda: 16)
+    assert environment.host_cpu(str(info)) == "Intel(R) Xeon(R) Platinum 8480+, 16 cores"
+    monkeypatch.setattr("platform.processor", lambda: "")
+    assert environment.host_cpu(str(tmp_path / "absent")) == "16 cores"
+    assert environment.capture("cpu").extra["host_cpu"].endswith("16 cores")
+
+
 # ---- the command line ------------------------------------------------------------------------------
 cli = CliRunner()
 

@@ -23,6 +23,24 @@ def _version(dist: str) -> str:
         return ""
 
 
+def host_cpu(cpuinfo: str = "/proc/cpuinfo") -> str:
+    """The host's CPU model and logical core count ("" parts where unknown). A search's seconds
+    follow the host as much as the GPU: kernels compile on its cores, and two one-GPU H100 machines
+    of the same kind recorded 35.4 s and 49.0 s of compiles for the same search."""
+    import os
+    import platform
+
+    model = ""
+    try:
+        with open(cpuinfo) as f:
+            model = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
+    except OSError:
+        pass
+    model = model or platform.processor()
+    cores = os.cpu_count()
+    return ", ".join(part for part in (model, f"{cores} cores" if cores else "") if part)
+
+
 def _module_version(name: str) -> str:
     try:
         mod = __import__(name)
@@ -109,7 +127,8 @@ def capture(device="cuda:0") -> Environment:
         gpu, sms, clk, idx, uuid = "cpu", 0, {}, 0, ""
     extra = {k: v for k, v in {"nvmath-python": _version("nvmath-python"),
                                "nvidia-cutlass-dsl": _version("nvidia-cutlass-dsl"),
-                               "python": __import__("platform").python_version()}.items() if v}
+                               "python": __import__("platform").python_version(),
+                               "host_cpu": host_cpu()}.items() if v}
     return Environment(gpu_name=gpu, sm_count=sms, driver=_driver() if gpu != "cpu" else "",
                        cuda=str(torch.version.cuda or ""), torch=torch.__version__,
                        triton=_module_version("triton"), cudal2=cudal2.__version__,
