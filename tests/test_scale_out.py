@@ -454,3 +454,31 @@ def test_ctrl_c_on_a_local_cluster_sweep_is_one_line_and_leaves_no_process(tmp_p
         time.sleep(0.2)
     else:
         raise AssertionError("processes of the interrupted sweep are still running")
+
+
+def test_ctrl_c_while_a_cluster_sweep_submits_stops_it_there_and_cancels_what_it_submitted():
+    # Ctrl-C raised KeyboardInterrupt wherever the main thread was; landing in one of Dask's
+    # callbacks while a sweep submitted its batches, it was swallowed and the sweep ran to the end.
+    # With a cluster open, Ctrl-C sets a flag, and the sweep stops at its next submission.
+    from cudal2.dataset import cluster_sweep
+
+    class Client:
+        def __init__(self):
+            self.submitted, self.cancelled = [], None
+
+        def submit(self, fn, name, batch, pure=False):
+            self.submitted.append(batch)
+            if len(self.submitted) == 3:
+                os.kill(os.getpid(), signal.SIGINT)  # delivered here, in the middle of a submission
+            return object()
+
+        def cancel(self, futures):
+            self.cancelled = futures
+
+    client, before = Client(), signal.getsignal(signal.SIGINT)
+    with cluster.ctrl_c_deferred():
+        with pytest.raises(KeyboardInterrupt):
+            cluster_sweep._measure_all(client, "runner", list(range(10)), writer=None)
+    assert len(client.submitted) == 3 and len(client.cancelled) == 3  # none after the press; those cancelled
+    cluster.stop_if_interrupted()  # outside the block, nothing is pending
+    assert signal.getsignal(signal.SIGINT) is before  # and Ctrl-C is handled as before it

@@ -125,6 +125,33 @@ def _interrupt_left_to_this_process():
     return _on_sigint(signal.SIG_IGN)
 
 
+# The flags of the ctrl_c_deferred blocks open now, innermost last (signals reach the main thread only).
+_DEFERRED: list[threading.Event] = []
+
+
+@contextlib.contextmanager
+def ctrl_c_deferred() -> Iterator[threading.Event]:
+    """Inside the block, Ctrl-C sets the flag this yields instead of raising KeyboardInterrupt
+    wherever the main thread happens to be. Raised inside one of Dask's callbacks (its submissions,
+    its garbage-collection diagnosis), KeyboardInterrupt was swallowed ("Exception ignored in ...")
+    and a sweep interrupted while it planned or submitted its batches went on to the end. The code
+    in the block stops where stopping is safe: finished() and stop_if_interrupted(). The sweep and
+    the searches on a cluster hold one from before they plan until their last batch is in."""
+    pressed = threading.Event()
+    with _on_sigint(lambda *_: pressed.set()):
+        _DEFERRED.append(pressed)
+        try:
+            yield pressed
+        finally:
+            _DEFERRED.remove(pressed)
+
+
+def stop_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if Ctrl-C was pressed in the innermost ctrl_c_deferred block."""
+    if _DEFERRED and _DEFERRED[-1].is_set():
+        raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def _on_sigint(handler) -> Iterator[None]:
     """SIGINT handled by handler inside the block, as before it after; nothing changes off the main
@@ -264,7 +291,8 @@ def run_searches(problems: Sequence[GemmProblem], client, make_runner: Callable[
     from .cluster_worker import search_task
 
     check_store_reachable(client, store_url)
-    with runner_on_workers(client, make_runner) as name:
+    with ctrl_c_deferred(), runner_on_workers(client, make_runner) as name:
+        stop_if_interrupted()
         futures = [client.submit(search_task, name, p, store_url, options, pure=False) for p in problems]
         try:
             for _ in finished(as_completed(futures)):  # Ctrl-C is seen while they run
@@ -280,12 +308,10 @@ def run_searches(problems: Sequence[GemmProblem], client, make_runner: Callable[
 
 def finished(flow) -> Iterator:
     """The futures of flow (distributed.as_completed) as they finish; Ctrl-C raises
-    KeyboardInterrupt here. Raised by Python wherever the main thread happens to be, it could land
-    in a callback of Dask's (its garbage-collection diagnosis) that swallows it, and a sweep went on
-    to the end; so while the main thread waits on a cluster, Ctrl-C only sets a flag, and this loop
-    raises it."""
-    pressed = threading.Event()
-    with _on_sigint(lambda *_: pressed.set()):
+    KeyboardInterrupt here. While the main thread waits on a cluster, Ctrl-C only sets a flag (that
+    of the ctrl_c_deferred block around, or this loop's own), and this loop raises it."""
+    with contextlib.ExitStack() as stack:
+        pressed = _DEFERRED[-1] if _DEFERRED else stack.enter_context(ctrl_c_deferred())
         while not flow.is_empty():
             if pressed.is_set():
                 raise KeyboardInterrupt

@@ -26,7 +26,7 @@ from typing import Any, Callable, Sequence
 
 from ..ir import GemmProblem, KernelSpec, SpecError
 from ..search.store import Store
-from .cluster import ClusterError, finished, lost_worker, runner_on_workers
+from .cluster import ClusterError, ctrl_c_deferred, finished, lost_worker, runner_on_workers, stop_if_interrupted
 from .cluster_worker import Batch, Measured, WorkerSetupError, measure_batch
 from .sweep import CHUNK, SweepSummary, chunked
 
@@ -104,15 +104,17 @@ def run_sweep_on_cluster(problems: Sequence[GemmProblem], specs: Sequence[Kernel
     Raises ClusterError (the cluster failed us), StoreError (the store holds another GPU model's
     timings), or what a runner raises."""
     summary = SweepSummary(shapes=len(problems))
-    batches = plan_batches(problems, specs, store, tuple(modes), chunk, summary, on_pairs)
-    if not batches:
-        return summary
-    writer = _Writer(store, summary, on_pairs, modes[0])
-    if isinstance(runner, str):
-        _measure_all(client, runner, batches, writer)
-    else:
-        with runner_on_workers(client, runner) as name:
-            _measure_all(client, name, batches, writer)
+    with ctrl_c_deferred():  # Ctrl-C from here on stops the sweep where it is safe (cluster.ctrl_c_deferred)
+        batches = plan_batches(problems, specs, store, tuple(modes), chunk, summary, on_pairs)
+        if not batches:
+            return summary
+        stop_if_interrupted()
+        writer = _Writer(store, summary, on_pairs, modes[0])
+        if isinstance(runner, str):
+            _measure_all(client, runner, batches, writer)
+        else:
+            with runner_on_workers(client, runner) as name:
+                _measure_all(client, name, batches, writer)
     return summary
 
 
@@ -120,10 +122,13 @@ def _measure_all(client, name: str, batches: list[Batch], writer: _Writer) -> No
     """Submit every batch, write each as it finishes, resubmit one lost with its workers."""
     from distributed import as_completed
 
-    pending = {client.submit(measure_batch, name, b, pure=False): (i, b) for i, b in enumerate(batches)}
+    pending: dict = {}
     resubmitted: dict[int, int] = {}
-    flow = as_completed(pending)
     try:
+        for i, b in enumerate(batches):
+            stop_if_interrupted()  # thousands of submissions take seconds: Ctrl-C stops them too
+            pending[client.submit(measure_batch, name, b, pure=False)] = (i, b)
+        flow = as_completed(pending)
         for future in finished(flow):
             i, batch = pending.pop(future)
             try:
