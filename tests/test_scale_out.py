@@ -459,7 +459,7 @@ def test_ctrl_c_on_a_local_cluster_sweep_is_one_line_and_leaves_no_process(tmp_p
 def test_ctrl_c_while_a_cluster_sweep_submits_stops_it_there_and_cancels_what_it_submitted():
     # Ctrl-C raised KeyboardInterrupt wherever the main thread was; landing in one of Dask's
     # callbacks while a sweep submitted its batches, it was swallowed and the sweep ran to the end.
-    # With a cluster open, Ctrl-C sets a flag, and the sweep stops at its next submission.
+    # Inside the sweep's ctrl_c_deferred block, Ctrl-C sets a flag, and the sweep stops at its next submission.
     from cudal2.dataset import cluster_sweep
 
     class Client:
