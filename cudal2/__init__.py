@@ -11,6 +11,7 @@ __version__ = "0.1.0"
 _LAZY = {
     "matmul": ("cudal2.ops", "matmul"),
     "linear": ("cudal2.ops", "linear"),
+    "precompile": ("cudal2.api", "precompile"),
     "set_table": ("cudal2.ops", "set_table"),
     "route_linears": ("cudal2.ops", "route_linears"),
     "tune_model": ("cudal2.model_tuning", "tune_model"),
@@ -38,5 +39,5 @@ def __dir__():
 
 
 __all__ = ["Epilogue", "GemmProblem", "KernelSpec", "SearchResult", "SpecError", "Store", "TunedTable",
-           "__version__", "available_backends", "get_backend", "linear", "matmul", "route_linears", "search",
+           "__version__", "available_backends", "get_backend", "linear", "matmul", "precompile", "route_linears", "search",
            "set_table", "tune_model", "tune_untuned", "untuned_problems"]

@@ -171,6 +171,63 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
             runner.close()  # the GPU worker and compile pool we started
 
 
+def precompile(shapes: Any = "serving:train", dtype: str = "float16", backends: Sequence[str] | None = None,
+               proposer: str = "auto", *, arch: str | None = None, per_shape: int | None = None,
+               workers: int | None = None, plan_processes: int | None = None, dry_run: bool = False,
+               progress: bool = True):
+    """Compile ahead the kernels that searches try first, so that a search of a shape never seen
+    finds most of them compiled (cudal2.search.precompile). Returns a Precompiled.
+
+    shapes: a shape set of cudal2.shapes ("serving:train", the default; "serving", "grid", "all",
+    each optionally :train or :validation), a file of shapes, "MxNxK[,MxNxK...]" (layout NN unless a
+    shape ends in -NT, -TN or -TT), or a list of shapes or GemmProblems. For each shape the search's
+    own proposer (proposer: "auto", "learned" or "rules") is asked for its first per_shape proposals
+    (default 32), nothing measured; each shape-generic kernel among them is compiled once into the
+    disk caches, in a pool of `workers` processes (default: one a core, less two, up to 16).
+    Run it on the machine that will search: the caches are keyed by the toolchain, and CuTe DSL
+    kernels carry the GPU's persistent grid. Run again, it loads what is there and compiles the
+    rest. Compile failures are counted in the result, never raised. plan_processes: processes that
+    ask the proposer beside the compiles (default: a quarter of the cores, up to 4; 0 on fewer than
+    8 cores). dry_run: plan and count the kernels, compile nothing."""
+    from .bench.compile_pool import CompilePool
+    from .codegen import get_backend
+    from .codegen.registry import default_backends
+    from .search import precompile as ahead
+
+    if proposer not in ahead.PROPOSERS:
+        raise ValueError(f"precompile asks {', '.join(ahead.PROPOSERS)} for proposals, not {proposer!r} "
+                         "(an LLM would be asked once a shape)")
+    from .ir import DeviceProfile
+
+    problems = _problems(shapes, dtype)
+    arch = arch or default_arch()
+    backends = tuple(backends or default_backends(arch))
+    recipe = ahead.Recipe(proposer, backends, arch, DeviceProfile.live(arch), per_shape or ahead.PER_SHAPE)
+    planner = recipe.planner()  # here too: a proposer that cannot be built fails before any process starts
+    if gpu_available() and not dry_run:
+        for name in backends:  # what the compile processes read about this GPU (the CuTe DSL's grid)
+            get_backend(name).record_device_facts("cuda:0")
+    pool = None if dry_run else CompilePool(workers)
+    processes = ahead.planning_processes() if plan_processes is None else plan_processes
+    try:
+        with ahead.Bar(len(problems), progress, "planning" if dry_run else "compiling ahead") as bar:
+            return ahead.precompile(problems, planner, pool, on_progress=bar.update, recipe=recipe,
+                                    plan_processes=processes)
+    finally:
+        if pool is not None:
+            pool.close()
+
+
+def _problems(shapes: Any, dtype: str) -> list[GemmProblem]:
+    """GemmProblems from a shape set's name, a file, a comma list (cudal2.dataset.resolve_shapes) or
+    a list of shapes."""
+    if isinstance(shapes, str):
+        from .dataset.sweep import resolve_shapes
+
+        return resolve_shapes(shapes, dtype)
+    return [s if isinstance(s, GemmProblem) else GemmProblem.parse(s, dtype=dtype) for s in shapes]
+
+
 def _search_on_cluster(problem: GemmProblem, cluster: Any, runner: Any, store: Any, **options):
     """cudal2.search on one worker of a cluster (see search's cluster argument)."""
     import functools

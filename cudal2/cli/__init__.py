@@ -1,4 +1,4 @@
-"""The `cudal2` command: search, show, export, bench, compare, tune, sweep, dataset export, train.
+"""The `cudal2` command: search, precompile, show, export, bench, compare, tune, sweep, dataset export, train.
 
 common.py holds the app, its error handling and what the commands share; each other module adds
 its commands to the app when imported, in the order `cudal2 --help` lists them. Everything heavy

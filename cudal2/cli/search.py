@@ -60,6 +60,42 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
     _print_result(res, s.studies_at())
 
 
+@app.command()
+def precompile(shapes: Annotated[str, typer.Argument(help=(
+                   "grid, serving, all (each optionally :train or :validation), a file of shapes, or "
+                   "MxNxK[,MxNxK...]"))] = "serving:train",
+               backend: Backends = [],  # noqa: B006
+               proposer: Annotated[str, typer.Option(help="whose first proposals: auto, learned or rules")] = "auto",
+               dtype: str = "float16",
+               per_shape: Annotated[int, typer.Option(min=1, help="first proposals asked per shape")] = 32,
+               workers: Annotated[Optional[int], typer.Option(min=1, help=(
+                   "compile processes (default: one a core, less two, up to 16)"))] = None,
+               plan_processes: Annotated[Optional[int], typer.Option(min=0, help=(
+                   "processes that ask the proposer beside the compiles (default: a quarter of the cores, "
+                   "up to 4; none on fewer than 8 cores)"))] = None,
+               dry_run: Annotated[bool, typer.Option("--dry-run", help="plan and count the kernels; "
+                                                     "compile nothing")] = False,
+               arch: Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")] = None,
+               ) -> None:
+    """Compile ahead the kernels searches try first, so that a search of a new shape finds them
+    compiled (resumable: what the disk caches hold is loaded, not compiled again)."""
+    from ..api import default_arch, precompile as run_precompile
+
+    arch = arch or default_arch()
+    backends = _backends(backend, arch)
+    try:
+        done = run_precompile(shapes, dtype=dtype, backends=backends, proposer=proposer, arch=arch,
+                              per_shape=per_shape, workers=workers, plan_processes=plan_processes,
+                              dry_run=dry_run)
+    except (ValueError, OSError) as e:
+        _fail(f"precompile {shapes}: {_one_line(e)}")
+    console.print(f"precompile: {done.line()}")
+    for summary, reason in done.failed[:5]:
+        console.print(f"  [yellow]{summary}: {reason}[/yellow]", markup=True)
+    if len(done.failed) > 5:
+        console.print(f"  ... and {len(done.failed) - 5} more")
+
+
 def _print_result(res, studies: str = "<store url>") -> None:
     if res.best is None:
         console.print(f"[red]{res.problem.label()}: no correct kernel in {res.evaluations} evaluations[/red]")

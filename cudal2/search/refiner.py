@@ -83,6 +83,20 @@ def validate(problem: GemmProblem, spec: KernelSpec) -> None:
                         what=f"{spec.backend} support")
 
 
+def shape_generic_kernel(problem: GemmProblem, spec: KernelSpec) -> KernelSpec:
+    """The shape-generic kernel ("dynamic") of a spec that leaves the choice to its backend ("auto"),
+    where the backend renders one for problem; else spec itself (a spec that names its
+    specialization, or one with no shape-generic kernel for this problem, e.g. stream-K)."""
+    if spec.shape_specialization != "auto":
+        return spec
+    generic = spec.replace(shape_specialization="dynamic")
+    try:
+        validate(problem, generic)
+    except SpecError:
+        return spec
+    return generic
+
+
 def _pid_alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -199,14 +213,7 @@ class Refiner:
         (shape_specialization="static", the confirmation's static twin, confirm.py): on the H100 the
         shape-generic ones measured 0.993 (Triton) and 0.987 (CuTe DSL) of their speed over the 48
         probe shapes (docs/results.md)."""
-        if not self.shape_generic or spec.shape_specialization != "auto":
-            return spec
-        generic = spec.replace(shape_specialization="dynamic")
-        try:
-            validate(self.problem, generic)
-        except SpecError:
-            return spec  # no shape-generic kernel for this spec and problem (e.g. stream-K): the backend's own
-        return generic
+        return shape_generic_kernel(self.problem, spec) if self.shape_generic else spec
 
     # ---- recovery ------------------------------------------------------------------------------
     def recover(self) -> int:
