@@ -6,8 +6,11 @@ failed (status, spec, reason); each prefetch with when it was handed over.
 
     python benchmarks/search_timeline.py 64x6144x4096 255x6144x4096 1000x17920x1536 > OUT.txt
     python benchmarks/search_timeline.py --lookahead 4 SHAPES...   (batches asked ahead; default 3)
+    python benchmarks/search_timeline.py --cache-dir DIR SHAPES...  (kernel caches in DIR, e.g. filled
+        by `CUDAL2_CACHE_DIR=DIR cudal2 precompile`)
 
-The kernel caches start empty (a temporary folder), so the first shape is a cold search.
+The kernel caches start empty (a temporary folder) unless --cache-dir names one, so the first shape
+is a cold search.
 """
 
 from __future__ import annotations
@@ -49,9 +52,12 @@ def traced_prefetch(self, problem, specs):
     return _prefetch(self, problem, specs)
 
 
-def main(shapes: list[str], lookahead: bool | int = True) -> None:
+def main(shapes: list[str], lookahead: bool | int = True, cache_dir: str | None = None) -> None:
     cache = tempfile.mkdtemp(prefix="cudal2-timeline-")
-    os.environ["CUDAL2_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = cache + "/cudal2", cache + "/triton"
+    if cache_dir:
+        os.environ["CUDAL2_CACHE_DIR"] = cache_dir
+    else:
+        os.environ["CUDAL2_CACHE_DIR"], os.environ["TRITON_CACHE_DIR"] = cache + "/cudal2", cache + "/triton"
     import cudal2
     from cudal2.api import default_runner
     from cudal2.bench.baselines import QUACK
@@ -79,5 +85,6 @@ if __name__ == "__main__":  # the evaluator's processes are spawned: they import
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("shapes", nargs="+")
     ap.add_argument("--lookahead", type=int, default=None, help="batches asked ahead (default: the search's own)")
+    ap.add_argument("--cache-dir", default=None, help="kernel caches ($CUDAL2_CACHE_DIR) to start from")
     args = ap.parse_args()
-    main(args.shapes, True if args.lookahead is None else args.lookahead)
+    main(args.shapes, True if args.lookahead is None else args.lookahead, args.cache_dir)
