@@ -137,6 +137,12 @@ def test_three_consumer_warpgroups_get_the_registers_left_and_no_pingpong():
     ok = b.supports(p, spec(block_m=192, block_n=256, num_warps=16, stages=3))
     assert not ok and "accumulators" in ok.reason
     assert b.supports(p, spec(block_m=192, num_warps=16))
+    # ptxas compiles them at the launch's 128 registers a thread: 192x192 fits, 192x208 and wider do not
+    assert b.supports(p, spec(block_m=192, block_n=192, num_warps=16, stages=3))
+    for wide in (208, 224, 240):
+        ok = b.supports(p, spec(block_m=192, block_n=wide, num_warps=16, stages=3))
+        assert not ok and "Insufficient registers (128)" in ok.reason and "192x192" in ok.reason
+    assert b.supports(p, spec(block_m=256, block_n=208, num_warps=12, stages=3))  # two warpgroups: not this limit
 
 
 @pytest.mark.parametrize("producer, consumer, ok", [

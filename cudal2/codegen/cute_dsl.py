@@ -149,6 +149,10 @@ DEFAULT_CONSUMER_REGISTERS = 232
 LEAN_PRODUCER_REGISTERS = 24
 MAX_CONSUMER_REGISTERS = 240
 ACC_RESERVE = 32  # registers a consumer thread keeps beside its accumulators: addresses, loop state, epilogue
+# Three consumer warpgroups: ptxas compiled 192x192 (96 accumulators a thread) and refused 192x208, 192x224
+# and 192x240 ("Insufficient registers (128)"), compiling for sm_90a on a CPU and in a precompile run on the
+# H100 (2026-11-27), which set aside 33 such specs of 1761; the general rule above let them through (<= 120)
+THREE_WG_MAX_ACCUMULATORS = 96
 REGISTERS_PER_SM = 65536
 MAX_REGISTERS_PER_THREAD = 255
 DSL_NAMES = {"float16": "Float16", "bfloat16": "BFloat16"}
@@ -639,6 +643,14 @@ def _kernel_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation
                              f"{ACC_RESERVE} of its {consumer} registers for addresses and the epilogue",
                              "use " + ", ".join(roomier + ["a smaller tile", "more consumer warpgroups" if not pingpong
                                                            else "warp_specialization='cooperative'"])))
+    if not pingpong and spec.consumer_warps == 12 and THREE_WG_MAX_ACCUMULATORS < acc <= consumer - ACC_RESERVE:
+        bad.append(Violation("block_m*block_n", spec.block_m * spec.block_n,
+                             f"three consumer warpgroups (512 threads) are compiled at the launch's 128 registers a "
+                             f"thread, before setmaxnreg raises them: ptxas refuses {acc} fp32 accumulators there "
+                             "('Insufficient registers (128)') and takes "
+                             f"{THREE_WG_MAX_ACCUMULATORS}",
+                             f"use block_m*block_n <= {THREE_WG_MAX_ACCUMULATORS * 32 * 12} with num_warps=16 "
+                             "(192x192), or num_warps=12"))
     if problem.dtype != problem.c_dtype and problem.c_dtype not in DSL_NAMES:
         bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
                              "use out_dtype float16 or bfloat16"))
