@@ -199,7 +199,7 @@ def precompile(shapes: Any = "serving:train", dtype: str = "float16", backends: 
                          "(an LLM would be asked once a shape)")
     from .ir import DeviceProfile
 
-    problems = _problems(shapes, dtype)
+    problems = resolve_problems(shapes, dtype)
     arch = arch or default_arch()
     backends = tuple(backends or default_backends(arch))
     recipe = ahead.Recipe(proposer, backends, arch, DeviceProfile.live(arch), per_shape or ahead.PER_SHAPE)
@@ -218,7 +218,7 @@ def precompile(shapes: Any = "serving:train", dtype: str = "float16", backends: 
             pool.close()
 
 
-def _problems(shapes: Any, dtype: str) -> list[GemmProblem]:
+def resolve_problems(shapes: Any, dtype: str) -> list[GemmProblem]:
     """GemmProblems from a shape set's name, a file, a comma list (cudal2.dataset.resolve_shapes) or
     a list of shapes."""
     if isinstance(shapes, str):

@@ -111,6 +111,11 @@ def test_cli_precompiles_a_cute_dsl_kernel_to_disk_and_a_second_run_loads_it(tmp
     args = ("64x4096x4096-NT", "-b", "cute_dsl", "--per-shape", "1", "--workers", "1", "--proposer", "rules")
     first = _cli(*args, cache=tmp_path)
     assert first.returncode == 0, first.stderr
+    import torch
+
+    if not torch.cuda.is_available():  # compiled without the GPU it is for: said, on one line
+        warnings = [ln for ln in first.stderr.splitlines() if ln.startswith("warning:")]
+        assert len(warnings) == 1 and "no GPU here" in warnings[0], first.stderr
     assert "1 of 1 kernels ready for 1 shapes" in first.stdout
     objects = sorted((tmp_path / "cute_dsl").glob("*.o"))
     assert len(objects) == 1

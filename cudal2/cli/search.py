@@ -12,7 +12,7 @@ from rich.table import Table
 
 from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
                      Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StaticTwinsOpt, StoreOpt, _confirm, _fail,
-                     _llm_fatal, _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _x, app, console)
+                     _llm_fatal, _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console)
 
 @app.command()
 def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")],
@@ -79,12 +79,23 @@ def precompile(shapes: Annotated[str, typer.Argument(help=(
                ) -> None:
     """Compile ahead the kernels searches try first, so that a search of a new shape finds them
     compiled (resumable: what the disk caches hold is loaded, not compiled again)."""
-    from ..api import default_arch, precompile as run_precompile
+    from ..api import default_arch, gpu_available, precompile as run_precompile, resolve_problems
+    from ..search.precompile import PROPOSERS
 
+    if proposer not in PROPOSERS:
+        _fail(f"--proposer {proposer}: precompile asks {', '.join(PROPOSERS)}, not {proposer!r} (an LLM would be "
+              "asked once a shape)")
+    try:
+        problems = resolve_problems(shapes, dtype)
+    except (ValueError, OSError) as e:
+        _fail(f"precompile {shapes}: {_one_line(e)}")
     arch = arch or default_arch()
     backends = _backends(backend, arch)
+    if not dry_run and not gpu_available():
+        _warning(f"no GPU here: the kernels compile for {arch} without one, and a GPU machine may not take them "
+                 "(the CuTe DSL's where its persistent grid matches; Triton's JIT not always); run this where you search")
     try:
-        done = run_precompile(shapes, dtype=dtype, backends=backends, proposer=proposer, arch=arch,
+        done = run_precompile(problems, dtype=dtype, backends=backends, proposer=proposer, arch=arch,
                               per_shape=per_shape, workers=workers, plan_processes=plan_processes,
                               dry_run=dry_run)
     except (ValueError, OSError) as e:
