@@ -47,14 +47,6 @@ PER_SHAPE = 32
 PROPOSERS = ("auto", "learned", "rules")
 
 
-@dataclass(frozen=True)
-class Unit:
-    """One compile: the spec, and the first shape of the set that asked for it."""
-
-    problem: GemmProblem
-    spec: KernelSpec
-
-
 @dataclass
 class Precompiled:
     """What a precompile run did: compile units ready in the disk caches (compiled now or loaded),
