@@ -192,13 +192,10 @@ def precompile(shapes: Any = "serving:train", dtype: str = "float16", backends: 
     from .bench.compile_pool import CompilePool
     from .codegen import get_backend
     from .codegen.registry import default_backends
+    from .ir import DeviceProfile
     from .search import precompile as ahead
 
-    if proposer not in ahead.PROPOSERS:
-        raise ValueError(f"precompile asks {', '.join(ahead.PROPOSERS)} for proposals, not {proposer!r} "
-                         "(an LLM would be asked once a shape)")
-    from .ir import DeviceProfile
-
+    ahead.check_proposer(proposer)
     problems = resolve_problems(shapes, dtype)
     arch = arch or default_arch()
     backends = tuple(backends or default_backends(arch))

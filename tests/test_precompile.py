@@ -11,12 +11,18 @@ from pathlib import Path
 import pytest
 
 from cudal2.ir import GemmProblem, KernelSpec
-from cudal2.search.precompile import Planner, compile_unit, precompile
+from cudal2.search.precompile import Planner, precompile
 from cudal2.search.proposal import Proposal
 
 ROOT = Path(__file__).resolve().parent.parent
 DSL = dict(backend="cute_dsl", arch="sm_90a", block_m=128, block_n=128, block_k=64, num_warps=8,
            warp_specialization="cooperative", stages=4, load_path="tma", persistent=True)
+
+
+def compile_unit(problem, spec):
+    from cudal2.codegen import get_backend
+
+    return get_backend(spec.backend).compile_unit(problem, spec)
 
 
 def _spec(**fields) -> KernelSpec:

@@ -304,10 +304,10 @@ class Evaluator:
 
         try:
             backend = get_backend(spec.backend)
-            key = (spec.key(), backend.shape_key(problem, spec), backend.variant_key(problem, spec))
+            key = backend.compile_unit(problem, spec)
         except Exception:  # noqa: BLE001 - an unknown backend: the pool records why
             return None
-        if key[1] == problem.key() or key not in self._compiled:
+        if key is None or key not in self._compiled:
             return None
         ok = backend.supports(problem, spec)
         prep = (Prepared(status="unsupported", reason=ok.reason) if not ok
@@ -319,10 +319,9 @@ class Evaluator:
     def _remember_compiled(self, problem: GemmProblem, spec: KernelSpec, prep: Prepared) -> None:
         from ..codegen import get_backend
 
-        backend = get_backend(spec.backend)
-        shape_key = backend.shape_key(problem, spec)
-        if shape_key != problem.key():
-            self._compiled[(spec.key(), shape_key, backend.variant_key(problem, spec))] = prep
+        key = get_backend(spec.backend).compile_unit(problem, spec)
+        if key is not None:
+            self._compiled[key] = prep
 
     def evaluate_kernels(self, problem: GemmProblem, kernels: Mapping[str, Callable | str],
                          modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]:

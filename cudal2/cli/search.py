@@ -80,20 +80,19 @@ def precompile(shapes: Annotated[str, typer.Argument(help=(
     """Compile ahead the kernels searches try first, so that a search of a new shape finds them
     compiled (resumable: what the disk caches hold is loaded, not compiled again)."""
     from ..api import default_arch, gpu_available, precompile as run_precompile, resolve_problems
-    from ..search.precompile import PROPOSERS
+    from ..search.precompile import check_proposer
 
-    if proposer not in PROPOSERS:
-        _fail(f"--proposer {proposer}: precompile asks {', '.join(PROPOSERS)}, not {proposer!r} (an LLM would be "
-              "asked once a shape)")
-    try:
+    try:  # bad input is one error line before anything else is said
+        check_proposer(proposer)
         problems = resolve_problems(shapes, dtype)
     except (ValueError, OSError) as e:
         _fail(f"precompile {shapes}: {_one_line(e)}")
     arch = arch or default_arch()
     backends = _backends(backend, arch)
     if not dry_run and not gpu_available():
-        _warning(f"no GPU here: the kernels compile for {arch} without one, and a GPU machine may not take them "
-                 "(the CuTe DSL's where its persistent grid matches; Triton's JIT not always); run this where you search")
+        _warning(f"no GPU here: the kernels compile for {arch} without one, and a GPU machine may not take "
+                 "them (the CuTe DSL's where its persistent grid matches; Triton's JIT not always); run this "
+                 "where you search")
     try:
         done = run_precompile(problems, dtype=dtype, backends=backends, proposer=proposer, arch=arch,
                               per_shape=per_shape, workers=workers, plan_processes=plan_processes,

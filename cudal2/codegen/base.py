@@ -97,6 +97,14 @@ class Backend:
         binary serves every shape of the class."""
         return ""
 
+    def compile_unit(self, problem: GemmProblem, spec: KernelSpec) -> tuple[str, str, str] | None:
+        """What one compile of spec serves: (spec, problem class, variant), one key for every shape
+        that runs the same binary; None for a kernel compiled for this one shape (it serves no other)."""
+        shape_key = self.shape_key(problem, spec)
+        if shape_key == problem.key():
+            return None
+        return spec.key(), shape_key, self.variant_key(problem, spec)
+
     # --- shared behaviour -----------------------------------------------------------------
     def supports(self, problem: GemmProblem, spec: KernelSpec) -> Support:
         if spec.backend != self.name:

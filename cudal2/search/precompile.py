@@ -11,8 +11,8 @@ precompile() asks the search's own proposer for each shape of a set (by default 
 split's serving shapes) what it would propose first, with nothing measured, makes each proposal
 shape-generic as the search does (refiner.shape_generic_kernel), and compiles each compile unit
 once in the compile pool. A compile unit is what one compile serves: the spec, the problem class and
-the backend's variant (Backend.shape_key, Backend.variant_key). A kernel compiled for one shape
-alone serves no other shape and is left out.
+the backend's variant (Backend.compile_unit, which the evaluator also keys its compiled kernels by).
+A kernel compiled for one shape alone serves no other shape and is left out.
 
 The disk caches are the record: a second run loads what the first compiled, so a killed run
 resumes. What it cannot cover is the search's later picks, which follow its measurements: above all
@@ -68,16 +68,11 @@ class Precompiled:
                 f"in {self.wall_s:.0f} s ({self.compile_s:.0f} s of compile processes)")
 
 
-def compile_unit(problem: GemmProblem, spec: KernelSpec) -> tuple[str, str, str] | None:
-    """The key of what one compile of spec serves: spec, problem class and variant; None for a kernel
-    compiled for this one shape (it serves no other)."""
-    from ..codegen import get_backend
-
-    backend = get_backend(spec.backend)
-    shape_key = backend.shape_key(problem, spec)
-    if shape_key == problem.key():
-        return None
-    return spec.key(), shape_key, backend.variant_key(problem, spec)
+def check_proposer(name: str) -> None:
+    """Raise ValueError unless precompile may ask the proposer `name` (PROPOSERS)."""
+    if name not in PROPOSERS:
+        raise ValueError(f"precompile asks {', '.join(PROPOSERS)} for proposals, not {name!r} "
+                         "(an LLM would be asked once a shape)")
 
 
 def first_units(proposer: Any, backends: Sequence[str], per_shape: int,
@@ -85,12 +80,14 @@ def first_units(proposer: Any, backends: Sequence[str], per_shape: int,
     """The compile units (key, spec) of problem's first per_shape proposals, nothing measured, in
     the proposer's order: each made shape-generic as the search makes it; kernels of another backend
     and kernels compiled for this one shape left out."""
+    from ..codegen import get_backend
+
     out = []
     for proposal in proposer.propose(problem, (), per_shape):
         if proposal.spec.backend not in backends:
             continue
         spec = shape_generic_kernel(problem, proposal.spec)
-        key = compile_unit(problem, spec)
+        key = get_backend(spec.backend).compile_unit(problem, spec)
         if key is not None:
             out.append((key, spec))
     return out
@@ -163,11 +160,12 @@ def precompile(problems: Sequence[GemmProblem], planner: Planner, pool: Any,
                on_progress: Callable[[int, int, int], None] | None = None, recipe: Recipe | None = None,
                plan_processes: int = 0) -> Precompiled:
     """Plan and compile: each problem's new units go to the pool (a bench.compile_pool.CompilePool;
-    None plans and counts them, compiling nothing) as soon as they are planned, so that planning the next shapes overlaps the compiles. With a
-    recipe and plan_processes > 0 the first units are asked in that many processes of their own,
-    in chunks, and taken in the problems' order (a unit is the first asker's either way). Results
-    are taken in order through the pool's own timeout and crash handling (one bad spec costs its
-    own unit alone). on_progress(shapes planned, units done, units planned) after each step."""
+    None plans and counts them, compiling nothing) as soon as they are planned, so that planning the
+    next shapes overlaps the compiles. With a recipe and plan_processes > 0 the first units are
+    asked in that many processes of their own, in chunks, and taken in the problems' order (a unit
+    is the first asker's either way). Results are taken in order through the pool's own timeout and
+    crash handling (one bad spec costs its own unit alone). on_progress(shapes planned, units done,
+    units planned) after each step."""
     started = time.perf_counter()
     out = Precompiled(shapes=len(problems), planned_only=pool is None)
     groups: list[tuple[GemmProblem, list[KernelSpec], list]] = []  # per problem: its units, their futures
@@ -194,7 +192,7 @@ def precompile(problems: Sequence[GemmProblem], planner: Planner, pool: Any,
                 report()
             at[0], at[1] = at[0] + 1, 0
 
-    with _first_units(problems, planner, recipe, plan_processes) as firsts:
+    with _firsts_in_order(problems, planner, recipe, plan_processes) as firsts:
         for problem, first in zip(problems, firsts):
             specs = planner.units(problem, first)
             planned += 1
@@ -209,7 +207,7 @@ def precompile(problems: Sequence[GemmProblem], planner: Planner, pool: Any,
 
 
 @contextlib.contextmanager
-def _first_units(problems: Sequence[GemmProblem], planner: Planner, recipe: Recipe | None, processes: int):
+def _firsts_in_order(problems: Sequence[GemmProblem], planner: Planner, recipe: Recipe | None, processes: int):
     """An iterator of each problem's first units, in order: from planning processes, or None for
     each (the planner asks its own proposer)."""
     if recipe is None or processes <= 0:
