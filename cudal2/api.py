@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+from .bench.results import DEFAULT_MODE  # plain data, no heavy imports
 from .ir import GemmProblem
 from .search.confirm import Confirm  # plain data, no heavy imports
 
@@ -105,7 +106,7 @@ def resolve_store(store: Any):
 
 
 def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence[str] | None = None,
-           proposer: Any = "auto", budget: int | str = 64, modes: Sequence[str] = ("offline",),
+           proposer: Any = "auto", budget: int | str = 64, modes: Sequence[str] = (DEFAULT_MODE,),
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
            n_proposals: int | None = None, seed: int | None = None, progress: bool = True, tag: str = "",
            batch_size: int = 4, confirm: Confirm | None = Confirm(), cluster: Any = None,
@@ -113,7 +114,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     """Search kernels for one GEMM and return a SearchResult.
 
     shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time
-    ("120s"). modes: timing modes ("offline", "server", "sustained"); the objective is offline kernel time.
+    ("120s"). modes: timing modes ("layer", "offline", "server", "sustained"); the objective is the first of them,
+    "layer" (each call after the work a model's layer does before it) by default (docs/evaluation.md).
     backends: the codegen backends searched together (default: every backend that declares the arch
     and can compile on this machine: triton and cute_dsl on Hopper; cudal2.codegen.default_backends).
     store: a Store, a SQLAlchemy URL or a file path (default: the user cache store, or
@@ -121,7 +123,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     problem_fields: further GemmProblem fields (accumulator, out_dtype, epilogue).
     batch_size: specs evaluated per runner call (compiled in parallel by the evaluator).
     confirm: a cudal2.search.confirm.Confirm (Confirm(mode="sustained") ranks the leaders at the
-    clock their own power draw sets; default: the 3 leaders timed 3 more times, the
+    clock their own power draw sets; default: in the objective's mode, the 3 leaders timed 3 more times, the
     winner named by the median of those rounds; None: the best search trial's own figures).
     shape_generic: measure each spec's shape-generic kernel where its backend has one (one compile
     serves every shape of the problem's dtype, layout and epilogue, so the next shape's search finds

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 from .ir import Epilogue, GemmProblem
 from .search.confirm import Confirm
 
-SERVING_CONFIRM = Confirm(mode="sustained")  # how tune_model and tune_untuned confirm their leaders
+SERVING_CONFIRM = Confirm()  # tune_model and tune_untuned confirm their leaders in the objective's mode (layer)
 
 _DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16"}
 
@@ -96,10 +96,8 @@ def _tune(problems: list[tuple[GemmProblem, str]], *, budget, proposer, backends
     from .ir import SpecError
     from .search.table import TunedTable
 
-    # A model runs its GEMMs back to back, at the clock their own power draw sets: the leaders found
-    # offline are timed again sustained, and the table (TunedTable.for_serving) serves a kernel only
-    # where it beat torch there. In a decoder layer on an H100, three GEMMs whose kernels had won
-    # offline ran 4-5% behind torch at 4096 tokens (docs/search.md).
+    # The leaders are ranked as the model calls them (layer mode, the search's objective), and the
+    # table (TunedTable.for_serving) serves a kernel only where it beat torch there.
     search_options.setdefault("confirm", SERVING_CONFIRM)
     arch = search_options.pop("arch", None) or api.default_arch()
     if not backends:  # what the op launches (ops.op_backends) of what this machine can build

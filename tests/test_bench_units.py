@@ -33,7 +33,7 @@ def test_rotation_exceeds_twice_l2_within_budget():
 
 def _report():
     p = GemmProblem.parse((1024, 1024, 1024))
-    t = lambda ms: {"offline": Timing(kernel_ms=ms, call_ms=ms + 0.01, groups=30)}  # noqa: E731
+    t = lambda ms: {"layer": Timing(kernel_ms=ms, call_ms=ms + 0.01, groups=30)}  # noqa: E731
     cands = [CandidateResult(KernelSpec(), "ok", timing=t(0.02), name="fast"),
              CandidateResult(KernelSpec(), "incorrect", "relative error 1e-2 exceeds", name="bad")]
     base = {"torch": BaselineResult("torch", t(0.025)),

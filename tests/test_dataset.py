@@ -138,7 +138,7 @@ def test_sweep_measures_each_pair_once_and_exports_a_row_per_pair(tmp_path):
     rows = list(csv.DictReader(out.open()))
     assert tuple(rows[0]) == COLUMNS
     assert {r["split"] for r in rows} == {"validation", ""}  # 48x80x96 is in no set
-    assert all(float(r["kernel_ms.offline"]) > 0 and float(r["torch_ms.offline"]) > 0 for r in rows)
+    assert all(float(r["kernel_ms.layer"]) > 0 and float(r["torch_ms.layer"]) > 0 for r in rows)
     assert {r["spec.shape_specialization"] for r in rows} == {"dynamic"}
     with pytest.raises(ValueError, match=".csv or .parquet"):
         write_rows([], tmp_path / "d.txt")
@@ -183,11 +183,11 @@ class WithAnAbsentBaseline(RecordedRunner):
 
     timed_baselines = 0
 
-    def evaluate(self, problem, specs, modes=("offline",), with_baselines=True):
+    def evaluate(self, problem, specs, modes=("layer",), with_baselines=True):
         self.timed_baselines += with_baselines
         return super().evaluate(problem, specs, modes)
 
-    def baselines(self, problem, modes=("offline",)):
+    def baselines(self, problem, modes=("layer",)):
         from cudal2.bench.results import BaselineResult
 
         return {**super().baselines(problem, modes), "absent": BaselineResult("absent", {}, available=False)}

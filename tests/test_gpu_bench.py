@@ -38,7 +38,7 @@ def cheat_report():
         mod = "cheats.triton_cheats" if name.startswith("triton_") else "cheats.kernels"
         kernels[name] = f"{mod}:{name}"
     kernels["honest_after_crash"] = K.honest
-    rep = evaluate_kernels(CHEAT_PROBLEM, kernels, mode=("offline", "server"), baselines=("torch",))
+    rep = evaluate_kernels(CHEAT_PROBLEM, kernels, mode=("layer", "offline", "server"), baselines=("torch",))
     for c in rep.candidates:
         print(f"{c.name:22s} {c.status:10s} {c.reason[:160]}")
     return rep
@@ -58,7 +58,7 @@ def test_honest_kernels_pass_and_are_timed_by_graph_replay(cheat_report):
         c = by[name]
         assert c.ok, c.reason
         assert "stream-order" in c.correctness.checks and "timed-output" in c.correctness.checks
-        for mode in ("offline", "server"):
+        for mode in ("layer", "offline", "server"):
             t = c.timing[mode]
             assert t.method == "cuda-graph" and t.kernel_ms > 0 and t.call_ms > 0
     # torch.matmul against itself through the same path: same kernel, so the same time within noise
@@ -106,6 +106,28 @@ def test_triton_spec_end_to_end_against_the_baselines():
     env = rep.environment
     assert env.gpu_name != "cpu" and env.sm_count > 0 and env.torch and env.cuda
     print("environment:", env)
+
+
+def test_layer_mode_times_each_call_alone_after_the_prelude_and_leaves_a_unchanged():
+    """Layer timing (cudal2/bench/timing.py): the events around each call inside the graph time the
+    call alone, not the prelude (a contender doing twice the work times at about twice the time,
+    though the prelude's read of twice the L2 outlasts both), and the prelude leaves A as it was."""
+    import torch
+
+    from cudal2.bench.timing import LayerPrelude, TimingConfig, measure
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    a = [torch.randn(256, 4096, device="cuda", dtype=torch.float16) for _ in range(2)]
+    b = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
+    c = torch.empty(256, 4096, device="cuda", dtype=torch.float16)
+    before = [x.clone() for x in a]
+    contenders = {"once": lambda i: torch.matmul(a[i], b, out=c),
+                  "twice": lambda i: (torch.matmul(a[i], b, out=c), torch.matmul(a[i], b, out=c))}
+    res = measure(contenders, 2, "layer", TimingConfig(groups=20), "cuda", LayerPrelude("cuda", l2, a))
+    once, twice = res["once"].timing, res["twice"].timing
+    assert once.method == "cuda-graph" and twice.method == "cuda-graph" and once.groups == 20
+    assert 1.5 < twice.kernel_ms / once.kernel_ms < 2.5, (once, twice)
+    assert all(torch.equal(x, y) for x, y in zip(a, before))
 
 
 def test_sustained_mode_times_each_contender_alone_for_its_whole_window():

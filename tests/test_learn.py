@@ -158,7 +158,7 @@ def test_learned_proposals_are_valid_distinct_and_learn_from_history(model, tmp_
     assert first[0].spec == prop.ranked(problem, 1)[0][0]
     # measured as the search measures them (static kernels): not proposed again
     history = [CandidateResult(spec=p.spec.replace(shape_specialization="auto"), status="ok",
-                               timing={"offline": Timing(kernel_ms=0.1 * (i + 1), call_ms=0.1, groups=1)})
+                               timing={"layer": Timing(kernel_ms=0.1 * (i + 1), call_ms=0.1, groups=1)})
                for i, p in enumerate(first)]
     later = prop.propose(problem, history, 6)
     assert {p.spec.key() for p in later}.isdisjoint({p.spec.key() for p in first})

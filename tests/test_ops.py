@@ -81,7 +81,7 @@ def test_table_from_store_after_a_search(tmp_path, monkeypatch):
         baselines={"torch": 1.0}), store=store, budget=5, seed=0, progress=False)
     t = TunedTable.from_store(store)
     (e,) = list(t)
-    assert e.spec == res.best.spec and e.kernel_ms == pytest.approx(res.best.time_ms["offline"])
+    assert e.spec == res.best.spec and e.kernel_ms == pytest.approx(res.best.time_ms["layer"])
     assert e.gpu == "recorded" and e.speedup() == pytest.approx(res.speedup["torch"])
     t.save(tmp_path / "t.json")
     monkeypatch.setenv("CUDAL2_TABLE", str(tmp_path / "t.json"))

@@ -144,7 +144,7 @@ class SmallGpu(RecordedRunner):
 
         return DeviceMemory(free=2**30, total=2**30, name="a small GPU")
 
-    def evaluate(self, problem, specs, modes=("offline",), with_baselines=True):
+    def evaluate(self, problem, specs, modes=("layer",), with_baselines=True):
         from cudal2.ir.footprint import check_fits
 
         check_fits(problem, 2**30, "free on a small GPU")
@@ -173,7 +173,7 @@ class CountsBaselines(RecordedRunner):
         super().__init__()
         self.path = str(path)
 
-    def evaluate(self, problem, specs, modes=("offline",), with_baselines=True):
+    def evaluate(self, problem, specs, modes=("layer",), with_baselines=True):
         from distributed import get_worker
 
         with open(self.path, "a") as f:

@@ -13,15 +13,15 @@ def test_search_end_to_end_with_rules_proposer_and_recorded_runner(tmp_path):
     store = tmp_path / "s.db"
     runner = RecordedRunner(baselines={"torch": 0.05, "cublaslt_autotune": 0.045})
     res = cudal2.search((1024, 768, 512), dtype="float16", layout="NT", backends=("triton",), proposer="rules",
-                        budget=8, store=store, runner=runner, progress=False, seed=0, modes=("offline", "server"))
+                        budget=8, store=store, runner=runner, progress=False, seed=0, modes=("layer", "server"))
     assert isinstance(res, cudal2.SearchResult)
     assert res.problem == GemmProblem(m=1024, n=768, k=512, layout="NT")
     assert res.evaluations == 8 and len(res.history) == 8
-    assert set(res.best.time_ms) == {"offline", "server"}
+    assert set(res.best.time_ms) == {"layer", "server"}
     best_ms = min(r.kernel_ms() for r in res.history if r.ok)
-    assert res.best.time_ms["offline"] == pytest.approx(best_ms)
+    assert res.best.time_ms["layer"] == pytest.approx(best_ms)
     assert res.speedup["torch"] == pytest.approx(0.05 / best_ms)
-    assert set(res.speedups) == {"offline", "server"}
+    assert set(res.speedups) == {"layer", "server"}
     first = min(res.study.trials, key=lambda t: t.number)
     assert first.user_attrs["proposal"].startswith("rules") or first.user_attrs["proposal"] == "proposer"
     assert res.confirmed_rounds == 3  # the leaders were timed again (the recorded runner repeats itself)
@@ -30,7 +30,7 @@ def test_search_end_to_end_with_rules_proposer_and_recorded_runner(tmp_path):
     confirmations = len(Store(store).confirmations(res.problem))
     runner2 = RecordedRunner(baselines={"torch": 0.05, "cublaslt_autotune": 0.045})
     res2 = cudal2.search((1024, 768, 512), layout="NT", backends=("triton",), proposer="rules", budget=12, store=store,
-                         runner=runner2, progress=False, seed=0, modes=("offline", "server"))
+                         runner=runner2, progress=False, seed=0, modes=("layer", "server"))
     new = {s.key() for s in runner2.calls} - {r.spec.key() for r in res.history}
     assert res2.evaluations == 12 and len(new) == 4
     assert len(runner2.calls) == 4 + len(Store(store).confirmations(res.problem)) - confirmations

@@ -59,12 +59,12 @@ def test_the_winner_is_named_by_its_confirmation_rounds_not_its_lucky_trial(tmp_
     assert res.best.spec == STEADY and res.confirmed_rounds == 3
     assert res.speedup["torch"] == pytest.approx(TORCH_MS / 0.090)
     assert res.trial_speedup["torch"] == pytest.approx(TORCH_MS / 0.080)  # what the search alone would claim
-    assert res.best.time_ms["offline"] == pytest.approx(0.090)
+    assert res.best.time_ms["layer"] == pytest.approx(0.090)
     # the two leaders were timed three more times each; SLOW (third) never again
     assert [s.key() for s in runner.calls].count(LUCKY.key()) == 4
     assert [s.key() for s in runner.calls].count(STEADY.key()) == 4
     assert [s.key() for s in runner.calls].count(SLOW.key()) == 1
-    assert "median of 3 offline confirmation rounds" in res.summary()
+    assert "median of 3 layer confirmation rounds" in res.summary()
 
 
 def test_without_confirmation_the_lucky_trial_wins(tmp_path):
@@ -77,7 +77,7 @@ def test_without_confirmation_the_lucky_trial_wins(tmp_path):
 def test_the_median_round_gives_the_figures(tmp_path):
     runner = Sequenced({LUCKY: [0.080, 0.100, 0.070, 0.130], STEADY: [0.200], SLOW: [0.300]})
     res = search(runner, Store(tmp_path / "s.db"))
-    assert res.best.spec == LUCKY and res.best.time_ms["offline"] == pytest.approx(0.100)
+    assert res.best.spec == LUCKY and res.best.time_ms["layer"] == pytest.approx(0.100)
 
 
 def test_a_leader_that_fails_a_confirmation_round_is_rejected_and_the_next_one_confirmed(tmp_path):
@@ -141,14 +141,14 @@ def test_rounds_timed_in_another_mode_do_not_count(tmp_path):
     from cudal2.search.confirm import rounds_in_mode, summarize
 
     rows = store.confirmations(PROBLEM)
-    assert len(rows) == 6 and len(rounds_in_mode(rows, "offline")) == 6
+    assert len(rows) == 6 and len(rounds_in_mode(rows, "layer")) == 6
     assert rounds_in_mode(rows, "sustained") == [] and summarize(rows, "torch", "sustained") == {}
     runner = Sequenced({LUCKY: [0.080, 0.080, "incorrect"], STEADY: [0.090], SLOW: [0.120]})
     res = search(runner, Store(tmp_path / "t.db"), modes=("sustained",))
     assert res.best.spec == STEADY and res.confirmed_rounds == 3 and set(res.best.time_ms) == {"sustained"}
     rows = Store(tmp_path / "t.db").confirmations(PROBLEM)
     failed = [r for r in rows if not r["result"].ok]
-    assert failed and all(r in rounds_in_mode(rows, "offline") for r in failed)
+    assert failed and all(r in rounds_in_mode(rows, "layer") for r in failed)
 
 
 class PowerHungry(Sequenced):
@@ -159,7 +159,7 @@ class PowerHungry(Sequenced):
         super().__init__(times)
         self.hungry = hungry
 
-    def evaluate(self, problem, specs, modes=("offline",)):
+    def evaluate(self, problem, specs, modes=("layer",)):
         out = super().evaluate(problem, specs, modes)
         for res in out:
             if res.ok and "sustained" in res.timing:
@@ -173,12 +173,12 @@ class PowerHungry(Sequenced):
 def test_leaders_found_offline_are_ranked_in_the_confirmation_mode(tmp_path):
     runner = PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]})
     offline = search(runner, Store(tmp_path / "a.db"))
-    assert offline.best.spec == LUCKY and offline.mode == "offline"
+    assert offline.best.spec == LUCKY and offline.mode == "layer"
     runner = PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]})
     res = search(runner, Store(tmp_path / "b.db"), confirm=Confirm(top=2, rounds=3, static_twins=0, mode="sustained"))
     # the trials ran offline only; the confirmation rounds timed both modes and ranked sustained
     assert res.best.spec == STEADY and res.mode == "sustained" and res.confirmed_rounds == 3
-    assert set(res.best.time_ms) == {"offline", "sustained"}
+    assert set(res.best.time_ms) == {"layer", "sustained"}
     assert res.speedup["torch"] == pytest.approx(TORCH_MS / 0.090)
     assert res.trial_speedup["torch"] == pytest.approx(TORCH_MS / 0.080)  # LUCKY's offline trial
     assert "median of 3 sustained confirmation rounds" in res.summary()
@@ -202,7 +202,7 @@ def test_rounds_from_another_gpu_neither_count_nor_rank(tmp_path):
     res = search(runner, store)
     assert len(runner.calls) == 6  # the two leaders, three rounds each, timed on this GPU
     assert res.best.spec == LUCKY and res.confirmed_rounds == 3
-    assert res.best.time_ms["offline"] == pytest.approx(0.080)
+    assert res.best.time_ms["layer"] == pytest.approx(0.080)
     gpus = {r["environment"]["gpu_name"] for r in store.confirmations(PROBLEM)}
     assert gpus == {"recorded", "another GPU"}
 
@@ -213,29 +213,35 @@ def test_the_tuned_table_ranks_in_the_mode_asked_for(tmp_path):
     store = Store(tmp_path / "s.db")
     search(PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}), store,
            confirm=Confirm(top=2, rounds=3, static_twins=0, mode="sustained"))
-    (offline,) = list(TunedTable.from_store(store, mode="offline"))
+    (offline,) = list(TunedTable.from_store(store, mode="layer"))
     (sustained,) = list(TunedTable.from_store(store, mode="sustained"))
     assert offline.spec == LUCKY and offline.kernel_ms == pytest.approx(0.080)
     assert sustained.spec == STEADY and sustained.kernel_ms == pytest.approx(0.090)
 
 
-def test_the_serving_table_takes_sustained_rounds_where_they_exist(tmp_path):
-    # LUCKY beats torch offline (0.080 against 0.100) and loses sustained (0.104): what the op serves
-    # is torch. A problem confirmed offline alone keeps its offline winner.
+def test_the_serving_table_ranks_as_the_model_calls_then_falls_back_to_older_modes(tmp_path):
+    # A store searched before layer mode existed: offline trials, sustained rounds. LUCKY beats torch
+    # offline (0.080 against 0.100) and loses sustained (0.104): what the op serves there is torch.
+    # A problem searched in layer mode is served by its layer ranking, and layer wins over sustained.
     from cudal2.search.table import TunedTable
 
     store = Store(tmp_path / "s.db")
     times = {LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}
-    search(PowerHungry(times, hungry=None), store, confirm=Confirm(top=2, rounds=3, static_twins=0, mode="sustained"))
+    search(PowerHungry(times, hungry=None), store, modes=("offline",),
+           confirm=Confirm(top=2, rounds=3, static_twins=0, mode="sustained"))
     other = GemmProblem(m=2048, n=1024, k=512)
     run_search(other, backends=("triton",), arch="sm_90a", proposer=ListProposer([LUCKY, STEADY, SLOW]),
                runner=Sequenced(times), store=store, budget=3, n_proposals=3, seed=0, progress=False,
                confirm=Confirm(top=2, rounds=3, static_twins=0))
-    assert TunedTable.from_store(store).lookup(PROBLEM).spec == LUCKY  # offline, it wins
+    assert TunedTable.from_store(store, mode="offline").lookup(PROBLEM).spec == LUCKY  # offline, it wins
     serving = TunedTable.for_serving(store)
     assert serving.lookup(PROBLEM) is None
-    assert [e.kernel_ms for e in serving if e.problem == PROBLEM] == [pytest.approx(0.104)]
-    assert serving.lookup(other).spec == LUCKY
+    assert [(e.kernel_ms, e.mode) for e in serving if e.problem == PROBLEM] == [(pytest.approx(0.104), "sustained")]
+    assert serving.lookup(other).spec == LUCKY and serving.lookup(other).mode == "layer"
+    # searched again as the model calls it, PROBLEM is served by that ranking
+    search(Sequenced(times), store)
+    entry = TunedTable.for_serving(store).lookup(PROBLEM)
+    assert entry.spec == LUCKY and entry.mode == "layer" and entry.kernel_ms == pytest.approx(0.080)
 
 
 class BriefTrials(Sequenced):
@@ -253,7 +259,7 @@ class BriefTrials(Sequenced):
         finally:
             self.full = False
 
-    def evaluate(self, problem, specs, modes=("offline",)):
+    def evaluate(self, problem, specs, modes=("layer",)):
         self.timings += ["full" if self.full else "brief"] * len(specs)
         return super().evaluate(problem, specs, modes)
 
@@ -347,7 +353,7 @@ class PeersInFullTiming(BriefTrials):
     """torch alone beside the trials; torch and a peer inside full_timing() (as the evaluator with
     trial_baselines)."""
 
-    def baselines(self, problem, modes=("offline",)):
+    def baselines(self, problem, modes=("layer",)):
         out = super().baselines(problem, modes)
         if self.full:
             out["quack_autotune"] = out["torch"].__class__(name="quack_autotune", timing=out["torch"].timing)

@@ -49,7 +49,7 @@ SCRIPT = textwrap.dedent("""
             os.kill(os.getpid(), signal.SIGKILL)
 
     class KillingRunner(RecordedRunner):
-        def evaluate(self, problem, specs, modes=("offline",)):
+        def evaluate(self, problem, specs, modes=("layer",)):
             reached("compile")
             out = []
             for spec in specs:
@@ -164,7 +164,7 @@ class ListProposer:
 class InterruptedOnSecondBatch(RecordedRunner):
     """Ctrl-C arrives while the second batch is measured (after one of its specs)."""
 
-    def evaluate(self, problem, specs, modes=("offline",)):
+    def evaluate(self, problem, specs, modes=("layer",)):
         if sum(1 for kind, _ in self.events if kind == "evaluate") >= 1:
             super().evaluate(problem, specs[:1], modes)
             raise KeyboardInterrupt

@@ -38,7 +38,7 @@ from ..ir.footprint import check_fits, fit_violation, problem_bytes
 from .compile_pool import CompilePool, Prepared
 from .correctness import AccuracyPolicy
 from .memory import DeviceMemory
-from .results import MODES, BaselineResult, CandidateResult, Correctness, Environment, EvalReport, Mode
+from .results import DEFAULT_MODE, MODES, BaselineResult, CandidateResult, Correctness, Environment, EvalReport, Mode
 from .timing import TimingConfig
 from .worker import CheckBatch, KernelRef, TimeRequest, Worker, WorkerDied
 
@@ -217,7 +217,7 @@ class Evaluator:
 
     # ---- Runner protocol -----------------------------------------------------------------------
     def evaluate(self, problem: GemmProblem, specs: list[KernelSpec],
-                 modes: tuple[Mode, ...] = ("offline",), with_baselines: bool = True) -> list[CandidateResult]:
+                 modes: tuple[Mode, ...] = (DEFAULT_MODE,), with_baselines: bool = True) -> list[CandidateResult]:
         """Evaluate specs on problem. Raises MemoryFitError (a SpecError) when the problem does not
         fit the GPU's free memory; a spec whose split-K or stream-K workspace does not fit beside it
         comes back "unsupported", uncompiled. with_baselines: time the baselines interleaved with
@@ -324,7 +324,7 @@ class Evaluator:
             self._compiled[key] = prep
 
     def evaluate_kernels(self, problem: GemmProblem, kernels: Mapping[str, Callable | str],
-                         modes: tuple[Mode, ...] = ("offline",)) -> list[CandidateResult]:
+                         modes: tuple[Mode, ...] = (DEFAULT_MODE,)) -> list[CandidateResult]:
         """Prebuilt kernels: picklable callables kernel(a, b, c=None, bias=None) -> c (module-level
         functions or instances of module-level classes) or "module:attr" strings."""
         problem = GemmProblem.parse(problem)
@@ -333,7 +333,7 @@ class Evaluator:
         items = [(name, None, k) for name, k in kernels.items()]
         return self._run(problem, items, modes, self.config.baselines)
 
-    def baselines(self, problem: GemmProblem, modes: tuple[Mode, ...] = ("offline",)) -> dict[str, BaselineResult]:
+    def baselines(self, problem: GemmProblem, modes: tuple[Mode, ...] = (DEFAULT_MODE,)) -> dict[str, BaselineResult]:
         """The baselines' figures on problem (measured once per problem and modes). Raises
         MemoryFitError when the problem does not fit the GPU's free memory."""
         problem, modes = GemmProblem.parse(problem), _modes(modes)
@@ -355,7 +355,7 @@ class Evaluator:
         return self._env
 
     def report(self, problem: GemmProblem, candidates: list[CandidateResult],
-               modes: tuple[Mode, ...] = ("offline",)) -> EvalReport:
+               modes: tuple[Mode, ...] = (DEFAULT_MODE,)) -> EvalReport:
         """An EvalReport with the baselines measured with these candidates and the environment,
         its end clocks read now."""
         env = self.environment()
@@ -747,13 +747,13 @@ def _split(candidates) -> list[tuple[str, KernelSpec | None, Any]]:
     return items
 
 
-def evaluate(problem, candidates, mode: str | Iterable[str] = "offline",
+def evaluate(problem, candidates, mode: str | Iterable[str] = DEFAULT_MODE,
              baselines: Iterable[str] = DEFAULT_BASELINES, **config) -> EvalReport:
     """Evaluate candidates on one problem and return an EvalReport.
 
     candidates: KernelSpecs (rendered and compiled through the backend registry), prebuilt
     kernels (picklable callables or "module:attr"), or a {name: spec-or-kernel} mapping.
-    mode: "offline", "server", "sustained" or several. config: EvalConfig fields (device, timeouts, ...)."""
+    mode: "layer", "offline", "server", "sustained" or several. config: EvalConfig fields (device, timeouts, ...)."""
     problem = GemmProblem.parse(problem)
     modes = _modes(mode)
     with Evaluator(**config, baselines=tuple(baselines)) as ev:
@@ -762,7 +762,7 @@ def evaluate(problem, candidates, mode: str | Iterable[str] = "offline",
         return ev.report(problem, results, modes)
 
 
-def evaluate_kernels(problem, kernels: Mapping[str, Callable | str], mode: str | Iterable[str] = "offline",
+def evaluate_kernels(problem, kernels: Mapping[str, Callable | str], mode: str | Iterable[str] = DEFAULT_MODE,
                      baselines: Iterable[str] = DEFAULT_BASELINES, **config) -> EvalReport:
     """evaluate() for prebuilt kernels given by name."""
     return evaluate(problem, dict(kernels), mode=mode, baselines=baselines, **config)

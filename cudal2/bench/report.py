@@ -16,7 +16,7 @@ from typing import Iterable
 
 from ..ir import GemmProblem, KernelSpec
 from .evaluator import DEFAULT_BASELINES, evaluate
-from .results import EvalReport
+from .results import DEFAULT_MODE, EvalReport
 
 
 def _us(ms: float | None) -> str:
@@ -27,7 +27,7 @@ def _tflops(problem: GemmProblem, ms: float | None) -> str:
     return "-" if not ms else f"{problem.flops / (ms * 1e-3) / 1e12:.1f}"
 
 
-def table_from_report(report: EvalReport, modes: Iterable[str] = ("offline",)):
+def table_from_report(report: EvalReport, modes: Iterable[str] = (DEFAULT_MODE,)):
     """A rich Table of a finished report (no GPU needed)."""
     from rich.table import Table
 
@@ -63,13 +63,13 @@ def table_from_report(report: EvalReport, modes: Iterable[str] = ("offline",)):
     return t
 
 
-def bench_report(problem, specs: list[KernelSpec], modes: Iterable[str] = ("offline",),
+def bench_report(problem, specs: list[KernelSpec], modes: Iterable[str] = (DEFAULT_MODE,),
                  baselines: Iterable[str] = DEFAULT_BASELINES, **config) -> EvalReport:
     """Evaluate specs against the baselines (config: EvalConfig fields such as device)."""
     return evaluate(GemmProblem.parse(problem), list(specs), mode=tuple(modes), baselines=tuple(baselines), **config)
 
 
-def bench_table(problem, specs: list[KernelSpec], modes: Iterable[str] = ("offline",),
+def bench_table(problem, specs: list[KernelSpec], modes: Iterable[str] = (DEFAULT_MODE,),
                 baselines: Iterable[str] = DEFAULT_BASELINES, **config):
     """Evaluate specs on the GPU and return the rich Table (see table_from_report)."""
     modes = tuple(modes)
@@ -97,7 +97,7 @@ def default_specs(backend: str) -> list[KernelSpec]:
 
 
 def run_bench(shape, backend: str = "triton", spec_file: str | Path | None = None,
-              modes: Iterable[str] = ("offline",), baselines: Iterable[str] = DEFAULT_BASELINES,
+              modes: Iterable[str] = (DEFAULT_MODE,), baselines: Iterable[str] = DEFAULT_BASELINES,
               dtype: str = "float16", layout: str = "NN", specs: list[KernelSpec] | None = None,
               console=None, **config) -> EvalReport:
     """What `cudal2 bench SHAPE [--backend B] [--spec FILE] [--mode M]` does: evaluate, print the

@@ -15,6 +15,14 @@ sustained: each contender alone, back to back, long enough for the GPU's power l
   between contenders, which favours the hungrier kernel. Sustained is what a training job sees.
 server: one call per sample, after an L2 flush (a write larger than L2) and an exponentially
   distributed idle gap, like requests arriving at a server.
+layer (the default objective): each call as a model's layer makes it. In a decoder the GEMM follows
+  the work before it in the same stream: the projections before it streamed their weights through
+  L2 (so this GEMM's weight B is cold) and a norm or an activation has just written its input A (warm
+  in L2, its lines dirty). LayerPrelude replays that before every call: a read of twice the L2 and an
+  in-place pass over A that leaves its values as they were. A CUDA graph captures prelude and call
+  for every input set in turn, with events around each call alone (external event nodes), so the
+  figure is the GEMM's own time in that state, with no launch gap. Back-to-back timing (offline)
+  reads up to 20% faster on single shapes than this; docs/evaluation.md has the measurements.
 
 The order of contenders is shuffled in every round, so that drift (clocks, temperature)
 spreads over all of them instead of favouring whoever runs first.
@@ -101,6 +109,27 @@ class _L2Flusher:
         self.buf.fill_(1.0)  # a write larger than L2 evicts everything the last call left
 
 
+class LayerPrelude:
+    """The work a model's layer does before a GEMM on input set i (see the module's docstring):
+    stream a buffer twice the L2's size (the weights of the projections before it), then pass over
+    A in place (the norm or activation that produced it), leaving A's values unchanged so that the
+    timed outputs can still be checked. operands_a: the A tensor of each input set (None: no A pass)."""
+
+    def __init__(self, device, l2_bytes: int, operands_a: list | None = None):
+        import torch
+
+        self.streamed = torch.ones(max(2 * l2_bytes, 1 << 20) // 2, dtype=torch.float16, device=device)
+        self.sink = torch.empty((), dtype=torch.float32, device=device)
+        self.operands_a = operands_a
+
+    def __call__(self, i: int) -> None:
+        import torch
+
+        torch.sum(self.streamed, dim=0, dtype=torch.float32, out=self.sink)
+        if self.operands_a is not None:
+            self.operands_a[i].mul_(1)
+
+
 def _capture(call: Call, indices: list[int], device):
     """A CUDA graph of call(i) for i in indices; None and the error if capture fails."""
     import torch
@@ -169,13 +198,16 @@ def _replay_ms(graph) -> float:
 
 
 def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConfig = TimingConfig(),
-            device=None) -> dict[str, Measured]:
-    """Time every contender in one process, interleaved. Returns name -> Measured."""
+            device=None, prelude: Callable[[int], Any] | None = None) -> dict[str, Measured]:
+    """Time every contender in one process, interleaved. Returns name -> Measured. prelude: the
+    work before each call in layer mode (LayerPrelude; None: one that only streams through L2)."""
     import torch
 
     if device is None or torch.device(device).type == "cpu":
         return _measure_cpu(contenders, n_sets, mode, cfg)
     device = torch.device(device)
+    if mode == "layer":
+        return _layer(contenders, n_sets, cfg, device, prelude or LayerPrelude(device, _l2_bytes(device)))
     rng = random.Random(cfg.seed)
     names = list(contenders)
     out: dict[str, Measured] = {}
@@ -235,6 +267,101 @@ def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConf
                              "" if graph is not None else f"graph capture failed ({st['why']}); "
                                                           f"kernel time is events around launches", replay)
     return {n: out[n] for n in names if n in out}
+
+
+def _l2_bytes(device) -> int:
+    import torch
+
+    return getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 50 << 20) or (50 << 20)
+
+
+def _capture_layer(call: Call, prelude, indices: list[int], device):
+    """A CUDA graph of prelude(i), then call(i) between two timing events, for i in indices; the
+    events (external nodes, so each replay records them) and the error if capture fails."""
+    import torch
+
+    starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in indices]
+    ends = [torch.cuda.Event(enable_timing=True, external=True) for _ in indices]
+
+    def body():
+        for j, i in enumerate(indices):
+            prelude(i)
+            starts[j].record()
+            call(i)
+            ends[j].record()
+
+    graph, why = _capture(lambda _i: body(), [0], device)
+    return (graph, starts, ends), why
+
+
+def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
+    """Layer mode (see the module's docstring): per contender a graph of every input set's prelude
+    and call, replayed once per group, contenders in a new order each group; a group's figure is
+    the mean of its calls' own times. A contender whose capture fails is timed the same way with
+    plain launches, the prelude keeping the GPU busy while the host enqueues the call."""
+    import torch
+
+    rng = random.Random(cfg.seed)
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    out: dict[str, Measured] = {}
+    live: dict[str, dict] = {}
+    for name, call in contenders.items():
+        try:
+            est = _warmup(call, n_sets, cfg, device)
+        except Exception as e:  # noqa: BLE001
+            out[name] = Measured(None, f"warm-up failed: {type(e).__name__}: {e}")
+            continue
+        captured, why = _capture_layer(call, prelude, list(range(n_sets)), device)
+        live[name] = {"graph": captured if captured[0] is not None else None, "why": why, "k": [], "c": [],
+                      "plain": _calls_per_group(est, n_sets, cfg)}
+    for g in range(cfg.groups):
+        order = list(live)
+        rng.shuffle(order)
+        pending = []
+        for name in order:
+            st, call = live[name], contenders[name]
+            if st["graph"] is not None:
+                graph, starts, ends = st["graph"]
+                graph.replay()
+                pending.append((st["k"], list(zip(starts, ends))))
+            else:
+                marks = []
+                for i in range(n_sets):
+                    prelude(i)
+                    torch.cuda._sleep(_SPIN_CYCLES)  # the GPU stays busy while the host enqueues the call
+                    a, b = ev(), ev()
+                    a.record()
+                    call(i)
+                    b.record()
+                    marks.append((a, b))
+                pending.append((st["k"], marks))
+            if cfg.call_groups is not None and g >= cfg.call_groups:
+                continue
+            c0, c1 = ev(), ev()
+            c0.record()
+            for j in range(st["plain"]):
+                call(j % n_sets)
+            c1.record()
+            pending.append((st["c"], [(c0, c1, st["plain"])]))
+        torch.cuda.synchronize(device)
+        for sink, marks in pending:
+            if len(marks[0]) == 3:
+                (a, b, n), = marks
+                sink.append(a.elapsed_time(b) / n)
+            else:
+                sink.append(statistics.fmean(a.elapsed_time(b) for a, b in marks))
+    for name, st in live.items():
+        ks, cs = st["k"], st["c"]
+        graph = st["graph"]
+        out[name] = Measured(
+            Timing(kernel_ms=statistics.median(ks), call_ms=statistics.median(cs), groups=len(ks),
+                   spread=_spread(ks), method="cuda-graph" if graph is not None else "launches"),
+            "" if graph is not None else f"graph capture failed ({st['why']}); kernel time is events around "
+                                         "launches after the prelude",
+            # the replay holds the events too: the graph's event nodes name them, and replaying it
+            # after they were destroyed crashes the process
+            (lambda captured=graph: captured[0].replay()) if graph is not None else None)
+    return {n: out[n] for n in contenders if n in out}
 
 
 def _offline(contenders, live, n_sets, cfg, rng, device):

@@ -104,11 +104,15 @@ class TimingJob:
         there), and reject impossible times."""
         from . import memory
         from .correctness import expected_for
-        from .timing import measure
+        from .timing import LayerPrelude, measure
 
         state, req = self.state, self.req
         live = {n: c for n, c in self.contenders.items() if n not in self.failures}
-        measured = measure(live, self.n_sets, mode, req.timing, self.dev if state.is_cuda else None)
+        # The layer prelude's buffers stay alive until the rechecks below have replayed the graphs
+        # that read them (a graph holds their addresses, not the tensors).
+        prelude = (LayerPrelude(self.dev, self.l2, [s.a for s in self.sets])
+                   if mode == "layer" and state.is_cuda else None)
+        measured = measure(live, self.n_sets, mode, req.timing, self.dev if state.is_cuda else None, prelude)
         state.sync()
         # The references are taken first, one per set (on the host where the device cannot hold
         # them); then each contender in turn reruns its timed path into its freshly poisoned outputs
@@ -122,6 +126,7 @@ class TimingJob:
             self._recheck(name, m, mode, expected)
         if state.is_cuda:
             self._plausible(measured, mode)
+        del measured, prelude  # the graphs first, then the buffers they read
 
     def _recheck(self, name: str, m, mode: str, expected: list) -> None:
         from . import baselines as bl

@@ -26,7 +26,7 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
               "auto: learned where a cost model exists for the arch, else rules; none: Optuna only"))] = "auto",
           backend: Backends = [],  # noqa: B006
           dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
-          mode: Modes = ["offline"],  # noqa: B006
+          mode: Modes = ["layer"],  # noqa: B006
           out: Annotated[Optional[Path], typer.Option("--out", "-o", help="markdown report to write")] = None,
           seed: Optional[int] = None, batch: BatchOpt = 4, arch: Optional[str] = None,
           confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, runner: RunnerOpt = "gpu",
@@ -58,7 +58,7 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
         for b in names:
             base = r.baselines.get(b)
             cells += [_us(base.kernel_ms() if base else None), _x(r.speedup.get(b))]
-        lines.append(f"| {r.problem.label()} | {_us(r.best.time_ms.get('offline') if r.best else None)} | "
+        lines.append(f"| {r.problem.label()} | {_us(r.best.time_ms.get(r.mode) if r.best else None)} | "
                      + " | ".join(cells) + " |")
     report = "\n".join(lines) + "\n\n" + markdown({b: aggregate(r.speedup.get(b) for r in results) for b in names})
     console.print(report)
@@ -78,7 +78,7 @@ WorkersOpt = Annotated[Optional[str], typer.Option("--workers", help=(
 def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each optionally :train or :validation), "
                                                      "a file of shapes, or MxNxK[,MxNxK...]")],
           specs: SpecsOpt = "100", backend: Annotated[BackendName, typer.Option("--backend", "-b")] = "triton",
-          store: StoreOpt = None, dtype: str = "float16", mode: Modes = ["offline"],  # noqa: B006
+          store: StoreOpt = None, dtype: str = "float16", mode: Modes = ["layer"],  # noqa: B006
           arch: Optional[str] = None, max_gflop: Annotated[Optional[float], typer.Option(
               "--max-gflop", help="only shapes of at most this many GFLOP (2MNK / 1e9)")] = None,
           limit: Annotated[Optional[int], typer.Option(min=1, help="only the first N shapes")] = None,

@@ -23,7 +23,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="propose, validate, render and compile; "
                                                  "no GPU timing")] = False,
-           mode: Modes = ["offline"],  # noqa: B006
+           mode: Modes = ["layer"],  # noqa: B006
            sampler: Annotated[SamplerName, typer.Option(help="Optuna's sampler after the proposals")] = "tpe",
            seed: Optional[int] = None,
            batch: BatchOpt = 4,
@@ -165,8 +165,9 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
 
 # ---- show / export ------------------------------------------------------------------------------
 TableModeOpt = Annotated[ModeName, typer.Option(
-    "--mode", help="the timing mode kernels are ranked in: offline, or sustained for the kernels a search "
-                   "confirmed with --confirm-mode sustained (at the clock their own power draw sets)")]
+    "--mode", help="the timing mode kernels are ranked in: layer (as a model calls them, the default "
+                   "objective), offline (back to back), or sustained for the kernels a search confirmed with "
+                   "--confirm-mode sustained; measurements of one mode are never ranked against another's")]
 
 
 def _table(store, mode: str):
@@ -176,7 +177,7 @@ def _table(store, mode: str):
 
 
 @app.command()
-def show(store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
+def show(store: StoreOpt = None, mode: TableModeOpt = "layer") -> None:
     """Table of tuned shapes in the store: best kernel and its speedups."""
     s = _store(store)
     table = _table(s, mode)
@@ -197,7 +198,7 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
 @app.command()
 def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help="JSON file to write")] = Path(
                "cudal2_table.json"),
-           store: StoreOpt = None, mode: TableModeOpt = "offline") -> None:
+           store: StoreOpt = None, mode: TableModeOpt = "layer") -> None:
     """Write the tuned table (best kernel per shape and GPU) to JSON; point CUDAL2_TABLE at it."""
     table = _table(_store(store), mode)
     path = table.save(out)
@@ -209,7 +210,7 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help
 def bench(shape: str, backend: Annotated[BackendName, typer.Option("--backend", "-b")] = "triton",
           spec: Annotated[Optional[Path], typer.Option("--spec", exists=True, dir_okay=False,
                                                        help="JSON file: a KernelSpec or a list")] = None,
-          mode: Modes = ["offline"],  # noqa: B006
+          mode: Modes = ["layer"],  # noqa: B006
           dtype: str = "float16", layout: str = "NN") -> None:
     """Evaluate given specs (or the rules proposer's first picks) against the baselines."""
     backend, mode = _value(backend), _values(mode)

@@ -94,7 +94,7 @@ class _Writer:
 
 
 def run_sweep_on_cluster(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], client,
-                         runner: Callable[[], Any] | str, store: Store, modes: tuple[str, ...] = ("offline",),
+                         runner: Callable[[], Any] | str, store: Store, modes: tuple[str, ...] = ("layer",),
                          chunk: int = CHUNK,
                          on_pairs: Callable[[int, str], None] = lambda n, label: None) -> SweepSummary:
     """Measure every spec on every problem that the store does not hold yet, on the workers of

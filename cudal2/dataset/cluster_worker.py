@@ -19,7 +19,7 @@ from typing import Any, Callable
 
 from distributed import WorkerPlugin, get_worker
 
-from ..bench.results import BaselineResult, CandidateResult, Environment
+from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Environment
 from ..ir import GemmProblem, KernelSpec, SpecError
 
 
@@ -33,7 +33,7 @@ class Batch:
 
     problem: GemmProblem
     calls: tuple[tuple[KernelSpec, ...], ...]  # the specs of each evaluator call, in order
-    modes: tuple[str, ...] = ("offline",)
+    modes: tuple[str, ...] = (DEFAULT_MODE,)
     # The next batch's first call on the same shape: the worker's compile pool starts on it while
     # this batch's last call is checked and timed (a spec compiled once serves every shape of its class).
     then: tuple[KernelSpec, ...] = ()

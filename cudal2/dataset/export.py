@@ -10,19 +10,22 @@ import csv
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..bench.results import MODES
 from ..ir import KernelSpec
 from ..search.store import Store
 
-MODES = ("offline", "server", "sustained")
 BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "quack_heuristic", "quack_autotune")
 SPEC_FIELDS = tuple(KernelSpec.model_fields)
+# The modes a training label can come from: the objective (layer), and offline for stores measured
+# before it existed. A training set takes one of them, never a mix (learn.samples.label_mode).
+LABEL_MODES = ("layer", "offline")
 COLUMNS = (
     "m", "n", "k", "dtype", "layout", "epilogue", "shape_set", "split", "status", "reason",
     *(f"spec.{f}" for f in SPEC_FIELDS), "spec_key",
     *(f"{what}_ms.{mode}" for mode in MODES for what in ("kernel", "call")),
-    "spread.offline", "timing_groups.offline",
+    *(f"{what}.{mode}" for mode in LABEL_MODES for what in ("spread", "timing_groups")),
     *(f"{b}_ms.{mode}" for b in BASELINES for mode in MODES),
-    "speedup_vs_torch.offline", "rel_error", "gpu", "gpu_uuid", "driver", "cuda", "torch", "triton", "cudal2",
+    *(f"speedup_vs_torch.{mode}" for mode in LABEL_MODES), "rel_error", "gpu", "gpu_uuid", "driver", "cuda", "torch", "triton", "cudal2",
     "created",
 )
 
@@ -81,14 +84,15 @@ def export_rows(store: Store, gpu: str | None = None) -> Iterator[dict[str, Any]
         row.update({f"spec.{k}": v for k, v in r.spec.to_dict().items() if f"spec.{k}" in row})
         for mode, t in (r.timing or {}).items():
             row[f"kernel_ms.{mode}"], row[f"call_ms.{mode}"] = t.kernel_ms, t.call_ms
-            if mode == "offline":
-                row["spread.offline"], row["timing_groups.offline"] = t.spread, t.groups
+            if mode in LABEL_MODES:
+                row[f"spread.{mode}"], row[f"timing_groups.{mode}"] = t.spread, t.groups
         for name, b in base.items():
             for mode, t in (b.timing or {}).items():
                 if f"{name}_ms.{mode}" in row and b.available:
                     row[f"{name}_ms.{mode}"] = t.kernel_ms
-        if row["kernel_ms.offline"] and row["torch_ms.offline"]:
-            row["speedup_vs_torch.offline"] = row["torch_ms.offline"] / row["kernel_ms.offline"]
+        for mode in LABEL_MODES:
+            if row[f"kernel_ms.{mode}"] and row[f"torch_ms.{mode}"]:
+                row[f"speedup_vs_torch.{mode}"] = row[f"torch_ms.{mode}"] / row[f"kernel_ms.{mode}"]
         if r.correctness is not None:
             row["rel_error"] = r.correctness.rel_error
         row.update(gpu=gpu_name, gpu_uuid=env.get("gpu_uuid") or None, driver=env.get("driver"), cuda=env.get("cuda"),

@@ -1,8 +1,9 @@
 """Training samples for the cost model: measured (problem, spec) pairs with their reward, read from
 a store or from `cudal2 dataset export` files.
 
-The reward is the log speedup over torch.matmul on the same shape, on the same GPU, in offline
-mode: log(torch_ms / kernel_ms). A pair that failed, was refused, or whose shape has no torch time
+The reward is the log speedup over torch.matmul on the same shape, on the same GPU, in one timing
+mode: log(torch_ms / kernel_ms). The mode is the objective's (layer) where the rows have it, else
+offline (stores measured before layer mode existed); one set never mixes the two (label_mode). A pair that failed, was refused, or whose shape has no torch time
 is left out: the IR's own checks keep a proposer from refused specs, and a wrong kernel is never a
 candidate to rank. A cost model learns one GPU model's speed: one_gpu_model refuses a mix.
 """
@@ -30,6 +31,7 @@ class Sample:
     log_speedup: float  # log(torch_ms / kernel_ms)
     gpu: str = ""
     created: str = ""  # when it was measured
+    mode: str = "layer"  # the timing mode of the reward
 
     @property
     def group(self) -> str:
@@ -52,12 +54,28 @@ def from_csv(path: Path) -> Iterator[Sample]:
         yield from from_rows(csv.DictReader(f), where=path.name)
 
 
+LABEL_MODES = ("layer", "offline")  # as cudal2.dataset.export keeps them, in order of preference
+
+
+def label_mode(rows: Iterable[dict]) -> str:
+    """The mode a training set's rewards come from: the first of LABEL_MODES that any correct row
+    has both times of (a store measured before layer mode existed: offline)."""
+    for mode in LABEL_MODES:
+        if any(row.get("status") == "ok" and _cell(row.get(f"kernel_ms.{mode}")) is not None
+               and _cell(row.get(f"torch_ms.{mode}")) is not None for row in rows):
+            return mode
+    return LABEL_MODES[0]
+
+
 def from_rows(rows: Iterable[dict], where: str = "store") -> Iterator[Sample]:
-    """The correct, timed pairs among export rows (dicts of `cudal2 dataset export`'s columns)."""
+    """The correct, timed pairs among export rows (dicts of `cudal2 dataset export`'s columns),
+    their rewards in one mode (label_mode); rows without that mode's times are left out."""
+    rows = list(rows)
+    mode = label_mode(rows)
     for i, row in enumerate(rows):
         if row.get("status") != "ok":
             continue
-        kernel, torch = _number(row.get("kernel_ms.offline")), _number(row.get("torch_ms.offline"))
+        kernel, torch = _number(row.get(f"kernel_ms.{mode}")), _number(row.get(f"torch_ms.{mode}"))
         if not kernel or not torch:
             continue
         try:
@@ -69,7 +87,7 @@ def from_rows(rows: Iterable[dict], where: str = "store") -> Iterator[Sample]:
             raise ValueError(f"{where}, row {i + 2}: not a measured pair ({e}); give an export of "
                              "'cudal2 dataset export'") from None
         yield Sample(problem, spec, math.log(torch / kernel), gpu=str(row.get("gpu") or ""),
-                     created=str(row.get("created") or ""))
+                     created=str(row.get("created") or ""), mode=mode)
 
 
 def _number(v) -> float | None:

@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Sequence
 
-from ..bench.results import BaselineResult, CandidateResult, Mode, Runner
+from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Mode, Runner
 from ..ir import GemmProblem, KernelSpec, SpecError
 from .confirm import Confirm, ranked_trials, run_confirmation, static_twin
 from .outcome import SearchResult, Tally, collect, render_source, study_keys
@@ -74,7 +74,7 @@ class Budget:
 
 
 def _objective_mode(modes: Sequence[str]) -> str:
-    return "offline" if "offline" in modes else modes[0]
+    return DEFAULT_MODE if DEFAULT_MODE in modes else modes[0]
 
 
 def ensure_baselines(problem: GemmProblem, runner: Runner, store: Store, modes: Sequence[Mode],
@@ -113,7 +113,7 @@ class Search:
     PHASES = ("setup", "propose", "ask", "measure", "record", "confirm")
 
     def __init__(self, problem: GemmProblem, *, backends: Sequence[str], arch: str, proposer: Proposer | None,
-                 runner: Runner, store: Store, budget: int | str | Budget = 64, modes: Sequence[Mode] = ("offline",),
+                 runner: Runner, store: Store, budget: int | str | Budget = 64, modes: Sequence[Mode] = (DEFAULT_MODE,),
                  n_proposals: int | None = None, sampler: str = "tpe", seed: int | None = None, tag: str = "",
                  progress: bool = True, max_trials: int | None = None, batch_size: int = 1,
                  deadline: float | None = None, lookahead: bool | int = False, confirm: Confirm | None = None,
@@ -128,7 +128,7 @@ class Search:
         self.mode = _objective_mode(self.modes)
         self.batch_size, self.deadline, self.confirm_with, self.progress = batch_size, deadline, confirm, progress
         self.refiner = Refiner(problem, backends, store, arch, sampler=sampler, seed=seed, tag=tag,
-                               shape_generic=shape_generic)
+                               shape_generic=shape_generic, mode=self.mode)
         self.refiner.recover()
         self.study, self.storage = self.refiner.study, store.optuna_storage
         # Heartbeats serve workers on other hosts (a PostgreSQL store); a SQLite store's journal has none
@@ -360,9 +360,11 @@ class Search:
         self.in_hand.pop(trial._trial_id, None)
 
     def tell_known(self, trial, spec: KernelSpec) -> bool:
-        """Tell a trial its spec's stored measurement, if the store holds one."""
+        """Tell a trial its spec's stored measurement, if the store holds one in this search's mode
+        (or a failure, which fails every mode): a kernel timed only in another mode is measured
+        again, never ranked by another mode's figure."""
         known = self.store.measurement(self.problem, spec)
-        if known is None:
+        if known is None or (known.ok and known.kernel_ms(self.mode) is None):
             return False
         self.tell(trial, known, False, 0.0, self.store.kernel_baselines(self.problem, spec) or self.baselines)
         return True
@@ -443,7 +445,7 @@ class Search:
 
 def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, proposer: Proposer | None,
                runner: Runner, store: Store, budget: int | str | Budget = 64,
-               modes: Sequence[Mode] = ("offline",), n_proposals: int | None = None, sampler: str = "tpe",
+               modes: Sequence[Mode] = (DEFAULT_MODE,), n_proposals: int | None = None, sampler: str = "tpe",
                seed: int | None = None, tag: str = "", progress: bool = True,
                max_trials: int | None = None, batch_size: int = 1,
                deadline: float | None = None, lookahead: bool | int = False,

@@ -49,7 +49,7 @@ class SearchResult:
     confirmed_rounds: int = 0
     trial_speedup: dict[str, float] = field(default_factory=dict)
     rejected: list[CandidateResult] = field(default_factory=list)
-    mode: str = "offline"  # the timing mode `speedup` is in (the confirmation's, where it ranked)
+    mode: str = "layer"  # the timing mode `speedup` is in (the confirmation's, where it ranked)
     # GPU measurements of the study by where their spec came from: a proposer's source ("rules",
     # "llm:<model>", "rules (fallback: llm failed)"), "optuna" (sampled) or "requeued"
     proposals: dict[str, int] = field(default_factory=dict)

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from ..bench.results import BaselineResult, CandidateResult, Correctness, Environment, Timing
+from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
 from ..ir import GemmProblem, KernelSpec, arch_limits
 
 Row = tuple[dict[str, Any], "float | str"]  # fields to match -> kernel ms, or a failure status
@@ -66,7 +66,7 @@ class RecordedRunner:
         self.events.append(("prefetch", [s.key() for s in specs]))
 
     def evaluate(self, problem: GemmProblem, specs: list[KernelSpec],
-                 modes: tuple[str, ...] = ("offline",), with_baselines: bool = True) -> list[CandidateResult]:
+                 modes: tuple[str, ...] = (DEFAULT_MODE,), with_baselines: bool = True) -> list[CandidateResult]:
         self.events.append(("evaluate", [s.key() for s in specs]))
         out = []
         for spec in specs:
@@ -89,7 +89,7 @@ class RecordedRunner:
                                        correctness=Correctness(rel_error=2e-4, bound=1e-3, seeds=1)))
         return out
 
-    def baselines(self, problem: GemmProblem, modes: tuple[str, ...] = ("offline",)) -> dict[str, BaselineResult]:
+    def baselines(self, problem: GemmProblem, modes: tuple[str, ...] = (DEFAULT_MODE,)) -> dict[str, BaselineResult]:
         table = self._baselines(problem) if callable(self._baselines) else self._baselines
         if table is None:
             # torch at a fixed share of the synthetic model's default-spec time

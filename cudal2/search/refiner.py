@@ -28,6 +28,7 @@ import socket
 import warnings
 from typing import Any, Sequence
 
+from ..bench.results import DEFAULT_MODE
 from ..ir import GemmProblem, KernelSpec, SpecError, Violation, check_compatible
 from .proposal import Proposal
 from .space import Option, choose, params_of, search_space
@@ -43,9 +44,12 @@ WORKER = f"{socket.gethostname()}:{os.getpid()}"
 OBJECTIVE = "relative"
 
 
-def study_name(problem: GemmProblem, backends: Sequence[str], tag: str = "") -> str:
-    """Readable and unique: label, problem key (covers every problem field), backends, objective, tag."""
-    name = f"{problem.label()}|{problem.key()}|{'+'.join(backends)}|{OBJECTIVE}"
+def study_name(problem: GemmProblem, backends: Sequence[str], tag: str = "", mode: str = DEFAULT_MODE) -> str:
+    """Readable and unique: label, problem key (covers every problem field), backends, objective and
+    its timing mode, tag. A study ranks in one mode; offline's name is the one studies had before
+    modes were named, so those studies resume."""
+    objective = OBJECTIVE if mode == "offline" else f"{OBJECTIVE}@{mode}"
+    name = f"{problem.label()}|{problem.key()}|{'+'.join(backends)}|{objective}"
     return f"{name}|{tag}" if tag else name
 
 
@@ -109,7 +113,8 @@ def _pid_alive(pid: int) -> bool:
 
 class Refiner:
     def __init__(self, problem: GemmProblem, backends: Sequence[str], store: Store, arch: str,
-                 sampler: str = "tpe", seed: int | None = None, tag: str = "", shape_generic: bool = True):
+                 sampler: str = "tpe", seed: int | None = None, tag: str = "", shape_generic: bool = True,
+                 mode: str = DEFAULT_MODE):
         import optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -119,7 +124,7 @@ class Refiner:
         self.store = store
         self.shape_generic = shape_generic
         self.space: list[Option] = search_space(self.backends, arch)
-        self.study = optuna.create_study(study_name=study_name(problem, self.backends, tag),
+        self.study = optuna.create_study(study_name=study_name(problem, self.backends, tag, mode),
                                          storage=store.optuna_storage, sampler=make_sampler(sampler, seed),
                                          direction="minimize", load_if_exists=True)
         attrs = self.study.user_attrs

@@ -28,7 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Iterator
 
-from ..bench.results import BaselineResult, CandidateResult, Correctness, Environment, Timing
+from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
 from ..ir import GemmProblem, KernelSpec
 
 ENV_STORE = "CUDAL2_STORE"
@@ -406,7 +406,7 @@ class Store:
 
     # ---- kernels ------------------------------------------------------------------------------------
     def record_kernel(self, problem: GemmProblem, result: CandidateResult, source: str = "",
-                      environment: Environment | None = None, mode: str = "offline",
+                      environment: Environment | None = None, mode: str = DEFAULT_MODE,
                       baselines: dict[str, BaselineResult] | None = None) -> None:
         """Store a measurement of result.spec on problem. A spec has one record per problem: measured
         again, its record takes the new figures and keeps the earlier ones in its repeats (one

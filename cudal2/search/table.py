@@ -14,21 +14,25 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator
 
+from ..bench.results import DEFAULT_MODE
 from ..ir import GemmProblem, KernelSpec
 
 ENV_TABLE = "CUDAL2_TABLE"
 FORMAT = "cudal2.tuned_table"
 VERSION = 1
+# The modes cudal2.matmul serves from, in order of preference (TunedTable.for_serving).
+SERVING_MODES = (DEFAULT_MODE, "sustained", "offline")
 
 
 @dataclass(frozen=True)
 class TunedEntry:
     problem: GemmProblem
     spec: KernelSpec
-    kernel_ms: float  # offline kernel time of the tuned kernel
-    baselines_ms: dict[str, float] = field(default_factory=dict)  # baseline -> offline kernel ms
+    kernel_ms: float  # kernel time of the tuned kernel, in `mode`
+    baselines_ms: dict[str, float] = field(default_factory=dict)  # baseline -> kernel ms, in `mode`
     gpu: str = ""  # GPU name it was measured on ("" = unknown, matches any)
     created: str = ""
+    mode: str = "offline"  # the timing mode of both figures (tables written before modes were kept: offline)
 
     def speedup(self, baseline: str = "torch") -> float | None:
         b = self.baselines_ms.get(baseline)
@@ -37,13 +41,13 @@ class TunedEntry:
     def to_dict(self) -> dict[str, Any]:
         return {"problem": self.problem.to_dict(), "spec": self.spec.to_dict(), "kernel_ms": self.kernel_ms,
                 "baselines_ms": dict(self.baselines_ms), "gpu": self.gpu, "created": self.created,
-                "speedup": {b: self.speedup(b) for b in self.baselines_ms}}
+                "mode": self.mode, "speedup": {b: self.speedup(b) for b in self.baselines_ms}}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TunedEntry":
         return cls(problem=GemmProblem.from_dict(d["problem"]), spec=KernelSpec.from_dict(d["spec"]),
                    kernel_ms=float(d["kernel_ms"]), baselines_ms={k: float(v) for k, v in d.get("baselines_ms", {}).items()},
-                   gpu=d.get("gpu", ""), created=d.get("created", ""))
+                   gpu=d.get("gpu", ""), created=d.get("created", ""), mode=str(d.get("mode", "offline")))
 
 
 class TunedTable:
@@ -121,7 +125,7 @@ class TunedTable:
                              "write it again with `cudal2 export`") from None
 
     @classmethod
-    def from_store(cls, store=None, mode: str = "offline") -> "TunedTable":
+    def from_store(cls, store=None, mode: str = DEFAULT_MODE) -> "TunedTable":
         """Best correct kernel per (problem, GPU) in the store, with the baselines timed together
         with it (interleaved in the same evaluator call), else the problem's stored baselines.
         Where a search confirmed its leaders on that GPU (confirm.py), only they compete, each with
@@ -131,18 +135,18 @@ class TunedTable:
 
     @classmethod
     def for_serving(cls, store=None) -> "TunedTable":
-        """What cudal2.matmul/linear serve: per problem and GPU, the sustained ranking where a search
-        timed its leaders sustained (a model runs its GEMMs back to back, at the clock their power
-        draw sets; tune_model does this), else the offline one. A sustained leader that lost to torch
-        leaves the problem to torch, whatever the offline rounds said."""
-        tables = cls._from_store(store, ("offline", "sustained"))
-        offline, sustained = tables["offline"], tables["sustained"]
-        table = cls()
-        for e in offline:
-            if (e.problem.key(), e.gpu) not in sustained._entries:
-                table.add(e)
-        for e in sustained:
-            table.add(e)
+        """What cudal2.matmul/linear serve: per problem and GPU, the ranking in the first of
+        SERVING_MODES that has measurements there: layer mode (as the model calls the GEMM, the
+        search's objective); for problems measured before it existed, sustained, then offline. A
+        leader that lost to torch in a mode leaves the problem to torch, whatever a later mode in
+        the list said; each entry keeps its mode, and kernel and baselines are always of one mode."""
+        tables = cls._from_store(store, SERVING_MODES)
+        table, served = cls(), set()
+        for mode in SERVING_MODES:
+            for e in tables[mode]:
+                if (e.problem.key(), e.gpu) not in served:
+                    table.add(e)
+            served |= set(tables[mode]._entries)
         return table
 
     @classmethod
@@ -176,7 +180,7 @@ class TunedTable:
                     created = (row["created"].isoformat() if isinstance(row["created"], _dt.datetime)
                                else str(row["created"]))
                     table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=ms, baselines_ms=own or baselines,
-                                         gpu=gpu_of(row), created=created))
+                                         gpu=gpu_of(row), created=created, mode=mode))
         return tables
 
     @classmethod

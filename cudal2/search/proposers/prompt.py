@@ -13,7 +13,7 @@ import copy
 import json
 from typing import Sequence
 
-from ...bench.results import CandidateResult
+from ...bench.results import DEFAULT_MODE, CandidateResult
 from ...ir import ARCHS, DTYPE_BYTES, GemmProblem, KernelSpec
 from . import space
 
@@ -86,7 +86,7 @@ def compact(spec: KernelSpec) -> str:
 
 
 def _ms(r: CandidateResult) -> float | None:
-    return r.kernel_ms("offline") if r.kernel_ms("offline") is not None else next(
+    return r.kernel_ms(DEFAULT_MODE) if r.kernel_ms(DEFAULT_MODE) is not None else next(
         (t.kernel_ms for t in r.timing.values()), None)
 
 

@@ -1,0 +1,188 @@
+"""The search's own winners, timed as a model calls them, by the evaluator and by an independent
+harness: does a winner's speedup over torch.matmul read the same when someone else times it?
+
+    python benchmarks/crosscheck_winners.py OUT.md [--shapes 30] [--part 0/1] [--budget 8]
+        [--backends triton] [--max-seconds 540]
+
+For each shape (validation serving shapes of cudal2/data/shapes/split.json, layout NT, spread over
+sizes; --part i/n takes every n-th of them from the i-th, so that two calls share the work):
+1. `cudal2.search(shape, budget=--budget)` in its default objective (layer mode) names a winner and
+   its speedup over torch.matmul (confirmed rounds): "search".
+2. The evaluator times the winner and torch again, in layer and offline mode in one call: "eval layer"
+   (a second reading of the same regime) and "eval offline" (back to back).
+3. An independent harness, written here without cudal2's timing code, in the same regime: per input
+   set, a read of a buffer twice the L2, an in-place pass over A, then the call between two events,
+   all in one CUDA graph per contender; the two graphs replayed alternately, 25 rounds, median.
+Agreement: the evaluator's layer ratio (step 2) within 2% of the harness's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+
+from cudal2 import GemmProblem  # noqa: E402
+
+AGREE = 0.02
+
+
+def shapes(n: int, part: int = 0, parts: int = 1) -> list[GemmProblem]:
+    from cudal2 import shapes as shape_sets
+
+    val = sorted(shape_sets.shapes("serving", "validation"), key=lambda s: s.m * s.n * s.k)
+    step = max(1, len(val) // n)
+    chosen = [s.problem() for s in val[::step]][:n]
+    return chosen[part::parts]
+
+
+def harness_ms(calls: dict, a_operands: list, rounds: int = 25) -> dict[str, float]:
+    """name -> median ms per call: one graph per contender of [read 2x L2; A *= 1; event; call(i);
+    event] for each input set i, graphs replayed alternately (order flipped every round)."""
+    import torch
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    stream_buf = torch.ones(l2, dtype=torch.float16, device="cuda")  # 2x L2 bytes
+    out_scalar = torch.empty((), dtype=torch.float32, device="cuda")
+    n = len(a_operands)
+    graphs, marks = {}, {}
+    for name, call in calls.items():
+        for i in range(n):
+            call(i)
+        torch.cuda.synchronize()
+        ev = [(torch.cuda.Event(enable_timing=True, external=True),
+               torch.cuda.Event(enable_timing=True, external=True)) for _ in range(n)]
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            for i in range(n):
+                torch.sum(stream_buf, dim=0, dtype=torch.float32, out=out_scalar)
+                a_operands[i].mul_(1)
+                ev[i][0].record()
+                call(i)
+                ev[i][1].record()
+        graphs[name], marks[name] = g, ev
+    samples: dict[str, list[float]] = {k: [] for k in calls}
+    names = list(calls)
+    for r in range(rounds):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            graphs[name].replay()
+            torch.cuda.synchronize()
+            samples[name].append(statistics.fmean(a.elapsed_time(b) for a, b in marks[name]))
+    return {k: statistics.median(v) for k, v in samples.items()}
+
+
+def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, ...]) -> dict:
+    import torch
+
+    import cudal2
+    from cudal2.bench.inputs import make_operands, rotation_count
+    from cudal2.codegen import get_backend
+
+    row: dict = {"shape": problem.label()}
+    t0 = time.perf_counter()
+    res = cudal2.search(problem, backends=backends, budget=budget, store=store, runner=ev, progress=False)
+    row["search_s"] = time.perf_counter() - t0
+    if res.best is None:
+        row["status"] = "no winner"
+        return row
+    spec = res.best.spec
+    row["spec"], row["backend"] = spec.summary(), spec.backend
+    row["search"], row["search_mode"] = res.speedup.get("torch"), res.mode
+    again = ev.evaluate(problem, [spec], modes=("layer", "offline"))[0]
+    base = ev.baselines(problem, ("layer", "offline"))
+    if not again.ok:
+        row["status"] = f"{again.status}: {again.reason[:100]}"
+        return row
+    for mode in ("layer", "offline"):
+        row[f"eval_{mode}_kernel_ms"], row[f"eval_{mode}_torch_ms"] = again.kernel_ms(mode), base["torch"].kernel_ms(mode)
+        row[f"eval_{mode}"] = base["torch"].kernel_ms(mode) / again.kernel_ms(mode)
+    backend = get_backend(spec.backend)
+    kernel = backend.compile(backend.render(problem, spec))
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    n_sets = rotation_count(problem, l2, memory_budget=8 << 30)
+    sets = [make_operands(problem, 100 + i, "cuda") for i in range(n_sets)]
+    outs = [torch.empty(problem.m, problem.n, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
+    calls = {"kernel": lambda i: kernel(sets[i].a, sets[i].b, outs[i]),
+             "torch": lambda i: torch.matmul(sets[i].a, sets[i].b, out=outs[i])}
+    h = harness_ms(calls, [s.a for s in sets])
+    row["harness_kernel_ms"], row["harness_torch_ms"] = h["kernel"], h["torch"]
+    row["harness"] = h["torch"] / h["kernel"]
+    row["agree"] = abs(row["eval_layer"] / row["harness"] - 1) <= AGREE
+    return row
+
+
+def geomean(xs) -> float:
+    xs = [x for x in xs if x and math.isfinite(x) and x > 0]
+    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
+
+
+def markdown(out: dict) -> str:
+    rows = [r for r in out["rows"] if "harness" in r]
+    n = sum(bool(r["agree"]) for r in rows)
+    lines = [f"# Search winners timed as a model calls them: evaluator against an independent harness "
+             f"({out['gpu']}, {out['date']})", "", f"`{out['command']}`; {out['versions']}", "",
+             f"Ratio = torch.matmul time / winner time. Agreement: the evaluator's layer ratio within {AGREE:.0%} "
+             f"of the harness's: **{n} of {len(rows)} shapes**.", "",
+             "| geomean over the shapes | search (layer, confirmed) | eval layer | harness (layer) | eval offline |",
+             "|---|---:|---:|---:|---:|",
+             f"| {len(rows)} shapes | {geomean(r.get('search') for r in rows):.3f} | "
+             f"{geomean(r['eval_layer'] for r in rows):.3f} | {geomean(r['harness'] for r in rows):.3f} | "
+             f"{geomean(r['eval_offline'] for r in rows):.3f} |", "",
+             "| shape | winner | search | eval layer | harness | eval offline | winner us (eval layer / harness / "
+             "offline) | torch us (eval layer / harness / offline) |", "|---|---|---:|---:|---:|---:|---|---|"]
+    for r in out["rows"]:
+        if "harness" not in r:
+            lines.append(f"| {r['shape']} | `{r.get('spec', '-')}` | {r.get('status', '-')} | | | | | |")
+            continue
+        us = lambda *ks: " / ".join(f"{r[k] * 1e3:.1f}" for k in ks)  # noqa: E731
+        lines.append(f"| {r['shape']} | `{r['spec']}` | {r['search']:.3f} | {r['eval_layer']:.3f} | "
+                     f"{r['harness']:.3f}{'' if r['agree'] else ' (differs)'} | {r['eval_offline']:.3f} | "
+                     f"{us('eval_layer_kernel_ms', 'harness_kernel_ms', 'eval_offline_kernel_ms')} | "
+                     f"{us('eval_layer_torch_ms', 'harness_torch_ms', 'eval_offline_torch_ms')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--shapes", type=int, default=30)
+    ap.add_argument("--part", default="0/1", help="i/n: every n-th shape from the i-th")
+    ap.add_argument("--budget", type=int, default=8)
+    ap.add_argument("--backends", default="triton")
+    ap.add_argument("--max-seconds", type=float, default=540)
+    args = ap.parse_args()
+    import torch
+    import triton
+
+    from cudal2.api import default_runner
+    from cudal2.search.store import Store
+
+    part, parts = (int(x) for x in args.part.split("/"))
+    out = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
+           "command": "python benchmarks/crosscheck_winners.py " + " ".join(sys.argv[1:]),
+           "versions": f"torch {torch.__version__}, triton {triton.__version__}", "rows": []}
+    start = time.time()
+    store = Store(Path(tempfile.mkdtemp()) / "store.db")
+    with default_runner(baselines=("torch",)) as ev:
+        for p in shapes(args.shapes, part, parts):
+            if time.time() - start > args.max_seconds:
+                break
+            row = measure(p, ev, store, args.budget, tuple(args.backends.split(",")))
+            torch.cuda.empty_cache()
+            out["rows"].append(row)
+            print(json.dumps(row), flush=True)
+            args.out.write_text(markdown(out))
+            args.out.with_suffix(".json").write_text(json.dumps(out, indent=1))
+    print(markdown(out))
+
+
+if __name__ == "__main__":
+    main()
