@@ -96,6 +96,7 @@ class CudalGroup(TyperGroup):
             _error_line(_one_line(e))
             raise typer.Exit(2) from None
         except Exception as e:  # noqa: BLE001 - anything else is a bug in cudal2
+            _environment_fault(e)  # unless it is the store's or the disk's
             if ctx.params.get("debug"):
                 traceback.print_exc(file=sys.stderr)
             else:
@@ -106,6 +107,33 @@ class CudalGroup(TyperGroup):
                             f"cudal2: for the traceback, run it again as '{ctx.command_path} --debug "
                             f"{ctx.invoked_subcommand or ''} ...' (or with {DEBUG_ENV}=1), and report it")
             raise typer.Exit(1) from None
+
+
+def _environment_fault(e: Exception) -> None:
+    """Exit 2 with one line if e is a store a command found unusable (StoreError: its disk refused a
+    write, say) or another write the disk refused (a kernel cache): the user's environment."""
+    from ..disk_faults import refused_write
+    from ..search.store import StoreError
+
+    if isinstance(e, StoreError):
+        _fail(_one_line(e))
+    words = refused_write(e)
+    if words is not None:
+        what = f"cannot write {e.filename}" if getattr(e, "filename", None) else "a write failed"
+        _fail(f"{what}: {words}; free space, or give --store, --out or $CUDAL2_CACHE_DIR a writable place")
+
+
+@contextlib.contextmanager
+def _writing_output(path: Path, option: str = "--out"):
+    """Writes of the file an option names: an OSError (a full or read-only disk, /dev/full) is one
+    error line naming the option, the path and the fix."""
+    from ..disk_faults import refused_write, the_fix
+
+    try:
+        yield
+    except OSError as e:
+        words = refused_write(e) or (e.strerror or str(e)).lower()
+        _fail(f"{option} {path}: {words}; {the_fix(words, option)}")
 
 
 app = typer.Typer(cls=CudalGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_show_locals=False,
@@ -222,7 +250,7 @@ def _store(url: str | None):
     from ..search.store import ENV_STORE, Store, StoreError
 
     try:
-        return Store(url).check()
+        return Store(url, warn=_warning).check()
     except StoreError as e:
         where = "" if url else f" (named by ${ENV_STORE})" if os.environ.get(ENV_STORE) else " (the default store)"
         _fail(f"{e}{where}")

@@ -16,7 +16,7 @@ from ..search.store import StoreError
 from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, Modes,
                      ProposerName, RunnerOpt, StoreOpt, _confirm, _fail, _llm_fatal, _one_line, _parse_shapes_file,
                      _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
-                     err_console)
+                     err_console, _writing_output)
 
 @app.command()
 def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
@@ -63,7 +63,8 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
     report = "\n".join(lines) + "\n\n" + markdown({b: aggregate(r.speedup.get(b) for r in results) for b in names})
     console.print(report)
     if out:
-        out.write_text(report)
+        with _writing_output(out):
+            out.write_text(report)
         console.print(f"wrote {out}")
 
 

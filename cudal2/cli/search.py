@@ -12,7 +12,8 @@ from rich.table import Table
 
 from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
                      Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StaticTwinsOpt, StoreOpt, _confirm, _fail,
-                     _llm_fatal, _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console)
+                     _llm_fatal, _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
+                     _writing_output)
 
 @app.command()
 def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")],
@@ -201,7 +202,8 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help
            store: StoreOpt = None, mode: TableModeOpt = "layer") -> None:
     """Write the tuned table (best kernel per shape and GPU) to JSON; point CUDAL2_TABLE at it."""
     table = _table(_store(store), mode)
-    path = table.save(out)
+    with _writing_output(out):
+        path = table.save(out)
     console.print(f"wrote {len(table)} tuned shape(s) to {path}; use it with CUDAL2_TABLE={path}")
 
 

@@ -26,9 +26,10 @@ import re
 from dataclasses import asdict, fields
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
+from ..disk_faults import refused_write, the_fix
 from ..ir import GemmProblem, KernelSpec
 
 ENV_STORE = "CUDAL2_STORE"
@@ -67,7 +68,19 @@ def display_url(url: str) -> str:
 
 
 class StoreError(Exception):
-    """A store that cannot be used as given (Store.check): the message names it and the fix."""
+    """A store that cannot be used as given (Store.check), or whose disk refuses a write: the
+    message names it and the fix."""
+
+
+def refused_store_write(e: BaseException, store: str, path: str | os.PathLike | None = None) -> StoreError | None:
+    """The StoreError of a write of the store (the file at path, if known) that the disk refused
+    (full, read-only, not permitted), or None if e is another error."""
+    words = refused_write(e)
+    if words is None:
+        return None
+    where = f" writing {path}" if path is not None and os.fspath(path) != store else ""
+    return StoreError(f"store {store}: {words}{where}; {the_fix(words, '--store')} (the default store lives in "
+                      "$CUDAL2_CACHE_DIR)")
 
 
 # The package to install for a database driver that SQLAlchemy could not import.
@@ -125,8 +138,8 @@ def _retry(make, attempts: int = 6):
     for i in range(attempts):
         try:
             return make()
-        except DBAPIError:
-            if i == attempts - 1:
+        except DBAPIError as e:
+            if i == attempts - 1 or refused_write(e):  # a full or read-only disk stays so
                 raise
             time.sleep(0.2 * (i + 1))
 
@@ -156,48 +169,44 @@ def journal_path(db: Path) -> Path:
     return db.with_name(db.name + ".optuna-journal")
 
 
-def journal_storage(db: Path):
+def journal_storage(db: Path, warn: Callable[[str], None] | None = None):
     """Optuna's JournalStorage on the journal file of the SQLite store at db (several processes may
-    append at once: each write holds the file's lock). A journal that cannot be read back raises
-    StoreError."""
+    append at once: each write holds the file's lock). A torn last record is set aside first, in
+    one line to warn (journal.StudiesJournalFile). A journal that cannot be read back, and a disk
+    that refuses its writes, raise StoreError."""
     import optuna
 
+    from .journal import StudiesJournalFile
+
     path = journal_path(db)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = f"move it aside: the measurements stay in {db.name}, and each search starts its study anew"
     try:
-        return optuna.storages.JournalStorage(_journal_file(str(path)))
+        path.parent.mkdir(parents=True, exist_ok=True)
+        backend = StudiesJournalFile(str(path), store=str(db), warn=warn)
+        backend.set_aside_torn_tail()
+        return optuna.storages.JournalStorage(backend)
     except (ValueError, KeyError, TypeError) as e:  # a line that is not one of Optuna's records
-        raise StoreError(f"studies file {path} cannot be read ({type(e).__name__}: {str(e)[:120]}); move it "
-                         f"aside: the measurements stay in {db.name}, and each search starts its study anew") from None
+        raise StoreError(f"studies file {path} cannot be read ({type(e).__name__}: {str(e)[:120]}); {aside}") from None
+    except AssertionError:  # Optuna's replay meets an operation it does not know
+        raise StoreError(f"studies file {path} holds a record of a kind this Optuna {optuna.__version__} does not "
+                         f"know ({_unknown_record(path)}); {aside}") from None
+    except OSError as e:
+        raise refused_store_write(e, str(db), e.filename or path) or e from None
 
 
-def _journal_file(path: str):
-    """Optuna's journal file backend, writing each record without forcing it to the disk.
-
-    Optuna writes one record per parameter and attribute of a trial, and its file backend forces
-    each to the disk (fsync): about 3,000 a search of 32 measurements, 0.4-0.5 s of its own time on
-    the H100 host. A process killed with SIGKILL loses none of them (they are in the operating
-    system's cache); a machine that loses power may lose the last ones, and what was measured is
-    still in the kernel table, which is written first (the trial's retry is told from it)."""
-    import json
-
-    from optuna.storages.journal import JournalFileBackend, JournalFileSymlinkLock
-
-    class UnsyncedJournalFile(JournalFileBackend):
-        def __init__(self, file_path: str):
-            self._path, self._write_lock = file_path, JournalFileSymlinkLock(file_path)
-            super().__init__(file_path, lock_obj=self._write_lock)
-
-        def append_logs(self, logs: list[dict[str, Any]]) -> None:
-            text = "".join(json.dumps(log, separators=(",", ":")) + "\n" for log in logs).encode("utf-8")
-            self._write_lock.acquire()
-            try:
-                with open(self._path, "ab") as f:
-                    f.write(text)
-            finally:
-                self._write_lock.release()
-
-    return UnsyncedJournalFile(path)
+def _unknown_record(path: Path) -> str:
+    """Which line of the journal at path names an operation Optuna does not know, in words."""
+    try:
+        from optuna.storages.journal._storage import JournalOperation  # (a private module of Optuna)
+    except ImportError:
+        return "an unknown op_code"
+    known = {op.value for op in JournalOperation}
+    with open(path, "rb") as f:
+        for number, line in enumerate(f, start=1):
+            record = json.loads(line)
+            if isinstance(record, dict) and record.get("op_code") not in known:
+                return f"line {number}: op_code {str(record.get('op_code'))[:20]}"
+    return "an unknown op_code"
 
 
 def retry_callback(max_retry: int | None):
@@ -248,10 +257,12 @@ def _measurements_of(row) -> list[dict[str, Any]]:
 
 
 class Store:
-    """Studies and measurements in one database. Cheap to construct; connects on first use."""
+    """Studies and measurements in one database. Cheap to construct; connects on first use. `warn`
+    gets a line for what the store repaired on opening (default: the "cudal2.store" logger)."""
 
-    def __init__(self, url: str | os.PathLike | None = None):
+    def __init__(self, url: str | os.PathLike | None = None, *, warn: Callable[[str], None] | None = None):
         self.url = as_url(url) if url is not None else default_url()
+        self.warn = warn
 
     def __repr__(self) -> str:
         return f"Store({self.url!r})"
@@ -264,13 +275,24 @@ class Store:
         path = sqlite_path(self.url)
         kwargs: dict[str, Any] = {}
         if path is not None:
-            path.parent.mkdir(parents=True, exist_ok=True)
+            self._writing(lambda: path.parent.mkdir(parents=True, exist_ok=True))
             kwargs["connect_args"] = {"timeout": 60}  # several processes may share the file
         engine = sa.create_engine(self.url, **kwargs)
         if path is not None:
             _tune_sqlite(engine)
-        _retry(lambda: self._tables(sa).create_all(engine))
+        self._writing(lambda: _retry(lambda: self._tables(sa).create_all(engine)))
         return engine
+
+    def _writing(self, write):
+        """write(), with a write the disk refuses (full, read-only) raised as a StoreError."""
+        try:
+            return write()
+        except Exception as e:
+            fault = refused_store_write(e, str(sqlite_path(self.url) or display_url(self.url)),
+                                        getattr(e, "filename", None))
+            if fault is None:
+                raise
+            raise fault from None
 
     @cached_property
     def optuna_storage(self):
@@ -281,7 +303,7 @@ class Store:
         Refiner.recover settles a dead worker's trials by its process id at once. Any other URL
         (PostgreSQL, workers on many hosts): RDBStorage on that database, with heartbeats."""
         path = sqlite_path(self.url)
-        return journal_storage(path) if path is not None else rdb_storage(self.url)
+        return journal_storage(path, self.warn) if path is not None else rdb_storage(self.url)
 
     def studies_at(self) -> str:
         """Where the studies are, as optuna-dashboard takes it: a SQLite store's journal file, else
@@ -323,7 +345,7 @@ class Store:
                 raise StoreError(f"store {path} is not an SQLite database; give a new file name or an existing "
                                  "cudal2 store")
             if journal_path(path).exists():  # its studies read back once (kept for the search), or one line
-                self.optuna_storage = journal_storage(path)
+                self.optuna_storage = journal_storage(path, self.warn)
         try:
             engine = sa.create_engine(self.url)
         except ModuleNotFoundError as e:
@@ -434,7 +456,7 @@ class Store:
                              .values(**{**values, "measurements": json.dumps(doc, sort_keys=True)}))
 
         # retried: a concurrent writer of the same spec (the unique index) or a locked SQLite file
-        _retry(write)
+        self._writing(lambda: _retry(write))
 
     def measurement(self, problem: GemmProblem, spec: KernelSpec) -> CandidateResult | None:
         """The latest stored measurement of spec on problem, or None."""
@@ -527,7 +549,7 @@ class Store:
             with self.engine.begin() as conn:
                 conn.execute(t.insert().values(**values))
 
-        _retry(write)  # a SQLite file another writer holds past the busy timeout
+        self._writing(lambda: _retry(write))  # retried: a SQLite file another writer holds past the busy timeout
 
     def confirmations(self, problem: GemmProblem) -> list[dict[str, Any]]:
         """Confirmation rows of problem (result and the baselines timed with it), oldest first."""
@@ -553,7 +575,7 @@ class Store:
                                                    measurements=json.dumps(baseline_to_dict(b), sort_keys=True),
                                                    environment=env, created=now))
 
-        _retry(write)  # a SQLite file another writer holds past the busy timeout
+        self._writing(lambda: _retry(write))  # retried: a SQLite file another writer holds past the busy timeout
 
     def baselines(self, problem: GemmProblem) -> dict[str, BaselineResult]:
         """The latest stored measurement of each baseline for problem."""
