@@ -22,7 +22,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import re
 from dataclasses import asdict, fields
 from functools import cached_property
 from pathlib import Path
@@ -63,8 +62,10 @@ def sqlite_path(url: str) -> Path | None:
 
 
 def display_url(url: str) -> str:
-    """url with any password masked, for messages: postgresql://user:***@host/db."""
-    return re.sub(r"(://[^/:@]*:)[^/@]*@", r"\1***@", url)
+    """url as it may be printed: postgresql://user:***@host/db (cudal2.redact.shown_url)."""
+    from ..redact import shown_url
+
+    return shown_url(url)
 
 
 class StoreError(Exception):
@@ -265,7 +266,7 @@ class Store:
         self.warn = warn
 
     def __repr__(self) -> str:
-        return f"Store({self.url!r})"
+        return f"Store({display_url(self.url)!r})"
 
     # ---- connections -----------------------------------------------------------------------------
     @cached_property

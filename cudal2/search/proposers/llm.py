@@ -145,7 +145,8 @@ class LLMProposer:
         if not isinstance(data, dict) or not isinstance(data.get("specs"), list):
             return self._reject_all(attempt, 'the reply must be a JSON object {"analysis": "...", "specs": [...]}',
                                     reply.text)
-        analysis = data.get("analysis") if isinstance(data.get("analysis"), str) else ""
+        # the model's own words are stored (the study journal) and printed: no secret in any form
+        analysis = self.client.redact(data["analysis"]) if isinstance(data.get("analysis"), str) else ""
         good: list[KernelSpec] = []
         errors: list[str] = []
         keys = set(seen) | set(proposed)
@@ -168,11 +169,11 @@ class LLMProposer:
                     good.append(spec)
                     continue
             errors.append(f"specs[{i}]: {why}")
-            self.rejected.append(Rejection(attempt, why, json.dumps(item)[:500]))
+            self.rejected.append(Rejection(attempt, self.client.redact(why), self.client.redact(json.dumps(item))[:500]))
         return good, errors, analysis
 
     def _reject_all(self, attempt: int, why: str, text: str):
-        self.rejected.append(Rejection(attempt, why, text[:500]))
+        self.rejected.append(Rejection(attempt, self.client.redact(why), self.client.redact(text)[:500]))
         return [], [why], ""
 
     def _invalid(self, problem: GemmProblem, item: dict) -> str:

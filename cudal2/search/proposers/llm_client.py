@@ -19,13 +19,15 @@ import email.utils
 import json
 import logging
 import os
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, Literal
-from urllib.parse import quote, unquote, urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from pydantic import SecretStr
 
+from ...redact import Redactor
 from ..proposal import ProposerUnavailable
 
 log = logging.getLogger("cudal2.llm")
@@ -91,16 +93,20 @@ class LLMConfig:
             object.__setattr__(self, "url_password", SecretStr(password))
 
     def secrets(self) -> list[str]:
-        """Every form in which a secret of this config could appear in a text, longest first. A
-        user name shorter than 4 characters is left out: replacing it would mangle ordinary words,
-        and a user name alone grants nothing."""
+        """The secrets of this config as written: the key, the URL's password, user:password (the
+        Basic token's content). A user name shorter than 4 characters is left out: replacing it would
+        mangle ordinary words, and a user name alone grants nothing. redactor() removes each of them
+        in every form (cudal2.redact.forms)."""
         key, password, user = self.api_key.get_secret_value(), self.url_password.get_secret_value(), self.url_user
         out = {key}
-        if password:  # as written, as in a URL, and as in the basic auth header (a server may echo it)
-            out |= {password, quote(password, safe=""), f"{user}:{password}", basic_credentials(user, password)}
+        if password:
+            out |= {password, f"{user}:{password}", basic_credentials(user, password)}
         if len(user) >= 4:
-            out |= {user, quote(user, safe="")}
+            out.add(user)
         return sorted((s for s in out if s), key=len, reverse=True)
+
+    def redactor(self) -> Redactor:
+        return Redactor(self.secrets())
 
     @classmethod
     def from_env(cls, provider: str | None = None, *, model: str | None = None, base_url: str | None = None,
@@ -144,6 +150,7 @@ class ChatClient:
         import httpx  # lazily: `import cudal2` must not need it
 
         self.config = config
+        self.redact = config.redactor()  # every secret in every form, and control characters
         self._sleep = sleep
         self._http = httpx.Client(timeout=httpx.Timeout(config.timeout_s), auth=self._authorize)
         self.waits: list[float] = []  # seconds slept before each retry (for inspection)
@@ -276,9 +283,7 @@ class ChatClient:
         raise LLMError(f"gave up after {c.max_retries + 1} attempt(s); last: {last}", url)
 
     def _redact(self, text: str) -> str:
-        for secret in self.config.secrets():
-            text = text.replace(secret, "***")
-        return text
+        return self.redact(text)
 
 
 def _env_number(var: str, kind: type) -> float:
@@ -288,7 +293,7 @@ def _env_number(var: str, kind: type) -> float:
         value = kind(text)
     except ValueError:
         value = None
-    if value is None or not value >= 0:  # (not >= also refuses nan)
+    if value is None or not math.isfinite(value) or value < 0:
         whole, unit = ("whole ", "attempts") if kind is int else ("", "seconds")
         raise ValueError(f"{var}={text!r}: give a {whole}number of {unit}, 0 or more")
     return value
@@ -299,16 +304,21 @@ def _retry_after(headers) -> float | None:
     ms = headers.get("retry-after-ms")
     if ms:
         try:
-            return float(ms) / 1000
+            seconds = float(ms) / 1000
         except ValueError:
             pass
+        else:
+            if math.isfinite(seconds) and seconds >= 0:
+                return seconds
     value = headers.get("retry-after")
     if not value:
         return None
     try:
-        return float(value)
+        seconds = float(value)
     except ValueError:
         pass
+    else:  # nan, inf and negative values are ignored like any unreadable header
+        return seconds if math.isfinite(seconds) and seconds >= 0 else None
     try:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
