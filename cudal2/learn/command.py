@@ -29,14 +29,21 @@ def train(store: Annotated[Optional[str], typer.Option("--store", help=(
         cli._fail(f"--arch {arch}: give one of {', '.join(ARCHS)}")
     if store is None and not data:
         cli._fail("train: give --store URL or --data FILE (an export of 'cudal2 dataset export')")
-    samples = []
+    samples, refused = [], []
     try:
         if store is not None:
-            samples.extend(from_store(cli._store(store)))
+            samples.extend(from_store(cli._store(store), refused))
         for path in data or ():
-            samples.extend(from_csv(path))
+            samples.extend(from_csv(path, refused))
     except (ValueError, OSError) as e:
         cli._fail(f"train: {cli._one_line(e)}")
+    if refused:  # NaN, infinite, zero or negative times: a broken measurement, never a reward
+        shown = "; ".join(refused[:3]) + ("; ..." if len(refused) > 3 else "")
+        message = (f"train: {len(refused)} row(s) have times that are not finite positive numbers ({shown}); "
+                   "measure them again with 'cudal2 sweep'")
+        if not samples:
+            cli._fail(message)
+        cli._warning(message + f"; training on the other {len(samples)}")
     if not samples:
         cli._fail("train: no measured pair with a torch time in the data; measure some with 'cudal2 sweep'")
     cli.console.print(f"{len(samples)} measured pairs on {len({s.group for s in samples})} shapes")

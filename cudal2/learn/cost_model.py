@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -146,10 +147,10 @@ class TreeModel:
                                                    l2_bytes=int(dev["l2_bytes"])))
         except (KeyError, TypeError, ValueError) as e:
             raise ModelError(f"{where} is corrupt ({type(e).__name__}: {e}); train it again with 'cudal2 train'") from None
-        n = model.feature.size
-        if not (model.threshold.size == model.left.size == model.right.size == model.value.size == n) or (
-                n and (model.left.max() >= n or model.right.max() >= n or model.roots.max() >= n)):
-            raise ModelError(f"{where} is corrupt (its node arrays disagree); train it again with 'cudal2 train'")
+        why = _malformed(model, len(feature_names()))
+        if why:
+            raise ModelError(f"{where} is corrupt ({why}); train it again with 'cudal2 train', or unset "
+                             "CUDAL2_COST_MODEL to use the model cudal2 ships")
         return model
 
     @classmethod
@@ -162,6 +163,43 @@ class TreeModel:
         except ValueError:
             raise ModelError(f"{path} is not JSON: a corrupt cost model; train it again with 'cudal2 train'") from None
         return cls.from_json(d, where=str(path))
+
+
+def _malformed(m: TreeModel, n_features: int) -> str:
+    """Why the node arrays cannot be walked safely, or "": sizes that disagree, a feature or child
+    index out of range, a non-finite threshold, leaf or base, a node reached twice from the roots (a
+    cycle would hang the walk). Vectorised: each node is visited once."""
+    n = m.feature.size
+    if not (m.threshold.size == m.left.size == m.right.size == m.value.size == n) or m.roots.ndim != 1:
+        return "its node arrays disagree in size"
+    if not math.isfinite(m.base):
+        return f"base {m.base} is not finite"
+    if m.roots.size and (m.roots.min() < 0 or m.roots.max() >= n):
+        return f"a tree's root is outside its {n} nodes"
+    inner = m.feature >= 0
+    bad = np.flatnonzero((m.feature < -1) | (m.feature >= n_features))
+    if bad.size:
+        return f"node {bad[0]} splits on feature {m.feature[bad[0]]}, outside 0..{n_features - 1}"
+    bad = np.flatnonzero(inner & ((m.left < 0) | (m.left >= n) | (m.right < 0) | (m.right >= n)))
+    if bad.size:
+        return f"node {bad[0]} has a child outside its {n} nodes ({m.left[bad[0]]}, {m.right[bad[0]]})"
+    bad = np.flatnonzero(inner & ~np.isfinite(m.threshold))
+    if bad.size:
+        return f"node {bad[0]} has threshold {m.threshold[bad[0]]}"
+    bad = np.flatnonzero(~inner & ~np.isfinite(m.value))
+    if bad.size:
+        return f"leaf {bad[0]} has value {m.value[bad[0]]}"
+    seen = np.zeros(n, bool)
+    frontier = m.roots.astype(np.int64)
+    while frontier.size:
+        twice = np.flatnonzero(seen[frontier])
+        if twice.size or np.unique(frontier).size != frontier.size:
+            node = frontier[twice[0]] if twice.size else frontier[np.argmax(np.bincount(frontier))]
+            return f"node {node} is reached twice from the roots (a cycle or a shared subtree)"
+        seen[frontier] = True
+        frontier = frontier[inner[frontier]]
+        frontier = np.concatenate([m.left[frontier], m.right[frontier]]).astype(np.int64)
+    return ""
 
 
 def _short(x: float) -> float:

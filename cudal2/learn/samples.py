@@ -39,19 +39,19 @@ class Sample:
         return self.problem.label()
 
 
-def from_store(store) -> Iterator[Sample]:
-    """Every correct, timed pair of the store whose shape has a torch time."""
+def from_store(store, refused: list[str] | None = None) -> Iterator[Sample]:
+    """Every correct, timed pair of the store whose shape has a torch time (refused: see from_rows)."""
     from ..dataset import export_rows
 
-    yield from from_rows(export_rows(store))
+    yield from from_rows(export_rows(store), refused=refused)
 
 
-def from_csv(path: Path) -> Iterator[Sample]:
-    """The rows of an export (.csv or .csv.gz)."""
+def from_csv(path: Path, refused: list[str] | None = None) -> Iterator[Sample]:
+    """The rows of an export (.csv or .csv.gz) (refused: see from_rows)."""
     path = Path(path)
     opener = gzip.open if path.suffix == ".gz" else open
     with opener(path, "rt", newline="") as f:
-        yield from from_rows(csv.DictReader(f), where=path.name)
+        yield from from_rows(csv.DictReader(f), where=path.name, refused=refused)
 
 
 LABEL_MODES = ("layer", "offline")  # as cudal2.dataset.export keeps them, in order of preference
@@ -67,16 +67,22 @@ def label_mode(rows: Iterable[dict]) -> str:
     return LABEL_MODES[0]
 
 
-def from_rows(rows: Iterable[dict], where: str = "store") -> Iterator[Sample]:
+def from_rows(rows: Iterable[dict], where: str = "store", refused: list[str] | None = None) -> Iterator[Sample]:
     """The correct, timed pairs among export rows (dicts of `cudal2 dataset export`'s columns),
-    their rewards in one mode (label_mode); rows without that mode's times are left out."""
+    their rewards in one mode (label_mode); rows without that mode's times are left out. A row
+    whose times are not finite positive numbers is left out too, and named in `refused`
+    ("<where>, row N: kernel_ms.layer=nan") where a list is given."""
     rows = list(rows)
     mode = label_mode(rows)
     for i, row in enumerate(rows):
         if row.get("status") != "ok":
             continue
         kernel, torch = _number(row.get(f"kernel_ms.{mode}")), _number(row.get(f"torch_ms.{mode}"))
-        if not kernel or not torch:
+        if kernel is None or torch is None:
+            continue
+        if not (math.isfinite(kernel) and kernel > 0 and math.isfinite(torch) and torch > 0):
+            if refused is not None:
+                refused.append(f"{where}, row {i + 2}: kernel_ms.{mode}={kernel:g}, torch_ms.{mode}={torch:g}")
             continue
         try:
             problem = GemmProblem(m=int(row["m"]), n=int(row["n"]), k=int(row["k"]), dtype=row["dtype"],

@@ -68,6 +68,17 @@ def display_url(url: str) -> str:
     return shown_url(url)
 
 
+def _is_corruption(e: BaseException) -> bool:
+    text = str(getattr(e, "orig", None) or e).lower()
+    return "malformed" in text or "not a database" in text or "corrupt" in text
+
+
+def corrupt_store(path, why: str) -> str:
+    """The one line for an SQLite store whose file is damaged, with the fix."""
+    return (f"store {path} is corrupt ({why.strip().splitlines()[0][:120]}); move it aside and search again "
+            f"(`sqlite3 {path} .recover | sqlite3 recovered.db` saves the rows it can)")
+
+
 class StoreError(Exception):
     """A store that cannot be used as given (Store.check), or whose disk refuses a write: the
     message names it and the fix."""
@@ -362,6 +373,16 @@ class Store:
         try:
             with engine.connect() as conn:
                 sa.inspect(conn).get_table_names()
+                if path is not None:  # a damaged page is found here, before a search writes more rows
+                    verdict = conn.exec_driver_sql("PRAGMA quick_check(1)").scalar()
+                    if verdict != "ok":
+                        raise StoreError(corrupt_store(path, str(verdict)))
+        except sa.exc.DatabaseError as e:
+            if path is not None and _is_corruption(e):
+                raise StoreError(corrupt_store(path, str(getattr(e, "orig", e)))) from None
+            reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+            raise StoreError(f"store {shown} cannot be opened ({reason}); check the path or URL, the "
+                             "server and your permissions") from None
         except SQLAlchemyError as e:
             reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
             raise StoreError(f"store {shown} cannot be opened ({reason}); check the path or URL, the "
