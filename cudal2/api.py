@@ -105,6 +105,26 @@ def resolve_store(store: Any):
     return store if isinstance(store, Store) else Store(store)
 
 
+def names(value: Any, what: str) -> tuple[str, ...]:
+    """A tuple of names from a sequence of strings, or from one string (one name, as the CLI's
+    comma lists take it: "triton" is ("triton",), never its characters)."""
+    if isinstance(value, str):
+        return tuple(v.strip() for v in value.split(",") if v.strip())
+    if isinstance(value, (set, frozenset)) or not isinstance(value, Sequence) or \
+            not all(isinstance(v, str) for v in value):
+        raise TypeError(f"{what}={value!r}: give a name or a list of names, e.g. {what}=(\"a\", \"b\")")
+    return tuple(value)
+
+
+def count(value: Any, what: str, minimum: int, none_ok: bool = False) -> int | None:
+    """value as a whole number >= minimum (None where none_ok); else one line naming it."""
+    if value is None and none_ok:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{what}={value!r}: give a whole number, {minimum} or more")
+    return value
+
+
 def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence[str] | None = None,
            proposer: Any = "auto", budget: int | str = 64, modes: Sequence[str] = (DEFAULT_MODE,),
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
@@ -142,8 +162,17 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     (SQLite on one host, PostgreSQL across hosts). One search runs on one GPU; to search many
     shapes on all of them at once, cudal2.dataset.cluster.run_searches. docs/scale_out.md.
     """
-    from .search.loop import run_search
+    from .bench.results import MODES
+    from .search.loop import Budget, run_search
 
+    # the arguments are checked as the CLI checks its options: one line naming the value and the fix
+    modes = names(modes, "modes")
+    unknown = [m for m in modes if m not in MODES] or ([] if modes else ["(none)"])
+    if unknown:
+        raise ValueError(f"modes={modes!r}: {unknown[0]} is not a timing mode; give one or more of {MODES}")
+    Budget.parse(budget)
+    batch_size = count(batch_size, "batch_size", 1)
+    n_proposals = count(n_proposals, "n_proposals", 0, none_ok=True)
     if isinstance(shape, GemmProblem) and not problem_fields:
         problem = shape
     else:
@@ -152,7 +181,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
         from .codegen.registry import default_backends
 
         backends = default_backends(arch or default_arch())
-    backends = tuple(backends)
+    backends = names(backends, "backends")
     if cluster is not None:
         return _search_on_cluster(problem, cluster, runner, store, backends=backends, proposer=proposer, arch=arch,
                                   budget=budget, modes=tuple(modes), n_proposals=n_proposals, sampler=sampler,

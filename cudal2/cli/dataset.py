@@ -37,7 +37,15 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
     from ..search.loop import run_search
 
     mode, proposer = _values(mode), _value(proposer)
-    problems = [_problem(s, dtype, layout) for s in _parse_shapes_file(shapes_file)]
+    lines = _parse_shapes_file(shapes_file)
+    # each shape once, in first-seen order: identical lines first (cheap), then spellings of one problem
+    distinct: dict[str, object] = {}
+    for text in dict.fromkeys(lines):
+        p = _problem(text, dtype, layout)
+        distinct.setdefault(p.key(), p)
+    problems = list(distinct.values())
+    if len(problems) < len(lines):
+        console.print(f"{len(lines)} lines name {len(problems)} distinct shape(s): each is searched once")
     s = _store(store)
     arch = arch or default_arch()
     backend = _backends(backend, arch)

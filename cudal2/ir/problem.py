@@ -136,7 +136,14 @@ class GemmProblem(IRModel):
                 raise SpecError(Violation("shape", shape, "expected three integers M x N x K",
                                           "write it as 4096x4096x4096"), what="GemmProblem")
         else:
+            if isinstance(shape, (set, frozenset, dict)):
+                raise SpecError(Violation("shape", sorted(shape) if isinstance(shape, (set, frozenset)) else shape,
+                                          "a set or mapping has no order of M, N and K",
+                                          "pass a tuple (M, N, K)"), what="GemmProblem")
             dims = list(shape)
+            if any(isinstance(d, bool) for d in dims):
+                raise SpecError(Violation("shape", shape, "True and False are not dimensions",
+                                          "pass three integers (M, N, K)"), what="GemmProblem")
             if len(dims) != 3:
                 raise SpecError(Violation("shape", shape, "expected (M, N, K)",
                                           "pass a tuple of three integers"), what="GemmProblem")

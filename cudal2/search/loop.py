@@ -28,8 +28,8 @@ from ..ir import GemmProblem, KernelSpec, SpecError
 from .confirm import Confirm, ranked_trials, run_confirmation, static_twin
 from .outcome import SearchResult, Tally, collect, render_source, study_keys
 from .proposal import Proposer, propose_excluding
-from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, fail_trials, reference_of, relative_time, requeue,
-                      speedups_of, trial_attrs)
+from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, fail_trials, measured_spec_keys, reference_of,
+                      relative_time, requeue, speedups_of, trial_attrs)
 from .store import Store, retry_callback
 
 # Batches a search with look-ahead asks before they are measured, so that they compile meanwhile.
@@ -52,7 +52,12 @@ class Budget:
     def parse(cls, budget: "int | str | Budget") -> "Budget":
         if isinstance(budget, Budget):
             return budget
-        if isinstance(budget, int) and not isinstance(budget, bool):
+        if isinstance(budget, bool) or (isinstance(budget, float) and not budget.is_integer()):
+            raise ValueError(f"budget={budget!r}: give a whole number of evaluations (64) or GPU time "
+                             "(\"120s\", \"5m\", \"1h\")")
+        if isinstance(budget, float):
+            budget = int(budget)
+        if isinstance(budget, int):
             if budget < 1:
                 raise ValueError(f"budget={budget}: give at least 1 evaluation")
             return cls(evaluations=budget)
@@ -61,7 +66,7 @@ class Budget:
             raise ValueError(f"budget={budget!r}: write a number of evaluations (64) or GPU time (\"120s\", \"5m\", \"1h\")")
         value, unit = float(m.group(1)), m.group(2)
         if unit is None:
-            return cls.parse(int(value))
+            return cls.parse(value)
         return cls(seconds=value * {"s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600}[unit])
 
     def spent(self, evaluations: int, seconds: float) -> bool:
@@ -207,8 +212,25 @@ class Search:
             self.propose(want, pending=in_flight)
 
     def ask(self, room: int, in_flight: Sequence[tuple[Any, KernelSpec]] = ()) -> Batch:
-        with self.phase("ask"):
-            return self._ask(room, in_flight)
+        """Trials for up to `room` measurements. Under the store's budget lock, room is cut to what
+        the budget leaves once every search of this study is counted (budget_room), and the trials
+        are claimed before the lock is let go: concurrent searches of one problem on one SQLite
+        store measure at most the budget in all."""
+        with self.phase("ask"), self.store.budget_lock():
+            return self._ask(min(room, self.budget_room(len(in_flight))), in_flight)
+
+    def budget_room(self, own_in_flight: int) -> int:
+        """Measurements the budget still allows, counting what the study measured (any worker's)
+        and the specs other workers have claimed and not yet measured."""
+        import optuna
+
+        if self.budget.evaluations is None:
+            return self.batch_size
+        measured = measured_spec_keys(self.study, self.store.measured_spec_keys(self.problem))
+        running = self.study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+        claimed = {t.user_attrs["spec_key"] for t in running
+                   if "spec_key" in t.user_attrs and t.user_attrs.get("worker") != WORKER} - measured
+        return self.budget.evaluations - len(measured) - len(claimed) - own_in_flight
 
     def _ask(self, room: int, in_flight: Sequence[tuple[Any, KernelSpec]]) -> Batch:
         """Trials until `room` of them need a GPU measurement (or trials run out). On the way,

@@ -19,6 +19,7 @@ already measured for a problem is never measured again.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 import os
@@ -316,6 +317,26 @@ class Store:
         (PostgreSQL, workers on many hosts): RDBStorage on that database, with heartbeats."""
         path = sqlite_path(self.url)
         return journal_storage(path, self.warn) if path is not None else rdb_storage(self.url)
+
+    @contextlib.contextmanager
+    def budget_lock(self):
+        """Held while a search counts what its study measured and claims its next trials, so that
+        concurrent searches of one problem keep its budget: an exclusive lock on <db>.lock for a
+        SQLite store (every process on the host). Other databases have no such lock: there, each
+        search counts the others' claimed trials, and two that ask at the same moment may both
+        take the last places (docs/faults.md)."""
+        path = sqlite_path(self.url)
+        if path is None:
+            yield
+            return
+        import fcntl
+
+        with open(path.with_name(path.name + ".lock"), "a") as f:
+            fcntl.flock(f, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(f, fcntl.LOCK_UN)
 
     def studies_at(self) -> str:
         """Where the studies are, as optuna-dashboard takes it: a SQLite store's journal file, else

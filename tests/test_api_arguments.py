@@ -1,0 +1,95 @@
+"""The public API's arguments are checked as the CLI checks its options (a string where a list of
+names is expected is one name, bools and sets are not shapes, budgets and counts are whole numbers);
+`cudal2 tune` searches each shape of its file once; concurrent searches of one problem on one
+store keep its budget."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+
+import pytest
+from typer.testing import CliRunner
+
+from cudal2 import GemmProblem, SpecError, api
+from cudal2.cli import app
+from cudal2.search.recorded import RecordedRunner
+from cudal2.search.store import Store
+
+PROBLEM = GemmProblem(m=1024, n=1024, k=1024)
+
+
+def _search(tmp_path, **kw):
+    options = dict(backends=("triton",), proposer="rules", budget=2, store=tmp_path / "s.db",
+                   runner=RecordedRunner(), progress=False, confirm=None, arch="sm_90a")
+    options.update(kw)
+    return api.search(kw.pop("shape", (256, 256, 256)), **{k: v for k, v in options.items() if k != "shape"})
+
+
+def test_a_single_name_is_one_name_not_its_characters(tmp_path):
+    res = _search(tmp_path, modes="offline", backends="triton")
+    assert res.mode == "offline" and set(res.best.time_ms) == {"offline"}
+    assert {r.spec.backend for r in res.history} == {"triton"}
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(modes="nosuch"), "nosuch is not a timing mode"),
+    (dict(modes=()), "is not a timing mode"),
+    (dict(budget=2.7), "budget=2.7: give a whole number"),
+    (dict(budget=True), "budget=True"),
+    (dict(budget=0), "at least 1"),
+    (dict(batch_size=0), "batch_size=0: give a whole number, 1 or more"),
+    (dict(batch_size=2.0), "batch_size=2.0"),
+    (dict(n_proposals=-5), "n_proposals=-5: give a whole number, 0 or more"),
+    (dict(backends={"triton"}), "backends={'triton'}: give a name or a list of names"),
+])
+def test_bad_arguments_are_one_line_naming_the_value(tmp_path, kw, words):
+    with pytest.raises((ValueError, TypeError)) as e:
+        _search(tmp_path, **kw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "s.db").exists()  # refused before anything ran
+
+
+@pytest.mark.parametrize("shape,words", [((True, True, True), "True and False are not dimensions"),
+                                         ({1024, 512, 256}, "no order"), ((1, 2), r"expected \(M, N, K\)")])
+def test_shapes_that_are_not_three_ordered_integers_are_refused(tmp_path, shape, words):
+    with pytest.raises(SpecError, match=words):
+        _search(tmp_path, shape=shape)
+
+
+def test_a_whole_float_budget_is_that_many_evaluations(tmp_path):
+    assert _search(tmp_path, budget=3.0).evaluations == 3
+
+
+def test_tune_searches_each_shape_once_whatever_its_spelling(tmp_path):
+    shapes = tmp_path / "shapes.txt"
+    shapes.write_text("4096x4096x4096\n4096 x 4096 x 4096\n64x64x64\n4096X4096X4096\n4096,4096,4096\n" + "64x64x64\n" * 1000)
+    r = CliRunner().invoke(app, ["tune", str(shapes), "--runner", "recorded", "--budget", "2", "--store",
+                                 str(tmp_path / "s.db")])
+    assert r.exit_code == 0, r.output
+    assert "1005 lines name 2 distinct shape(s): each is searched once" in r.output
+    rows = [line for line in r.output.splitlines() if line.startswith("| 4096x") or line.startswith("| 64x")]
+    assert [row.split()[1] for row in rows] == ["4096x4096x4096-float16-NN", "64x64x64-float16-NN"]
+    assert "| 2 |" in r.output.split("| over |")[1]  # the geomean counts two shapes
+
+
+def _one_search(db: str, seed: int) -> None:
+    from cudal2.search.loop import run_search
+    from cudal2.search.proposers import get_proposer
+
+    run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=get_proposer("rules", backends=("triton",),
+                                                                                 arch="sm_90a"),
+               runner=RecordedRunner(delay_s=0.05), store=Store(db), budget=16, seed=seed, progress=False,
+               confirm=None)
+
+
+@pytest.mark.slow
+def test_concurrent_searches_of_one_problem_keep_its_budget(tmp_path):
+    db = str(tmp_path / "s.db")
+    ctx = mp.get_context("spawn")
+    procs = [ctx.Process(target=_one_search, args=(db, seed)) for seed in range(3)]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0, 0]
+    assert len(Store(db).kernels(PROBLEM)) == 16
