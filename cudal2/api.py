@@ -125,6 +125,21 @@ def count(value: Any, what: str, minimum: int, none_ok: bool = False) -> int | N
     return value
 
 
+def check_search_arguments(budget: Any, modes: Any, batch_size: Any, n_proposals: Any):
+    """cudal2.search's budget, modes, batch_size and n_proposals checked as the CLI checks its
+    options, for every entry point that passes them on (cudal2.search, tune_model, tune_untuned):
+    one line naming the value and the fix. Returns (modes, batch_size, n_proposals)."""
+    from .bench.results import MODES
+    from .search.loop import Budget
+
+    modes = names(modes, "modes")
+    unknown = [m for m in modes if m not in MODES] or ([] if modes else ["(none)"])
+    if unknown:
+        raise ValueError(f"modes={modes!r}: {unknown[0]} is not a timing mode; give one or more of {MODES}")
+    Budget.parse(budget)
+    return modes, count(batch_size, "batch_size", 1), count(n_proposals, "n_proposals", 0, none_ok=True)
+
+
 def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence[str] | None = None,
            proposer: Any = "auto", budget: int | str = 64, modes: Sequence[str] = (DEFAULT_MODE,),
            store: Any = None, runner: Any = None, *, arch: str | None = None, sampler: str = "tpe",
@@ -162,17 +177,9 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     (SQLite on one host, PostgreSQL across hosts). One search runs on one GPU; to search many
     shapes on all of them at once, cudal2.dataset.cluster.run_searches. docs/scale_out.md.
     """
-    from .bench.results import MODES
-    from .search.loop import Budget, run_search
+    from .search.loop import run_search
 
-    # the arguments are checked as the CLI checks its options: one line naming the value and the fix
-    modes = names(modes, "modes")
-    unknown = [m for m in modes if m not in MODES] or ([] if modes else ["(none)"])
-    if unknown:
-        raise ValueError(f"modes={modes!r}: {unknown[0]} is not a timing mode; give one or more of {MODES}")
-    Budget.parse(budget)
-    batch_size = count(batch_size, "batch_size", 1)
-    n_proposals = count(n_proposals, "n_proposals", 0, none_ok=True)
+    modes, batch_size, n_proposals = check_search_arguments(budget, modes, batch_size, n_proposals)
     if isinstance(shape, GemmProblem) and not problem_fields:
         problem = shape
     else:
@@ -227,9 +234,13 @@ def precompile(shapes: Any = "serving:train", dtype: str = "float16", backends: 
     from .search import precompile as ahead
 
     ahead.check_proposer(proposer)
+    per_shape = count(per_shape, "per_shape", 1, none_ok=True)
+    workers = count(workers, "workers", 1, none_ok=True)
+    plan_processes = count(plan_processes, "plan_processes", 0, none_ok=True)
+    backends = names(backends, "backends") if backends is not None else ()
     problems = resolve_problems(shapes, dtype)
     arch = arch or default_arch()
-    backends = tuple(backends or default_backends(arch))
+    backends = backends or tuple(default_backends(arch))
     recipe = ahead.Recipe(proposer, backends, arch, DeviceProfile.live(arch), per_shape or ahead.PER_SHAPE)
     planner = recipe.planner()  # here too: a proposer that cannot be built fails before any process starts
     if gpu_available() and not dry_run:

@@ -69,6 +69,7 @@ def tune_model(model, *example_inputs, budget: int | str = 16, proposer: Any = "
     use the results from now on (cudal2.set_table). backends: as cudal2.search's (default: those of
     cudal2.search's default that the op launches, ops.op_backends). Returns the TunedTable, which holds every
     problem the store has. A shape the GPU cannot hold is skipped with a warning."""
+    backends = _check_arguments(budget, backends, search_options)  # before the model runs
     gemms = linear_gemms(model, *example_inputs)
     return _tune([(g.problem, f"{len(g.layers)} layer(s)") for g in gemms], budget=budget, proposer=proposer,
                  backends=backends, store=store, runner=runner, progress=progress, **search_options)
@@ -82,9 +83,21 @@ def tune_untuned(budget: int | str = 1, proposer: Any = "learned", backends: Seq
     won, and torch keeps the rest. Returns the TunedTable."""
     from . import ops
 
+    backends = _check_arguments(budget, backends, search_options)
     problems = ops.untuned_problems()
     return _tune([(p, "seen untuned") for p in problems], budget=budget, proposer=proposer, backends=backends,
                  store=store, runner=runner, progress=progress, **search_options)
+
+
+def _check_arguments(budget: Any, backends: Any, search_options: dict) -> tuple[str, ...] | None:
+    """The arguments passed on to cudal2.search checked as it checks them, once, before any work
+    (and even where there is nothing to tune). Returns backends as a tuple of names (or None)."""
+    from .api import check_search_arguments, names
+    from .bench.results import DEFAULT_MODE
+
+    check_search_arguments(budget, search_options.get("modes", DEFAULT_MODE), search_options.get("batch_size", 1),
+                           search_options.get("n_proposals"))
+    return names(backends, "backends") if backends is not None else None
 
 
 def _tune(problems: list[tuple[GemmProblem, str]], *, budget, proposer, backends, store, runner, progress,

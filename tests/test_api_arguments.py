@@ -93,3 +93,65 @@ def test_concurrent_searches_of_one_problem_keep_its_budget(tmp_path):
         p.join(120)
     assert [p.exitcode for p in procs] == [0, 0, 0]
     assert len(Store(db).kernels(PROBLEM)) == 16
+
+
+def _tune_untuned(tmp_path, **kw):
+    from cudal2 import model_tuning
+
+    options = dict(proposer="rules", backends=("triton",), store=tmp_path / "s.db", runner=RecordedRunner(),
+                   progress=False, arch="sm_90a")
+    options.update(kw)
+    return model_tuning.tune_untuned(**options)
+
+
+def test_tune_untuned_takes_a_single_backend_name_as_one_name(tmp_path, monkeypatch):
+    from cudal2 import ops
+
+    monkeypatch.setattr(ops, "untuned_problems", lambda: [GemmProblem(m=256, n=256, k=256)])
+    monkeypatch.setattr(ops, "set_table", lambda table: None)
+    _tune_untuned(tmp_path, backends="triton", budget=1)
+    assert {k["backend"] for k in Store(tmp_path / "s.db").kernels(GemmProblem(m=256, n=256, k=256))} == {"triton"}
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(budget=2.7), "budget=2.7: give a whole number"),
+    (dict(budget=True), "budget=True"),
+    (dict(backends={"triton"}), "backends={'triton'}: give a name or a list of names"),
+])
+def test_tune_model_and_tune_untuned_refuse_bad_arguments_before_anything_runs(tmp_path, kw, words):
+    """Even with nothing to tune (no untuned shape, a model without a Linear), a bad argument is
+    the caller's error, as it is in cudal2.search."""
+    import torch
+
+    from cudal2 import model_tuning
+
+    with pytest.raises((ValueError, TypeError)) as e:
+        _tune_untuned(tmp_path, **kw)
+    assert words in str(e.value) and "\n" not in str(e.value)
+    options = dict(proposer="rules", backends=("triton",), store=tmp_path / "s.db", runner=RecordedRunner(),
+                   progress=False, arch="sm_90a")
+    options.update(kw)
+    with pytest.raises((ValueError, TypeError), match=words.split(":")[0].replace("{", r"\{").replace("(", r"\(")):
+        model_tuning.tune_model(torch.nn.ReLU(), torch.zeros(2, 2), **options)
+    assert not (tmp_path / "s.db").exists()
+
+
+def test_precompile_takes_a_single_backend_name_as_one_name():
+    res = api.precompile("256x256x256", backends="triton", proposer="rules", arch="sm_90a", dry_run=True,
+                         progress=False, plan_processes=0)
+    assert res.units > 0
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(per_shape=0), "per_shape=0: give a whole number, 1 or more"),
+    (dict(per_shape=2.5), "per_shape=2.5"),
+    (dict(workers=-1), "workers=-1: give a whole number, 1 or more"),
+    (dict(plan_processes=-2), "plan_processes=-2: give a whole number, 0 or more"),
+    (dict(backends={"triton"}), "backends={'triton'}: give a name or a list of names"),
+])
+def test_precompile_refuses_bad_counts_in_one_line(kw, words):
+    options = dict(proposer="rules", arch="sm_90a", dry_run=True, progress=False, plan_processes=0)
+    options.update(kw)
+    with pytest.raises((ValueError, TypeError)) as e:
+        api.precompile("256x256x256", **options)
+    assert words in str(e.value) and "\n" not in str(e.value)
