@@ -54,7 +54,7 @@ def test_report_table_lists_candidates_against_every_baseline():
 
     from cudal2.bench.report import table_from_report
 
-    table = table_from_report(_report(), ("offline",))
+    table = table_from_report(_report(), ("layer",))
     con = Console(width=250, record=True)
     con.print(table)
     text = con.export_text()

@@ -247,5 +247,5 @@ def test_store_check_names_the_problem(tmp_path, not_a_database):
         Store("nosuchdb://host/db").check()
     corrupt = tmp_path / "corrupt.db"
     corrupt.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
-    with pytest.raises(StoreError, match="cannot be opened"):
+    with pytest.raises(StoreError, match=r"is corrupt \(file is not a database\); move it aside"):
         Store(corrupt).check()

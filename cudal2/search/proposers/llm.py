@@ -70,6 +70,7 @@ class LLMProposer:
         self.arch = arch
         self.config = LLMConfig.from_env(provider, model=model, base_url=base_url, api_key=api_key, **client_options)
         self.client = ChatClient(self.config, sleep=sleep)
+        self.redact = self.config.redactor()  # what the proposer stores or prints carries no secret
         self.gpu_name = gpu_name or (device.name if device is not None and not device.name.startswith("reference")
                                      else None)
         self.baselines = dict(baselines or {})
@@ -146,7 +147,7 @@ class LLMProposer:
             return self._reject_all(attempt, 'the reply must be a JSON object {"analysis": "...", "specs": [...]}',
                                     reply.text)
         # the model's own words are stored (the study journal) and printed: no secret in any form
-        analysis = self.client.redact(data["analysis"]) if isinstance(data.get("analysis"), str) else ""
+        analysis = self.redact(data["analysis"]) if isinstance(data.get("analysis"), str) else ""
         good: list[KernelSpec] = []
         errors: list[str] = []
         keys = set(seen) | set(proposed)
@@ -169,11 +170,11 @@ class LLMProposer:
                     good.append(spec)
                     continue
             errors.append(f"specs[{i}]: {why}")
-            self.rejected.append(Rejection(attempt, self.client.redact(why), self.client.redact(json.dumps(item))[:500]))
+            self.rejected.append(Rejection(attempt, self.redact(why), self.redact(json.dumps(item))[:500]))
         return good, errors, analysis
 
     def _reject_all(self, attempt: int, why: str, text: str):
-        self.rejected.append(Rejection(attempt, self.client.redact(why), self.client.redact(text)[:500]))
+        self.rejected.append(Rejection(attempt, self.redact(why), self.redact(text)[:500]))
         return [], [why], ""
 
     def _invalid(self, problem: GemmProblem, item: dict) -> str:
