@@ -166,3 +166,25 @@ def test_a_store_with_a_damaged_page_is_refused_before_anything_is_written(tmp_p
         assert r.exit_code == 2, (args, r.output)
         assert len(lines) == 1 and "is corrupt" in lines[0] and ".recover" in lines[0], lines
     assert store.read_bytes() == kept  # nothing written into it
+
+
+def test_damage_found_after_the_check_is_the_same_error(tmp_path, monkeypatch):
+    """A page found damaged by a read after the check passed (or damaged since): the same line."""
+    import sqlite3
+
+    from cudal2.search.store import Store, StoreError
+
+    store = tmp_path / "s.db"
+    r = runner.invoke(app, ["search", "1024x1024x1024", "--runner", "recorded", "--budget", "6", "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    with sqlite3.connect(store) as conn:
+        conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    data = bytearray(store.read_bytes())
+    data[4096:8192] = bytes((i * 37 + 11) % 256 for i in range(4096))
+    store.write_bytes(bytes(data))
+    monkeypatch.setattr(Store, "check", lambda self: self)
+    with pytest.raises(StoreError, match=f"store {store} is corrupt"):
+        Store(store).kernels()
+    r = runner.invoke(app, ["show", "--store", str(store)])
+    lines = [line for line in r.output.splitlines() if line.strip()]
+    assert r.exit_code == 2 and len(lines) == 1 and "is corrupt" in lines[0], r.output

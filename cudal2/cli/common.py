@@ -117,11 +117,6 @@ def _environment_fault(e: Exception) -> None:
 
     if isinstance(e, StoreError):
         _fail(_one_line(e))
-    from ..search.store import _is_corruption, corrupt_store
-
-    cause = getattr(e, "orig", None)
-    if type(cause).__name__ == "DatabaseError" and _is_corruption(e):  # sqlite3's, met after the check
-        _fail(corrupt_store("(the store)", str(cause)))
     words = refused_write(e)
     if words is not None:
         what = f"cannot write {e.filename}" if getattr(e, "filename", None) else "a write failed"

@@ -69,15 +69,36 @@ def display_url(url: str) -> str:
     return shown_url(url)
 
 
-def _is_corruption(e: BaseException) -> bool:
-    text = str(getattr(e, "orig", None) or e).lower()
-    return "malformed" in text or "not a database" in text or "corrupt" in text
-
-
 def corrupt_store(path, why: str) -> str:
     """The one line for an SQLite store whose file is damaged, with the fix."""
-    return (f"store {path} is corrupt ({why.strip().splitlines()[0][:120]}); move it aside and search again "
+    return (f"store {path} is corrupt ({' '.join(why.split())[:120]}); move it aside and search again "
             f"(`sqlite3 {path} .recover | sqlite3 recovered.db` saves the rows it can)")
+
+
+def damage_of(error: BaseException) -> str | None:
+    """Why an SQLite error says the file itself is damaged (its pages, or text in them that is not
+    the UTF-8 cudal2 wrote), or None for any other error (a lock, a full disk, a permission)."""
+    import sqlite3
+
+    if not isinstance(error, sqlite3.DatabaseError):
+        return None
+    reason = " ".join(str(error).split())
+    name = getattr(error, "sqlite_errorname", None)  # Python >= 3.11
+    if name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or (name is None and type(error) is sqlite3.DatabaseError):
+        return reason
+    return reason if reason.startswith("Could not decode to UTF-8") else None
+
+
+def _refuse_damage(path: Path):
+    """A SQLAlchemy handle_error hook: wherever the store is read or written after its check, an
+    error that says the file is damaged becomes the StoreError that says so."""
+
+    def hook(context) -> None:
+        reason = damage_of(context.original_exception)
+        if reason is not None:
+            raise StoreError(corrupt_store(path, reason))
+
+    return hook
 
 
 class StoreError(Exception):
@@ -293,6 +314,7 @@ class Store:
         engine = sa.create_engine(self.url, **kwargs)
         if path is not None:
             _tune_sqlite(engine)
+            sa.event.listen(engine, "handle_error", _refuse_damage(path))
         self._writing(lambda: _retry(lambda: self._tables(sa).create_all(engine)))
         return engine
 
@@ -398,13 +420,9 @@ class Store:
                     verdict = conn.exec_driver_sql("PRAGMA quick_check(1)").scalar()
                     if verdict != "ok":
                         raise StoreError(corrupt_store(path, str(verdict)))
-        except sa.exc.DatabaseError as e:
-            if path is not None and _is_corruption(e):
-                raise StoreError(corrupt_store(path, str(getattr(e, "orig", e)))) from None
-            reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
-            raise StoreError(f"store {shown} cannot be opened ({reason}); check the path or URL, the "
-                             "server and your permissions") from None
         except SQLAlchemyError as e:
+            if path is not None and damage_of(getattr(e, "orig", None) or e) is not None:
+                raise StoreError(corrupt_store(path, str(getattr(e, "orig", e)))) from None
             reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
             raise StoreError(f"store {shown} cannot be opened ({reason}); check the path or URL, the "
                              "server and your permissions") from None
