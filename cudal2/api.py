@@ -154,7 +154,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     backends: the codegen backends searched together (default: every backend that declares the arch
     and can compile on this machine: triton and cute_dsl on Hopper; cudal2.codegen.default_backends).
     store: a Store, a SQLAlchemy URL or a file path (default: the user cache store, or
-    $CUDAL2_STORE). runner: an evaluator (default: cudal2.bench's GPU evaluator).
+    $CUDAL2_STORE). runner: an evaluator, "gpu" (default: cudal2.bench's GPU evaluator) or "recorded"
+    (synthetic numbers from a model, for trying the search on a CPU; never GPU measurements).
     problem_fields: further GemmProblem fields (accumulator, out_dtype, epilogue).
     batch_size: specs evaluated per runner call (compiled in parallel by the evaluator).
     confirm: a cudal2.search.confirm.Confirm (Confirm(mode="sustained") ranks the leaders at the
@@ -189,6 +190,14 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
 
         backends = default_backends(arch or default_arch())
     backends = names(backends, "backends")
+    if runner == "recorded":  # as the CLI's --runner recorded: synthetic numbers, for trying things on a CPU
+        from .search.recorded import RecordedRunner
+
+        runner = RecordedRunner()
+    elif runner == "gpu":
+        runner = None
+    elif isinstance(runner, str):
+        raise ValueError(f"runner={runner!r}: give 'gpu', 'recorded' or a Runner object (cudal2.bench.results.Runner)")
     if cluster is not None:
         return _search_on_cluster(problem, cluster, runner, store, backends=backends, proposer=proposer, arch=arch,
                                   budget=budget, modes=tuple(modes), n_proposals=n_proposals, sampler=sampler,

@@ -155,3 +155,21 @@ def test_precompile_refuses_bad_counts_in_one_line(kw, words):
     with pytest.raises((ValueError, TypeError)) as e:
         api.precompile("256x256x256", **options)
     assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_the_recorded_runner_is_named_as_the_cli_names_it(tmp_path):
+    res = api.search((256, 256, 256), backends="triton", proposer="rules", budget=2, store=tmp_path / "s.db",
+                     runner="recorded", progress=False, confirm=None, arch="sm_90a")
+    assert res.evaluations == 2 and res.best is not None
+
+
+def test_the_cli_prints_its_version():
+    from importlib.metadata import version
+
+    r = CliRunner().invoke(app, ["--version"])
+    assert r.exit_code == 0 and r.output.strip() == f"cudal2 {version('cudal2')}"
+
+
+def test_an_unknown_runner_name_is_one_line(tmp_path):
+    with pytest.raises(ValueError, match="runner='cpu': give 'gpu', 'recorded' or a Runner object"):
+        api.search((256, 256, 256), runner="cpu", store=tmp_path / "s.db", progress=False)

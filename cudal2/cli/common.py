@@ -140,9 +140,22 @@ app = typer.Typer(cls=CudalGroup, add_completion=False, no_args_is_help=True, pr
                   help="Search GEMM kernels faster than cuBLAS, shape by shape.")
 
 
+def _show_version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            console.print(f"cudal2 {version('cudal2')}")
+        except PackageNotFoundError:  # run from a checkout that was never installed
+            console.print("cudal2 (not installed: run from a checkout)")
+        raise typer.Exit()
+
+
 @app.callback()
 def _global_options(debug: Annotated[bool, typer.Option(
-        "--debug", envvar=DEBUG_ENV, help="show the traceback of an unexpected error")] = False) -> None:
+        "--debug", envvar=DEBUG_ENV, help="show the traceback of an unexpected error")] = False,
+        version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
+                                              help="print cudal2's version and exit")] = False) -> None:
     """Search GEMM kernels faster than cuBLAS, shape by shape."""
 
 
