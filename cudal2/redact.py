@@ -63,6 +63,15 @@ class Redactor:
         return f"Redactor({len(self.forms)} forms)"
 
 
+_URL_IN_TEXT = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://[^\s'\"<>]+")
+
+
+def mask_urls(text: str) -> str:
+    """text with every URL in it shown as shown_url shows it (an exception's message that quotes a
+    store URL, say)."""
+    return _URL_IN_TEXT.sub(lambda m: shown_url(m.group()), text)
+
+
 def shown_url(url: str) -> str:
     """A database URL as it may be printed: SQLAlchemy's own rendering with the password hidden, and
     secret-bearing query parameters masked. A URL SQLAlchemy cannot parse loses everything between

@@ -100,9 +100,9 @@ class CudalGroup(TyperGroup):
             if ctx.params.get("debug"):
                 traceback.print_exc(file=sys.stderr)
             else:
-                from ..search.store import display_url
+                from ..redact import escape_controls, mask_urls
 
-                reason = display_url((str(e).strip().splitlines() or [""])[0][:300])
+                reason = escape_controls(mask_urls((str(e).strip().splitlines() or [""])[0][:300]))
                 _error_line(f"unexpected {type(e).__name__}{': ' + reason if reason else ''}. This is a bug in "
                             f"cudal2: for the traceback, run it again as '{ctx.command_path} --debug "
                             f"{ctx.invoked_subcommand or ''} ...' (or with {DEBUG_ENV}=1), and report it")

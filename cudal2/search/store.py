@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 
 from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
 from ..disk_faults import refused_write, the_fix
+from ..redact import shown_url
 from ..ir import GemmProblem, KernelSpec
 
 ENV_STORE = "CUDAL2_STORE"
@@ -64,8 +65,6 @@ def sqlite_path(url: str) -> Path | None:
 
 def display_url(url: str) -> str:
     """url as it may be printed: postgresql://user:***@host/db (cudal2.redact.shown_url)."""
-    from ..redact import shown_url
-
     return shown_url(url)
 
 
@@ -403,6 +402,9 @@ class Store:
                 self.optuna_storage = journal_storage(path, self.warn)
         try:
             engine = sa.create_engine(self.url)
+        except ValueError:  # a port that is not a number, say
+            raise StoreError(f"store {shown} is not a database URL; give a SQLite file path or a URL such as "
+                             "postgresql://user@host:5432/db") from None
         except ModuleNotFoundError as e:
             package = _DRIVER_PACKAGES.get(e.name or "", e.name)
             raise StoreError(f"store {shown}: its database driver {e.name!r} is not installed; pip install "
