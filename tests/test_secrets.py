@@ -104,7 +104,9 @@ def test_an_odd_retry_after_falls_back_like_any_endpoint_fault(tmp_path, header)
 
 
 @pytest.mark.parametrize("var,value", [("CUDAL2_LLM_TIMEOUT", "inf"), ("CUDAL2_LLM_TIMEOUT", "nan"),
-                                       ("CUDAL2_LLM_BACKOFF", "-1"), ("CUDAL2_LLM_RETRIES", "2.5")])
+                                       ("CUDAL2_LLM_BACKOFF", "-1"), ("CUDAL2_LLM_RETRIES", "2.5"),
+                                       ("CUDAL2_LLM_RETRIES", "1000"), ("CUDAL2_LLM_TIMEOUT", "0"),
+                                       ("CUDAL2_LLM_BACKOFF", "7200")])
 def test_an_odd_llm_setting_is_one_error_line(tmp_path, var, value):
     out = _env_cli(tmp_path, f"http://127.0.0.1:{unused_port()}/v1", "search", "1024x1024x1024", "--proposer", "llm",
                    "--runner", "recorded", "--budget", "2", **{var: value})

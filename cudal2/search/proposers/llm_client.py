@@ -286,16 +286,24 @@ class ChatClient:
         return self.redact(text)
 
 
+# The ranges the client's settings are taken in: a timeout of 0 never waits for a reply, and a
+# thousand retries or an hour's backoff would stall a search for hours before it falls back.
+_RANGES = {"CUDAL2_LLM_TIMEOUT": (0.0, 86400.0, False), "CUDAL2_LLM_RETRIES": (0, 100, True),
+           "CUDAL2_LLM_BACKOFF": (0.0, 3600.0, True)}
+
+
 def _env_number(var: str, kind: type) -> float:
-    """The number, 0 or more, that environment variable `var` holds (an int or a float)."""
+    """The number environment variable `var` holds (an int or a float), within its _RANGES."""
     text = os.environ[var]
+    low, high, low_ok = _RANGES.get(var, (0, math.inf, True))
     try:
         value = kind(text)
     except ValueError:
         value = None
-    if value is None or not math.isfinite(value) or value < 0:
+    if value is None or not math.isfinite(value) or value > high or value < low or (value == low and not low_ok):
         whole, unit = ("whole ", "attempts") if kind is int else ("", "seconds")
-        raise ValueError(f"{var}={text!r}: give a {whole}number of {unit}, 0 or more")
+        bound = f"{low:g} to {high:g}" if low_ok else f"more than {low:g} and at most {high:g}"
+        raise ValueError(f"{var}={text!r}: give a {whole}number of {unit}, {bound}")
     return value
 
 
