@@ -106,3 +106,15 @@ def test_report_and_results_reader(tmp_path):
     head, table, _ = report.read_e2e_decoder(tmp_path / "e2e_decoder_x.json")
     assert head == "cudal2 / torch tokens/s per mode, over token counts: eager 1.250 to 1.250; graph 0.800 to 0.800"
     assert len(table) == 2 + 4 + 2 + 2
+
+
+def test_the_report_sets_the_tables_predicted_saving_against_the_layers_measured_one():
+    rows = [_row(1), _row(16)]
+    rows[0].update(predicted_saving_us=90.0, measured_saving_us=100.0)  # within 25%
+    rows[1].update(predicted_saving_us=40.0, measured_saving_us=100.0)  # not
+    for g in rows[0]["gemms"] + rows[1]["gemms"]:
+        g["table_mode"] = "layer"
+    md = e2e_decoder.report(rows, {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
+    assert "| 1 | layer | 90.00 | 100.00 | yes |" in md and "| 16 | layer | 40.00 | 100.00 | no |" in md
+    old = e2e_decoder.report([_row(1)], {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
+    assert "What the table predicts" not in old  # results written before the prediction was kept
