@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import statistics
 import sys
 import tempfile
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from cudal2 import GemmProblem  # noqa: E402
+from cudal2.search.aggregates import aggregate  # noqa: E402
 
 AGREE = 0.02
 
@@ -119,9 +119,10 @@ def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, .
     return row
 
 
-def geomean(xs) -> float:
-    xs = [x for x in xs if x and math.isfinite(x) and x > 0]
-    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
+def geomean(xs) -> str:
+    """The geomean of the ratios as a table cell ("-" for none)."""
+    a = aggregate(xs)
+    return f"{a.geomean:.3f}" if a is not None else "-"
 
 
 def markdown(out: dict) -> str:
@@ -133,9 +134,9 @@ def markdown(out: dict) -> str:
              f"of the harness's: **{n} of {len(rows)} shapes**.", "",
              "| geomean over the shapes | search (layer, confirmed) | eval layer | harness (layer) | eval offline |",
              "|---|---:|---:|---:|---:|",
-             f"| {len(rows)} shapes | {geomean(r.get('search') for r in rows):.3f} | "
-             f"{geomean(r['eval_layer'] for r in rows):.3f} | {geomean(r['harness'] for r in rows):.3f} | "
-             f"{geomean(r['eval_offline'] for r in rows):.3f} |", "",
+             f"| {len(rows)} shapes | {geomean(r.get('search') for r in rows)} | "
+             f"{geomean(r['eval_layer'] for r in rows)} | {geomean(r['harness'] for r in rows)} | "
+             f"{geomean(r['eval_offline'] for r in rows)} |", "",
              "| shape | winner | search | eval layer | harness | eval offline | winner us (eval layer / harness / "
              "offline) | torch us (eval layer / harness / offline) |", "|---|---|---:|---:|---:|---:|---|---|"]
     for r in out["rows"]:

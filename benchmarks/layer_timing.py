@@ -36,6 +36,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from e2e_decoder import HEAD_DIM, HEADS, HIDDEN, INTER, KV_HEADS, decoder_layer  # noqa: E402
 
+from cudal2.search.aggregates import aggregate  # noqa: E402
+
 # The layer's GEMMs in the order its forward runs them: name, out_features, in_features.
 GEMMS = (("q", HEADS * HEAD_DIM, HIDDEN), ("k", KV_HEADS * HEAD_DIM, HIDDEN), ("v", KV_HEADS * HEAD_DIM, HIDDEN),
          ("o", HIDDEN, HEADS * HEAD_DIM), ("gate", INTER, HIDDEN), ("up", INTER, HIDDEN), ("down", HIDDEN, INTER))
@@ -144,13 +146,8 @@ def isolated_times(tokens: int, out_f: int, in_f: int, groups: int) -> dict[str,
     return out
 
 
-def geomean(xs) -> float:
-    xs = [x for x in xs if x and math.isfinite(x) and x > 0]
-    return math.exp(statistics.fmean(math.log(x) for x in xs)) if xs else float("nan")
-
-
 def markdown(rows: list[dict], env: dict, cmd: str) -> str:
-    lines = [f"# Timing regimes against the decoder layer's own GEMM times\n",
+    lines = ["# Timing regimes against the decoder layer's own GEMM times\n",
              f"{env['gpu']}, torch {env['torch']}, {env['date']}. Command: `{cmd}`\n",
              "In-layer: the GEMM kernel's duration inside the layer's CUDA graph (profiler, median over "
              "replays). Each regime: F.linear alone timed by cudal2.bench.timing, its time over the in-layer "
@@ -163,8 +160,9 @@ def markdown(rows: list[dict], env: dict, cmd: str) -> str:
     lines += ["", "| regime | geomean over in-layer | min | max | mean abs deviation |", "|---|---:|---:|---:|---:|"]
     for g in REGIMES:
         ratios = [r[g] / r["in_layer_ms"] for r in rows if math.isfinite(r[g])]
-        if ratios:
-            lines.append(f"| {g} | {geomean(ratios):.3f} | {min(ratios):.3f} | {max(ratios):.3f} | "
+        a = aggregate(ratios)
+        if a is not None:
+            lines.append(f"| {g} | {a.geomean:.3f} | {a.min:.3f} | {a.max:.3f} | "
                          f"{statistics.fmean(abs(x - 1) for x in ratios):.3f} |")
     return "\n".join(lines) + "\n"
 

@@ -47,20 +47,13 @@ def _reply_quoting_the_secrets() -> dict:
     return reply
 
 
-def _env_cli(tmp_path, base_url, *args, **extra):
+def _env_cli(monkeypatch, tmp_path, base_url, *args, **extra):
     """run_cli with further environment variables, which win over run_cli's own."""
     import subprocess
 
     real = subprocess.run
-
-    def run(cmd, env=None, **kw):
-        return real(cmd, env={**(env or {}), **extra}, **kw)
-
-    subprocess.run = run
-    try:
-        return run_cli(tmp_path, base_url, *args)
-    finally:
-        subprocess.run = real
+    monkeypatch.setattr(subprocess, "run", lambda cmd, env=None, **kw: real(cmd, env={**(env or {}), **extra}, **kw))
+    return run_cli(tmp_path, base_url, *args)
 
 
 def test_a_reply_that_quotes_the_secrets_is_stored_and_printed_without_them(tmp_path, monkeypatch):
@@ -107,8 +100,9 @@ def test_an_odd_retry_after_falls_back_like_any_endpoint_fault(tmp_path, header)
                                        ("CUDAL2_LLM_BACKOFF", "-1"), ("CUDAL2_LLM_RETRIES", "2.5"),
                                        ("CUDAL2_LLM_RETRIES", "1000"), ("CUDAL2_LLM_TIMEOUT", "0"),
                                        ("CUDAL2_LLM_BACKOFF", "7200")])
-def test_an_odd_llm_setting_is_one_error_line(tmp_path, var, value):
-    out = _env_cli(tmp_path, f"http://127.0.0.1:{unused_port()}/v1", "search", "1024x1024x1024", "--proposer", "llm",
+def test_an_odd_llm_setting_is_one_error_line(tmp_path, monkeypatch, var, value):
+    out = _env_cli(monkeypatch, tmp_path, f"http://127.0.0.1:{unused_port()}/v1", "search", "1024x1024x1024",
+                   "--proposer", "llm",
                    "--runner", "recorded", "--budget", "2", **{var: value})
     lines = [line for line in out.stderr.splitlines() if line.strip()]
     assert out.returncode == 2, out.stderr

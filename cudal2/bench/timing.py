@@ -323,7 +323,7 @@ def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
             if st["graph"] is not None:
                 graph, starts, ends = st["graph"]
                 graph.replay()
-                pending.append((st["k"], list(zip(starts, ends))))
+                pending.append((st["k"], list(zip(starts, ends)), 1))
             else:
                 marks = []
                 for i in range(n_sets):
@@ -334,7 +334,7 @@ def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
                     call(i)
                     b.record()
                     marks.append((a, b))
-                pending.append((st["k"], marks))
+                pending.append((st["k"], marks, 1))
             if cfg.call_groups is not None and g >= cfg.call_groups:
                 continue
             c0, c1 = ev(), ev()
@@ -342,14 +342,10 @@ def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
             for j in range(st["plain"]):
                 call(j % n_sets)
             c1.record()
-            pending.append((st["c"], [(c0, c1, st["plain"])]))
+            pending.append((st["c"], [(c0, c1)], st["plain"]))
         torch.cuda.synchronize(device)
-        for sink, marks in pending:
-            if len(marks[0]) == 3:
-                (a, b, n), = marks
-                sink.append(a.elapsed_time(b) / n)
-            else:
-                sink.append(statistics.fmean(a.elapsed_time(b) for a, b in marks))
+        for sink, marks, calls in pending:  # ms per call: the mean over the marked intervals of `calls` calls
+            sink.append(statistics.fmean(a.elapsed_time(b) for a, b in marks) / calls)
     for name, st in live.items():
         ks, cs = st["k"], st["c"]
         graph = st["graph"]

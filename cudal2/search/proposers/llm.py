@@ -69,8 +69,8 @@ class LLMProposer:
             raise ValueError(f"none of the backends {list(backends)} supports {arch}; pick another arch or backend")
         self.arch = arch
         self.config = LLMConfig.from_env(provider, model=model, base_url=base_url, api_key=api_key, **client_options)
-        self.client = ChatClient(self.config, sleep=sleep)
         self.redact = self.config.redactor()  # what the proposer stores or prints carries no secret
+        self.client = ChatClient(self.config, sleep=sleep, redact=self.redact)
         self.gpu_name = gpu_name or (device.name if device is not None and not device.name.startswith("reference")
                                      else None)
         self.baselines = dict(baselines or {})

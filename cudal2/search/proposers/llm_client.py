@@ -146,11 +146,13 @@ class Reply:
 
 
 class ChatClient:
-    def __init__(self, config: LLMConfig, *, sleep: Callable[[float], None] = time.sleep):
+    def __init__(self, config: LLMConfig, *, sleep: Callable[[float], None] = time.sleep,
+                 redact: Redactor | None = None):
         import httpx  # lazily: `import cudal2` must not need it
 
         self.config = config
-        self.redact = config.redactor()  # every secret in every form, and control characters
+        # every secret in every form, and control characters (the proposer's own, where it has one)
+        self.redact = redact or config.redactor()
         self._sleep = sleep
         self._http = httpx.Client(timeout=httpx.Timeout(config.timeout_s), auth=self._authorize)
         self.waits: list[float] = []  # seconds slept before each retry (for inspection)
@@ -307,27 +309,29 @@ def _env_number(var: str, kind: type) -> float:
     return value
 
 
+def _seconds(text: str, scale: float = 1.0) -> float | None:
+    """A header's number of seconds; None for one that is not a finite number 0 or more (nan, inf
+    and negative values are ignored like any unreadable header)."""
+    try:
+        seconds = float(text) * scale
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
 def _retry_after(headers) -> float | None:
     """Seconds to wait from retry-after-ms, or Retry-After as seconds or an HTTP date."""
     ms = headers.get("retry-after-ms")
-    if ms:
-        try:
-            seconds = float(ms) / 1000
-        except ValueError:
-            pass
-        else:
-            if math.isfinite(seconds) and seconds >= 0:
-                return seconds
+    seconds = _seconds(ms, 1e-3) if ms else None
+    if seconds is not None:
+        return seconds
     value = headers.get("retry-after")
     if not value:
         return None
-    try:
-        seconds = float(value)
-    except ValueError:
-        pass
-    else:  # nan, inf and negative values are ignored like any unreadable header
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
-    try:
+    seconds = _seconds(value)
+    if seconds is not None:
+        return seconds
+    try:  # an HTTP date (a number that is no wait, such as nan or -5, is no date either)
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError):
         return None
