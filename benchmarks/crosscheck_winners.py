@@ -3,6 +3,7 @@ harness: does a winner's speedup over torch.matmul read the same when someone el
 
     python benchmarks/crosscheck_winners.py OUT.md [--shapes 30] [--part 0/1] [--budget 8]
         [--backends triton] [--max-seconds 540]
+    python benchmarks/crosscheck_winners.py OUT.md --retime EARLIER.json [--max-seconds 540]
 
 For each shape (validation serving shapes of cudal2/data/shapes/split.json, layout NT, spread over
 sizes; --part i/n takes every n-th of them from the i-th, so that two calls share the work):
@@ -14,11 +15,17 @@ sizes; --part i/n takes every n-th of them from the i-th, so that two calls shar
    set, a read of a buffer twice the L2, an in-place pass over A, then the call between two events,
    all in one CUDA graph per contender; the two graphs replayed alternately, 25 rounds, median.
 Agreement: the evaluator's layer ratio (step 2) within 2% of the harness's.
+
+--retime EARLIER.json times the winners of an earlier run again with the evaluator in layer mode (no
+search, no harness), on whatever GPU this run gets: do two runs, on two machines where the lease gives
+another one, agree within 1% in geomean? Each report names the GPU's UUID, so it says whether the
+machine was another one.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -80,11 +87,7 @@ def harness_ms(calls: dict, a_operands: list, rounds: int = 25) -> dict[str, flo
 
 
 def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, ...]) -> dict:
-    import torch
-
     import cudal2
-    from cudal2.bench.inputs import make_operands, rotation_count
-    from cudal2.codegen import get_backend
 
     row: dict = {"shape": problem.label()}
     t0 = time.perf_counter()
@@ -94,13 +97,40 @@ def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, .
         row["status"] = "no winner"
         return row
     spec = res.best.spec
-    row["spec"], row["backend"] = spec.summary(), spec.backend
+    row["spec"], row["backend"], row["spec_json"] = spec.summary(), spec.backend, spec.to_json()
     row["search"], row["search_mode"] = res.speedup.get("torch"), res.mode
-    again = ev.evaluate(problem, [spec], modes=("layer", "offline"))[0]
-    base = ev.baselines(problem, ("layer", "offline"))
+    return check(problem, spec, ev, row)
+
+
+def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = 25) -> dict:
+    """Steps 2 and 3 for one winner: the evaluator again (layer and offline), then the harness."""
+    import torch
+
+    from cudal2.bench.inputs import make_operands, rotation_count
+    from cudal2.codegen import get_backend
+
+    with ev.full_timing():  # the timing of the search's confirmation rounds, whose figure it reports
+        again = ev.evaluate(problem, [spec], modes=("layer", "offline"))[0]
+        base = ev.baselines(problem, ("layer", "offline"))
     if not again.ok:
         row["status"] = f"{again.status}: {again.reason[:100]}"
         return row
+    for mode in ("layer", "offline"):
+        row[f"eval_{mode}_kernel_ms"], row[f"eval_{mode}_torch_ms"] = again.kernel_ms(mode), base["torch"].kernel_ms(mode)
+        row[f"eval_{mode}"] = base["torch"].kernel_ms(mode) / again.kernel_ms(mode)
+    backend = get_backend(spec.backend)
+    kernel = backend.compile(backend.render(problem, spec))
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    n_sets = rotation_count(problem, l2, memory_budget=8 << 30)
+    sets = [make_operands(problem, 100 + i, "cuda") for i in range(n_sets)]
+    outs = [torch.empty(problem.m, problem.n, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
+    calls = {"kernel": lambda i: kernel(sets[i].a, sets[i].b, outs[i]),
+             "torch": lambda i: torch.matmul(sets[i].a, sets[i].b, out=outs[i])}
+    h = harness_ms(calls, [s.a for s in sets], rounds)
+    row["harness_kernel_ms"], row["harness_torch_ms"] = h["kernel"], h["torch"]
+    row["harness"] = h["torch"] / h["kernel"]
+    row["agree"] = abs(row["eval_layer"] / row["harness"] - 1) <= AGREE
+    return row
     for mode in ("layer", "offline"):
         row[f"eval_{mode}_kernel_ms"], row[f"eval_{mode}_torch_ms"] = again.kernel_ms(mode), base["torch"].kernel_ms(mode)
         row[f"eval_{mode}"] = base["torch"].kernel_ms(mode) / again.kernel_ms(mode)
@@ -117,6 +147,68 @@ def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, .
     row["harness"] = h["torch"] / h["kernel"]
     row["agree"] = abs(row["eval_layer"] / row["harness"] - 1) <= AGREE
     return row
+
+
+def problem_of(label: str) -> GemmProblem:
+    """The GemmProblem of a label "MxNxK-dtype-layout" (no epilogue: the shapes here have none)."""
+    dims, dtype, layout = label.split("-")[:3]
+    return GemmProblem.parse(dims, dtype=dtype, layout=layout)
+
+
+def retime(earlier: dict, ev, max_seconds: float) -> list[dict]:
+    """The earlier run's winners and torch.matmul timed again in layer mode: one row per shape."""
+    from cudal2.ir import KernelSpec
+
+    rows, start = [], time.time()
+    for old in earlier["rows"]:
+        if "spec_json" not in old or "eval_layer" not in old:
+            continue
+        if time.time() - start > max_seconds:
+            break
+        problem = problem_of(old["shape"])
+        again = ev.evaluate(problem, [KernelSpec.from_json(old["spec_json"])], modes=("layer",))[0]
+        base = ev.baselines(problem, ("layer",))
+        row = {"shape": old["shape"], "spec": old["spec"], "earlier": old["eval_layer"]}
+        if again.ok:
+            row["now"] = base["torch"].kernel_ms("layer") / again.kernel_ms("layer")
+        else:
+            row["status"] = f"{again.status}: {again.reason[:100]}"
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    return rows
+
+
+def retime_markdown(out: dict, earlier: dict) -> str:
+    rows = [r for r in out["rows"] if "now" in r]
+    a_then, a_now = aggregate(r["earlier"] for r in rows), aggregate(r["now"] for r in rows)
+    same = out.get("gpu_uuid") == earlier.get("gpu_uuid")
+    lines = [f"# Search winners timed again in layer mode ({out['gpu']}, {out['date']})", "",
+             f"`{out['command']}`; {out['versions']}", "",
+             f"Earlier run: {earlier['command']} ({earlier['gpu']}, {earlier['date']}, GPU {earlier.get('gpu_uuid', '?')}). "
+             f"This run: GPU {out.get('gpu_uuid', '?')} ({'the same machine' if same else 'another machine'}).", ""]
+    if a_then and a_now:
+        lines += [f"Geomean of torch.matmul time / winner time over {len(rows)} shapes: earlier {a_then.geomean:.4f}, "
+                  f"now {a_now.geomean:.4f}, ratio {a_now.geomean / a_then.geomean:.4f} "
+                  f"(within 1%: {'yes' if abs(a_now.geomean / a_then.geomean - 1) <= 0.01 else 'no'}).", ""]
+    lines += ["| shape | winner | earlier | now | now / earlier |", "|---|---|---:|---:|---:|"]
+    for r in out["rows"]:
+        if "now" not in r:
+            lines.append(f"| {r['shape']} | `{r['spec']}` | {r['earlier']:.3f} | {r.get('status', '-')} | |")
+        else:
+            lines.append(f"| {r['shape']} | `{r['spec']}` | {r['earlier']:.3f} | {r['now']:.3f} | "
+                         f"{r['now'] / r['earlier']:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def gpu_uuid() -> str:
+    """The GPU's UUID (nvidia-smi), which tells two machines apart; "?" where it cannot be read."""
+    import subprocess
+
+    try:
+        return subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader", "-i", "0"],
+                              capture_output=True, text=True, timeout=30).stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
 
 
 def geomean(xs) -> str:
@@ -159,21 +251,69 @@ def main() -> None:
     ap.add_argument("--budget", type=int, default=8)
     ap.add_argument("--backends", default="triton")
     ap.add_argument("--max-seconds", type=float, default=540)
+    ap.add_argument("--resume", type=Path, default=None,
+                    help="an interrupted run's .json: keep its rows and measure only the shapes it lacks")
+    ap.add_argument("--recheck", type=Path, default=None,
+                    help="an earlier run's .json: steps 2 and 3 again for its winners (no search)")
+    ap.add_argument("--rounds", type=int, default=25, help="the harness's rounds")
+    ap.add_argument("--groups", type=int, default=None,
+                    help="the evaluator's groups per confirmation round (default: TimingConfig.confirmation()'s)")
+    ap.add_argument("--retime", type=Path, default=None, help="an earlier run's .json: time its winners again")
     args = ap.parse_args()
     import torch
     import triton
 
     from cudal2.api import default_runner
+    from cudal2.bench.timing import TimingConfig
     from cudal2.search.store import Store
+
+    runner_config = {"baselines": ("torch",)}
+    if args.groups is not None:
+        runner_config["timing"] = dataclasses.replace(TimingConfig.confirmation(), groups=args.groups)
 
     part, parts = (int(x) for x in args.part.split("/"))
     out = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
            "command": "python benchmarks/crosscheck_winners.py " + " ".join(sys.argv[1:]),
-           "versions": f"torch {torch.__version__}, triton {triton.__version__}", "rows": []}
+           "versions": f"torch {torch.__version__}, triton {triton.__version__}", "gpu_uuid": gpu_uuid(),
+           "rows": []}
+    start = time.time()
+    if args.retime is not None:
+        earlier = json.loads(args.retime.read_text())
+        with default_runner(**runner_config) as ev:
+            out["rows"] = retime(earlier, ev, args.max_seconds)
+        args.out.write_text(retime_markdown(out, earlier))
+        args.out.with_suffix(".json").write_text(json.dumps(out, indent=1))
+        print(retime_markdown(out, earlier))
+        return
+    if args.recheck is not None:
+        from cudal2.ir import KernelSpec
+
+        earlier = json.loads(args.recheck.read_text())
+        out["command"] += f" (winners of {earlier['command']}, {earlier['gpu']}, {earlier['date']})"
+        with default_runner(**runner_config) as ev:
+            for old in earlier["rows"]:
+                if "spec_json" not in old or time.time() - start > args.max_seconds:
+                    continue
+                keep = {k: old[k] for k in ("shape", "spec", "backend", "spec_json", "search", "search_mode")}
+                row = check(problem_of(old["shape"]), KernelSpec.from_json(old["spec_json"]), ev, keep,
+                            args.rounds)
+                out["rows"].append(row)
+                print(json.dumps(row), flush=True)
+                args.out.write_text(markdown(out))
+                args.out.with_suffix(".json").write_text(json.dumps(out, indent=1))
+        print(markdown(out))
+        return
+    done: set[str] = set()
+    if args.resume is not None:
+        out["rows"] = json.loads(args.resume.read_text())["rows"]
+        done = {r["shape"] for r in out["rows"]}
+        out["command"] += f" (continuing {args.resume.name}, {len(done)} shapes)"
     start = time.time()
     store = Store(Path(tempfile.mkdtemp()) / "store.db")
-    with default_runner(baselines=("torch",)) as ev:
+    with default_runner(**runner_config) as ev:
         for p in shapes(args.shapes, part, parts):
+            if p.label() in done:
+                continue
             if time.time() - start > args.max_seconds:
                 break
             row = measure(p, ev, store, args.budget, tuple(args.backends.split(",")))

@@ -219,7 +219,7 @@ def gemm_rows(t: int, plain, rounds: int, calls: int) -> list[dict]:
     return rows
 
 
-def measure(t: int, plain, ours, rounds: int, calls: int) -> dict:
+def measure(t: int, plain, ours, rounds: int, calls: int, modes=("eager", "compile", "graph")) -> dict:
     import torch
 
     import cudal2
@@ -228,7 +228,7 @@ def measure(t: int, plain, ours, rounds: int, calls: int) -> dict:
     with torch.no_grad():
         want, got = plain(x).float(), ours(x).float()
         row = {"tokens": t, "rel_error": float((got - want).norm() / want.norm()), "modes": {}}
-        for mode in ("eager", "compile", "graph"):
+        for mode in modes:
             # a model run inside CUDA graphs routes the layers a kernel serves only there too
             cudal2.route_linears(ours, graphs=mode == "graph")
             timers = {}
@@ -308,6 +308,8 @@ def main() -> None:
     ap.add_argument("--store", default=None, help="store for the searches (default: a file next to OUT)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds per mode and token count")
     ap.add_argument("--calls", type=int, default=CALLS, help="back-to-back calls per path and round")
+    ap.add_argument("--modes", default="eager,compile,graph",
+                    help="the layer's call modes to time (graph is the one the table's prediction is checked in)")
     ap.add_argument("--traced-min-saving-us", type=float, default=None,
                     help="ops.NATIVE_TRACED_MIN_SAVING_US for this run: the GPU time a kernel must save a call for a "
                          "compiled graph to launch it through the C++ path (default: the op's)")
@@ -335,7 +337,10 @@ def main() -> None:
     routed = cudal2.route_linears(ours)  # the layers whose weight the table has a kernel for
     routed_in_graphs = cudal2.route_linears(ours, graphs=True)  # ... and those it serves only in CUDA graphs
     cudal2.route_linears(ours)
-    rows = [measure(t, plain, ours, args.rounds, args.calls) for t in tokens]
+    modes = tuple(args.modes.split(","))
+    if "graph" not in modes:
+        sys.exit("--modes must include graph: the table's predicted saving is checked against the graph mode's")
+    rows = [measure(t, plain, ours, args.rounds, args.calls, modes) for t in tokens]
     env = record()
     command = "python3 benchmarks/e2e_decoder.py " + " ".join(sys.argv[1:])
     args.out.write_text(report(rows, tuned, env, command, args.rounds, args.calls, routed, routed_in_graphs))

@@ -174,6 +174,21 @@ def read_crosscheck(path: Path) -> tuple[str, list[str], str]:
     return head, body, f"{d['gpu']}, {d['versions']}"
 
 
+def read_crosscheck_winners(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/crosscheck_winners.py: search winners, the evaluator's layer ratio against a harness's."""
+    d = json.loads(path.read_text())
+    rows = [r for r in d["rows"] if "harness" in r]
+    agree = sum(bool(r["agree"]) for r in rows)
+    gm = lambda k: math.exp(statistics.fmean(math.log(r[k]) for r in rows))  # noqa: E731
+    head = (f"layer mode: evaluator within 2% of the harness on {agree} of {len(rows)} shapes; geomean over torch "
+            f"eval {gm('eval_layer'):.3f}, harness {gm('harness'):.3f}, search {gm('search'):.3f}")
+    body = [f"- GPU {d.get('gpu_uuid', '?')}", "", "| shape | winner | search | eval layer | harness | eval offline |",
+            "|---|---|---:|---:|---:|---:|"]
+    body += [f"| {r['shape']} | `{r['spec']}` | {r['search']:.3f} | {r['eval_layer']:.3f} | {r['harness']:.3f} | "
+             f"{r['eval_offline']:.3f} |" for r in rows]
+    return head, body, f"{d['gpu']}, {d['versions']}"
+
+
 def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[str], str]:
     _benchmarks_importable()
     from tune_speed import search_own_s  # benchmarks/, beside this file
@@ -401,6 +416,7 @@ def read_quack_vs_sweep(path: Path) -> tuple[str, list[str], str]:
 
 
 READERS = {"op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
+           "crosscheck_winners": read_crosscheck_winners,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
            "sm80_backends": read_sm80_backends, "scale_out": read_scale_out, "quack_vs_sweep": read_quack_vs_sweep}
@@ -781,6 +797,23 @@ EXPERIMENTS: list[Experiment] = [
                "sm80_backends", "The same benchmark earlier the same day, before the rules staged cuda_cpp's epilogue "
                "through shared memory (every cuda_cpp spec stored from registers): 25 of its 64 shapes (19 probe, 6 "
                "validation) before the device time ran out (`--max-seconds 200`)."),
+    Experiment("Search winners in layer mode, the evaluator against a harness, 30 validation shapes, H200",
+               "crosscheck_winners_h200_2026-11-29.json", "crosscheck_winners",
+               "`benchmarks/crosscheck_winners.py OUT.md --shapes 30 --budget 4`: each shape searched (layer mode, "
+               "Triton), the winner and torch.matmul timed again by the evaluator (a trial's timing) and by a harness "
+               "written apart from cudal2's timing (25 rounds)."),
+    Experiment("The same winners checked again on another machine, H200", "crosscheck_winners_recheck_h200_2026-11-29.json",
+               "crosscheck_winners", "`--recheck` of the run above: no search, the same two timings."),
+    Experiment("The same winners with the confirmation's timing and 100 harness rounds, H200",
+               "crosscheck_winners_confirm_g20_h200_2026-11-29.json", "crosscheck_winners",
+               "`--recheck --rounds 100 --groups 20` on a third machine: the evaluator times as the search's "
+               "confirmation does (20 groups a round)."),
+    Experiment("As above with 60 groups a round, H200", "crosscheck_winners_confirm_g60_h200_2026-11-29.json",
+               "crosscheck_winners", "`--recheck --rounds 100 --groups 60`, the same machine, right after."),
+    Experiment("The decoder layer at 1 to 1024 tokens, layer-mode table, H200", "e2e_decoder_layer_h200_2026-11-29.json",
+               "e2e_decoder", "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes eager,graph --budget 4 "
+               "--max-tune-seconds 220`: the op routed none of the searched GEMMs, so the table's predicted saving "
+               "(0) could not be checked against the layer's."),
     Experiment("The evaluator against two other clocks, 30 shapes", "crosscheck_h100_2026-11-27.json", "crosscheck",
                "`benchmarks/crosscheck.py --shapes 30`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
