@@ -21,7 +21,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cudal2.search.aggregates import aggregate, markdown  # noqa: E402
+from cudal2.tuner.aggregates import aggregate, markdown  # noqa: E402
 
 
 def combine(runs: dict[str, list[dict]]) -> list[dict]:

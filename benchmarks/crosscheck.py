@@ -92,7 +92,7 @@ def measure(problem: GemmProblem, ev) -> dict:
 
     from cudal2.bench.inputs import make_operands, rotation_count
     from cudal2.codegen import get_backend
-    from cudal2.search.proposers.rules import RulesProposer
+    from cudal2.proposers.rules import RulesProposer
 
     spec = RulesProposer(backends=("triton",)).propose(problem, n=1)[0].spec
     row = {"shape": problem.label(), "spec": spec.summary()}

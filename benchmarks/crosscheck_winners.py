@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from cudal2 import GemmProblem  # noqa: E402
-from cudal2.search.aggregates import aggregate  # noqa: E402
+from cudal2.tuner.aggregates import aggregate  # noqa: E402
 
 AGREE = 0.02
 
@@ -265,7 +265,7 @@ def main() -> None:
 
     from cudal2.api import default_runner
     from cudal2.bench.timing import TimingConfig
-    from cudal2.search.store import Store
+    from cudal2.store.store import Store
 
     runner_config = {"baselines": ("torch",)}
     if args.groups is not None:

@@ -320,7 +320,7 @@ def main() -> None:
     import cudal2
     from cudal2 import ops
     from cudal2.bench.environment import record
-    from cudal2.search.table import TunedTable
+    from cudal2.store.table import TunedTable
 
     tokens = [int(t) for t in args.tokens.split(",")]
     if args.traced_min_saving_us is not None:

@@ -27,7 +27,7 @@ def main():
     import e2e_decoder as e
     from _rounds import interleaved, spread
     from cudal2 import ops
-    from cudal2.search.table import TunedTable
+    from cudal2.store.table import TunedTable
 
     ops.set_table(TunedTable.for_serving(sys.argv[1]))
     plain, _ = e.layers()

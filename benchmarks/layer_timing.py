@@ -36,7 +36,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from e2e_decoder import HEAD_DIM, HEADS, HIDDEN, INTER, KV_HEADS, decoder_layer  # noqa: E402
 
-from cudal2.search.aggregates import aggregate  # noqa: E402
+from cudal2.tuner.aggregates import aggregate  # noqa: E402
 
 # The layer's GEMMs in the order its forward runs them: name, out_features, in_features.
 GEMMS = (("q", HEADS * HEAD_DIM, HIDDEN), ("k", KV_HEADS * HEAD_DIM, HIDDEN), ("v", KV_HEADS * HEAD_DIM, HIDDEN),

@@ -123,7 +123,7 @@ class Agreement:
 def agreement(rows: list[Measured], model=None, tolerance: float = 0.03) -> Agreement:
     """Compare measured times with `model(problem, spec_fields) -> us` (default: the rules' ranking)."""
     if model is None:
-        from cudal2.search.proposers.rules import RulesProposer
+        from cudal2.proposers.rules import RulesProposer
 
         rules = RulesProposer(backends=sorted({r.spec["backend"] for r in rows}) or ("cute_dsl",))
         model = rules.model_time_us
@@ -160,7 +160,7 @@ def winners_proposed(report: Path, proposals: int = 12) -> tuple[int, int, list[
     shapes where they do not). The rules propose for every backend the report's winners use."""
     from retime_winners import load_winners
 
-    from cudal2.search.proposers.rules import RulesProposer
+    from cudal2.proposers.rules import RulesProposer
 
     rows = load_winners(report)
     rules = RulesProposer(backends=sorted({r["spec_json"]["backend"] for r in rows}))

@@ -16,7 +16,7 @@ layout NT (x @ W^T), back-to-back calls from Python, eager and under torch.compi
    Paths: torch's call (F.linear, torch.matmul) and ours, eager and compiled (torch.compile of a module
    holding the weight; default mode, fullgraph, no_grad). "route" says what ours ran: the tuned kernel,
    or torch where the table does not serve the shape. A compiled graph that holds the op calls its C++
-   launch path (cudal2.native_launch) where that builds; then the same graph traced with the Python op
+   launch path (cudal2.codegen.native_launch) where that builds; then the same graph traced with the Python op
    instead is timed too ("compiled cudal2.linear, Python op").
    --min-saving-us sets the op's EAGER_MIN_SAVING_US and TRACED_MIN_SAVING_US (default: the op's own):
    0 serves every shape whose kernel beat torch, so that the op's own path is what is timed.
@@ -100,7 +100,8 @@ def measure_shape(m: int, n: int, k: int, store) -> dict:
     import torch
 
     import cudal2
-    from cudal2 import native_launch, ops
+    from cudal2.codegen import native_launch
+    from cudal2 import ops
     from cudal2.ir import GemmProblem
 
     problem = GemmProblem(m=m, n=n, k=k, layout="NT")
@@ -158,7 +159,7 @@ def _forced_kernel_route(problem, store, x, w):
     or None when the store has no kernel for it."""
     from cudal2 import ops
     from cudal2.codegen import get_backend
-    from cudal2.search.table import TunedTable
+    from cudal2.store.table import TunedTable
 
     best = [e for e in TunedTable.from_store(store) if e.problem.key() == problem.key()]
     if not best:
@@ -213,7 +214,7 @@ def main() -> None:
     import cudal2
     from cudal2 import ops
     from cudal2.bench.environment import record
-    from cudal2.search.table import TunedTable
+    from cudal2.store.table import TunedTable
 
     if args.min_saving_us is not None:
         ops.EAGER_MIN_SAVING_US = ops.TRACED_MIN_SAVING_US = ops.NATIVE_TRACED_MIN_SAVING_US = args.min_saving_us

@@ -245,7 +245,7 @@ def main() -> int:
     if args.shapes:
         best = only_shapes(best, args.shapes)
     if args.recorded:
-        from cudal2.search.recorded import RecordedRunner
+        from cudal2.tuner.recorded import RecordedRunner
 
         runner, gpu = RecordedRunner(), "recorded (synthetic numbers)"
     else:

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from cudal2 import GemmProblem, KernelSpec  # noqa: E402
 from cudal2.bench.results import MODES  # noqa: E402
-from cudal2.search.aggregates import aggregate, markdown  # noqa: E402
+from cudal2.tuner.aggregates import aggregate, markdown  # noqa: E402
 
 BASELINES = ("torch", "cublaslt_autotune", "cublaslt_heuristic")
 

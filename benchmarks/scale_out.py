@@ -45,7 +45,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 def workload(args):
     from cudal2.api import default_arch
     from cudal2.dataset import draw_shapes, resolve_shapes
-    from cudal2.search import catalog
+    from cudal2.proposers import catalog
 
     problems = [p for p in resolve_shapes(args.shapes) if p.flops / 1e9 <= args.max_gflop]
     problems = draw_shapes(problems, args.sample)
@@ -87,7 +87,7 @@ def make_runner(recorded: bool, on_worker: bool):
     from cudal2.bench.timing import TimingConfig
 
     if recorded:
-        from cudal2.search.recorded import RecordedRunner
+        from cudal2.tuner.recorded import RecordedRunner
 
         return functools.partial(RecordedRunner, delay_s=0.005)
     if on_worker:
@@ -101,7 +101,7 @@ def make_runner(recorded: bool, on_worker: bool):
 
 def one_process(warm, problems, specs, tmp: Path, recorded: bool) -> dict:
     from cudal2.dataset import run_sweep
-    from cudal2.search.store import Store
+    from cudal2.store.store import Store
 
     runner = make_runner(recorded, on_worker=False)()
     try:
@@ -115,7 +115,7 @@ def one_process(warm, problems, specs, tmp: Path, recorded: bool) -> dict:
 def on_cluster(n: int, warm, problems, specs, tmp: Path, recorded: bool) -> dict:
     from cudal2.dataset import cluster
     from cudal2.dataset.cluster_sweep import run_sweep_on_cluster
-    from cudal2.search.store import Store
+    from cudal2.store.store import Store
 
     with cluster.open_cluster(n, gpus=not recorded) as client:
         with cluster.runner_on_workers(client, make_runner(recorded, on_worker=True)) as name:
@@ -157,7 +157,7 @@ def killed_on_cluster(n: int, problems, specs, tmp: Path, recorded: bool) -> dic
 
     from cudal2.dataset import cluster
     from cudal2.dataset.cluster_sweep import run_sweep_on_cluster
-    from cudal2.search.store import Store
+    from cudal2.store.store import Store
 
     db = tmp / f"killed_{n}.db"
     with cluster.open_cluster(n, gpus=not recorded) as client:

@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from cudal2 import GemmProblem  # noqa: E402
-from cudal2.search.aggregates import aggregate, markdown  # noqa: E402
+from cudal2.tuner.aggregates import aggregate, markdown  # noqa: E402
 
 BASELINES = ("torch", "cublaslt_autotune", "cublaslt_heuristic")
 
@@ -193,9 +193,9 @@ def main(argv=None) -> int:
         return 0 if png else 1
 
     from cudal2.api import default_arch, default_runner, resolve_proposer
-    from cudal2.search.confirm import Confirm
-    from cudal2.search.loop import Budget, run_search
-    from cudal2.search.store import Store
+    from cudal2.tuner.confirm import Confirm
+    from cudal2.tuner.loop import Budget, run_search
+    from cudal2.store.store import Store
 
     start = time.monotonic()
     deadline = start + args.max_seconds if args.max_seconds else None
@@ -205,7 +205,7 @@ def main(argv=None) -> int:
     store = Store(args.store)
     budget = Budget.parse(int(args.budget) if args.budget.isdigit() else args.budget)
     if args.runner == "recorded":
-        from cudal2.search.recorded import RecordedRunner
+        from cudal2.tuner.recorded import RecordedRunner
 
         runner = RecordedRunner()
     else:

@@ -32,7 +32,7 @@ def main() -> int:
     ap.add_argument("--seeds", type=int, default=3)
     args = ap.parse_args()
     import cudal2
-    from cudal2.search.recorded import RecordedRunner
+    from cudal2.tuner.recorded import RecordedRunner
 
     backends = tuple(args.backend or ("triton", "cute_dsl"))
     folder = Path(tempfile.mkdtemp(prefix="cudal2-overhead-"))

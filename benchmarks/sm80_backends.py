@@ -150,7 +150,7 @@ def rules_pool(backend: str, problems, n: int, depth: int, profile) -> tuple[lis
     rank on a shape is its best member's, and it enters the pool as the member the rules
     proposed on the most shapes (the first seen of equals). Returns the specs and, per spec key,
     on how many shapes the rules ranked its family and the family's best rank."""
-    from cudal2.search.proposers.rules import RulesProposer
+    from cudal2.proposers.rules import RulesProposer
 
     rp = RulesProposer(backends=(backend,), arch=ARCH, device=profile)
     members: dict[str, Counter] = {}  # family -> Counter of member spec keys
@@ -601,7 +601,7 @@ def main(argv=None, runner=None) -> int:
         print(json.dumps(ahead.summary(), indent=1))
         return 0 if not ahead.summary()["failed"] else 1
 
-    from cudal2.search.store import Store
+    from cudal2.store.store import Store
 
     out: Path = args.out
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -621,7 +621,7 @@ def main(argv=None, runner=None) -> int:
         ahead = AheadOfTime(cuda_cpp_jobs(pools["cuda_cpp"], [p for _, p in shapes]), compile_workers)
         print(f"compiling {len(ahead.futures)} cuda_cpp kernels ahead on {compile_workers} threads", flush=True)
     if runner is None and args.recorded:
-        from cudal2.search.recorded import RecordedRunner
+        from cudal2.tuner.recorded import RecordedRunner
 
         runner = RecordedRunner()
     elif runner is None:

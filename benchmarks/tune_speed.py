@@ -58,10 +58,10 @@ def search_own_s(row: dict) -> float:
 
 
 def twin_outcome(store_url: str, problem) -> dict:
-    """How the confirmation's static twin fared (cudal2.search.confirm): its original's median
+    """How the confirmation's static twin fared (cudal2.tuner.confirm): its original's median
     relative time over its own (above 1: static faster), and whether it was kept; {} without one."""
-    from cudal2.search.confirm import kept_twins, summarize, twin_rival
-    from cudal2.search.store import Store
+    from cudal2.tuner.confirm import kept_twins, summarize, twin_rival
+    from cudal2.store.store import Store
 
     confirmed = summarize(Store(store_url).confirmations(problem), "torch", "offline")
     kept = kept_twins(confirmed)
@@ -76,7 +76,7 @@ def twin_outcome(store_url: str, problem) -> dict:
 
 def compile_seconds(store_url: str, problem) -> dict:
     """The compile seconds the kernel table records for problem's candidates (pool and worker)."""
-    from cudal2.search.store import Store
+    from cudal2.store.store import Store
 
     secs = [r["result"].compile_s for r in Store(store_url).kernels(problem)]
     return {"compile_s_sum": sum(secs), "compile_s_max": max(secs, default=0.0),
@@ -89,7 +89,7 @@ def geomean(xs):
 
 
 def _specs(problem, backends, n):
-    from cudal2.search.proposers.rules import RulesProposer
+    from cudal2.proposers.rules import RulesProposer
 
     return [p.spec for p in RulesProposer(backends=backends).propose(problem, n=n)]
 
@@ -187,8 +187,8 @@ def part_sweep(backends, n_specs: int, deadline: float, out: dict, save) -> None
     from cudal2.bench.evaluator import Evaluator
     from cudal2.bench.timing import TimingConfig
     from cudal2.dataset import run_sweep
-    from cudal2.search.catalog import sample
-    from cudal2.search.store import Store
+    from cudal2.proposers.catalog import sample
+    from cudal2.store.store import Store
 
     small = [s.problem() for s in shape_sets.shapes("serving", "train") if 2 * s.m * s.n * s.k <= 1e9]
     small = small[:: max(1, len(small) // 14)][:14]

@@ -2,9 +2,9 @@
 
 from .codegen import available_backends, get_backend
 from .ir import Epilogue, GemmProblem, KernelSpec, SpecError
-from . import search  # a callable package: cudal2.search(shape, ...) is cudal2.api.search
+from .api import search
 
-__version__ = "0.1.0"
+from .version import __version__
 
 # Loaded on first use so that `import cudal2` stays cheap (no torch, optuna or evaluator):
 # name -> (module, attribute)
@@ -17,9 +17,9 @@ _LAZY = {
     "tune_model": ("cudal2.model_tuning", "tune_model"),
     "tune_untuned": ("cudal2.model_tuning", "tune_untuned"),
     "untuned_problems": ("cudal2.ops", "untuned_problems"),
-    "SearchResult": ("cudal2.search.outcome", "SearchResult"),
-    "Store": ("cudal2.search.store", "Store"),
-    "TunedTable": ("cudal2.search.table", "TunedTable"),
+    "SearchResult": ("cudal2.tuner.outcome", "SearchResult"),
+    "Store": ("cudal2.store.store", "Store"),
+    "TunedTable": ("cudal2.store.table", "TunedTable"),
 }
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .ir import Epilogue, GemmProblem
-from .search.confirm import Confirm
+from cudal2.tuner.confirm import Confirm
 
 SERVING_CONFIRM = Confirm()  # tune_model and tune_untuned confirm their leaders in the objective's mode (layer)
 
@@ -107,7 +107,7 @@ def _tune(problems: list[tuple[GemmProblem, str]], *, budget, proposer, backends
 
     from . import api, ops
     from .ir import SpecError
-    from .search.table import TunedTable
+    from cudal2.store.table import TunedTable
 
     # The leaders are ranked as the model calls them (layer mode, the search's objective), and the
     # table (TunedTable.for_serving) serves a kernel only where it beat torch there.

@@ -43,9 +43,9 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from . import native_launch
+from cudal2.codegen import native_launch
 from .ir import Epilogue, GemmProblem, SpecError
-from .search.table import TunedTable
+from cudal2.store.table import TunedTable
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 # torch's linear, bound here: torch.compile guards a module object that two modules' globals both reach
@@ -405,7 +405,7 @@ def _(x, weight, bias):
     return x.new_empty((*x.shape[:-1], weight.shape[0]))
 
 
-# What a traced graph calls where the kernel has a C++ launch path (cudal2.native_launch, which
+# What a traced graph calls where the kernel has a C++ launch path (cudal2.codegen.native_launch, which
 # implements them once loaded): the slot names the kernel bound for the call while tracing.
 _lib.define("linear_slot(Tensor x, Tensor weight, Tensor? bias, int slot) -> Tensor")
 _lib.define("matmul_slot(Tensor a, Tensor b, int slot) -> Tensor")
@@ -549,7 +549,7 @@ def _served_when_traced(class_of: Callable, *tensors) -> tuple | None:
 
 @torch.compiler.assume_constant_result
 def _native_slot(served: tuple) -> int:
-    """While tracing a served call: the slot of its kernel's C++ launch path (cudal2.native_launch),
+    """While tracing a served call: the slot of its kernel's C++ launch path (cudal2.codegen.native_launch),
     or -1 where the graph calls the Python op instead (no TVM-FFI function, no C++ compiler). Binding
     builds the kernel's launcher now (compile or disk load, workspace), once per class and process."""
     from .codegen.operands import torch_dtype

@@ -12,8 +12,8 @@ from typer.testing import CliRunner
 
 from cudal2 import GemmProblem, SpecError, api
 from cudal2.cli import app
-from cudal2.search.recorded import RecordedRunner
-from cudal2.search.store import Store
+from cudal2.tuner.recorded import RecordedRunner
+from cudal2.store.store import Store
 
 PROBLEM = GemmProblem(m=1024, n=1024, k=1024)
 
@@ -73,8 +73,8 @@ def test_tune_searches_each_shape_once_whatever_its_spelling(tmp_path):
 
 
 def _one_search(db: str, seed: int) -> None:
-    from cudal2.search.loop import run_search
-    from cudal2.search.proposers import get_proposer
+    from cudal2.tuner.loop import run_search
+    from cudal2.proposers import get_proposer
 
     run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=get_proposer("rules", backends=("triton",),
                                                                                  arch="sm_90a"),

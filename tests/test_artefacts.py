@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudal2.cli import app
-from cudal2.learn.cost_model import ModelError, TreeModel
+from cudal2.proposers.cost_model import ModelError, TreeModel
 
 SHIPPED = Path(__file__).resolve().parent.parent / "cudal2" / "data" / "models" / "sm_90a.json"
 runner = CliRunner()
@@ -172,7 +172,7 @@ def test_damage_found_after_the_check_is_the_same_error(tmp_path, monkeypatch):
     """A page found damaged by a read after the check passed (or damaged since): the same line."""
     import sqlite3
 
-    from cudal2.search.store import Store, StoreError
+    from cudal2.store.store import Store, StoreError
 
     store = tmp_path / "s.db"
     r = runner.invoke(app, ["search", "1024x1024x1024", "--runner", "recorded", "--budget", "6", "--store", str(store)])

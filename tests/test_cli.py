@@ -125,7 +125,7 @@ def test_bench_without_gpu_is_a_clear_error():
 
 
 def test_search_times_the_leaders_static_twin_unless_told_not_to(tmp_path):
-    from cudal2.search.store import Store
+    from cudal2.store.store import Store
 
     args = ["search", "1024x512x256", "--budget", "4", "--proposer", "random", "--runner", "recorded", "--seed", "0"]
     statics = {}

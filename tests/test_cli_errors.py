@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudal2.cli import BackendName, ModeName, ProposerName, SamplerName, app
-from cudal2.search.store import Store, StoreError
+from cudal2.store.store import Store, StoreError
 
 runner = CliRunner()
 RECORDED = ["--runner", "recorded"]
@@ -102,14 +102,14 @@ def test_a_size_check_of_the_problem_is_one_error_line(monkeypatch):
 def test_a_spec_error_from_inside_a_command_is_a_user_error(monkeypatch):
     """A SpecError names the field, the limit and the fix wherever it is raised (a size check that
     needs the target arch runs inside the search): one line and exit 2, not a bug."""
-    import cudal2.search.loop
+    import cudal2.tuner.loop
     from cudal2.ir import SpecError, Violation
 
     def refuse(*_a, **_k):
         raise SpecError(Violation("shape", "100000x100000x100000", "needs 80 GB, the GPU has 40 GB",
                                   "search a smaller shape"), what="GemmProblem")
 
-    monkeypatch.setattr(cudal2.search.loop, "run_search", refuse)
+    monkeypatch.setattr(cudal2.tuner.loop, "run_search", refuse)
     line = _one_error_line(runner.invoke(app, ["search", "4096x4096x4096", *RECORDED]))
     assert line == ("error: invalid GemmProblem: shape='100000x100000x100000': needs 80 GB, the GPU has 40 GB; "
                     "fix: search a smaller shape")
@@ -168,8 +168,8 @@ def test_help_lists_the_allowed_values():
 def test_choices_are_the_registries():
     from cudal2.bench.results import MODES
     from cudal2.codegen.registry import available_backends
-    from cudal2.search.proposers import available_proposers
-    from cudal2.search.refiner import SAMPLERS
+    from cudal2.proposers import available_proposers
+    from cudal2.tuner.refiner import SAMPLERS
 
     assert list(BackendName.__members__) == available_backends()
     assert list(ProposerName.__members__) == ["auto", *available_proposers(), "none"]
@@ -181,18 +181,18 @@ def _raise_bug(*_a, **_k):
 
 
 def test_a_bug_is_one_line_that_points_at_debug_and_exits_1(monkeypatch):
-    import cudal2.search.loop
+    import cudal2.tuner.loop
 
-    monkeypatch.setattr(cudal2.search.loop, "run_search", _raise_bug)
+    monkeypatch.setattr(cudal2.tuner.loop, "run_search", _raise_bug)
     line = _one_error_line(runner.invoke(app, ["search", "512x512x512", *RECORDED]), exit_code=1)
     assert "ZeroDivisionError: float division by zero" in line and "bug" in line and "--debug" in line
 
 
 @pytest.mark.parametrize("debug", [["--debug"], "CUDAL2_DEBUG=1"])
 def test_debug_shows_the_traceback_of_a_bug(debug, monkeypatch):
-    import cudal2.search.loop
+    import cudal2.tuner.loop
 
-    monkeypatch.setattr(cudal2.search.loop, "run_search", _raise_bug)
+    monkeypatch.setattr(cudal2.tuner.loop, "run_search", _raise_bug)
     if isinstance(debug, str):
         monkeypatch.setenv(*debug.split("="))
         debug = []
@@ -208,7 +208,7 @@ def test_debug_does_not_turn_a_user_error_into_a_traceback():
 
 
 def test_ctrl_c_says_how_to_resume_and_exits_130(monkeypatch, tmp_path):
-    from cudal2.search.recorded import RecordedRunner
+    from cudal2.tuner.recorded import RecordedRunner
 
     def interrupted(*_a, **_k):
         raise KeyboardInterrupt

@@ -2,7 +2,7 @@
 
 import pytest
 
-from cudal2.search.compare import Arm, best_known, markdown, summary, wins
+from cudal2.tuner.compare import Arm, best_known, markdown, summary, wins
 
 
 def arms():
@@ -38,7 +38,7 @@ def test_the_markdown_names_the_command_and_every_arm():
 
 
 def test_the_markdown_says_whose_kernel_won_where_several_backends_ran():
-    from cudal2.search.compare import backend_wins
+    from cudal2.tuner.compare import backend_wins
 
     several = [Arm("rules", 16, "a", 1.10, "cute_dsl"), Arm("rules", 16, "b", 0.95, "triton"),
                Arm("rules", 16, "c", 1.02, "cute_dsl"), Arm("rules", 16, "d", None)]

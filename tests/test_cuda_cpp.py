@@ -187,7 +187,7 @@ def test_operand_errors_are_value_errors_that_name_the_mismatch():
 
 # ---- the rules proposer and the search space with this backend ------------------------------------
 def test_rules_propose_valid_cuda_cpp_specs_on_sm_80_beside_triton():
-    from cudal2.search.proposers.rules import RulesProposer
+    from cudal2.proposers.rules import RulesProposer
 
     be = get_backend("cuda_cpp")
     for shape in ((4096, 4096, 4096), (1000, 1000, 1000), (128, 8192, 4096)):
@@ -199,7 +199,7 @@ def test_rules_propose_valid_cuda_cpp_specs_on_sm_80_beside_triton():
 
 
 def test_rules_on_hopper_leave_cuda_cpp_out_without_failing():
-    from cudal2.search.proposers.rules import RulesProposer
+    from cudal2.proposers.rules import RulesProposer
 
     rules = RulesProposer(backends=("triton", "cuda_cpp"), arch="sm_90a")
     assert rules.backends == ["triton"] and rules.refused_backends == ["cuda_cpp"]
@@ -208,7 +208,7 @@ def test_rules_on_hopper_leave_cuda_cpp_out_without_failing():
 
 
 def test_search_space_holds_the_declared_values():
-    from cudal2.search.space import search_space
+    from cudal2.tuner.space import search_space
 
     options = {o.name: o for o in search_space(("triton", "cuda_cpp"), "sm_80")}
     assert set(options["backend"].choices) == {"triton", "cuda_cpp"}

@@ -13,9 +13,9 @@ import time
 import pytest
 
 from cudal2.dataset import COLUMNS, export_rows, resolve_shapes, run_sweep, write_rows
-from cudal2.search.catalog import catalog, sample
-from cudal2.search.recorded import RecordedRunner, specs_measured
-from cudal2.search.store import Store
+from cudal2.proposers.catalog import catalog, sample
+from cudal2.tuner.recorded import RecordedRunner, specs_measured
+from cudal2.store.store import Store
 
 
 def test_catalog_is_valid_shape_generic_and_sampled_reproducibly():
@@ -50,7 +50,7 @@ def test_cute_dsl_catalog_spans_the_declared_space_and_every_spec_runs_somewhere
 def test_the_deep_catalog_holds_each_base_arrangement_once_at_the_deepest_pipeline_that_fits():
     from cudal2.codegen import get_backend
     from cudal2.ir import GemmProblem, SpecError
-    from cudal2.search.catalog import DEEPEST_STAGES, catalog, sample
+    from cudal2.proposers.catalog import DEEPEST_STAGES, catalog, sample
 
     deep, base = catalog("cute_dsl", "sm_90a", "deep"), catalog("cute_dsl", "sm_90a")
     arrangement = lambda s: (s.block_m, s.block_n, s.num_warps, s.warp_specialization, s.cluster_m,  # noqa: E731
@@ -75,7 +75,7 @@ def test_the_deep_catalog_holds_each_base_arrangement_once_at_the_deepest_pipeli
 def test_the_narrow_catalog_adds_small_tiles_deep_split_k_and_pipelines_to_the_base():
     from cudal2.codegen import get_backend
     from cudal2.ir import GemmProblem
-    from cudal2.search.catalog import names_for
+    from cudal2.proposers.catalog import names_for
 
     narrow = catalog("cute_dsl", "sm_90a", "narrow")
     assert len(narrow) > 500 and len({s.key() for s in narrow}) == len(narrow)
@@ -147,9 +147,9 @@ def test_sweep_measures_each_pair_once_and_exports_a_row_per_pair(tmp_path):
 SWEEP = textwrap.dedent("""
     import sys
     from cudal2.dataset import resolve_shapes, run_sweep
-    from cudal2.search.catalog import sample
-    from cudal2.search.recorded import RecordedRunner
-    from cudal2.search.store import Store
+    from cudal2.proposers.catalog import sample
+    from cudal2.tuner.recorded import RecordedRunner
+    from cudal2.store.store import Store
 
     db, log, delay = sys.argv[1], sys.argv[2], float(sys.argv[3])
     run_sweep(resolve_shapes("serving:validation")[:4], sample(10), RecordedRunner(delay_s=delay, log=log),

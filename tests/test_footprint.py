@@ -91,7 +91,7 @@ def test_without_a_gpu_the_target_archs_largest_part_is_the_limit(monkeypatch):
 def test_search_refuses_before_the_runner_is_asked_anything(monkeypatch, tmp_path):
     import cudal2
     import cudal2.api as api
-    from cudal2.search.recorded import RecordedRunner
+    from cudal2.tuner.recorded import RecordedRunner
 
     monkeypatch.setattr(api, "gpu_available", lambda: False)
     runner = RecordedRunner()

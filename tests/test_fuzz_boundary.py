@@ -23,9 +23,9 @@ from hypothesis import strategies as st
 from cudal2 import GemmProblem, KernelSpec, SpecError, get_backend
 from cudal2.codegen import templates
 from cudal2.ir import capabilities
-from cudal2.search.proposers import space
-from cudal2.search.proposers.llm import LLMProposer
-from cudal2.search.proposers.llm_client import Reply, parse_json
+from cudal2.proposers import space
+from cudal2.proposers.llm import LLMProposer
+from cudal2.proposers.llm_client import Reply, parse_json
 
 # Moderate example counts and a fixed seed: the file runs in well under a minute on two cores, and
 # a failure in CI is reproducible. CUDAL2_FUZZ_PROFILE=deep explores more, with fresh randomness.

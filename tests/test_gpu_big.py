@@ -96,7 +96,7 @@ def _sampled_rows_reference(a, b, rows, cols_per_block: int = 8192):
 def _forced_table(res):
     """A table that sends the problem to the search's best kernel whatever its speed: the op's
     tuned path on this shape (the table the search writes sends it to torch where torch is faster)."""
-    from cudal2.search.table import TunedEntry, TunedTable
+    from cudal2.store.table import TunedEntry, TunedTable
 
     ms = res.best.time_ms["offline"]
     return TunedTable([TunedEntry(res.problem, res.best.spec, ms, {"torch": 2 * ms})])
@@ -112,7 +112,7 @@ def test_matmul_op_is_as_accurate_as_torch_on_sampled_rows(searched, shape, tabl
 
     import cudal2
     import cudal2.ops as ops
-    from cudal2.search.table import TunedTable
+    from cudal2.store.table import TunedTable
 
     res, store = searched(shape)
     m, n, k = (int(x) for x in shape.split("x"))

@@ -13,7 +13,7 @@ import pytest
 
 from cudal2 import paths
 from cudal2.codegen import cute_dsl, triton
-from cudal2.search import store
+from cudal2.store import store
 
 ROOT = Path(__file__).resolve().parents[1]
 

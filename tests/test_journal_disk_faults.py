@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 
 from cudal2.cli import app
 from cudal2 import GemmProblem
-from cudal2.search.store import Store, StoreError, journal_path
+from cudal2.store.store import Store, StoreError, journal_path
 
 runner = CliRunner()
 SEARCH = ["search", "256x256x256", "--runner", "recorded", "--proposer", "rules", "--confirm", "0"]
@@ -110,7 +110,7 @@ def test_an_append_after_a_torn_record_sets_it_aside_under_the_journals_lock(tmp
     journal's lock is held (a writer holds it while it writes: its record is never taken as torn)."""
     from optuna.storages.journal import JournalFileSymlinkLock
 
-    from cudal2.search.journal import StudiesJournalFile
+    from cudal2.store.journal import StudiesJournalFile
 
     path = tmp_path / "s.db.optuna-journal"
     path.write_bytes(b'{"op_code":0,"worker_id":"w","study_name":"a","directions":[1]}\n{"op_code":0,"wor')
@@ -279,12 +279,12 @@ def test_a_store_on_a_read_only_folder_is_one_error_line(where, code, tmp_path, 
 
 def test_another_write_the_disk_refuses_is_one_error_line(monkeypatch, tmp_path):
     """A full disk under a kernel cache (not the store) is the environment too."""
-    import cudal2.search.loop
+    import cudal2.tuner.loop
 
     def full(*_a, **_k):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/cache/triton/kernel.py")
 
-    monkeypatch.setattr(cudal2.search.loop, "run_search", full)
+    monkeypatch.setattr(cudal2.tuner.loop, "run_search", full)
     line = _one_error_line(_search(tmp_path / "s.db", 4))
     assert line == ("error: cannot write /cache/triton/kernel.py: no space left on device; free space, or give "
                     "--store, --out or $CUDAL2_CACHE_DIR a writable place")

@@ -12,11 +12,11 @@ from cudal2 import GemmProblem, KernelSpec
 from cudal2.bench.results import DEFAULT_MODE, MODES
 from cudal2.bench.timing import LayerPrelude
 from cudal2.learn.samples import from_rows, label_mode
-from cudal2.search.loop import run_search
-from cudal2.search.proposal import Proposal
-from cudal2.search.recorded import RecordedRunner
-from cudal2.search.store import Store
-from cudal2.search.table import TunedEntry, TunedTable
+from cudal2.tuner.loop import run_search
+from cudal2.proposers.proposal import Proposal
+from cudal2.tuner.recorded import RecordedRunner
+from cudal2.store.store import Store
+from cudal2.store.table import TunedEntry, TunedTable
 
 PROBLEM = GemmProblem(m=1024, n=1024, k=512)
 A = KernelSpec(block_m=128, block_n=128, block_k=64, num_warps=8, stages=3, shape_specialization="dynamic")

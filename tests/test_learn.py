@@ -11,8 +11,8 @@ import pytest
 from cudal2.ir import GemmProblem, KernelSpec, check_compatible
 from cudal2.ir import DeviceProfile
 from cudal2.learn import ModelError, TreeModel, feature_names, fit
-from cudal2.learn import bandit
-from cudal2.learn.features import features
+from cudal2.proposers import bandit
+from cudal2.proposers.features import features
 from cudal2.learn.samples import from_csv
 from cudal2.learn.validate import by_shape, replay, top1_ratios
 
@@ -57,14 +57,14 @@ def test_features_are_one_row_per_pair_in_name_order():
 
 def test_numpy_scoring_is_lightgbms_own(split):
     train, held = split
-    from cudal2.learn.features import matrix
+    from cudal2.proposers.features import matrix
 
     x = np.vstack([matrix(s.problem, [s.spec], H100) for s in held[:300]])
     y = np.array([s.log_speedup for s in train])
     xt = np.vstack([matrix(s.problem, [s.spec], H100) for s in train])
     booster = lgb.train({"objective": "regression", "verbose": -1, "num_leaves": 7, "deterministic": True,
                          "num_threads": 1, "seed": 0}, lgb.Dataset(xt, y), num_boost_round=40)
-    from cudal2.learn.cost_model import _from_lightgbm
+    from cudal2.proposers.cost_model import _from_lightgbm
 
     ours = _from_lightgbm(booster.dump_model(), H100)
     np.testing.assert_allclose(ours.predict_rows(x), booster.predict(x), rtol=1e-9, atol=1e-9)
@@ -144,7 +144,7 @@ def test_corrupt_or_foreign_model_files_are_one_clear_error(tmp_path, model):
 def test_learned_proposals_are_valid_distinct_and_learn_from_history(model, tmp_path):
     from cudal2.bench.results import CandidateResult, Timing
     from cudal2.codegen import get_backend
-    from cudal2.search.proposers import get_proposer
+    from cudal2.proposers import get_proposer
 
     model.save(tmp_path / "m.json")
     prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json",
@@ -166,7 +166,7 @@ def test_learned_proposals_are_valid_distinct_and_learn_from_history(model, tmp_
 
 
 def test_the_rules_fill_half_a_batch_beyond_the_catalog(model, tmp_path):
-    from cudal2.search.proposers import get_proposer
+    from cudal2.proposers import get_proposer
 
     model.save(tmp_path / "m.json")
     prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json")
@@ -178,10 +178,10 @@ def test_the_rules_fill_half_a_batch_beyond_the_catalog(model, tmp_path):
 
 
 def test_the_search_asks_an_adaptive_proposer_after_every_batch(model, tmp_path):
-    from cudal2.search.loop import run_search
-    from cudal2.search.proposers import get_proposer
-    from cudal2.search.recorded import RecordedRunner
-    from cudal2.search.store import Store
+    from cudal2.tuner.loop import run_search
+    from cudal2.proposers import get_proposer
+    from cudal2.tuner.recorded import RecordedRunner
+    from cudal2.store.store import Store
 
     model.save(tmp_path / "m.json")
     prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json",
@@ -200,10 +200,10 @@ def test_the_search_asks_an_adaptive_proposer_after_every_batch(model, tmp_path)
 def test_look_ahead_asks_the_adaptive_proposer_with_the_batches_in_flight_pending(model, tmp_path, depth, expected):
     """Asked ahead, the next batches are still the proposer's while its share lasts (not the
     sampler's), and the proposer is told which specs are under measurement, so it proposes new ones."""
-    from cudal2.search.loop import run_search
-    from cudal2.search.proposers import get_proposer
-    from cudal2.search.recorded import RecordedRunner
-    from cudal2.search.store import Store
+    from cudal2.tuner.loop import run_search
+    from cudal2.proposers import get_proposer
+    from cudal2.tuner.recorded import RecordedRunner
+    from cudal2.store.store import Store
 
     model.save(tmp_path / "m.json")
     prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json",
@@ -224,7 +224,7 @@ def test_look_ahead_asks_the_adaptive_proposer_with_the_batches_in_flight_pendin
 
 
 def test_a_proposer_without_the_pending_keyword_is_asked_for_more_and_its_repeats_dropped():
-    from cudal2.search.proposal import Proposal, propose_excluding, takes_pending
+    from cudal2.proposers.proposal import Proposal, propose_excluding, takes_pending
 
     specs = [KernelSpec(backend="triton", block_m=m) for m in (16, 32, 64, 128)]
 
@@ -240,7 +240,7 @@ def test_a_proposer_without_the_pending_keyword_is_asked_for_more_and_its_repeat
 
 
 def test_the_shipped_model_loads_and_says_where_its_data_came_from():
-    from cudal2.search.proposers.learned import shipped_model_path
+    from cudal2.proposers.learned import shipped_model_path
 
     m = TreeModel.load(shipped_model_path("sm_90a"))
     data = m.info["data"]
@@ -249,7 +249,7 @@ def test_the_shipped_model_loads_and_says_where_its_data_came_from():
 
 
 def test_auto_is_learned_where_a_model_exists_and_rules_elsewhere(monkeypatch, tmp_path, model):
-    from cudal2.search.proposers import default_proposer, get_proposer
+    from cudal2.proposers import default_proposer, get_proposer
 
     monkeypatch.delenv("CUDAL2_COST_MODEL", raising=False)
     assert default_proposer("sm_90a") == "learned" and default_proposer("sm_80") == "rules"
@@ -260,7 +260,7 @@ def test_auto_is_learned_where_a_model_exists_and_rules_elsewhere(monkeypatch, t
 
 
 def test_a_backend_the_model_never_saw_gets_the_rules_proposals(model, tmp_path):
-    from cudal2.search.proposers import get_proposer
+    from cudal2.proposers import get_proposer
 
     model.save(tmp_path / "m.json")  # trained on Triton measurements alone
     problem = GemmProblem(m=4096, n=4096, k=4096)
@@ -278,7 +278,7 @@ def test_the_proposer_ranks_the_catalogs_its_model_was_trained_on(model, split):
     import copy
 
     from cudal2.learn.samples import catalog_pairs
-    from cudal2.search.proposers.learned import LearnedProposer, trained_catalogs
+    from cudal2.proposers.learned import LearnedProposer, trained_catalogs
 
     assert catalog_pairs(split[0]) == {"base": len(split[0])} == model.info["data"]["catalogs"]
     problem = GemmProblem(m=128, n=128, k=8192)
@@ -297,7 +297,7 @@ def test_the_proposer_ranks_the_catalogs_its_model_was_trained_on(model, split):
 
 
 def test_the_shipped_model_ranks_both_hopper_backends():
-    from cudal2.search.proposers.learned import LearnedProposer, load_model, trained_backends, trained_catalogs
+    from cudal2.proposers.learned import LearnedProposer, load_model, trained_backends, trained_catalogs
 
     assert trained_backends(load_model(arch="sm_90a")) >= {"triton", "cute_dsl"}
     assert trained_catalogs(load_model(arch="sm_90a")) == ("base", "narrow")  # it was trained on both sweeps
@@ -305,7 +305,7 @@ def test_the_shipped_model_ranks_both_hopper_backends():
 
 
 def test_the_trainer_learns_from_each_update(split):
-    from cudal2.learn.cost_model import Trainer
+    from cudal2.proposers.cost_model import Trainer
 
     train, held = split
     t = Trainer(H100)

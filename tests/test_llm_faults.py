@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from test_proposer_llm import Replay, recorded
 
-from cudal2.search.store import Store
+from cudal2.store.store import Store
 
 KEY = "sk-sentinel-5d8e2a7c91b34f06"
 USER, PASSWORD = "sentinel-user-31c7", "sentinel-pass-a04f"

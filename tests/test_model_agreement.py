@@ -14,7 +14,7 @@ import model_agreement  # noqa: E402
 from cute_dsl_vs_cublas import BASE, CONFIG_SETS  # noqa: E402
 
 from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
-from cudal2.search.proposers.rules import RulesProposer  # noqa: E402
+from cudal2.proposers.rules import RulesProposer  # noqa: E402
 
 SHAPE = "512x512x12288"
 HEADER = ("| shape | mode | config | status | kernel us | TFLOP/s | rel. error | vs torch |\n"

@@ -5,7 +5,7 @@ import torch
 
 import cudal2
 from cudal2.model_tuning import linear_gemms
-from cudal2.search.recorded import RecordedRunner
+from cudal2.tuner.recorded import RecordedRunner
 
 
 class TwoLayer(torch.nn.Module):

@@ -1,4 +1,4 @@
-"""The C++ launch path of compiled graphs (cudal2.native_launch): built with g++ against this torch and
+"""The C++ launch path of compiled graphs (cudal2.codegen.native_launch): built with g++ against this torch and
 apache-tvm-ffi, exercised on CPU tensors with a TVM-FFI function written in Python that stands in for a
 kernel (it records its integer arguments and writes the product where D's address points)."""
 
@@ -8,8 +8,9 @@ import pytest
 import torch
 
 import cudal2
-from cudal2 import GemmProblem, KernelSpec, native_launch, ops
-from cudal2.search.table import TunedEntry, TunedTable
+from cudal2 import GemmProblem, KernelSpec, ops
+from cudal2.codegen import native_launch
+from cudal2.store.table import TunedEntry, TunedTable
 
 tvm_ffi = pytest.importorskip("tvm_ffi")
 GPU = "NVIDIA H100 80GB HBM3"

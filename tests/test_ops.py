@@ -7,11 +7,12 @@ import torch
 
 import cudal2
 from cudal2 import Epilogue, GemmProblem, KernelSpec
-from cudal2 import native_launch, ops
-from cudal2.search.loop import run_search
-from cudal2.search.recorded import RecordedRunner
-from cudal2.search.store import Store
-from cudal2.search.table import TunedEntry, TunedTable
+from cudal2.codegen import native_launch
+from cudal2 import ops
+from cudal2.tuner.loop import run_search
+from cudal2.tuner.recorded import RecordedRunner
+from cudal2.store.store import Store
+from cudal2.store.table import TunedEntry, TunedTable
 
 P = GemmProblem(m=96, n=80, k=64)
 

@@ -1,4 +1,4 @@
-"""Compiling ahead (cudal2.search.precompile, `cudal2 precompile`): what is planned, how it is
+"""Compiling ahead (cudal2.tuner.precompile, `cudal2 precompile`): what is planned, how it is
 compiled, and what a user sees. CPU only; one test compiles a real CuTe DSL kernel for sm_90a."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from cudal2.ir import GemmProblem, KernelSpec
-from cudal2.search.precompile import Planner, precompile
-from cudal2.search.proposal import Proposal
+from cudal2.tuner.precompile import Planner, precompile
+from cudal2.proposers.proposal import Proposal
 
 ROOT = Path(__file__).resolve().parent.parent
 DSL = dict(backend="cute_dsl", arch="sm_90a", block_m=128, block_n=128, block_k=64, num_warps=8,
@@ -148,7 +148,7 @@ def test_planning_processes_plan_the_same_units_as_one_process():
     from cheats.slow_compile import report_niceness
     from cudal2.bench.compile_pool import CompilePool
     from cudal2.ir import DeviceProfile
-    from cudal2.search.precompile import Recipe
+    from cudal2.tuner.precompile import Recipe
 
     problems = [GemmProblem.parse(s, layout="NT") for s in ("64x4096x4096", "1000x4096x4096", "7x14336x4096")]
     problems += [GemmProblem.parse("1000x4096x4096", layout="NN", dtype="bfloat16")]

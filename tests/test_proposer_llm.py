@@ -17,8 +17,8 @@ import pytest
 
 from cudal2.bench.results import CandidateResult, Correctness, Timing
 from cudal2.ir import GemmProblem, KernelSpec, check_compatible
-from cudal2.search.proposers import FallbackProposer, ProposerUnavailable, get_proposer
-from cudal2.search.proposers.llm_client import LLMConfig, LLMError
+from cudal2.proposers import FallbackProposer, ProposerUnavailable, get_proposer
+from cudal2.proposers.llm_client import LLMConfig, LLMError
 
 REPLIES = Path(__file__).parent / "llm_replies"
 KEY = "sk-test-7f3a9c1e5b2d4f60-secret"
@@ -456,7 +456,7 @@ def test_importing_cudal2_does_not_import_httpx():
     import subprocess
     import sys
 
-    code = "import sys, cudal2, cudal2.search.proposers; print('httpx' in sys.modules)"
+    code = "import sys, cudal2, cudal2.proposers; print('httpx' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
@@ -480,7 +480,7 @@ def test_recorded_replies_are_well_formed_wire_format():
 # ---- with the learned proposer -------------------------------------------------------------------
 
 def test_llm_plus_learned_shows_the_models_best_and_mixes_the_batch():
-    from cudal2.search.proposers.learned import LearnedProposer
+    from cudal2.proposers.learned import LearnedProposer
 
     with Replay([ok("openai_valid.json")]) as srv:
         mixed = get_proposer("llm+learned", provider="openai", model="test-model", base_url=srv.url, api_key=KEY,

@@ -10,8 +10,8 @@ from cudal2.bench.results import CandidateResult, Timing
 from cudal2.codegen import get_backend, refresh, register
 from cudal2.codegen.base import Backend
 from cudal2.ir import ARCHS, Capabilities, GemmProblem, KernelSpec, check_compatible, options
-from cudal2.search.proposers import available_proposers, get_proposer
-from cudal2.search.proposers.rules import RulesProposer
+from cudal2.proposers import available_proposers, get_proposer
+from cudal2.proposers.rules import RulesProposer
 
 SHAPES = [
     (1, 1, 1), (7, 13, 29), (16, 16, 16), (127, 33, 4097), (512, 128, 8192), (1000, 1000, 1000),
@@ -365,7 +365,7 @@ def test_cute_dsl_rules_offer_stream_k_in_clusters_but_never_more_than_max():
     # took 12288x256x16384 from 246 to 185 us on the H100; a ragged deep-K grid would otherwise fill
     # most of the list with stream-K variants
     from cudal2.api import resolve_proposer
-    from cudal2.search.proposers.rules import MAX_STREAM_K
+    from cudal2.proposers.rules import MAX_STREAM_K
 
     p = resolve_proposer("rules", ("cute_dsl",), "sm_90a")
     specs = [x.spec for x in p.propose(GemmProblem(m=12288, n=256, k=16384), [], 12)]
@@ -520,7 +520,7 @@ def test_cute_dsl_rules_reach_widths_between_the_powers_of_two_on_large_grids(sh
     # 5120 in 128x128 tiles is 1600 tiles, 12.1 waves of 132 SMs; widths such as 160 or 224 fill the last
     # wave better, and the model (waves rounded up times per-tile time) ranks them into the first picks
     from cudal2.codegen import get_backend
-    from cudal2.search.proposers import space
+    from cudal2.proposers import space
 
     declared = set(space.domain(get_backend("cute_dsl").capabilities, "block_n", "sm_90a"))
     specs = [x.spec for x in RulesProposer(backends=("cute_dsl",)).propose(GemmProblem.parse(shape), [], n=12)]

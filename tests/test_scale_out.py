@@ -19,9 +19,9 @@ from cudal2.bench.results import Environment  # noqa: E402
 from cudal2.dataset import cluster, export_rows, resolve_shapes, run_sweep  # noqa: E402
 from cudal2.dataset.cluster_sweep import run_sweep_on_cluster  # noqa: E402
 from cudal2.ir import GemmProblem  # noqa: E402
-from cudal2.search.catalog import sample  # noqa: E402
-from cudal2.search.recorded import RecordedRunner, specs_measured  # noqa: E402
-from cudal2.search.store import Store, StoreError  # noqa: E402
+from cudal2.proposers.catalog import sample  # noqa: E402
+from cudal2.tuner.recorded import RecordedRunner, specs_measured  # noqa: E402
+from cudal2.store.store import Store, StoreError  # noqa: E402
 
 DELAY_S = 0.04  # per pair: a batch of 4 takes 0.16 s, the window to kill a worker in
 
@@ -319,7 +319,7 @@ def test_the_environment_names_the_gpu_by_uuid_and_reads_its_clocks_by_it(monkey
     assert environment.clocks(0, "GPU-8c3f")["sm"] == 1980.0 and asked == [("uuid", "GPU-8c3f")]
     environment.clocks(1)
     assert asked[-1] == ("index", 1)
-    from cudal2.search.store import environment_from_dict
+    from cudal2.store.store import environment_from_dict
 
     old = {"gpu_name": "H100", "sm_count": 132, "driver": "", "cuda": "", "torch": "", "triton": "", "cudal2": ""}
 

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from cudal2.search.aggregates import aggregate, markdown
+from cudal2.tuner.aggregates import aggregate, markdown
 
 
 def test_aggregate_statistics():

@@ -5,8 +5,8 @@ import torch
 
 import cudal2
 from cudal2 import GemmProblem
-from cudal2.search.recorded import RecordedRunner
-from cudal2.search.store import Store
+from cudal2.tuner.recorded import RecordedRunner
+from cudal2.store.store import Store
 
 
 def test_search_end_to_end_with_rules_proposer_and_recorded_runner(tmp_path):

@@ -1,4 +1,4 @@
-"""Confirmation (cudal2.search.confirm): the leaders of a search are timed again and the winner is
+"""Confirmation (cudal2.tuner.confirm): the leaders of a search are timed again and the winner is
 named by the median of those rounds, not by the one lucky trial that made it a leader."""
 
 import contextlib
@@ -7,11 +7,11 @@ import time
 import pytest
 
 from cudal2 import GemmProblem, KernelSpec
-from cudal2.search.confirm import Confirm
-from cudal2.search.loop import run_search
-from cudal2.search.proposal import Proposal
-from cudal2.search.recorded import RecordedRunner
-from cudal2.search.store import Store
+from cudal2.tuner.confirm import Confirm
+from cudal2.tuner.loop import run_search
+from cudal2.proposers.proposal import Proposal
+from cudal2.tuner.recorded import RecordedRunner
+from cudal2.store.store import Store
 
 PROBLEM = GemmProblem(m=1024, n=1024, k=512)
 # the shape-generic kernels a search measures by default (Refiner.kernel_of)
@@ -138,7 +138,7 @@ def test_rounds_timed_in_another_mode_do_not_count(tmp_path):
     store = Store(tmp_path / "s.db")
     runner = Sequenced({LUCKY: [0.080, 0.110], STEADY: [0.090], SLOW: [0.200]})
     search(runner, store)
-    from cudal2.search.confirm import rounds_in_mode, summarize
+    from cudal2.tuner.confirm import rounds_in_mode, summarize
 
     rows = store.confirmations(PROBLEM)
     assert len(rows) == 6 and len(rounds_in_mode(rows, "layer")) == 6
@@ -208,7 +208,7 @@ def test_rounds_from_another_gpu_neither_count_nor_rank(tmp_path):
 
 
 def test_the_tuned_table_ranks_in_the_mode_asked_for(tmp_path):
-    from cudal2.search.table import TunedTable
+    from cudal2.store.table import TunedTable
 
     store = Store(tmp_path / "s.db")
     search(PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}), store,
@@ -223,7 +223,7 @@ def test_the_serving_table_ranks_as_the_model_calls_then_falls_back_to_older_mod
     # A store searched before layer mode existed: offline trials, sustained rounds. LUCKY beats torch
     # offline (0.080 against 0.100) and loses sustained (0.104): what the op serves there is torch.
     # A problem searched in layer mode is served by its layer ranking, and layer wins over sustained.
-    from cudal2.search.table import TunedTable
+    from cudal2.store.table import TunedTable
 
     store = Store(tmp_path / "s.db")
     times = {LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}
@@ -311,7 +311,7 @@ def test_a_static_twin_that_pays_is_the_winner_and_what_the_table_serves(tmp_pat
 @pytest.mark.parametrize("twin_ms", [0.080, 0.0795])  # as fast; 0.6% faster, within STATIC_MARGIN
 def test_a_static_twin_that_does_not_beat_its_original_by_the_margin_is_not_kept(tmp_path, twin_ms):
     from cudal2 import TunedTable
-    from cudal2.search.confirm import STATIC_MARGIN
+    from cudal2.tuner.confirm import STATIC_MARGIN
 
     assert twin_ms > 0.080 * (1 - STATIC_MARGIN)
     store = Store(tmp_path / "s.db")

@@ -3,13 +3,13 @@
 import pytest
 
 from cudal2 import GemmProblem, KernelSpec
-from cudal2.search.loop import Budget, run_search
-from cudal2.search.proposal import Proposal
-from cudal2.search.recorded import RecordedRunner
+from cudal2.tuner.loop import Budget, run_search
+from cudal2.proposers.proposal import Proposal
+from cudal2.tuner.recorded import RecordedRunner
 from cudal2.ir import SpecError
-from cudal2.search.refiner import Refiner, study_name, validate
-from cudal2.search.space import fields_from, params_of, search_space
-from cudal2.search.store import Store
+from cudal2.tuner.refiner import Refiner, study_name, validate
+from cudal2.tuner.space import fields_from, params_of, search_space
+from cudal2.store.store import Store
 
 PROBLEM = GemmProblem(m=1024, n=1024, k=512)
 FAST = KernelSpec(block_m=128, block_n=64, block_k=32, num_warps=4, stages=2, raster_group=4,
@@ -440,7 +440,7 @@ def test_a_sampled_stage_count_is_a_ceiling_and_a_proposal_keeps_its_own(tmp_pat
 def test_a_search_says_where_its_time_went(tmp_path):
     import time
 
-    from cudal2.search.loop import Search
+    from cudal2.tuner.loop import Search
 
     t0 = time.perf_counter()
     res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([FAST]),

@@ -16,7 +16,7 @@ from test_llm_faults import BASIC, KEY, PASSWORD, USER, run_cli, unused_port
 from test_proposer_llm import Replay, recorded
 
 from cudal2.redact import Redactor, escape_controls, forms, shown_url
-from cudal2.search.store import Store
+from cudal2.store.store import Store
 
 
 def encoded(secret: str) -> list[str]:

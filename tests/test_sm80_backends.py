@@ -54,7 +54,7 @@ def test_pools_are_drawn_alike_and_shape_generic():
 
 def test_recorded_flow_crash_resume_and_reader(tmp_path):
     from cudal2.dataset import resolve_shapes
-    from cudal2.search.recorded import RecordedRunner
+    from cudal2.tuner.recorded import RecordedRunner
 
     sm80 = _module("cudal2_bench_sm80_flow", "sm80_backends.py")
     pool, _ = sm80.rules_pool("cuda_cpp", resolve_shapes(SHAPES), 4, 8, sm80.rules_profile(132, 50))

@@ -13,11 +13,11 @@ import textwrap
 import pytest
 
 from cudal2 import GemmProblem, KernelSpec
-from cudal2.search.loop import run_search
-from cudal2.search.proposal import Proposal
-from cudal2.search.recorded import RecordedRunner, specs_measured
-from cudal2.search.space import params_of, search_space
-from cudal2.search.store import Store
+from cudal2.tuner.loop import run_search
+from cudal2.proposers.proposal import Proposal
+from cudal2.tuner.recorded import RecordedRunner, specs_measured
+from cudal2.tuner.space import params_of, search_space
+from cudal2.store.store import Store
 
 PROBLEM = GemmProblem(m=2048, n=512, k=1024, layout="NT")
 BUDGET = 20
@@ -32,12 +32,12 @@ SCRIPT = textwrap.dedent("""
     import os, signal, sys
     from sqlalchemy import event
     from cudal2 import GemmProblem, KernelSpec
-    from cudal2.search.loop import run_search
-    from cudal2.search.proposal import Proposal
-    from cudal2.search.recorded import RecordedRunner
-    from cudal2.search.refiner import Refiner
-    from cudal2.search.space import params_of
-    from cudal2.search.store import Store
+    from cudal2.tuner.loop import run_search
+    from cudal2.proposers.proposal import Proposal
+    from cudal2.tuner.recorded import RecordedRunner
+    from cudal2.tuner.refiner import Refiner
+    from cudal2.tuner.space import params_of
+    from cudal2.store.store import Store
 
     db, log, kill_at, budget = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
     stage, _, nth = kill_at.partition(":")

@@ -15,11 +15,11 @@ import pytest
 
 from cudal2 import GemmProblem, KernelSpec
 from cudal2.bench.results import BaselineResult, CandidateResult, Correctness, Environment, Timing
-from cudal2.search.loop import run_search
-from cudal2.search.recorded import RecordedRunner, specs_measured
-from cudal2.search.refiner import WORKER, Refiner
-from cudal2.search.space import params_of
-from cudal2.search.store import Store, as_url, rdb_storage, result_to_json
+from cudal2.tuner.loop import run_search
+from cudal2.tuner.recorded import RecordedRunner, specs_measured
+from cudal2.tuner.refiner import WORKER, Refiner
+from cudal2.tuner.space import params_of
+from cudal2.store.store import Store, as_url, rdb_storage, result_to_json
 
 PROBLEM = GemmProblem(m=2048, n=512, k=1024, layout="NT")
 
@@ -187,10 +187,10 @@ def test_trial_of_a_live_process_is_left_alone(tmp_path):
 SCRIPT = textwrap.dedent("""
     import sys
     from cudal2 import GemmProblem, KernelSpec
-    from cudal2.search.loop import run_search
-    from cudal2.search.proposal import Proposal
-    from cudal2.search.recorded import RecordedRunner
-    from cudal2.search.store import Store
+    from cudal2.tuner.loop import run_search
+    from cudal2.proposers.proposal import Proposal
+    from cudal2.tuner.recorded import RecordedRunner
+    from cudal2.store.store import Store
 
     class Fixed:
         name = "fixed"
@@ -254,9 +254,9 @@ def _study(store):
 WORKER_SCRIPT = textwrap.dedent("""
     import sys
     from cudal2 import GemmProblem
-    from cudal2.search.loop import run_search
-    from cudal2.search.recorded import RecordedRunner
-    from cudal2.search.store import Store
+    from cudal2.tuner.loop import run_search
+    from cudal2.tuner.recorded import RecordedRunner
+    from cudal2.store.store import Store
 
     m = int(sys.argv[2])
     res = run_search(GemmProblem(m=m, n=256, k=128), backends=("triton",), arch="sm_90a", proposer=None,

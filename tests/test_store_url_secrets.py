@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from cudal2.cli import app
-from cudal2.search.store import Store, display_url
+from cudal2.store.store import Store, display_url
 
 runner = CliRunner()
 RECORDED = ["--runner", "recorded"]
@@ -103,14 +103,14 @@ def test_the_dashboard_hint_and_shows_title_hide_the_password(case, tmp_path, mo
 
 
 def test_a_bugs_line_masks_a_store_url_in_its_message(monkeypatch):
-    import cudal2.search.loop
+    import cudal2.tuner.loop
 
     url, _ = URLS["password with an unencoded /"]
 
     def bug(*args, **kwargs):
         raise RuntimeError(f"lost the connection to {url} mid-write")
 
-    monkeypatch.setattr(cudal2.search.loop, "run_search", bug)
+    monkeypatch.setattr(cudal2.tuner.loop, "run_search", bug)
     result = runner.invoke(app, ["search", "512x512x512", *RECORDED])
     assert result.exit_code == 1
     assert "unexpected RuntimeError: lost the connection to postgresql://u:***@127.0.0.1/db" in result.output

@@ -93,7 +93,7 @@ def start_pool_process(parent: int) -> None:
 
 
 # A search with look-ahead has up to four batches of 4 compiling (the one in hand and three asked
-# ahead, cudal2.search.loop.LOOKAHEAD_BATCHES) and its leader's static twin: on a 16-core host, 14.
+# ahead, cudal2.tuner.loop.LOOKAHEAD_BATCHES) and its leader's static twin: on a 16-core host, 14.
 MAX_WORKERS = 16
 
 

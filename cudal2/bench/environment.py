@@ -13,6 +13,7 @@ import shutil
 import subprocess
 from importlib import metadata
 
+from ..version import __version__
 from .results import Environment
 
 
@@ -115,8 +116,6 @@ def capture(device="cuda:0") -> Environment:
     """The environment of `device` now (clocks_end is filled by finish())."""
     import torch
 
-    import cudal2
-
     dev = torch.device(device)
     if dev.type == "cuda" and torch.cuda.is_available():
         idx = dev.index or 0
@@ -131,7 +130,7 @@ def capture(device="cuda:0") -> Environment:
                                "host_cpu": host_cpu()}.items() if v}
     return Environment(gpu_name=gpu, sm_count=sms, driver=_driver() if gpu != "cpu" else "",
                        cuda=str(torch.version.cuda or ""), torch=torch.__version__,
-                       triton=_module_version("triton"), cudal2=cudal2.__version__,
+                       triton=_module_version("triton"), cudal2=__version__,
                        clocks_start=clk, clocks_end={}, extra=extra, gpu_uuid=uuid)
 
 

@@ -168,7 +168,7 @@ class Evaluator:
     def full_timing(self):
         """evaluate() calls inside take config.timing and config.baselines even where
         config.trial_timing and config.trial_baselines are set: the search's confirmation rounds
-        run here (cudal2.search.confirm)."""
+        run here (cudal2.tuner.confirm)."""
         before, self._full_timing = self._full_timing, True
         try:
             yield self
@@ -241,7 +241,7 @@ class Evaluator:
         return results  # type: ignore[return-value]
 
     # prefetch() may run in another thread while evaluate() runs: the search asks for its next
-    # batches and hands them over while the GPU measures the current one (cudal2.search.loop).
+    # batches and hands them over while the GPU measures the current one (cudal2.tuner.loop).
     prefetch_concurrent = True
 
     def prefetch(self, problem: GemmProblem, specs: list[KernelSpec]) -> None:

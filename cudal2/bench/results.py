@@ -135,3 +135,11 @@ class Runner(Protocol):
     # Optional: prefetch(problem, specs) starts compiling specs for a later evaluate() (the search's
     # look-ahead); prefetch_concurrent = True says it may be called from another thread while
     # evaluate() runs, and the search then asks for its next batches while this one is measured.
+
+
+def relative_time(kernel_ms: float, baselines: dict, reference: str | None, mode: str) -> float:
+    """kernel_ms over the reference baseline's time among `baselines` (lower is better); the raw
+    time when that baseline is missing, so that a search without baselines still ranks."""
+    ref = baselines.get(reference) if reference else None
+    ref_ms = ref.kernel_ms(mode) if ref is not None and ref.available else None
+    return kernel_ms / ref_ms if ref_ms else kernel_ms

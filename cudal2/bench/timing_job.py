@@ -13,7 +13,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .worker import TimeRequest
+    from .requests import TimeRequest
 
 
 class TimingJob:

@@ -11,7 +11,7 @@ from .common import BackendName, ModeName, ProposerName, SamplerName, app
 from . import search  # isort: skip
 from . import compare  # isort: skip
 from . import dataset  # isort: skip
-from ..learn.command import train  # isort: skip
+from cudal2.cli.train import train  # isort: skip
 
 app.command()(train)
 

@@ -30,8 +30,8 @@ except ImportError:
 from ..bench.results import MODES
 from ..codegen.registry import available_backends
 from ..ir import SpecError
-from ..search.proposers import available_proposers
-from ..search.refiner import SAMPLERS
+from cudal2.proposers import available_proposers
+from cudal2.tuner.refiner import SAMPLERS
 
 DEBUG_ENV = "CUDAL2_DEBUG"
 INTERRUPTED = "interrupted; run the same command to resume"
@@ -113,7 +113,7 @@ def _environment_fault(e: Exception) -> None:
     """Exit 2 with one line if e is a store a command found unusable (StoreError: its disk refused a
     write, say) or another write the disk refused (a kernel cache): the user's environment."""
     from ..disk_faults import refused_write
-    from ..search.store import StoreError
+    from cudal2.store.store import StoreError
 
     if isinstance(e, StoreError):
         _fail(_one_line(e))
@@ -181,7 +181,7 @@ def _values(choices) -> tuple[str, ...]:
 
 
 def _budget(value: str) -> str:
-    from ..search.loop import Budget
+    from cudal2.tuner.loop import Budget
 
     try:
         parsed = Budget.parse(value)
@@ -241,7 +241,7 @@ def _problem(shape: str, dtype: str, layout: str):
 def _runner(kind: str, **config):
     kind = _value(kind)
     if kind == "recorded":
-        from ..search.recorded import RecordedRunner
+        from cudal2.tuner.recorded import RecordedRunner
 
         console.print("[yellow]runner 'recorded': synthetic numbers from a model, not GPU measurements[/yellow]")
         return RecordedRunner()
@@ -260,7 +260,7 @@ def _runner(kind: str, **config):
 
 def _store(url: str | None):
     """The store, checked: one error line if it is a directory, not a database, or lacks its driver."""
-    from ..search.store import ENV_STORE, Store, StoreError
+    from cudal2.store.store import ENV_STORE, Store, StoreError
 
     try:
         return Store(url, warn=_warning).check()
@@ -270,7 +270,7 @@ def _store(url: str | None):
 
 
 def _shown_url(store) -> str:
-    from ..search.store import display_url
+    from cudal2.store.store import display_url
 
     return display_url(store.url)  # a password in the URL is not printed
 
@@ -299,7 +299,7 @@ StaticTwinsOpt = Annotated[int, typer.Option(
 
 
 def _confirm(rounds: int, mode: str | None = None, static_twins: int = 1):
-    from ..search.confirm import Confirm
+    from cudal2.tuner.confirm import Confirm
 
     mode = _value(mode)
     try:
@@ -321,7 +321,7 @@ def _proposer(name: str, backends, arch: str, *, llm_fatal: bool = False, fallba
     """The proposer of a run (None for 'none'). An LLM endpoint that fails after its retries is
     one warning line, then `fallback` (default: rules proposals, then Optuna; None: Optuna alone)."""
     from ..ir import DeviceProfile
-    from ..search.proposers import get_proposer
+    from cudal2.proposers import get_proposer
 
     if name == "none":
         return None
@@ -335,8 +335,8 @@ def _proposer(name: str, backends, arch: str, *, llm_fatal: bool = False, fallba
 @contextlib.contextmanager
 def _llm_fatal(prop):
     """With --llm-fatal the LLM proposer raises on an endpoint failure: one error line, exit 1."""
-    from ..search.proposers import ProposerUnavailable
-    from ..search.proposers.fallback import failure_line
+    from cudal2.proposers import ProposerUnavailable
+    from cudal2.proposers.fallback import failure_line
 
     try:
         yield

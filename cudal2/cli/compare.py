@@ -57,10 +57,10 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
     import tempfile
 
     from ..api import default_arch
-    from ..search import compare as cmp
-    from ..search.confirm import Confirm
-    from ..search.loop import run_search
-    from ..search.store import Store
+    from cudal2.tuner import compare as cmp
+    from cudal2.tuner.confirm import Confirm
+    from cudal2.tuner.loop import run_search
+    from cudal2.store.store import Store
 
     names = [p.strip() for p in proposers.split(",") if p.strip()]
     budgets = [b.strip() for b in budget.split(",") if b.strip()]
@@ -192,7 +192,7 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[st
 
 def _print_compare(finals: dict[str, dict[str, float | None]], problems,
                    labels: dict[str, str] | None = None) -> None:
-    from ..search.aggregates import aggregate
+    from cudal2.tuner.aggregates import aggregate
 
     t = Table(title="best speedup over torch at equal budget")
     t.add_column("shape")

@@ -11,7 +11,7 @@ import typer
 
 from ..dataset import draw_shapes, resolve_shapes, run_sweep
 from ..dataset.cluster import ClusterError
-from ..search.store import StoreError
+from cudal2.store.store import StoreError
 
 from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, Modes,
                      ProposerName, RunnerOpt, StoreOpt, _confirm, _fail, _llm_fatal, _one_line, _parse_shapes_file,
@@ -33,8 +33,8 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
           llm_fatal: LlmFatalOpt = False) -> None:
     """Search every shape of a file (resumable: finished studies are not repeated) and report."""
     from ..api import default_arch
-    from ..search.aggregates import aggregate, markdown
-    from ..search.loop import run_search
+    from cudal2.tuner.aggregates import aggregate, markdown
+    from cudal2.tuner.loop import run_search
 
     mode, proposer = _values(mode), _value(proposer)
     lines = _parse_shapes_file(shapes_file)
@@ -101,7 +101,7 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
     """Measure many specs on many shapes into the store: one row per (spec, shape) pair, resumable
     (pairs the store holds are not measured again). `cudal2 dataset export` writes them out."""
     from ..api import default_arch
-    from ..search import catalog
+    from cudal2.proposers import catalog
 
     backend, modes, runner = _value(backend), _values(mode), _value(runner)
     try:
@@ -187,7 +187,7 @@ def _sweep_on_cluster(workers: str, problems, specs, runner_name: str, store, mo
     from ..dataset.cluster_worker import gpu_runner
 
     if runner_name == "recorded":
-        from ..search.recorded import RecordedRunner
+        from cudal2.tuner.recorded import RecordedRunner
 
         console.print("[yellow]runner 'recorded': synthetic numbers from a model, not GPU measurements[/yellow]")
         make_runner = RecordedRunner

@@ -37,7 +37,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            runner: RunnerOpt = "gpu", llm_fatal: LlmFatalOpt = False) -> None:
     """Search kernels for one shape (resumes the study of that shape found in the store)."""
     from ..api import default_arch
-    from ..search.loop import run_search
+    from cudal2.tuner.loop import run_search
 
     mode, proposer, sampler = _values(mode), _value(proposer), _value(sampler)
     problem = _problem(shape, dtype, layout)
@@ -81,7 +81,7 @@ def precompile(shapes: Annotated[str, typer.Argument(help=(
     """Compile ahead the kernels searches try first, so that a search of a new shape finds them
     compiled (resumable: what the disk caches hold is loaded, not compiled again)."""
     from ..api import default_arch, gpu_available, precompile as run_precompile, resolve_problems
-    from ..search.precompile import check_proposer
+    from cudal2.tuner.precompile import check_proposer
 
     try:  # bad input is one error line before anything else is said
         check_proposer(proposer)
@@ -144,7 +144,7 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
         # Kernels are compiled for the interpreter (Triton) or compile-only (CuTe DSL) here.
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("CUTE_DSL_ARCH", arch)
-    from ..search.dry_run import dry_run
+    from cudal2.tuner.dry_run import dry_run
 
     if proposer == "none":
         _fail("a dry run shows proposals; choose --proposer rules, llm or random")
@@ -172,7 +172,7 @@ TableModeOpt = Annotated[ModeName, typer.Option(
 
 
 def _table(store, mode: str):
-    from ..search.table import TunedTable
+    from cudal2.store.table import TunedTable
 
     return TunedTable.from_store(store, mode=_value(mode))
 

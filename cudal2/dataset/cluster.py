@@ -259,7 +259,7 @@ def worker_count(client) -> int:
 def check_store_reachable(client, url: str) -> None:
     """Raise ClusterError where workers on other hosts would have to write an SQLite file of this
     one (a search writes its trials from the worker that runs it)."""
-    from ..search.store import sqlite_path
+    from cudal2.store.store import sqlite_path
 
     path = sqlite_path(url)
     if path is None:
@@ -340,7 +340,7 @@ def _with_studies(done: list, store_url: str) -> list:
     """The SearchResults, each with its study opened again from the store (one connection)."""
     import optuna
 
-    from ..search.store import Store
+    from cudal2.store.store import Store
 
     storage = Store(store_url).optuna_storage
     results = []

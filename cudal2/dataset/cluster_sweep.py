@@ -25,7 +25,7 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 from ..ir import GemmProblem, KernelSpec, SpecError
-from ..search.store import Store
+from cudal2.store.store import Store
 from .cluster import ClusterError, ctrl_c_deferred, finished, lost_worker, runner_on_workers, stop_if_interrupted
 from .cluster_worker import Batch, Measured, WorkerSetupError, measure_batch
 from .sweep import CHUNK, SweepSummary, chunked

@@ -12,7 +12,7 @@ from typing import Any, Iterator
 
 from ..bench.results import MODES
 from ..ir import KernelSpec
-from ..search.store import Store
+from cudal2.store.store import Store
 
 BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "quack_heuristic", "quack_autotune")
 SPEC_FIELDS = tuple(KernelSpec.model_fields)

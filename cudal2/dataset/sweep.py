@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..ir import GemmProblem, KernelSpec, SpecError
-from ..search.store import Store
+from cudal2.store.store import Store
 
 CHUNK = 32  # specs per evaluator call, at most
 

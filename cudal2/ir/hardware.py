@@ -37,6 +37,12 @@ class ArchLimits:
     peak_tflops: float = 0.0  # dense fp16 tensor-core TFLOP/s
     dram_tbps: float = 0.0  # DRAM TB/s
     l2_tbps: float = 0.0  # L2 -> SM TB/s
+    # The compute capabilities whose GPUs this target's code runs on with these limits. A GPU of
+    # another capability is refused, never mapped to the nearest target: its limits differ (sm_86's
+    # 99 KiB of shared memory a block; sm_100's tensor memory), so validation would pass kernels that
+    # do not run there.
+    capabilities: tuple[tuple[int, int], ...] = ()
+    accumulators: str = "registers"  # where an MMA's accumulators live
 
     @property
     def smem_per_block_kib(self) -> float:
@@ -61,6 +67,7 @@ ARCHS: dict[str, ArchLimits] = {
         peak_tflops=312.0,
         dram_tbps=2.0,
         l2_tbps=7.0,
+        capabilities=((8, 0),),
     ),
     "sm_90": ArchLimits(
         name="sm_90",
@@ -97,8 +104,12 @@ ARCHS: dict[str, ArchLimits] = {
         peak_tflops=989.0,
         dram_tbps=3.35,
         l2_tbps=12.0,
+        capabilities=((9, 0),),
     ),
 }
+
+# The target of planning where no GPU is visible (dry runs, CPU tests, the recorded runner): the H100's.
+DEFAULT_ARCH = "sm_90a"
 
 # Widths a block may have along M or N: a WGMMA's N is any multiple of 8 up to 256, and mma.sync's
 # tiles are multiples of 8 too. Which of them a backend's kernel can split among its warps, and which
@@ -119,12 +130,15 @@ def arch_limits(arch: str) -> ArchLimits:
 
 
 def arch_from_capability(major: int, minor: int) -> str:
-    """Map a CUDA compute capability to the IR's arch name (sm_90 -> sm_90a: we own the GPU)."""
-    if (major, minor) >= (9, 0):
-        return "sm_90a"
-    if (major, minor) >= (8, 0):
-        return "sm_80"
-    raise ValueError(f"compute capability {major}.{minor} is older than sm_80, which cudal2 needs")
+    """The target whose code runs on a GPU of this compute capability (9.0 -> sm_90a: the
+    arch-specific target, as cudal2 owns the GPU it tunes). Raises ValueError naming the known
+    capabilities for any other: an unknown GPU is refused, never treated as a known one."""
+    for name, limits in ARCHS.items():
+        if (major, minor) in limits.capabilities:
+            return name
+    known = ", ".join(f"{a}.{b} ({name})" for name, lim in ARCHS.items() for a, b in lim.capabilities)
+    raise ValueError(f"compute capability {major}.{minor} is not a target cudal2 knows ({known}); "
+                     "add its limits to cudal2.ir.hardware.ARCHS to tune on it")
 
 
 @dataclass(frozen=True)
@@ -201,5 +215,5 @@ class DeviceProfile:
                                    clock_mhz=clock / 1000 if clock else None)
         except Exception:  # noqa: BLE001 - no usable GPU here: the arch's reference part
             pass
-        return cls.of_arch(arch or "sm_90a")
+        return cls.of_arch(arch or DEFAULT_ARCH)
 

@@ -17,6 +17,7 @@ from .errors import SpecError, Violation
 from .hardware import DTYPE_BYTES, TILE_WIDTHS, ArchLimits, arch_limits
 from .model import IRModel
 from .problem import GemmProblem
+from .hardware import DEFAULT_ARCH
 
 OPERAND_BYTES = 2
 # Registers per thread kept free for addresses, loop state and epilogue temporaries.
@@ -34,7 +35,7 @@ Block = Literal[TILE_WIDTHS]
 class KernelSpec(IRModel):
     # --- target ----------------------------------------------------------------------------
     backend: str = Field("triton", description="codegen backend that renders this spec")
-    arch: Arch = Field("sm_90a", description="target architecture")
+    arch: Arch = Field(DEFAULT_ARCH, description="target architecture")
     # --- tile --------------------------------------------------------------------------------
     block_m: Block = Field(128, description="rows of D computed by one block (CTA)")
     block_n: Block = Field(128, description="columns of D computed by one block")

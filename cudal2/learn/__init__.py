@@ -1,16 +1,15 @@
-"""Learning from measurements: the cost model that predicts a spec's speed on a shape, its
-features, its training and validation, and the bandit that picks a search's next batch from it.
+"""Training the cost model from measurements: the samples read from a store or an export, the
+training that chooses its settings on train shapes and scores on validation, and the validation
+itself (top-1 ratios, cross-validation, replayed searches). The model and its features live with the
+learned proposer that uses them (cudal2.proposers.cost_model, cudal2.proposers.features).
 
-    features.py    (problem, spec, device) -> numbers
     samples.py     measured pairs from a store or an export
-    cost_model.py  the CostModel interface; TreeModel (LightGBM-trained, numpy-scored JSON)
-    validate.py    top-1 ratios, cross-validation, replayed searches
     train.py       `cudal2 train`: choose settings on train shapes, fit, score on validation
-    bandit.py      the next batch: upper confidence over the model, corrected by what was measured
+    validate.py    top-1 ratios, cross-validation, replayed searches
 """
 
-from .cost_model import CostModel, ModelError, TreeModel, fit
-from .features import feature_names
-from .samples import Sample
+from ..proposers.cost_model import CostModel, ModelError, TreeModel, fit
+from ..proposers.features import feature_names
+from ..proposers.sample import Sample
 
 __all__ = ["CostModel", "ModelError", "Sample", "TreeModel", "feature_names", "fit"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
-from .cost_model import TreeModel, fit
+from cudal2.proposers.cost_model import TreeModel, fit
 from ..ir import DeviceProfile
 from .samples import Sample, one_gpu_model
 from .validate import Score, choose_params, score, top1_ratios

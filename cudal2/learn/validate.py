@@ -17,7 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
-from .cost_model import PARAMS, fit
+from cudal2.proposers.cost_model import PARAMS, fit
 from ..ir import DeviceProfile
 from .samples import Sample
 
@@ -57,8 +57,8 @@ def replay(model, group: Sequence[Sample], budget: int, *, batch: int = 4, prior
            beta: float | None = None) -> list[float]:
     """The bandit's search of one shape, replayed over its measured specs only: after each
     evaluation, the best speed found over the best measured (a curve of `budget` points)."""
-    from . import bandit
-    from .features import matrix
+    from cudal2.proposers import bandit
+    from cudal2.proposers.features import matrix
 
     x = matrix(group[0].problem, [s.spec for s in group], model.device)
     mu, leaves = model.predict_with_leaves(x)

@@ -107,10 +107,10 @@ class CuteDslKernel:
             raise ValueError(f"cute_dsl kernel for {p.label()} cannot run {m}x{n}x{k}: it was compiled for its shape")
 
     def native_args(self, m: int, n: int, k: int, device):
-        """What the C++ launcher of compiled graphs (cudal2.native_launch) needs to run calls of exactly
+        """What the C++ launcher of compiled graphs (cudal2.codegen.native_launch) needs to run calls of exactly
         m x n x k on device: the kernel's TVM-FFI function, its workspace (allocated now) and extents;
         None where the kernel has no TVM-FFI function. The caller vouches for what bind() says."""
-        from ...native_launch import NativeArgs, tvm_ffi_function
+        from cudal2.codegen.native_launch import NativeArgs, tvm_ffi_function
 
         self._check_bindable(m, n, k)
         function = tvm_ffi_function(self._fn) if self.ffi else None

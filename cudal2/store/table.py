@@ -1,0 +1,193 @@
+"""The tuned table: for each problem (and GPU), the fastest correct kernel the store holds and
+the baselines it was measured against. What cudal2.matmul/linear look up at run time.
+
+Built from a store (`TunedTable.from_store`), or exported to a JSON file (`cudal2 export`) and
+loaded from it (`TunedTable.load`; the environment variable CUDAL2_TABLE names such a file).
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+from ..bench.results import DEFAULT_MODE
+from ..ir import GemmProblem, KernelSpec
+
+ENV_TABLE = "CUDAL2_TABLE"
+FORMAT = "cudal2.tuned_table"
+VERSION = 1
+# The modes cudal2.matmul serves from, in order of preference (TunedTable.for_serving).
+SERVING_MODES = (DEFAULT_MODE, "sustained", "offline")
+
+
+@dataclass(frozen=True)
+class TunedEntry:
+    problem: GemmProblem
+    spec: KernelSpec
+    kernel_ms: float  # kernel time of the tuned kernel, in `mode`
+    baselines_ms: dict[str, float] = field(default_factory=dict)  # baseline -> kernel ms, in `mode`
+    gpu: str = ""  # GPU name it was measured on ("" = unknown, matches any)
+    created: str = ""
+    mode: str = "offline"  # the timing mode of both figures (tables written before modes were kept: offline)
+
+    def speedup(self, baseline: str = "torch") -> float | None:
+        b = self.baselines_ms.get(baseline)
+        return b / self.kernel_ms if b and self.kernel_ms > 0 else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"problem": self.problem.to_dict(), "spec": self.spec.to_dict(), "kernel_ms": self.kernel_ms,
+                "baselines_ms": dict(self.baselines_ms), "gpu": self.gpu, "created": self.created,
+                "mode": self.mode, "speedup": {b: self.speedup(b) for b in self.baselines_ms}}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "TunedEntry":
+        return cls(problem=GemmProblem.from_dict(d["problem"]), spec=KernelSpec.from_dict(d["spec"]),
+                   kernel_ms=float(d["kernel_ms"]), baselines_ms={k: float(v) for k, v in d.get("baselines_ms", {}).items()},
+                   gpu=d.get("gpu", ""), created=d.get("created", ""), mode=str(d.get("mode", "offline")))
+
+
+class TunedTable:
+    def __init__(self, entries: list[TunedEntry] | None = None):
+        self._entries: dict[tuple[str, str], TunedEntry] = {}
+        for e in entries or []:
+            self.add(e)
+
+    def add(self, entry: TunedEntry) -> None:
+        """Keep the faster entry when one for the same problem and GPU exists: the one with the
+        higher speedup over torch.matmul timed with it (raw times of different evaluator calls do
+        not compare: the GPU's clock drifts between them), or the lower time where one lacks it."""
+        key = (entry.problem.key(), entry.gpu)
+        old = self._entries.get(key)
+        if old is None:
+            self._entries[key] = entry
+            return
+        new_s, old_s = entry.speedup("torch"), old.speedup("torch")
+        if new_s is not None and old_s is not None:
+            if new_s > old_s:
+                self._entries[key] = entry
+        elif entry.kernel_ms < old.kernel_ms:
+            self._entries[key] = entry
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def __iter__(self) -> Iterator[TunedEntry]:
+        return iter(sorted(self._entries.values(), key=lambda e: (e.problem.label(), e.gpu)))
+
+    def lookup(self, problem: GemmProblem, gpu: str | None = None, baseline: str = "torch",
+               min_speedup: float = 1.0) -> TunedEntry | None:
+        """The entry for problem whose measured speedup over `baseline` exceeds min_speedup, or
+        None (then the caller runs the baseline: never slower). gpu=None matches any GPU; a name
+        matches entries of that GPU and entries of unknown GPU."""
+        best, best_s = None, 0.0
+        for (pkey, egpu), e in self._entries.items():
+            if pkey != problem.key() or (gpu is not None and egpu not in (gpu, "")):
+                continue
+            s = e.speedup(baseline)
+            if s is None or s <= min_speedup:
+                continue
+            if best is None or s > best_s:
+                best, best_s = e, s
+        return best
+
+    # ---- persistence ----------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {"format": FORMAT, "version": VERSION, "entries": [e.to_dict() for e in self]}
+
+    def save(self, path: str | os.PathLike) -> Path:
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(self.to_dict(), indent=1, sort_keys=True) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> "TunedTable":
+        try:
+            data = json.loads(Path(path).read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"tuned table {path} does not exist; write one with `cudal2 export --out {path}`")
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"tuned table {path} is not valid JSON ({e}); write it again with `cudal2 export`") from None
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"{path} is not a cudal2 tuned table (expected \"format\": \"{FORMAT}\"); "
+                             "write one with `cudal2 export`")
+        if data.get("version") != VERSION:
+            raise ValueError(f"{path} has tuned-table version {data.get('version')}, this cudal2 reads {VERSION}; "
+                             "export it again with this version")
+        try:
+            return cls([TunedEntry.from_dict(d) for d in data["entries"]])
+        except (KeyError, TypeError, ValueError) as e:
+            raise ValueError(f"tuned table {path} has a malformed entry ({type(e).__name__}: {e}); "
+                             "write it again with `cudal2 export`") from None
+
+    @classmethod
+    def from_store(cls, store=None, mode: str = DEFAULT_MODE) -> "TunedTable":
+        """Best correct kernel per (problem, GPU) in the store, with the baselines timed together
+        with it (interleaved in the same evaluator call), else the problem's stored baselines.
+        Where a search confirmed its leaders on that GPU (confirm.py), only they compete, each with
+        its median round: a single lucky trial must not route cudal2.matmul away from torch, and a
+        kernel that failed a confirmation round is never used."""
+        return cls._from_store(store, (mode,))[mode]
+
+    @classmethod
+    def for_serving(cls, store=None) -> "TunedTable":
+        """What cudal2.matmul/linear serve: per problem and GPU, the ranking in the first of
+        SERVING_MODES that has measurements there: layer mode (as the model calls the GEMM, the
+        search's objective); for problems measured before it existed, sustained, then offline. A
+        leader that lost to torch in a mode leaves the problem to torch, whatever a later mode in
+        the list said; each entry keeps its mode, and kernel and baselines are always of one mode."""
+        tables = cls._from_store(store, SERVING_MODES)
+        table, served = cls(), set()
+        for mode in SERVING_MODES:
+            for e in tables[mode]:
+                if (e.problem.key(), e.gpu) not in served:
+                    table.add(e)
+            served |= set(tables[mode]._entries)
+        return table
+
+    @classmethod
+    def _from_store(cls, store, modes: tuple[str, ...]) -> dict[str, "TunedTable"]:
+        """from_store's table in each of modes, from one read of the store."""
+        from .rounds import gpu_of, kept_twins, rounds_in_mode, summarize
+        from .store import Store
+
+        store = store if isinstance(store, Store) else Store(store)
+        tables = {mode: cls() for mode in modes}
+        if not store.exists():
+            return tables
+        for problem in store.problems():
+            stored, confirmations, kernels = store.baselines(problem), store.confirmations(problem), store.kernels(problem)
+            for mode, table in tables.items():
+                baselines = {name: b.kernel_ms(mode) for name, b in stored.items()
+                             if b.available and b.kernel_ms(mode) is not None}
+                confirmed: dict[str, list] = {}  # GPU -> confirmation rows
+                for row in rounds_in_mode(confirmations, mode):
+                    confirmed.setdefault(gpu_of(row), []).append(row)
+                rows = [c.median_round for gpu_rows in confirmed.values()
+                        for c in kept_twins(summarize(gpu_rows, "torch", mode)).values() if not c.failed]
+                rows += [r for r in kernels if gpu_of(r) not in confirmed]
+                for row in rows:
+                    res = row["result"]
+                    ms = res.kernel_ms(mode) if res.ok else None
+                    if ms is None:
+                        continue
+                    own = {name: b.kernel_ms(mode) for name, b in row["baselines"].items()
+                           if b.available and b.kernel_ms(mode) is not None}
+                    created = (row["created"].isoformat() if isinstance(row["created"], _dt.datetime)
+                               else str(row["created"]))
+                    table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=ms, baselines_ms=own or baselines,
+                                         gpu=gpu_of(row), created=created, mode=mode))
+        return tables
+
+    @classmethod
+    def default(cls) -> "TunedTable":
+        """$CUDAL2_TABLE if set, else the default store's table for serving (empty if it does not
+        exist yet)."""
+        path = os.environ.get(ENV_TABLE)
+        if path:
+            return cls.load(path)
+        return cls.for_serving(None)
