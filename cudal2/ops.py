@@ -220,8 +220,8 @@ def _saving_us(entry) -> float:
 def _op_entry(problem: GemmProblem, gpu: str | None, min_saving_us: float | None = None):
     """The table's entry for problem on this GPU if the op launches its backend and its kernel saves
     at least min_saving_us a call (default EAGER_MIN_SAVING_US), else None."""
-    entry = tuned_table().lookup(problem, gpu=gpu)
-    if entry is None or entry.spec.backend not in op_backends():
+    entry = tuned_table().lookup(problem, gpu=gpu, backends=op_backends())
+    if entry is None:
         return None
     return entry if _saving_us(entry) >= (EAGER_MIN_SAVING_US if min_saving_us is None else min_saving_us) else None
 
@@ -261,7 +261,7 @@ def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device) -> 
         gpu = torch.cuda.get_device_name(device)
         kernel = tuned_kernel(problem, gpu)
         if kernel is None:
-            if tuned_table().lookup(problem, gpu=gpu) is None:  # (not: a win too small to use)
+            if tuned_table().lookup(problem, gpu=gpu, backends=op_backends()) is None:  # (not: a win too small)
                 _untuned.setdefault(problem.key(), problem)
             else:  # a win too small for eager calls may still serve captured ones
                 _ready_for_graphs(problem, device)

@@ -589,3 +589,52 @@ def test_whether_a_capture_is_underway_is_never_asked_of_the_runtime_for_cpu_ten
 
     monkeypatch.setattr(ops, "_capturing", runtime)
     assert ops._captured_now(torch.randn(2, 2)) is False
+
+
+def test_a_faster_kernel_the_op_cannot_launch_never_hides_one_it_can(monkeypatch):
+    """The table keeps the best entry per backend: where a Triton kernel won but the op launches only
+    CuTe DSL kernels, the DSL kernel that also beat torch is served (before, the shape ran torch)."""
+    gpu = "NVIDIA H200"
+    from cudal2.proposers.catalog import catalog
+
+    dsl = TunedEntry(problem=P, spec=catalog("cute_dsl")[0], kernel_ms=0.1, baselines_ms={"torch": 0.2}, gpu=gpu)
+    t = TunedTable([_entry(ms=0.05, gpu=gpu), dsl])
+    assert len(t) == 2 and t.lookup(P, gpu=gpu).spec.backend == "triton"
+    ops.set_table(t)
+    monkeypatch.setenv(ops.ENV_OP_BACKENDS, "cute_dsl")
+    entry = ops._op_entry(P, gpu, ops.GRAPH_MIN_SAVING_US)
+    assert entry is not None and entry.spec.backend == "cute_dsl"
+    monkeypatch.setenv(ops.ENV_OP_BACKENDS, "")
+    assert ops._op_entry(P, gpu, ops.GRAPH_MIN_SAVING_US) is None
+
+
+def test_every_winner_of_twenty_searches_in_one_store_is_servable(tmp_path, monkeypatch):
+    """Twenty shapes searched into one store (recorded runner, both Hopper backends, torch twice the
+    recorded model's time of a 128x256 tile): the op finds a kernel for every shape whose winner beat torch,
+    in each backend it launches, from the table it serves by default."""
+    store = Store(tmp_path / "s.db")
+    shapes = [GemmProblem(m=m, n=n, k=4096, layout="NT") for m in (1, 16, 128, 1024) for n in (1024, 4096, 6144, 14336, 28672)]
+
+    def torch_ms(problem):
+        from cudal2.tuner.recorded import synthetic_ms
+        return {"torch": 2.0 * synthetic_ms(problem, KernelSpec(block_m=128, block_n=256, block_k=64, stages=4, num_warps=8))}
+
+    for p in shapes:
+        run_search(p, backends=("triton", "cute_dsl"), arch="sm_90a", proposer=cudal2.proposers.get_proposer(
+            "rules", backends=("triton", "cute_dsl"), arch="sm_90a"), runner=RecordedRunner(baselines=torch_ms),
+            store=store, budget=6, seed=0, progress=False)
+    table = TunedTable.for_serving(store)
+    ops.set_table(table)
+    gpu = next(iter(table)).gpu
+    beat = {p.key(): [e for e in table if e.problem == p and e.speedup("torch") > 1] for p in shapes}
+    assert sum(map(bool, beat.values())) >= 15  # most searches found a kernel faster than torch
+    # the table keeps each backend's best: shapes where both backends beat torch hold both
+    assert sum(len({e.spec.backend for e in entries}) == 2 for entries in beat.values()) >= 3
+    for backends in ("triton,cute_dsl", "cute_dsl", "triton"):
+        monkeypatch.setenv(ops.ENV_OP_BACKENDS, backends)
+        for p in shapes:
+            can = [e for e in beat[p.key()] if e.spec.backend in backends.split(",")]
+            served = ops._op_entry(p, gpu, ops.GRAPH_MIN_SAVING_US)
+            assert (served is not None) == bool(can), (backends, p.label())
+            if can:
+                assert served.speedup("torch") == max(e.speedup("torch") for e in can)

@@ -12,7 +12,7 @@ import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Collection, Iterator
 
 from ..bench.results import DEFAULT_MODE
 from ..ir import GemmProblem, KernelSpec
@@ -52,15 +52,17 @@ class TunedEntry:
 
 class TunedTable:
     def __init__(self, entries: list[TunedEntry] | None = None):
-        self._entries: dict[tuple[str, str], TunedEntry] = {}
+        # one entry per (problem, GPU, backend): a caller that cannot launch one backend's kernel (the op
+        # launches only those whose launch is cheap) still finds the best of the others
+        self._entries: dict[tuple[str, str, str], TunedEntry] = {}
         for e in entries or []:
             self.add(e)
 
     def add(self, entry: TunedEntry) -> None:
-        """Keep the faster entry when one for the same problem and GPU exists: the one with the
+        """Keep the faster entry when one for the same problem, GPU and backend exists: the one with the
         higher speedup over torch.matmul timed with it (raw times of different evaluator calls do
         not compare: the GPU's clock drifts between them), or the lower time where one lacks it."""
-        key = (entry.problem.key(), entry.gpu)
+        key = (entry.problem.key(), entry.gpu, entry.spec.backend)
         old = self._entries.get(key)
         if old is None:
             self._entries[key] = entry
@@ -76,16 +78,19 @@ class TunedTable:
         return len(self._entries)
 
     def __iter__(self) -> Iterator[TunedEntry]:
-        return iter(sorted(self._entries.values(), key=lambda e: (e.problem.label(), e.gpu)))
+        return iter(sorted(self._entries.values(), key=lambda e: (e.problem.label(), e.gpu, e.spec.backend)))
 
     def lookup(self, problem: GemmProblem, gpu: str | None = None, baseline: str = "torch",
-               min_speedup: float = 1.0) -> TunedEntry | None:
-        """The entry for problem whose measured speedup over `baseline` exceeds min_speedup, or
-        None (then the caller runs the baseline: never slower). gpu=None matches any GPU; a name
-        matches entries of that GPU and entries of unknown GPU."""
+               min_speedup: float = 1.0, backends: Collection[str] | None = None) -> TunedEntry | None:
+        """The fastest entry for problem whose measured speedup over `baseline` exceeds min_speedup,
+        or None (then the caller runs the baseline: never slower). gpu=None matches any GPU; a name
+        matches entries of that GPU and entries of unknown GPU. backends: only entries of these (the
+        ones a caller can launch), so that a faster kernel it cannot launch never hides one it can."""
         best, best_s = None, 0.0
-        for (pkey, egpu), e in self._entries.items():
+        for (pkey, egpu, _backend), e in self._entries.items():
             if pkey != problem.key() or (gpu is not None and egpu not in (gpu, "")):
+                continue
+            if backends is not None and e.spec.backend not in backends:
                 continue
             s = e.speedup(baseline)
             if s is None or s <= min_speedup:
@@ -146,7 +151,7 @@ class TunedTable:
             for e in tables[mode]:
                 if (e.problem.key(), e.gpu) not in served:
                     table.add(e)
-            served |= set(tables[mode]._entries)
+            served |= {(pkey, gpu) for pkey, gpu, _backend in tables[mode]._entries}
         return table
 
     @classmethod
