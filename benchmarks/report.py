@@ -814,6 +814,12 @@ EXPERIMENTS: list[Experiment] = [
                "e2e_decoder", "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes eager,graph --budget 4 "
                "--max-tune-seconds 220`: the op routed none of the searched GEMMs, so the table's predicted saving "
                "(0) could not be checked against the layer's."),
+    Experiment("The decoder layer with the op serving its layer-mode table, H200", "e2e_decoder_layer_served_h200_2026-11-29.json",
+               "e2e_decoder", "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes eager,graph --budget 4 "
+               "--max-tune-seconds 200` with apache-tvm-ffi, after the op looked up only the backends it launches: "
+               "the table's predicted saving a layer call against the graph-mode layer's."),
+    Experiment("As above, the same store measured again, graph mode", "e2e_decoder_layer_served_again_h200_2026-11-29.json",
+               "e2e_decoder", "`--budget 0 --modes graph`, a minute later on the same machine."),
     Experiment("The evaluator against two other clocks, 30 shapes", "crosscheck_h100_2026-11-27.json", "crosscheck",
                "`benchmarks/crosscheck.py --shapes 30`: one kernel per shape and torch.matmul under the evaluator, "
                "triton.testing.do_bench_cudagraph and a rotated-input CUDA graph; ratio torch / kernel."),
