@@ -30,6 +30,7 @@ from cudal2.ir import ARCHS, DTYPE_BYTES, DeviceProfile, GemmProblem, KernelSpec
 from cudal2.ir.spec import OPERAND_BYTES, PRODUCER_WARPS, REGISTER_RESERVE, epilogue_smem_bytes, stage_bytes
 from cudal2.proposers.proposal import Proposal, seen_key, seen_keys
 from . import space
+from .factors import factors
 from .rules_data import DEFAULT_PREFERENCES, PREFERENCES, Preferences, Throughput, _cdiv, _measured_factor
 from ..ir.hardware import DEFAULT_ARCH
 
@@ -489,13 +490,15 @@ class RulesProposer:
 
     def model_time_us(self, problem: GemmProblem, f: dict) -> float:
         """The time the rules rank a spec (given as its fields) by: the analytical model times what
-        the H100 measured beyond it (_measured_factor). benchmarks/model_agreement.py checks this
-        ranking against the recorded benchmark tables."""
-        pref = self.preferences.get(f["backend"], DEFAULT_PREFERENCES)
-        return self._model_us(problem, f) * _measured_factor(problem, f, pref)
+        a GPU of the arch measured beyond it (_measured_factor). benchmarks/model_agreement.py checks
+        this ranking against the recorded benchmark tables."""
+        f = {"arch": self.arch, **f}  # the proposer's target where the fields do not name one
+        return self._model_us(problem, f) * _measured_factor(problem, f)
 
     def _model_us(self, problem: GemmProblem, f: dict) -> float:
+        """The analytical model's time; its constants are rows of factors.csv (the values and why)."""
         hw, tp = self.hw, self.throughput
+        fx = factors(f.get("arch", self.arch), f["backend"])
         m, n, k = problem.shape
         bm, bn, bk, w = f["block_m"], f["block_n"], f["block_k"], f["num_warps"]
         split = f["split_k"]
@@ -522,27 +525,27 @@ class RulesProposer:
         eff = min(1.0, useful / 4)
         acc = bm * bn // (consumer * 32)
         if acc > 128:
-            eff *= 0.85  # register pressure
+            eff *= fx["register_pressure_eff"]
         if hw.has_tma and bm < 64:
-            eff *= 0.6  # below 64 rows Hopper falls back from wgmma to mma.sync
+            eff *= fx["mma_sync_eff"]
         compute_step = 2 * bm * bn * bk / flops_per_us / eff
         load_step = (bm + bn) * bk * OPERAND_BYTES / l2_per_us
-        step = max(compute_step, load_step) + 0.02  # + barrier/loop overhead
+        step = max(compute_step, load_step) + fx["step_overhead_us"]
         if f["load_path"] == "tma":
-            step *= 0.95  # no address arithmetic, async copies
-        hide = {1: 1.6, 2: 1.15, 3: 1.04}.get(f["stages"], 1.0)
+            step *= fx["tma_step"]
+        hide = fx.get(f"hide_stages_{f['stages']}", 1.0)
         if occ >= 2:
             hide = 1 + (hide - 1) / 2  # a second resident block hides latency too
         main = kb_split * step * hide * occ
         # the first stage's load; the others land while it is computed (counting every stage here
         # made deep pipelines look slower than they measured)
-        prologue = 0.5 + load_step
+        prologue = fx["prologue_us"] + load_step
         out_bytes = 4 if split > 1 else DTYPE_BYTES[problem.c_dtype]
         epilogue = bm * bn * out_bytes / l2_per_us * occ
         if f["persistent"]:
-            total = waves * main + (waves - 1) * epilogue * 0.3 + epilogue + prologue
+            total = waves * main + (waves - 1) * epilogue * fx["persistent_epilogue_share"] + epilogue + prologue
         else:
-            total = waves * (main + epilogue + prologue + 0.15)
+            total = waves * (main + epilogue + prologue + fx["wave_overhead_us"])
         dram_per_us = tp.dram_tbs * 1e6
         mn_bytes = m * n * DTYPE_BYTES[problem.c_dtype]
         floor = ((m * k + k * n) * DTYPE_BYTES[problem.dtype] + mn_bytes) / dram_per_us
@@ -550,15 +553,15 @@ class RulesProposer:
         if stream_k:  # an owner reads its peers' fp32 partial tiles one after another through L2
             per_cta = max(1.0, tiles * kb_split / hw.sm_count if tiles < hw.sm_count else kb_split)
             peers = max(1, _cdiv(kb_split, int(per_cta)))
-            total += peers * (bm * bn * 4 / l2_per_us + 0.5)
+            total += peers * (bm * bn * 4 / l2_per_us + fx["stream_k_peer_us"])
         if split > 1:
             partial = split * m * n * 4
             if f["split_k_reduction"] == "workspace":
-                total += 2 * partial / dram_per_us + 2.0  # write + read partials, a second kernel
+                total += 2 * partial / dram_per_us + fx["workspace_reduction_us"]  # write + read, a second kernel
             else:
                 # read-modify-write atomics on the output, zeroing it first, and contention on
                 # the same lines; ranked after the fp32 workspace, which also rounds only once
-                total += 2 * partial / dram_per_us + 2.5
+                total += 2 * partial / dram_per_us + fx["atomic_reduction_us"]
         return total + tp.launch_us
 
 

@@ -1,6 +1,7 @@
 """What the rules proposer knows of each backend and arch, as data: the reference part's rates,
-each backend's search options in preference order (`Preferences`), and the factors measured on an
-H100 that adjust the analytical model (`_measured_factor`; docs/results.md holds the runs).
+each backend's search options in preference order (`Preferences`), and how the factors measured on a
+GPU of the arch adjust the analytical model (`_measured_factor`; the values and their sources are in
+cudal2/data/rules/factors.csv, read by factors.py).
 """
 
 from __future__ import annotations
@@ -9,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from cudal2.ir import DTYPE_BYTES, DeviceProfile, GemmProblem, arch_limits
+
+from .factors import factor
 
 
 @dataclass(frozen=True)
@@ -23,7 +26,8 @@ class Throughput:
 
     @classmethod
     def of_device(cls, device: DeviceProfile) -> "Throughput":
-        return cls(tflops=device.peak_tflops, dram_tbs=device.dram_tbps, l2_tbs=arch_limits(device.arch).l2_tbps)
+        return cls(tflops=device.peak_tflops, dram_tbs=device.dram_tbps, l2_tbs=arch_limits(device.arch).l2_tbps,
+                   launch_us=factor(device.arch, "*", "launch_us"))
 
 
 @dataclass(frozen=True)
@@ -44,20 +48,16 @@ class Preferences:
     min_acc_registers: int = 2  # fewer fp32 accumulators per thread than this wastes warps
     # data-parallel specs take the first allowed; split-K partials always leave through registers
     epilogue_path: tuple[str, ...] = ("registers",)
-    # Measured time of a 256x128 tile relative to a 128x256 one (same work per tile); 1.0 = none.
-    tall_tile_factor: float = 1.0
-    # Measured time of a stream-K kernel relative to what the model gives it; 1.0 = none.
-    stream_k_factor: float = 1.0
     # Ping-pong consumers (each warpgroup a whole tile, one's main loop under the other's epilogue),
     # offered only on these (block_m, block_n, cluster_m, cluster_n), data-parallel, with at most
-    # pingpong_max_stages stages; modelled as the cooperative kernel of that tile times pingpong_factor.
+    # pingpong_max_stages stages; modelled as the cooperative kernel of that tile times the factor
+    # pingpong_factor (factors.csv).
     pingpong_variants: tuple[tuple[int, int, int, int], ...] = ()
-    pingpong_factor: float = 1.0
     pingpong_max_stages: int = 16
     pingpong_raster: tuple[int, str] | None = None  # (raster_group, raster_order); None = the L2 rule
     # swap_ab (the kernel computes D^T = B^T A^T) is offered on tall outputs (M >= 4N), where it lets
-    # D's long dimension take WGMMA widths; modelled as the unswapped kernel times swap_ab_factor.
-    swap_ab_factor: float = 1.0
+    # D's long dimension take WGMMA widths; modelled as the unswapped kernel times swap_ab_factor
+    # (factors.csv).
     fixed: Mapping[str, Any] = field(default_factory=dict)  # set on every spec of this backend
 
 
@@ -82,49 +82,30 @@ PREFERENCES: dict[str, Preferences] = {
                             epilogue_path=("tma_store", "registers"),
                             # the kernel's barriers; its epilogue buffers are counted apart
                             smem_reserve=1024,
-                            # each consumer warpgroup of a 256x128 tile issues two 64x128 WGMMAs
-                            # per k-block where a 128x256 tile issues one 64x256 (less shared-
-                            # memory traffic per FLOP), which the model does not see
-                            tall_tile_factor=1.11,
-                            # Stream-K CTAs sit at different k-offsets, so tiles that share an operand
-                            # panel no longer read it from L2 together; the model does not see that and
-                            # put stream-K even or ahead where it measured slower (docs/results.md).
-                            stream_k_factor=1.25,
                             # Ping-pong hides one warpgroup's epilogue under the other's main loop,
                             # which the model does not see: it puts the cooperative 128x128 well behind
                             # 128x256, yet ping-pong 128x128 in a 1x2 cluster with 5 stages was our
                             # fastest kernel on the large shapes. It is offered only in the form
                             # that measured ahead: other stage counts, cluster shapes, tiles and
                             # rasters (the L2 rule's group included) were slower (docs/results.md).
-                            pingpong_variants=((128, 128, 1, 2),), pingpong_factor=0.75,
-                            pingpong_max_stages=5, pingpong_raster=(8, "along_m"),
-                            # a swapped kernel measured slightly faster than the unswapped one of the
-                            # same tile on tall outputs (docs/results.md)
-                            swap_ab_factor=0.98),
+                            pingpong_variants=((128, 128, 1, 2),),
+                            pingpong_max_stages=5, pingpong_raster=(8, "along_m")),
 }
 DEFAULT_PREFERENCES = Preferences()
 
-# The modelled time of a clustered variant relative to the same spec without a cluster. A cluster of
-# two multicasts one operand's tile to both CTAs, halving its L2 reads; on the H100 that paid a few
-# percent on large grids and on grids of one wave or less (where cuBLAS also runs every kernel in a
-# cluster of two). Which operand the cluster shares matters, so the gain goes to one direction
-# (_cluster_along_m_pays):
-# - along the grid's short side where it has at most SHORT_GRID tiles and the other side more: a 2x1
-#   cluster (sharing B) on short, wide outputs, a 1x2 on tall ones;
-# - along N (1x2, sharing A) elsewhere.
-# The measurements behind both are summarised in docs/results.md.
-CLUSTER_GAIN = 0.96
-SHORT_GRID = 4
-# A split-K cluster's multicast saves L2 reads of an operand; where the smaller operand is under this size
-# the saving is lost in the noise (_split_k_cluster_pays)
-SPLIT_K_CLUSTER_MIN_BYTES = 4 << 20
+# A cluster of two multicasts one operand's tile to both CTAs, halving its L2 reads; which operand it
+# shares matters, so its gain (cluster_gain in factors.csv) goes to one direction (_cluster_along_m_pays):
+# along the grid's short side where it has at most short_grid_tiles tiles and the other side more (a 2x1
+# cluster sharing B on short, wide outputs, a 1x2 on tall ones), along N (1x2, sharing A) elsewhere. A
+# split-K cluster's multicast is lost in the noise where the smaller operand is under
+# split_k_cluster_min_bytes (_split_k_cluster_pays).
 
 
 def _cluster_along_m_pays(problem: GemmProblem, f: dict) -> bool:
     """Whether the measurements favour a 2x1 cluster (B's tile shared) on this grid: on a short side
-    of M; elsewhere a 1x2 (A's tile shared). See CLUSTER_GAIN."""
+    of M; elsewhere a 1x2 (A's tile shared). See cluster_gain in factors.csv."""
     gm, gn = _cdiv(problem.m, f["block_m"]), _cdiv(problem.n, f["block_n"])
-    return gm <= SHORT_GRID and gm < gn
+    return gm <= factor(f["arch"], f["backend"], "short_grid_tiles", 0) and gm < gn
 
 
 def _split_k_cluster_pays(problem: GemmProblem, f: dict) -> bool:
@@ -133,20 +114,22 @@ def _split_k_cluster_pays(problem: GemmProblem, f: dict) -> bool:
     square tile the direction _cluster_along_m_pays picks, and only where each operand is a few MiB
     at least: on smaller operands clusters moved the same kernels either way (docs/results.md)."""
     m, n, k = problem.shape
-    if min(m, n) * k * DTYPE_BYTES[problem.dtype] < SPLIT_K_CLUSTER_MIN_BYTES:
+    if min(m, n) * k * DTYPE_BYTES[problem.dtype] < factor(f["arch"], f["backend"], "split_k_cluster_min_bytes", 0):
         return False
     bm, bn = f["block_m"], f["block_n"]
     along_m = bn > bm if bm != bn else _cluster_along_m_pays(problem, f)
     return f.get("cluster_m", 1) > 1 if along_m else f.get("cluster_n", 1) > 1
 
 
-def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
-    """What the analytical model does not see but the H100 measured, as a factor on its time:
-    CLUSTER_GAIN for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks (none
+def _measured_factor(problem: GemmProblem, f: dict) -> float:
+    """What the analytical model does not see but a GPU of the arch measured (factors.csv), as a factor
+    on its time: cluster_gain for a data-parallel or stream-K cluster in the direction _cluster_along_m_pays picks (none
     with one k-step per tile), and for a split-K cluster in the direction _split_k_cluster_pays picks (the
     other direction measured about even with the same kernel without one, so it is modelled even and
-    measured too), pref.tall_tile_factor for a 256x128 tile, pref.stream_k_factor for stream-K,
-    pref.pingpong_factor for ping-pong consumers."""
+    measured too), tall_tile_factor for a 256x128 tile, swap_ab_factor for swapped operands,
+    stream_k_factor for stream-K, pingpong_factor for ping-pong consumers (1.0 where the arch and
+    backend have no row)."""
+    fx = lambda name: factor(f["arch"], f["backend"], name, 1.0)  # noqa: E731
     # (stream-K in the favoured cluster measured well ahead of stream-K without one; the model's gain
     # only has to rank it above the unclustered kernel)
     if f.get("decomposition", "data_parallel") == "split_k":
@@ -161,19 +144,19 @@ def _measured_factor(problem: GemmProblem, f: dict, pref: Preferences) -> float:
     else:
         favoured = (f.get("cluster_m", 1) > 1 if _cluster_along_m_pays(problem, f)
                     else f.get("cluster_n", 1) > 1)
-    factor = CLUSTER_GAIN if favoured else 1.0
+    scale = fx("cluster_gain") if favoured else 1.0
     # the tall-tile cost is the kernel's (its M in rows of 64 per warpgroup), so a swapped 128x256
     # tile pays it and a swapped 256x128 does not
     kernel_tile = (f["block_n"], f["block_m"]) if f.get("swap_ab") else (f["block_m"], f["block_n"])
     if kernel_tile == (256, 128):
-        factor *= pref.tall_tile_factor
+        scale *= fx("tall_tile_factor")
     if f.get("swap_ab"):
-        factor *= pref.swap_ab_factor
+        scale *= fx("swap_ab_factor")
     if f.get("decomposition") == "stream_k":
-        factor *= pref.stream_k_factor
+        scale *= fx("stream_k_factor")
     if f.get("warp_specialization") == "pingpong":
-        factor *= pref.pingpong_factor
-    return factor
+        scale *= fx("pingpong_factor")
+    return scale
 
 
 def _cdiv(a: int, b: int) -> int:
