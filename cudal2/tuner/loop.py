@@ -28,9 +28,11 @@ from ..ir import GemmProblem, KernelSpec, SpecError
 from .confirm import Confirm, ranked_trials, run_confirmation, static_twin
 from .outcome import SearchResult, Tally, collect, render_source, study_keys
 from cudal2.proposers.proposal import Proposer, propose_excluding
-from .refiner import (SAMPLER_WARMUP, WORKER, Refiner, fail_trials, measured_spec_keys, reference_of,
-                      relative_time, requeue, speedups_of, trial_attrs)
+from cudal2.bench.results import relative_time
+from .refiner import SAMPLER_WARMUP, WORKER, Refiner
 from cudal2.store.store import Store, retry_callback
+from . import trials
+from .trials import Heartbeat, fail_trials, measured_spec_keys, reference_of, requeue, speedups_of, trial_attrs
 
 # Batches a search with look-ahead asks before they are measured, so that they compile meanwhile.
 # On the H100 a CuTe DSL compile takes 1.5-4 s and a batch of 4 is checked and timed in about 0.7 s:
@@ -205,7 +207,7 @@ class Search:
         look-ahead it is asked while a batch is measured, so it sees that batch as pending."""
         if not self.adaptive:
             return
-        queued = _queued(self.study)
+        queued = trials.queued(self.study)
         share_left = self.proposer_share - self.tally.evaluations - len(in_flight) - queued
         want = min(self.room(len(in_flight)) - queued, share_left)
         if want > 0:
@@ -285,7 +287,7 @@ class Search:
                 else:
                     self.ask_ahead(batch)
             t0 = time.perf_counter()
-            beating = _Heartbeat(self.storage, lambda: [t._trial_id for b in (batch, *self.ahead) for t, _ in b.trials]
+            beating = Heartbeat(self.storage, lambda: [t._trial_id for b in (batch, *self.ahead) for t, _ in b.trials]
                                  ) if self.heartbeats else None
             try:
                 with self.phase("measure"):
@@ -493,39 +495,6 @@ def run_search(problem: GemmProblem, *, backends: Sequence[str], arch: str, prop
                   budget=budget, modes=modes, n_proposals=n_proposals, sampler=sampler, seed=seed, tag=tag,
                   progress=progress, max_trials=max_trials, batch_size=batch_size, deadline=deadline,
                   lookahead=lookahead, confirm=confirm, shape_generic=shape_generic).run()
-
-
-def _queued(study) -> int:
-    """How many trials wait in the study's queue (enqueued proposals not yet asked for)."""
-    import optuna
-
-    return len(study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.WAITING,)))
-
-
-class _Heartbeat:
-    """Record Optuna heartbeats for trials under measurement, so that workers on other hosts
-    (fail_stale_trials) do not take a long batch for a dead one. trial_ids() names them at each beat
-    (batches asked ahead during the measurement join them)."""
-
-    def __init__(self, storage, trial_ids: Callable[[], list[int]], every_s: float = 30.0):
-        import threading
-
-        self._done = threading.Event()
-
-        def beat() -> None:
-            while not self._done.wait(every_s):
-                for tid in trial_ids():
-                    try:
-                        storage.record_heartbeat(tid)
-                    except Exception:  # noqa: BLE001 - a missed heartbeat only risks a retry
-                        pass
-
-        self._thread = threading.Thread(target=beat, name="cudal2-heartbeat", daemon=True)
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._done.set()
-        self._thread.join(timeout=5)
 
 
 class _Aside:
