@@ -173,3 +173,11 @@ def test_the_cli_prints_its_version():
 def test_an_unknown_runner_name_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="runner='cpu': give 'gpu', 'recorded' or a Runner object"):
         api.search((256, 256, 256), runner="cpu", store=tmp_path / "s.db", progress=False)
+
+
+def test_without_a_gpu_the_default_runner_names_the_recorded_runner(monkeypatch):
+    from cudal2.tuner import resolve
+
+    monkeypatch.setattr(resolve, "gpu_available", lambda: False)
+    with pytest.raises(RuntimeError, match='runner="recorded"'):
+        resolve.default_runner()

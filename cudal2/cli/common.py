@@ -238,7 +238,9 @@ def _problem(shape: str, dtype: str, layout: str):
         _fail(_one_line(e))
 
 
-def _runner(kind: str, **config):
+def _runner(kind: str, *, has_dry_run: bool = False, **config):
+    """The runner a command measures with (config: EvalConfig fields). has_dry_run: the command has
+    a --dry-run, which the no-GPU error then names beside --runner recorded."""
     kind = _value(kind)
     if kind == "recorded":
         from cudal2.tuner.recorded import RecordedRunner
@@ -250,8 +252,10 @@ def _runner(kind: str, **config):
     from ..api import default_runner, gpu_available
 
     if not gpu_available():
-        _fail("no CUDA GPU found: nothing can be timed here. Run with --dry-run to propose, validate, render "
-              "and compile the kernels without timing them.")
+        dry_run = (", or --dry-run to propose, validate, render and compile the kernels without timing them"
+                   if has_dry_run else "")
+        _fail("no CUDA GPU found: nothing can be timed here; run with --runner recorded to try the command on "
+              f"synthetic numbers from a model (not measurements){dry_run}")
     try:
         return default_runner(**config)
     except RuntimeError as e:

@@ -48,7 +48,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
         return
     s = _store(store)
     prop = _proposer(proposer, backend, arch, llm_fatal=llm_fatal)
-    run = _runner(runner)
+    run = _runner(runner, has_dry_run=True)
     try:
         with _llm_fatal(prop):
             res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,

@@ -37,9 +37,10 @@ def default_runner(**config):
     passes trial_baselines=None: it times them all once per shape). Raises a clear error without
     a GPU."""
     if not gpu_available():
-        raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine use a dry run "
-                           "(`cudal2 search SHAPE --dry-run`: propose, validate, render and compile only), "
-                           "or pass runner=... (any object with the Runner protocol of cudal2.bench.results).")
+        raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine pass "
+                           "runner=\"recorded\" (synthetic numbers from a model, not measurements) or any object "
+                           "with the Runner protocol of cudal2.bench.results, or use a dry run "
+                           "(`cudal2 search SHAPE --dry-run`: propose, validate, render and compile only).")
     try:
         from cudal2.bench.evaluator import Evaluator
     except ImportError:
