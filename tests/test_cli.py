@@ -14,6 +14,7 @@ runner = CliRunner()
 @pytest.fixture(autouse=True)
 def _store(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_STORE", str(tmp_path / "store.db"))
+    monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))  # the recorded runner's store is in it
     monkeypatch.setenv("COLUMNS", "200")
 
 
@@ -55,18 +56,43 @@ def test_bad_shape_and_budget_are_clear_errors():
 
 
 def test_search_show_export_with_recorded_runner(tmp_path):
+    """The recorded runner's synthetic results go to their own store, never the default one
+    ($CUDAL2_STORE here), and show and export label them synthetic."""
+    from cudal2.store.store import recorded_url, sqlite_path
+
     r = runner.invoke(app, ["search", "1024x512x256", "--budget", "5", "--proposer", "random", "--runner",
                             "recorded", "--seed", "0"])
     assert r.exit_code == 0, r.output
     assert "not GPU measurements" in r.output and "best of 5 evaluations" in r.output
+    recorded = sqlite_path(recorded_url())
+    assert f"stored in {recorded_url()}, its own store" in r.output and recorded.exists()
     r = runner.invoke(app, ["show"])
-    assert r.exit_code == 0 and "1024x512x256-float16-NN" in r.output and "recorded" in r.output
+    assert r.exit_code == 0 and "nothing tuned yet" in r.output, r.output
+    assert f"cudal2 show --store {recorded}" in r.output
+    r = runner.invoke(app, ["show", "--store", str(recorded)])
+    assert r.exit_code == 0 and "1024x512x256-float16-NN" in r.output and "recorded (synthetic)" in r.output
+    assert "1 of 1 row(s) are synthetic" in r.output
     out = tmp_path / "table.json"
-    r = runner.invoke(app, ["export", "--out", str(out)])
+    r = runner.invoke(app, ["export", "--out", str(out), "--store", str(recorded)])
     assert r.exit_code == 0, r.output
+    assert "warning: 1 of the 1 are synthetic" in r.output
     data = json.loads(out.read_text())
     assert data["format"] == "cudal2.tuned_table" and len(data["entries"]) == 1
-    assert data["entries"][0]["problem"]["m"] == 1024
+    assert data["entries"][0]["problem"]["m"] == 1024 and data["entries"][0]["synthetic"] is True
+
+
+def test_synthetic_pairs_are_named_by_dataset_export_and_train(tmp_path):
+    store = tmp_path / "s.db"
+    r = runner.invoke(app, ["sweep", "64x64x64,128x128x128,256x256x64,512x256x128", "--specs", "6", "--runner",
+                            "recorded", "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    pairs = tmp_path / "pairs.csv"
+    r = runner.invoke(app, ["dataset", "export", "--out", str(pairs), "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    assert "warning: 24 of the 24 rows are synthetic" in r.output
+    r = runner.invoke(app, ["train", "--data", str(pairs), "--out", str(tmp_path / "m.json")])
+    assert r.exit_code == 0, r.output
+    assert "pairs are synthetic" in r.output and "not measurements" in r.output
 
 
 def test_search_confirms_its_leaders_unless_told_not_to(tmp_path):

@@ -96,9 +96,14 @@ def resolve_proposer(proposer: Any, backends: Sequence[str], arch: str):
     return get_proposer(proposer, backends=tuple(backends), arch=arch, device=DeviceProfile.live(arch))
 
 
-def resolve_store(store: Any):
-    from cudal2.store.store import Store
+def resolve_store(store: Any, runner: Any = None):
+    """A Store from a Store, a URL or a path; None: the default store, or the recorded runner's own
+    store where the runner is a RecordedRunner (synthetic numbers never mix with measurements)."""
+    from cudal2.store.store import Store, recorded_url
+    from cudal2.tuner.recorded import RecordedRunner
 
+    if store is None and isinstance(runner, RecordedRunner):
+        store = recorded_url()
     return store if isinstance(store, Store) else Store(store)
 
 
