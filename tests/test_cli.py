@@ -132,6 +132,21 @@ def test_compare_writes_a_png(tmp_path):
     assert (tmp_path / "stores" / "random.db").exists() and (tmp_path / "stores" / "none.db").exists()
 
 
+def test_compare_on_the_recorded_runner_says_its_numbers_are_synthetic(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    titles = []
+    suptitle = Figure.suptitle
+    monkeypatch.setattr(Figure, "suptitle", lambda self, t, **kw: titles.append(t) or suptitle(self, t, **kw))
+    out = tmp_path / "cmp.png"
+    r = runner.invoke(app, ["compare", "256x512x128", "--proposers", "random", "--budget", "2", "--runner",
+                            "recorded", "--out", str(out), "--store-dir", str(tmp_path / "stores")])
+    assert r.exit_code == 0, r.output
+    words = "synthetic numbers of the recorded runner's model, not GPU measurements"
+    assert titles and all(t == words for t in titles)  # the figure
+    assert words in out.with_suffix(".md").read_text() and words in " ".join(r.output.split())  # report, table
+
+
 def test_tune_reads_a_shapes_file_and_writes_markdown(tmp_path):
     shapes = tmp_path / "shapes.txt"
     shapes.write_text("# M N K\n256 256 128\n512x128x64\n")
