@@ -42,7 +42,8 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     and can compile on this machine: triton and cute_dsl on Hopper; cudal2.codegen.default_backends).
     store: a Store, a SQLAlchemy URL or a file path (default: the user cache store, or
     $CUDAL2_STORE). runner: an evaluator, "gpu" (default: cudal2.bench's GPU evaluator) or "recorded"
-    (synthetic numbers from a model, for trying the search on a CPU; never GPU measurements).
+    (synthetic numbers from a model, for trying the search on a CPU; never GPU measurements; by
+    default into their own store, recorded.db in the cache folder, never the default store).
     problem_fields: further GemmProblem fields (accumulator, out_dtype, epilogue).
     batch_size: specs evaluated per runner call (compiled in parallel by the evaluator).
     confirm: a cudal2.tuner.confirm.Confirm (Confirm(mode="sustained") ranks the leaders at the
@@ -97,7 +98,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
         check_problem_fits(problem, arch, runner)
         return run_search(problem, backends=backends, arch=arch,
                           proposer=resolve_proposer(proposer, backends, arch), runner=runner,
-                          store=resolve_store(store), budget=budget, modes=tuple(modes), n_proposals=n_proposals,
+                          store=resolve_store(store, runner), budget=budget, modes=tuple(modes), n_proposals=n_proposals,
                           sampler=sampler, seed=seed, tag=tag, progress=progress, batch_size=batch_size,
                           confirm=confirm, shape_generic=shape_generic, lookahead=lookahead)
     finally:
@@ -174,4 +175,5 @@ def _search_on_cluster(problem: GemmProblem, cluster: Any, runner: Any, store: A
 
     make_runner = functools.partial(given_runner, runner) if runner is not None else gpu_runner
     with dask_cluster.open_cluster(cluster, gpus=runner is None, what="cluster=") as client:
-        return dask_cluster.run_searches([problem], client, make_runner, resolve_store(store).url, **options)[0]
+        return dask_cluster.run_searches([problem], client, make_runner, resolve_store(store, runner).url,
+                                         **options)[0]

@@ -173,3 +173,24 @@ def test_the_cli_prints_its_version():
 def test_an_unknown_runner_name_is_one_line(tmp_path):
     with pytest.raises(ValueError, match="runner='cpu': give 'gpu', 'recorded' or a Runner object"):
         api.search((256, 256, 256), runner="cpu", store=tmp_path / "s.db", progress=False)
+
+
+def test_without_a_gpu_the_default_runner_names_the_recorded_runner(monkeypatch):
+    from cudal2.tuner import resolve
+
+    monkeypatch.setattr(resolve, "gpu_available", lambda: False)
+    with pytest.raises(RuntimeError, match='runner="recorded"'):
+        resolve.default_runner()
+
+
+def test_the_recorded_runner_writes_into_its_own_store_by_default(tmp_path, monkeypatch):
+    """Synthetic numbers never reach the default store ($CUDAL2_STORE here)."""
+    from cudal2.store.store import Store, recorded_url, sqlite_path
+
+    monkeypatch.setenv("CUDAL2_STORE", str(tmp_path / "default.db"))
+    monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))
+    api.search((256, 256, 128), backends="triton", proposer="rules", budget=2, runner="recorded",
+               progress=False, confirm=None, arch="sm_90a")
+    assert not (tmp_path / "default.db").exists()
+    assert sqlite_path(recorded_url()) == tmp_path / "cache" / "recorded.db"
+    assert [p.label() for p in Store(recorded_url()).problems()] == ["256x256x128-float16-NN"]

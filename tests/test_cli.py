@@ -14,6 +14,7 @@ runner = CliRunner()
 @pytest.fixture(autouse=True)
 def _store(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_STORE", str(tmp_path / "store.db"))
+    monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))  # the recorded runner's store is in it
     monkeypatch.setenv("COLUMNS", "200")
 
 
@@ -55,18 +56,43 @@ def test_bad_shape_and_budget_are_clear_errors():
 
 
 def test_search_show_export_with_recorded_runner(tmp_path):
+    """The recorded runner's synthetic results go to their own store, never the default one
+    ($CUDAL2_STORE here), and show and export label them synthetic."""
+    from cudal2.store.store import recorded_url, sqlite_path
+
     r = runner.invoke(app, ["search", "1024x512x256", "--budget", "5", "--proposer", "random", "--runner",
                             "recorded", "--seed", "0"])
     assert r.exit_code == 0, r.output
     assert "not GPU measurements" in r.output and "best of 5 evaluations" in r.output
+    recorded = sqlite_path(recorded_url())
+    assert f"stored in {recorded_url()}, its own store" in r.output and recorded.exists()
     r = runner.invoke(app, ["show"])
-    assert r.exit_code == 0 and "1024x512x256-float16-NN" in r.output and "recorded" in r.output
+    assert r.exit_code == 0 and "nothing tuned yet" in r.output, r.output
+    assert f"cudal2 show --store {recorded}" in r.output
+    r = runner.invoke(app, ["show", "--store", str(recorded)])
+    assert r.exit_code == 0 and "1024x512x256-float16-NN" in r.output and "recorded (synthetic)" in r.output
+    assert "1 of 1 row(s) are synthetic" in r.output
     out = tmp_path / "table.json"
-    r = runner.invoke(app, ["export", "--out", str(out)])
+    r = runner.invoke(app, ["export", "--out", str(out), "--store", str(recorded)])
     assert r.exit_code == 0, r.output
+    assert "warning: 1 of the 1 are synthetic" in r.output
     data = json.loads(out.read_text())
     assert data["format"] == "cudal2.tuned_table" and len(data["entries"]) == 1
-    assert data["entries"][0]["problem"]["m"] == 1024
+    assert data["entries"][0]["problem"]["m"] == 1024 and data["entries"][0]["synthetic"] is True
+
+
+def test_synthetic_pairs_are_named_by_dataset_export_and_train(tmp_path):
+    store = tmp_path / "s.db"
+    r = runner.invoke(app, ["sweep", "64x64x64,128x128x128,256x256x64,512x256x128", "--specs", "6", "--runner",
+                            "recorded", "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    pairs = tmp_path / "pairs.csv"
+    r = runner.invoke(app, ["dataset", "export", "--out", str(pairs), "--store", str(store)])
+    assert r.exit_code == 0, r.output
+    assert "warning: 24 of the 24 rows are synthetic" in r.output
+    r = runner.invoke(app, ["train", "--data", str(pairs), "--out", str(tmp_path / "m.json")])
+    assert r.exit_code == 0, r.output
+    assert "pairs are synthetic" in r.output and "not measurements" in r.output
 
 
 def test_search_confirms_its_leaders_unless_told_not_to(tmp_path):
@@ -104,6 +130,21 @@ def test_compare_writes_a_png(tmp_path):
     assert set(curves) == {"random", "none"}
     assert [p["evaluation"] for p in curves["random"]["256x512x128-float16-NN"]] == [1, 2, 3, 4]
     assert (tmp_path / "stores" / "random.db").exists() and (tmp_path / "stores" / "none.db").exists()
+
+
+def test_compare_on_the_recorded_runner_says_its_numbers_are_synthetic(tmp_path, monkeypatch):
+    from matplotlib.figure import Figure
+
+    titles = []
+    suptitle = Figure.suptitle
+    monkeypatch.setattr(Figure, "suptitle", lambda self, t, **kw: titles.append(t) or suptitle(self, t, **kw))
+    out = tmp_path / "cmp.png"
+    r = runner.invoke(app, ["compare", "256x512x128", "--proposers", "random", "--budget", "2", "--runner",
+                            "recorded", "--out", str(out), "--store-dir", str(tmp_path / "stores")])
+    assert r.exit_code == 0, r.output
+    words = "synthetic numbers of the recorded runner's model, not GPU measurements"
+    assert titles and all(t == words for t in titles)  # the figure
+    assert words in out.with_suffix(".md").read_text() and words in " ".join(r.output.split())  # report, table
 
 
 def test_tune_reads_a_shapes_file_and_writes_markdown(tmp_path):

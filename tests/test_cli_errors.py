@@ -249,3 +249,21 @@ def test_store_check_names_the_problem(tmp_path, not_a_database):
     corrupt.write_bytes(b"SQLite format 3\x00" + b"\xff" * 200)
     with pytest.raises(StoreError, match=r"is corrupt \(file is not a database\); move it aside"):
         Store(corrupt).check()
+
+
+@pytest.mark.parametrize("command", [
+    ["search", "512x512x512"],
+    ["compare", "512x512x512", "--store-dir", "{tmp}/stores"],
+    ["tune", "{tmp}/shapes.txt"],
+    ["sweep", "512x512x512", "--specs", "2"],
+])
+def test_without_a_gpu_the_error_names_what_works_in_that_command(command, tmp_path, monkeypatch):
+    """Each measuring command's no-GPU error names --runner recorded, and --dry-run only where the
+    command has one (search)."""
+    import cudal2.api
+
+    monkeypatch.setattr(cudal2.api, "gpu_available", lambda: False)
+    (tmp_path / "shapes.txt").write_text("512x512x512\n")
+    line = _one_error_line(runner.invoke(app, [a.format(tmp=tmp_path) for a in command]))
+    assert "no CUDA GPU" in line and "--runner recorded" in line, line
+    assert ("--dry-run" in line) == (command[0] == "search"), line

@@ -91,7 +91,7 @@ def test_the_dashboard_hint_and_shows_title_hide_the_password(case, tmp_path, mo
 
     url, _ = URLS[case]
     store = _sqlite_behind(url, tmp_path)
-    monkeypatch.setattr(cli_search, "_store", lambda given: store)
+    monkeypatch.setattr(cli_search, "_store", lambda *given: store)
     searched = runner.invoke(app, ["search", "256x256x256", "--budget", "2", *RECORDED])
     assert searched.exit_code == 0, searched.output
     assert "optuna-dashboard postgresql://" in searched.output  # the hint

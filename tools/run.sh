@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The main job: set up .venv, install cudal2, and search kernels for 4096x4096x4096 fp16 on the
 # GPU (budget 16). Without a GPU it says so and runs a dry run instead (propose, validate,
-# render and compile the kernels; nothing is timed).
+# render and compile the kernels; nothing is timed). It ends with the command to type next.
 #   bash tools/run.sh            extra arguments go to `cudal2 search`
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,8 +30,10 @@ python -m pip install -q -e ".[$extras]"
 if python -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
   cudal2 search 4096x4096x4096 --budget 16 "$@"
   cudal2 show
+  bash tools/next_command.sh .venv gpu
 else
   echo "No GPU found (torch.cuda.is_available() is False): nothing can be timed on this machine."
   echo "Running a dry run instead: propose, validate, render and compile the kernels, without timing."
   cudal2 search 4096x4096x4096 --dry-run "$@"
+  bash tools/next_command.sh .venv cpu
 fi

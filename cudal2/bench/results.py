@@ -86,6 +86,16 @@ class BaselineResult:
         return t.kernel_ms if t else None
 
 
+# The GPU name the recorded runner (cudal2.tuner.recorded) gives its synthetic numbers: a model's, not
+# a GPU's. Every place that shows or uses stored timings tells them apart by it.
+RECORDED_GPU = "recorded"
+
+
+def is_synthetic(gpu_name: str | None) -> bool:
+    """Whether timings of this GPU name are the recorded runner's synthetic numbers."""
+    return gpu_name == RECORDED_GPU
+
+
 @dataclass(frozen=True)
 class Environment:
     gpu_name: str

@@ -238,34 +238,48 @@ def _problem(shape: str, dtype: str, layout: str):
         _fail(_one_line(e))
 
 
-def _runner(kind: str, **config):
+def _runner(kind: str, *, has_dry_run: bool = False, store=None, **config):
+    """The runner a command measures with (config: EvalConfig fields). has_dry_run: the command has
+    a --dry-run, which the no-GPU error then names beside --runner recorded. store: the command's
+    store, named in the recorded runner's line where it is that runner's own (_store)."""
     kind = _value(kind)
     if kind == "recorded":
+        from cudal2.store.store import recorded_url
         from cudal2.tuner.recorded import RecordedRunner
 
-        console.print("[yellow]runner 'recorded': synthetic numbers from a model, not GPU measurements[/yellow]")
+        own = (f"; stored in {_shown_url(store)}, its own store (--store names another)"
+               if store is not None and store.url == recorded_url() else "")
+        console.print(f"[yellow]runner 'recorded': synthetic numbers from a model, not GPU measurements{escape(own)}"
+                      "[/yellow]", soft_wrap=True)
         return RecordedRunner()
     if kind != "gpu":
         _fail(f"unknown runner {kind!r}; use 'gpu' or 'recorded'")
     from ..api import default_runner, gpu_available
 
     if not gpu_available():
-        _fail("no CUDA GPU found: nothing can be timed here. Run with --dry-run to propose, validate, render "
-              "and compile the kernels without timing them.")
+        dry_run = (", or --dry-run to propose, validate, render and compile the kernels without timing them"
+                   if has_dry_run else "")
+        _fail("no CUDA GPU found: nothing can be timed here; run with --runner recorded to try the command on "
+              f"synthetic numbers from a model (not measurements){dry_run}")
     try:
         return default_runner(**config)
     except RuntimeError as e:
         _fail(str(e))
 
 
-def _store(url: str | None):
-    """The store, checked: one error line if it is a directory, not a database, or lacks its driver."""
-    from cudal2.store.store import ENV_STORE, Store, StoreError
+def _store(url: str | None, runner: str = "gpu"):
+    """The store, checked: one error line if it is a directory, not a database, or lacks its driver.
+    Without --store, the recorded runner writes into its own store, never the default one."""
+    from cudal2.store.store import ENV_STORE, Store, StoreError, recorded_url
 
+    recorded = url is None and _value(runner) == "recorded"
+    if recorded:
+        url = recorded_url()
     try:
         return Store(url, warn=_warning).check()
     except StoreError as e:
-        where = "" if url else f" (named by ${ENV_STORE})" if os.environ.get(ENV_STORE) else " (the default store)"
+        where = ("" if url and not recorded else " (the recorded runner's store)" if recorded
+                 else f" (named by ${ENV_STORE})" if os.environ.get(ENV_STORE) else " (the default store)")
         _fail(f"{e}{where}")
 
 

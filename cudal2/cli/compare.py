@@ -11,8 +11,12 @@ from typing import Annotated, Optional
 import typer
 from rich.table import Table
 
+from ..bench.results import is_synthetic
 from .common import (_backends, Backends, BatchOpt, LlmFatalOpt, PROPOSER_NAMES, ProposerName, RunnerOpt, _budget, _fail,
                      _llm_fatal, _one_line, _problem, _proposer, _runner, _x, app, console)
+
+SYNTHETIC = "synthetic numbers of the recorded runner's model, not GPU measurements"
+
 
 def _proposer_list(value: str) -> str:
     unknown = [n for n in (p.strip() for p in value.split(",")) if n and n not in ProposerName.__members__]
@@ -73,6 +77,8 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
     root.mkdir(parents=True, exist_ok=True)
     env = run.environment() if hasattr(run, "environment") else None
     where = f"GPU: {getattr(env, 'gpu_name', '?')}, {_versions(env)}" if env else "runner without an environment"
+    synthetic = SYNTHETIC if env is not None and is_synthetic(env.gpu_name) else ""
+    where = f"{synthetic}. {where}" if synthetic else where
     curves: dict[str, dict[str, list]] = {}
     finals: dict[str, dict[str, float | None]] = {}
     labels: dict[str, str] = {}  # arm -> its name in the table and the legend, with its endpoint failures
@@ -95,7 +101,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
                                     res.best.spec.backend if res.best is not None else ""))
             labels[arm] = _arm_label(name, prop).replace(name, arm, 1)
             # after every arm: a run cut short keeps the arms it finished
-            _plot_compare(curves, out, labels)
+            _plot_compare(curves, out, labels, note=synthetic)
             (out.with_suffix(".json")).write_text(json.dumps(
                 {n: {s: [p.__dict__ for p in c] for s, c in per.items()} for n, per in curves.items()}, indent=1))
             out.with_suffix(".md").write_text(cmp.markdown(arms, cmp.best_known(arms, outside), title="Proposers at equal budget",
@@ -103,7 +109,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
                                                            environment=where))
     if hasattr(run, "close"):
         run.close()
-    _print_compare(finals, problems, labels)
+    _print_compare(finals, problems, labels, note=synthetic)
     console.print(f"wrote {out}, {out.with_suffix('.json')} and {out.with_suffix('.md')}; stores in {root}")
 
 
@@ -158,7 +164,10 @@ def _arm_label(name: str, prop) -> str:
     return f"{name} ({len(failures)} failure{'' if len(failures) == 1 else 's'})"
 
 
-def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[str, str] | None = None) -> None:
+def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[str, str] | None = None,
+                  note: str = "") -> None:
+    """Best speedup against evaluations and GPU time, a row per shape; note (the synthetic
+    runner's label) heads the figure."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -184,6 +193,8 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[st
             ax.grid(alpha=0.3)
             ax.xaxis.set_major_locator(MaxNLocator(6))
         ax_n.legend(fontsize=8)
+    if note:
+        fig.suptitle(note, color="firebrick", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -191,10 +202,10 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[st
 
 
 def _print_compare(finals: dict[str, dict[str, float | None]], problems,
-                   labels: dict[str, str] | None = None) -> None:
+                   labels: dict[str, str] | None = None, note: str = "") -> None:
     from cudal2.tuner.aggregates import aggregate
 
-    t = Table(title="best speedup over torch at equal budget")
+    t = Table(title="best speedup over torch at equal budget" + (f" ({note})" if note else ""))
     t.add_column("shape")
     for name in finals:
         t.add_column((labels or {}).get(name, name), justify="right")

@@ -46,10 +46,10 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
     problems = list(distinct.values())
     if len(problems) < len(lines):
         console.print(f"{len(lines)} lines name {len(problems)} distinct shape(s): each is searched once")
-    s = _store(store)
+    s = _store(store, runner)
     arch = arch or default_arch()
     backend = _backends(backend, arch)
-    run = _runner(runner)
+    run = _runner(runner, store=s)
     prop = _proposer(proposer, backend, arch, llm_fatal=llm_fatal)
     with _llm_fatal(prop):
         results = [run_search(p, backends=tuple(backend), arch=arch, proposer=prop, runner=run, store=s,
@@ -120,7 +120,7 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
         catalog_specs = catalog.sample(specs if specs == "all" else _count(specs), backend, arch, name=catalog_name)
     except ValueError as e:
         _fail(f"--specs {specs} --catalog {catalog_name}: {e}")
-    s = _store(store)
+    s = _store(store, runner)
     total = len(problems) * len(catalog_specs)
     started = time.monotonic()
     try:
@@ -218,11 +218,22 @@ def dataset_export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=Fal
                    gpu: Annotated[Optional[str], typer.Option("--gpu", help=(
                        "the GPU model whose pairs to export, for a store that holds several"))] = None) -> None:
     """One row per measured pair: shape, split, spec fields, kernel times per mode, baselines, GPU, versions."""
+    from ..bench.results import is_synthetic
     from ..dataset import export_rows, write_rows
 
     s = _store(store)
+    synthetic = [0]
+
+    def counted(rows):
+        for row in rows:
+            synthetic[0] += is_synthetic(row.get("gpu"))
+            yield row
+
     try:
-        n = write_rows(export_rows(s, gpu=gpu), out)
+        n = write_rows(counted(export_rows(s, gpu=gpu)), out)
     except (RuntimeError, ValueError, OSError) as e:
         _fail(f"dataset export: {_one_line(e)}")
     console.print(f"wrote {n} rows to {out}")
+    if synthetic[0]:
+        _warning(f"{synthetic[0]} of the {n} rows are synthetic (gpu 'recorded': the recorded runner's model, not "
+                 "measurements); a cost model trained on them learns that model, not a GPU")

@@ -46,9 +46,9 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
     if dry_run:
         _dry_run(problem, backend, arch, proposer, n)
         return
-    s = _store(store)
+    s = _store(store, runner)
     prop = _proposer(proposer, backend, arch, llm_fatal=llm_fatal)
-    run = _runner(runner)
+    run = _runner(runner, has_dry_run=True, store=s)
     try:
         with _llm_fatal(prop):
             res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
@@ -184,16 +184,33 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "layer") -> None:
     table = _table(s, mode)
     if not len(table):
         console.print(f"nothing tuned yet in {_shown_url(s)}; run `cudal2 search SHAPE`")
+        if store is None:
+            _point_at_recorded_store()
         return
     names = sorted({b for e in table for b in e.baselines_ms})
     t = Table(title=f"tuned shapes in {_shown_url(s)}")
     for col in ("problem", "gpu", "backend", "spec", "kernel us", *[f"vs {b}" for b in names]):
         t.add_column(col, overflow="fold")
     for e in table:
-        t.add_row(e.problem.label(), e.gpu or "?", e.spec.backend, e.spec.summary(), _us(e.kernel_ms),
+        gpu = f"{e.gpu} (synthetic)" if e.synthetic else e.gpu or "?"
+        t.add_row(e.problem.label(), gpu, e.spec.backend, e.spec.summary(), _us(e.kernel_ms),
                   *[_x(e.speedup(b)) for b in names])
     console.print(t)
+    synthetic = sum(e.synthetic for e in table)
+    if synthetic:
+        console.print(f"[yellow]{synthetic} of {len(table)} row(s) are synthetic: numbers of the recorded runner's "
+                      "model, not GPU measurements[/yellow]")
     console.print("used by cudal2.matmul only where faster than torch; studies: optuna-dashboard " + s.studies_at())
+
+
+def _point_at_recorded_store() -> None:
+    """Where the default store is empty: say where the recorded runner's results went, if it has any."""
+    from cudal2.store.store import recorded_url, sqlite_path
+
+    path = sqlite_path(recorded_url())
+    if path is not None and path.exists():
+        console.print(f"the recorded runner's synthetic results are in their own store: cudal2 show --store {path}",
+                      markup=False, soft_wrap=True)
 
 
 @app.command()
@@ -205,6 +222,11 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help
     with _writing_output(out):
         path = table.save(out)
     console.print(f"wrote {len(table)} tuned shape(s) to {path}; use it with CUDAL2_TABLE={path}")
+    synthetic = sum(e.synthetic for e in table)
+    if synthetic:
+        _warning(f"{synthetic} of the {len(table)} are synthetic (GPU 'recorded': the recorded runner's model, not "
+                 "measurements; marked \"synthetic\": true in the file); export a store of GPU searches to serve "
+                 "kernels")
 
 
 # ---- bench --------------------------------------------------------------------------------------

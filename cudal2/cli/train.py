@@ -20,6 +20,7 @@ def train(store: Annotated[Optional[str], typer.Option("--store", help=(
     """Train the cost model (gradient-boosted trees) on measured pairs: settings chosen by
     cross-validation over the training shapes, validation shapes only scored. Seeded: the same
     measurements give the same model."""
+    from ..bench.results import is_synthetic
     from ..cli import common as cli
     from ..ir import ARCHS
     from ..ir import DeviceProfile
@@ -47,6 +48,11 @@ def train(store: Annotated[Optional[str], typer.Option("--store", help=(
         cli._warning(message + f"; training on the other {len(samples)}")
     if not samples:
         cli._fail("train: no measured pair with a torch time in the data; measure some with 'cudal2 sweep'")
+    synthetic = sum(is_synthetic(s.gpu) for s in samples)
+    if synthetic:
+        cli._warning(f"train: {synthetic} of the {len(samples)} pairs are synthetic (gpu 'recorded': the recorded "
+                     "runner's model, not measurements): the model learns that model, not a GPU; train on a sweep "
+                     "measured on a GPU to propose real kernels")
     cli.console.print(f"{len(samples)} measured pairs on {len({s.group for s in samples})} shapes")
     try:
         report = run_training(samples, DeviceProfile.of_arch(arch), seed=seed, say=cli.console.print)

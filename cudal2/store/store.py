@@ -51,6 +51,15 @@ def default_url() -> str:
     return as_url(default_dir() / "store.db")
 
 
+RECORDED_STORE_FILE = "recorded.db"
+
+
+def recorded_url() -> str:
+    """The recorded runner's own default store, sqlite:///<cache dir>/recorded.db: its synthetic numbers
+    stay out of the default store ($CUDAL2_STORE included), which holds GPU measurements."""
+    return as_url(default_dir() / RECORDED_STORE_FILE)
+
+
 def as_url(target: str | os.PathLike) -> str:
     """A SQLAlchemy URL from a URL or a plain file path (which means SQLite)."""
     text = os.fspath(target)

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterator
 
-from ..bench.results import DEFAULT_MODE
+from ..bench.results import DEFAULT_MODE, is_synthetic
 from ..ir import GemmProblem, KernelSpec
 
 ENV_TABLE = "CUDAL2_TABLE"
@@ -38,10 +38,16 @@ class TunedEntry:
         b = self.baselines_ms.get(baseline)
         return b / self.kernel_ms if b and self.kernel_ms > 0 else None
 
+    @property
+    def synthetic(self) -> bool:
+        """Whether the figures are the recorded runner's synthetic numbers, not measurements."""
+        return is_synthetic(self.gpu)
+
     def to_dict(self) -> dict[str, Any]:
-        return {"problem": self.problem.to_dict(), "spec": self.spec.to_dict(), "kernel_ms": self.kernel_ms,
-                "baselines_ms": dict(self.baselines_ms), "gpu": self.gpu, "created": self.created,
-                "mode": self.mode, "speedup": {b: self.speedup(b) for b in self.baselines_ms}}
+        d = {"problem": self.problem.to_dict(), "spec": self.spec.to_dict(), "kernel_ms": self.kernel_ms,
+             "baselines_ms": dict(self.baselines_ms), "gpu": self.gpu, "created": self.created,
+             "mode": self.mode, "speedup": {b: self.speedup(b) for b in self.baselines_ms}}
+        return {**d, "synthetic": True} if self.synthetic else d
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> "TunedEntry":

@@ -12,7 +12,7 @@ import os
 import time
 from typing import Any, Callable, Iterable, Sequence
 
-from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
+from ..bench.results import RECORDED_GPU, DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
 from ..ir import GemmProblem, KernelSpec, arch_limits
 from ..ir.hardware import DEFAULT_ARCH
 
@@ -100,7 +100,7 @@ class RecordedRunner:
                 for name, ms in table.items()}
 
     def environment(self) -> Environment | None:
-        return Environment(gpu_name="recorded", sm_count=arch_limits(DEFAULT_ARCH).sm_count, driver="-", cuda="-", torch="-", triton="-",
+        return Environment(gpu_name=RECORDED_GPU, sm_count=arch_limits(DEFAULT_ARCH).sm_count, driver="-", cuda="-", torch="-", triton="-",
                            cudal2="-", extra={"runner": "RecordedRunner"})
 
 

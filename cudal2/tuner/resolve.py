@@ -37,9 +37,10 @@ def default_runner(**config):
     passes trial_baselines=None: it times them all once per shape). Raises a clear error without
     a GPU."""
     if not gpu_available():
-        raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine use a dry run "
-                           "(`cudal2 search SHAPE --dry-run`: propose, validate, render and compile only), "
-                           "or pass runner=... (any object with the Runner protocol of cudal2.bench.results).")
+        raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine pass "
+                           "runner=\"recorded\" (synthetic numbers from a model, not measurements) or any object "
+                           "with the Runner protocol of cudal2.bench.results, or use a dry run "
+                           "(`cudal2 search SHAPE --dry-run`: propose, validate, render and compile only).")
     try:
         from cudal2.bench.evaluator import Evaluator
     except ImportError:
@@ -95,9 +96,14 @@ def resolve_proposer(proposer: Any, backends: Sequence[str], arch: str):
     return get_proposer(proposer, backends=tuple(backends), arch=arch, device=DeviceProfile.live(arch))
 
 
-def resolve_store(store: Any):
-    from cudal2.store.store import Store
+def resolve_store(store: Any, runner: Any = None):
+    """A Store from a Store, a URL or a path; None: the default store, or the recorded runner's own
+    store where the runner is a RecordedRunner (synthetic numbers never mix with measurements)."""
+    from cudal2.store.store import Store, recorded_url
+    from cudal2.tuner.recorded import RecordedRunner
 
+    if store is None and isinstance(runner, RecordedRunner):
+        store = recorded_url()
     return store if isinstance(store, Store) else Store(store)
 
 
