@@ -87,9 +87,23 @@ class Backend:
         """Version of the compiler stack; part of the compiled-kernel cache key."""
         return "none"
 
+    # the pip requirements its compiles need: what a dry run tells a machine that lacks them to install
+    requirements: ClassVar[tuple[str, ...]] = ()
+
     def usable(self) -> tuple[bool, str]:
         """Whether this machine has what the backend needs to compile its kernels, and why not."""
         return True, ""
+
+    @classmethod
+    def install_line(cls) -> str:
+        """The command that installs the backend's requirements ("" where it names none)."""
+        return "pip install " + " ".join(f'"{r}"' for r in cls.requirements) if cls.requirements else ""
+
+    def compiled_as(self) -> str:
+        """What compile() and precompile() amount to on this machine, in a few words: a dry run's
+        table names it ("compiled" unless the backend does less here, as Triton's CPU interpreter
+        only imports the module)."""
+        return "compiled"
 
     def shape_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
         """What of the problem a compiled kernel depends on: the problem itself (its shape baked
