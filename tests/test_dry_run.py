@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 
 from cudal2.cli import app
 from cudal2.codegen import get_backend
-from cudal2.codegen.registry import backend_statuses
 
 runner = CliRunner()
 
@@ -40,6 +39,8 @@ def test_a_dry_run_lists_every_backend_it_considered_with_why_one_is_skipped(mon
             'pip install "nvidia-cutlass-dsl==4.8.1" "apache-tvm-ffi>=0.1.15.post2"'] in rows, r.output
     assert ["cuda_cpp", "skipped", "declares no sm_90a code (sm_80 only)", ""] in rows, r.output
     assert ["triton", "yes", "", ""] in rows, r.output
+    from cudal2.codegen.registry import backend_statuses
+
     assert [s.name for s in backend_statuses("sm_90a")][:3] == ["triton", "cute_dsl", "cuda_cpp"]
 
 

@@ -198,6 +198,10 @@ def test_a_backend_without_shape_generic_kernels_is_searched_with_its_own(docume
     assert {s.shape_specialization for s in runner.calls if s.backend == "triton"} == {"dynamic"}
     errors = [t.user_attrs.get("error", "") for t in res.study.get_trials(deepcopy=False)]
     assert not [e for e in errors if "shape_specialization" in e]
+    # resumed, the proposers read the toy's measurements among the history
+    again = cudal2.search("512x512x512", runner=runner, store=tmp_path / "s.db", budget=48, seed=1,
+                          arch="sm_90a", progress=False, confirm=None)
+    assert again.evaluations == 48
 
 
 def _rows(output: str) -> list[list[str]]:
@@ -205,19 +209,20 @@ def _rows(output: str) -> list[list[str]]:
     return [[c.strip() for c in line.split("│")[1:-1]] for line in output.splitlines() if line.startswith("│")]
 
 
-def test_a_dry_run_with_the_documented_backend(documented_toy, monkeypatch):
-    from typer.testing import CliRunner
+def test_a_dry_run_with_the_documented_backend(documented_toy):
+    """In a new process, as after `pip install`: the CLI's --backend choices are read at its start."""
+    import os
+    import subprocess
 
-    from cudal2.cli import app
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "250", "TRITON_INTERPRET": "1"}
 
-    monkeypatch.setenv("COLUMNS", "250")
-    r = CliRunner().invoke(app, ["search", "512x512x512", "--dry-run", "--proposer", "random", "--n", "1",
-                                 "--arch", "sm_90a"])
-    assert r.exit_code == 0, r.output
-    assert ["toy", "yes", "", ""] in _rows(r.output), r.output  # among the backends a default run considers
-    r = CliRunner().invoke(app, ["search", "512x512x512", "--dry-run", "--backend", "toy", "--proposer",
-                                 "random", "--n", "3", "--arch", "sm_90a"])
-    assert r.exit_code == 0, r.output
-    proposals = [row for row in _rows(r.output) if row[0].isdigit()]
+    def dry_run(*args):
+        r = subprocess.run([sys.executable, "-m", "cudal2.cli", "search", "512x512x512", "--dry-run", "--proposer",
+                            "random", "--arch", "sm_90a", *args], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return _rows(r.stdout)
+
+    assert ["toy", "yes", "", ""] in dry_run("--n", "1")  # among the backends a default run considers
+    proposals = [row for row in dry_run("--backend", "toy", "--n", "3") if row[0].isdigit()]
     assert len(proposals) == 3 and all(row[1] == "toy" and row[3:6] == ["yes", "yes", "compiled"]
-                                       for row in proposals), r.output
+                                       for row in proposals), proposals

@@ -30,7 +30,7 @@ def _loader(source: TemplateSource) -> jinja2.BaseLoader:
         return jinja2.FileSystemLoader(str(folder))
     try:
         return jinja2.PackageLoader(source, "templates")
-    except (ValueError, ModuleNotFoundError) as e:
+    except (ValueError, ImportError, AssertionError) as e:  # no templates/ folder; no such package
         raise jinja2.TemplateNotFound(f"package {source!r} has no templates/ folder ({e})") from None
 
 
