@@ -43,9 +43,12 @@ def test_search_dry_run_with_rules_proposer_and_triton_backend():
     r = runner.invoke(app, ["search", "512x256x128", "--dry-run", "--n", "3", "--backend", "triton"])
     assert r.exit_code == 0, r.output
     assert "dry run" in r.output and "nothing timed" in r.output
-    rows = [line for line in r.output.splitlines() if "triton" in line and "│" in line]
+    rows = [line for line in r.output.splitlines() if "triton" in line and line.startswith("│ ")
+            and line.split("│")[1].strip().isdigit()]  # the proposals, not the backends considered
     assert len(rows) == 3
-    assert all(line.count("yes") == 3 for line in rows), r.output  # valid, rendered, compiled
+    # valid, rendered, and built: compiled, or imported where Triton's CPU interpreter stands in
+    assert all(line.count("yes") == 2 and ("compiled" in line or "imported (interpreter)" in line)
+               for line in rows), r.output
 
 
 def test_bad_shape_and_budget_are_clear_errors():

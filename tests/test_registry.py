@@ -1,7 +1,9 @@
 """Backends plug in through the `cudal2.backends` entry-point group; nothing in cudal2 changes."""
 
+import re
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -111,3 +113,116 @@ def test_a_search_covers_every_backend_that_declares_the_arch_and_can_compile_he
     # a backend that cannot compile here is left out, with the reason it gives
     monkeypatch.setattr(type(get_backend("cute_dsl")), "usable", lambda self: (False, "no DSL here"))
     assert "cute_dsl" not in default_backends("sm_90a")
+
+
+# ---- the backend docs/backends.md walks through, installed as pip would ---------------------------
+DOC = Path(__file__).resolve().parent.parent / "docs" / "backends.md"
+
+
+def documented_files() -> dict[str, str]:
+    """The files docs/backends.md shows, by path: each fenced block under a "File `path`:" line."""
+    found = re.findall(r"^File `([^`]+)`:\n\n```\w*\n(.*?)^```", DOC.read_text(), flags=re.M | re.S)
+    return dict(found)
+
+
+@pytest.fixture
+def documented_toy(tmp_path, monkeypatch):
+    """The package of docs/backends.md in site-packages form: its module folder, and the dist-info
+    with the entry points its pyproject.toml declares."""
+    import tomllib
+
+    files = documented_files()
+    for path, text in files.items():
+        if path != "pyproject.toml":
+            (tmp_path / path).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / path).write_text(text)
+    project = tomllib.loads(files["pyproject.toml"])["project"]
+    dist = tmp_path / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    (dist / "entry_points.txt").write_text("".join(
+        f"[{group}]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
+        for group, eps in project["entry-points"].items()))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    codegen.refresh()
+    yield
+    for name in [m for m in sys.modules if m == "cudal2_toy" or m.startswith("cudal2_toy.")]:
+        sys.modules.pop(name)
+    codegen.refresh()
+
+
+def test_the_documented_backend_renders_its_own_templates_and_runs(documented_toy):
+    import torch
+
+    assert set(documented_files()) == {"pyproject.toml", "cudal2_toy/__init__.py", "cudal2_toy/templates/matmul.py.j2"}
+    toy = get_backend("toy")
+    problem = GemmProblem(m=5, n=7, k=9)
+    source = toy.render(problem, KernelSpec(backend="toy", block_m=32, block_n=64, block_k=32))
+    assert source.text.startswith("# toy GEMM 5x7x9, tile 32x64x32\n")  # from the package, not cudal2's folder
+    a, b = torch.randn(5, 9).half(), torch.randn(9, 7).half()
+    assert torch.allclose(toy.compile(source)(a, b).float(), a.float() @ b.float(), atol=1e-2, rtol=1e-2)
+
+
+def test_a_backend_with_a_template_folder_path(tmp_path, monkeypatch):
+    from cudal2.codegen.base import Backend
+
+    (tmp_path / "gemm.j2").write_text("# {{ spec.block_k }}\n")
+
+    class FolderBackend(Backend):
+        name = "folder_toy"
+        templates = {"gemm": "gemm.j2"}
+        templates_from = tmp_path
+
+    codegen.register("folder_toy", FolderBackend)
+    try:
+        assert FolderBackend().render(GemmProblem(m=64, n=64, k=64),
+                                      KernelSpec(backend="folder_toy", block_k=32)).text == "# 32\n"
+    finally:
+        codegen.refresh()
+
+
+def test_a_backend_without_shape_generic_kernels_is_searched_with_its_own(documented_toy, tmp_path):
+    """Installed, the toy joins the default backends; declaring only shape_specialization "auto", its
+    trials are its own kernels while the built-ins' stay shape-generic, and the search runs through."""
+    import cudal2
+    from cudal2.codegen.registry import default_backends
+    from cudal2.tuner.recorded import RecordedRunner
+
+    assert "toy" in default_backends("sm_90a")
+    runner = RecordedRunner()
+    res = cudal2.search("512x512x512", runner=runner, store=tmp_path / "s.db", budget=40, seed=0,
+                        arch="sm_90a", progress=False, confirm=None)
+    assert "toy" in res.study.study_name
+    toy_specs = [s for s in runner.calls if s.backend == "toy"]
+    assert toy_specs and {s.shape_specialization for s in toy_specs} == {"auto"}
+    assert {s.shape_specialization for s in runner.calls if s.backend == "triton"} == {"dynamic"}
+    errors = [t.user_attrs.get("error", "") for t in res.study.get_trials(deepcopy=False)]
+    assert not [e for e in errors if "shape_specialization" in e]
+    # resumed, the proposers read the toy's measurements among the history
+    again = cudal2.search("512x512x512", runner=runner, store=tmp_path / "s.db", budget=48, seed=1,
+                          arch="sm_90a", progress=False, confirm=None)
+    assert again.evaluations == 48
+
+
+def _rows(output: str) -> list[list[str]]:
+    """The cells of each table row in a CLI output."""
+    return [[c.strip() for c in line.split("│")[1:-1]] for line in output.splitlines() if line.startswith("│")]
+
+
+def test_a_dry_run_with_the_documented_backend(documented_toy):
+    """In a new process, as after `pip install`: the CLI's --backend choices are read at its start."""
+    import os
+    import subprocess
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "250", "TRITON_INTERPRET": "1"}
+
+    def dry_run(*args):
+        r = subprocess.run([sys.executable, "-m", "cudal2.cli", "search", "512x512x512", "--dry-run", "--proposer",
+                            "random", "--arch", "sm_90a", *args], env=env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stdout + r.stderr
+        return _rows(r.stdout)
+
+    assert ["toy", "yes", "", ""] in dry_run("--n", "1")  # among the backends a default run considers
+    proposals = [row for row in dry_run("--backend", "toy", "--n", "3") if row[0].isdigit()]
+    assert len(proposals) == 3 and all(row[1] == "toy" and row[3:6] == ["yes", "yes", "compiled"]
+                                       for row in proposals), proposals

@@ -42,9 +42,10 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
     mode, proposer, sampler = _values(mode), _value(proposer), _value(sampler)
     problem = _problem(shape, dtype, layout)
     arch = arch or default_arch()
+    chosen = list(_values(backend))
     backend = _backends(backend, arch)
     if dry_run:
-        _dry_run(problem, backend, arch, proposer, n)
+        _dry_run(problem, backend, arch, proposer, n, chosen)
         return
     s = _store(store, runner)
     prop = _proposer(proposer, backend, arch, llm_fatal=llm_fatal)
@@ -137,7 +138,7 @@ def _print_result(res, studies: str = "<store url>") -> None:
     console.print(f"study: {res.study.study_name} (view: optuna-dashboard {studies})")
 
 
-def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
+def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=()) -> None:
     from ..api import gpu_available, resolve_proposer
 
     if not gpu_available():
@@ -152,16 +153,37 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int) -> None:
         prop = resolve_proposer(proposer, tuple(backends), arch)
     except Exception as e:  # noqa: BLE001 - unknown name, missing package, no API key
         _fail(f"proposer {proposer!r}: {e}")
+    _print_backends_considered(chosen, backends, arch)
     rows = dry_run(problem, backends=tuple(backends), arch=arch, proposer=prop, n=n)
     t = Table(title=f"dry run: {problem.label()} on {arch} ({len(rows)} proposals; nothing timed)")
-    for col in ("#", "backend", "spec", "valid", "rendered", "compiled", "error"):
+    for col in ("#", "backend", "spec", "valid", "rendered", "built", "error"):
         t.add_column(col, overflow="fold")
     ok = lambda b: "[green]yes[/green]" if b else "[red]no[/red]"  # noqa: E731
     for i, r in enumerate(rows):
-        t.add_row(str(i), r.spec.backend, r.spec.summary(), ok(r.valid), ok(r.rendered), ok(r.compiled), r.error)
+        built = f"[green]{r.compiled_as}[/green]" if r.compiled else "[red]no[/red]"
+        t.add_row(str(i), r.spec.backend, r.spec.summary(), ok(r.valid), ok(r.rendered), built, r.error)
     console.print(t)
     if not rows:
         console.print("[yellow]the proposer returned nothing for this problem[/yellow]")
+    if any(r.compiled_as == "imported (interpreter)" for r in rows):
+        console.print("built: imported (interpreter): without a GPU, Triton's CPU interpreter imported the module "
+                      "and nothing was compiled to GPU code (TRITON_INTERPRET=0 lowers it to PTX with ptxas "
+                      "instead)", markup=False, soft_wrap=True)
+
+
+def _print_backends_considered(chosen, searched, arch: str) -> None:
+    """Each backend the run considered (the chosen ones, else every registered one): whether it is
+    in the run, why it cannot compile here, and the command that installs what it lacks."""
+    from ..codegen.registry import backend_status, backend_statuses
+
+    statuses = [backend_status(name, arch) for name in chosen] if chosen else backend_statuses(arch)
+    t = Table(title=f"backends considered on {arch}")
+    for col in ("backend", "in this run", "why not ready here", "install"):
+        t.add_column(col, overflow="fold")
+    for s in statuses:
+        t.add_row(s.name, "[green]yes[/green]" if s.name in searched else "[yellow]skipped[/yellow]", s.reason,
+                  s.install)
+    console.print(t)
 
 
 # ---- show / export ------------------------------------------------------------------------------

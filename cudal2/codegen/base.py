@@ -10,6 +10,7 @@ from typing import Any, ClassVar, Protocol
 
 from ..ir import Capabilities, GemmProblem, KernelSpec, SpecError, Violation, check_compatible
 from . import templates
+from .templates import TemplateSource
 
 
 @dataclass(frozen=True)
@@ -52,8 +53,12 @@ class Backend:
     version: ClassVar[str] = "0"
     language: ClassVar[str] = "python"
     capabilities: ClassVar[Capabilities] = Capabilities()
-    # template file per kernel family, under templates/<name>/
+    # template file per kernel family: under cudal2's templates/<name>/, or under templates_from
     templates: ClassVar[dict[str, str]] = {}
+    # where a backend that ships its own templates keeps them: a folder (a Path, e.g.
+    # Path(__file__).parent / "templates"), or a package name whose templates/ folder holds them
+    # (read as package resources); None: cudal2's own templates/<name>/
+    templates_from: ClassVar[TemplateSource] = None
 
     # --- what subclasses override -------------------------------------------------------
     def family(self, problem: GemmProblem, spec: KernelSpec) -> str:
@@ -82,9 +87,23 @@ class Backend:
         """Version of the compiler stack; part of the compiled-kernel cache key."""
         return "none"
 
+    # the pip requirements its compiles need: what a dry run tells a machine that lacks them to install
+    requirements: ClassVar[tuple[str, ...]] = ()
+
     def usable(self) -> tuple[bool, str]:
         """Whether this machine has what the backend needs to compile its kernels, and why not."""
         return True, ""
+
+    @classmethod
+    def install_line(cls) -> str:
+        """The command that installs the backend's requirements ("" where it names none)."""
+        return "pip install " + " ".join(f'"{r}"' for r in cls.requirements) if cls.requirements else ""
+
+    def compiled_as(self) -> str:
+        """What compile() and precompile() amount to on this machine, in a few words: a dry run's
+        table names it ("compiled" unless the backend does less here, as Triton's CPU interpreter
+        only imports the module)."""
+        return "compiled"
 
     def shape_key(self, problem: GemmProblem, spec: KernelSpec) -> str:
         """What of the problem a compiled kernel depends on: the problem itself (its shape baked
@@ -122,9 +141,15 @@ class Backend:
                             what=f"{self.name} render")
         fam = self.family(problem, spec)
         variables = {"problem": problem, "spec": spec, **self.context(problem, spec)}
-        text = templates.render(f"{self.name}/{self.templates[fam]}", **variables)
+        text = self.render_template(self.templates[fam], **variables)
         return Source(backend=self.name, problem=problem, spec=spec, text=text,
                       language=self.language, entry="launch", meta={"family": fam})
+
+    def render_template(self, name: str, **variables) -> str:
+        """One of this backend's templates, by its file name (as in `templates`), rendered."""
+        if self.templates_from is None:
+            return templates.render(f"{self.name}/{name}", **variables)
+        return templates.environment(self.templates_from).get_template(name).render(**variables)
 
     def cache_key(self, source: Source) -> str:
         parts = [source.backend, self.version, self.toolchain_version(), source.spec.key(),

@@ -189,6 +189,7 @@ def template_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violatio
 class CudaCppBackend(Backend):
     name = "cuda_cpp"
     version = "1"
+    requirements = ("nvidia-cutlass>=4.2.0.0", "cuda-bindings>=13.4.4")  # as the `cuda` extra (nvcc comes apart)
     language = "cuda"
     capabilities = CAPABILITIES
     templates = {"gemm_sm80": "gemm_sm80.cu.j2"}

@@ -273,7 +273,7 @@ def dsl_available() -> tuple[bool, str]:
         import cutlass  # noqa: F401
         import cutlass.cute  # noqa: F401
     except Exception as e:  # ImportError, or a broken/partial install (missing runtime library)
-        return False, f"nvidia-cutlass-dsl is not importable ({type(e).__name__}: {e}); pip install nvidia-cutlass-dsl"
+        return False, f"nvidia-cutlass-dsl is not importable ({type(e).__name__}: {e}); {CuteDslBackend.install_line()}"
     return True, ""
 
 
@@ -309,6 +309,7 @@ class CuteDslBackend(Backend):
     # grid (PDL); the first WGMMA sets the accumulators. 4: ping-pong skips the other warpgroup's
     # stages in one step; 3: the grouped walk
     version = "5"
+    requirements = ("nvidia-cutlass-dsl==4.8.1", "apache-tvm-ffi>=0.1.15.post2")  # as the `cute` extra
     language = "python"
     capabilities = CAPABILITIES
     templates = {"sm90_ws": "gemm_sm90.py.j2"}
@@ -365,7 +366,7 @@ class CuteDslBackend(Backend):
         """Whether the DSL is installed (found without importing it: importing fixes its target
         arch and cache folder, which compile() sets first)."""
         if importlib.util.find_spec("cutlass") is None:
-            return False, "nvidia-cutlass-dsl is not installed; pip install 'cudal2[cute]'"
+            return False, "nvidia-cutlass-dsl is not installed"
         return True, ""
 
     def toolchain_version(self) -> str:

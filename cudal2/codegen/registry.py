@@ -5,6 +5,7 @@ here so a source checkout that was never pip-installed still finds them."""
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
 from importlib.metadata import entry_points
 from threading import RLock
 
@@ -57,19 +58,40 @@ def available_backends() -> list[str]:
     return sorted(_discover())
 
 
+@dataclass(frozen=True)
+class BackendStatus:
+    """Whether a registered backend can take part in a search on an arch here, and if not, why and
+    what installs what it lacks."""
+
+    name: str
+    ready: bool
+    reason: str = ""  # why not ready
+    install: str = ""  # the command that installs what it lacks, where a package is what it lacks
+
+
+def backend_status(name: str, arch: str) -> BackendStatus:
+    try:
+        backend = get_backend(name)
+    except Exception as e:  # noqa: BLE001 - a broken third-party backend is reported, not fatal
+        return BackendStatus(name, False, f"does not load: {type(e).__name__}: {e}".splitlines()[0][:300])
+    archs = backend.capabilities.allowed("arch", arch)
+    if archs is not None and arch not in archs:
+        return BackendStatus(name, False, f"declares no {arch} code ({', '.join(sorted(archs))} only)")
+    ok, why = backend.usable()
+    if not ok:
+        return BackendStatus(name, False, why, backend.install_line())
+    return BackendStatus(name, True)
+
+
+def backend_statuses(arch: str) -> list[BackendStatus]:
+    """Every registered backend's status on arch, in registration order (the built-ins first)."""
+    return [backend_status(name, arch) for name in _discover()]
+
+
 def default_backends(arch: str) -> tuple[str, ...]:
     """Every registered backend that declares arch and can compile here, in registration order (the
     built-ins first): what a search covers unless told otherwise. Triton where none can."""
-    out = []
-    for name in _discover():
-        try:
-            backend = get_backend(name)
-        except Exception:  # noqa: BLE001 - a broken third-party backend is left out, not fatal
-            continue
-        archs = backend.capabilities.allowed("arch", arch)
-        if (archs is None or arch in archs) and backend.usable()[0]:
-            out.append(name)
-    return tuple(out) or ("triton",)
+    return tuple(s.name for s in backend_statuses(arch) if s.ready) or ("triton",)
 
 
 def get_backend(name: str) -> Backend:

@@ -93,6 +93,7 @@ class TritonBackend(Backend):
     # launch() finds K within one BLOCK_K step (ONE_K); 5: its tile arithmetic divides by run-time
     # tile counts with a multiply and a shift (fast_div)
     version = "5"
+    requirements = ("triton>=3.6",)  # as the `triton` extra
     capabilities = Capabilities(
         options=options(
             block_m=_ALL_BLOCKS, block_n=_ALL_BLOCKS, block_k=_ALL_BLOCKS,
@@ -233,8 +234,12 @@ class TritonBackend(Backend):
         import importlib.util
 
         if importlib.util.find_spec("triton") is None:
-            return False, "triton is not installed; pip install 'cudal2[triton]'"
+            return False, "triton is not installed"
         return True, ""
+
+    def compiled_as(self) -> str:
+        # the interpreter replaces triton.jit: the module imports, and nothing is lowered to GPU code
+        return "imported (interpreter)" if interpreting() else "compiled"
 
     def toolchain_version(self) -> str:
         import triton

@@ -197,5 +197,8 @@ def _catalog_union(backend: str, arch: str, names: tuple[str, ...]) -> tuple[tup
 
 def _kernel_key(spec: KernelSpec) -> str:
     """A spec's key whatever its shape specialization: a search measures a catalog spec as the
-    backend's own (static) kernel, and that measurement still tells about the catalog spec."""
-    return spec.replace(shape_specialization="dynamic").key() if spec.shape_specialization != "dynamic" else spec.key()
+    backend's own (static) kernel, and that measurement still tells about the catalog spec. A key, not
+    a spec to run: not validated (a backend may declare no shape-generic kernels)."""
+    if spec.shape_specialization == "dynamic":
+        return spec.key()
+    return spec.model_copy(update={"shape_specialization": "dynamic"}).key()

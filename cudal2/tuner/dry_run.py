@@ -16,7 +16,8 @@ class DryRunRow:
     source: str  # which proposer
     valid: bool
     rendered: bool
-    compiled: bool
+    compiled: bool  # compile() and precompile() passed
+    compiled_as: str = ""  # what they amount to here (Backend.compiled_as): "compiled", "imported (interpreter)"
     error: str = ""
 
 
@@ -24,7 +25,8 @@ def dry_run(problem: GemmProblem, *, backends: Sequence[str], arch: str, propose
             compile: bool = True) -> list[DryRunRow]:
     """Propose, validate, render and compile, without launching or timing. Compiling means the
     backend's compile() (the rendered module imports) and precompile(), which without a GPU
-    lowers the kernel to machine code for spec.arch (Triton's ptxas; CuTe DSL compile-only)."""
+    lowers the kernel to machine code for spec.arch (Triton's ptxas; CuTe DSL compile-only), except
+    under Triton's CPU interpreter, where the module is only imported (each row's compiled_as)."""
     from ..codegen import get_backend
 
     rows: list[DryRunRow] = []
@@ -40,7 +42,7 @@ def dry_run(problem: GemmProblem, *, backends: Sequence[str], arch: str, propose
             if compile:
                 backend.compile(src)
                 backend.precompile(src)
-                row.compiled = True
+                row.compiled, row.compiled_as = True, backend.compiled_as()
         except Exception as e:  # noqa: BLE001 - each row reports its own failure
             row.error = f"{type(e).__name__}: {e}".splitlines()[0][:300]
     return rows

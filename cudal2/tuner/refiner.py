@@ -88,11 +88,12 @@ def validate(problem: GemmProblem, spec: KernelSpec) -> None:
 def shape_generic_kernel(problem: GemmProblem, spec: KernelSpec) -> KernelSpec:
     """The shape-generic kernel ("dynamic") of a spec that leaves the choice to its backend ("auto"),
     where the backend renders one for problem; else spec itself (a spec that names its
-    specialization, or one with no shape-generic kernel for this problem, e.g. stream-K)."""
+    specialization, or one with no shape-generic kernel for this problem, e.g. stream-K, or from a
+    backend that declares none: its own kernels are what it is searched with)."""
     if spec.shape_specialization != "auto":
         return spec
-    generic = spec.replace(shape_specialization="dynamic")
     try:
+        generic = spec.replace(shape_specialization="dynamic")  # refused where the backend declares no "dynamic"
         validate(problem, generic)
     except SpecError:
         return spec
