@@ -25,6 +25,12 @@ from cudal2.tuner.resolve import (  # noqa: F401 - cudal2.api's names since befo
     count,
     check_search_arguments,
 )
+from .bench.compile_pool import CompilePool
+from .codegen import get_backend
+from .codegen.registry import default_backends
+from .dataset import cluster as dask_cluster
+from .ir import DeviceProfile
+from cudal2.tuner import precompile as ahead
 
 
 def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence[str] | None = None,
@@ -124,12 +130,6 @@ def precompile(shapes: Any = "serving:train", dtype: str = "float16", backends: 
     rest. Compile failures are counted in the result, never raised. plan_processes: processes that
     ask the proposer beside the compiles (default: a quarter of the cores, up to 4; 0 on fewer than
     8 cores). dry_run: plan and count the kernels, compile nothing."""
-    from .bench.compile_pool import CompilePool
-    from .codegen import get_backend
-    from .codegen.registry import default_backends
-    from .ir import DeviceProfile
-    from cudal2.tuner import precompile as ahead
-
     ahead.check_proposer(proposer)
     per_shape = count(per_shape, "per_shape", 1, none_ok=True)
     workers = count(workers, "workers", 1, none_ok=True)
@@ -167,8 +167,6 @@ def resolve_problems(shapes: Any, dtype: str) -> list[GemmProblem]:
 def _search_on_cluster(problem: GemmProblem, cluster: Any, runner: Any, store: Any, **options):
     """cudal2.search on one worker of a cluster (see search's cluster argument)."""
     import functools
-
-    from .dataset import cluster as dask_cluster
 
     dask_cluster.require_dask("cluster=")
     from .dataset.cluster_worker import given_runner, gpu_runner

@@ -16,6 +16,10 @@ from typing import Any, Sequence
 
 from .ir import Epilogue, GemmProblem
 from cudal2.tuner.confirm import Confirm
+from .api import check_search_arguments, names
+from .bench.results import DEFAULT_MODE
+from .ir import SpecError
+from cudal2.store.table import TunedTable
 
 SERVING_CONFIRM = Confirm()  # tune_model and tune_untuned confirm their leaders in the objective's mode (layer)
 
@@ -92,9 +96,6 @@ def tune_untuned(budget: int | str = 1, proposer: Any = "learned", backends: Seq
 def _check_arguments(budget: Any, backends: Any, search_options: dict) -> tuple[str, ...] | None:
     """The arguments passed on to cudal2.search checked as it checks them, once, before any work
     (and even where there is nothing to tune). Returns backends as a tuple of names (or None)."""
-    from .api import check_search_arguments, names
-    from .bench.results import DEFAULT_MODE
-
     check_search_arguments(budget, search_options.get("modes", DEFAULT_MODE), search_options.get("batch_size", 1),
                            search_options.get("n_proposals"))
     return names(backends, "backends") if backends is not None else None
@@ -106,8 +107,6 @@ def _tune(problems: list[tuple[GemmProblem, str]], *, budget, proposer, backends
     import warnings
 
     from . import api, ops
-    from .ir import SpecError
-    from cudal2.store.table import TunedTable
 
     # The leaders are ranked as the model calls them (layer mode, the search's objective), and the
     # table (TunedTable.for_serving) serves a kernel only where it beat torch there.

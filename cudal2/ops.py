@@ -46,6 +46,9 @@ import torch.nn.functional as F
 from cudal2.codegen import native_launch
 from .ir import Epilogue, GemmProblem, SpecError
 from cudal2.store.table import TunedTable
+from .codegen import get_backend
+from .codegen.cute_dsl import tvm_ffi_version
+from .codegen.operands import torch_dtype
 
 _DTYPES = {torch.float16: "float16", torch.bfloat16: "bfloat16"}
 # torch's linear, bound here: torch.compile guards a module object that two modules' globals both reach
@@ -193,8 +196,6 @@ def op_backends() -> frozenset[str]:
     named = os.environ.get(ENV_OP_BACKENDS)
     if named is not None:
         return frozenset(b.strip() for b in named.split(",") if b.strip())
-    from .codegen.cute_dsl import tvm_ffi_version
-
     return frozenset({"cute_dsl"} if tvm_ffi_version() else ())
 
 
@@ -233,8 +234,6 @@ def tuned_kernel(problem: GemmProblem, gpu: str | None, min_saving_us: float | N
     entry = _op_entry(problem, gpu, min_saving_us)
     if entry is None:
         return None
-    from .codegen import get_backend
-
     try:
         backend = get_backend(entry.spec.backend)
         return backend.compile(backend.render(problem, entry.spec))
@@ -306,8 +305,6 @@ def _launcher(kernel, problem: GemmProblem, out_shape: tuple, device) -> Optiona
 
 def _launch_of(run: Callable, problem: GemmProblem, out_shape: tuple, device) -> Callable:
     """launch(a, b, bias) -> output of out_shape, through a bound run (kernel.bind's)."""
-    from .codegen.operands import torch_dtype
-
     dtype, empty = torch_dtype(problem.c_dtype), torch.empty
 
     def launch(a, b, bias):
@@ -506,8 +503,6 @@ NATIVE_TRACED_MIN_SAVING_US = 10.0
 def _traced_min_saving_us(entry) -> float:
     """The GPU time an entry's kernel must save a call for a traced graph to take it: its launch path's
     host cost inside a compiled graph."""
-    from .codegen.cute_dsl import tvm_ffi_version
-
     native = entry.spec.backend == "cute_dsl" and tvm_ffi_version() and native_launch.library() is not None
     return NATIVE_TRACED_MIN_SAVING_US if native else TRACED_MIN_SAVING_US
 
@@ -552,8 +547,6 @@ def _native_slot(served: tuple) -> int:
     """While tracing a served call: the slot of its kernel's C++ launch path (cudal2.codegen.native_launch),
     or -1 where the graph calls the Python op instead (no TVM-FFI function, no C++ compiler). Binding
     builds the kernel's launcher now (compile or disk load, workspace), once per class and process."""
-    from .codegen.operands import torch_dtype
-
     problem = _problem_of(served)
     gpu = next((name for device_type, index, name in _visible_gpus() if (device_type, index) == served[6:8]), None)
     # (_served_classes applied the traced path's margin already; the eager one is not this path's)

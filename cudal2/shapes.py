@@ -21,6 +21,7 @@ import random
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from .ir import GemmProblem
 
 DATA = Path(__file__).resolve().parent / "data" / "shapes"
 SPLIT_FILE = DATA / "split.json"
@@ -43,8 +44,6 @@ class Shape:
         return f"{self.m}x{self.n}x{self.k}-float16-{self.layout}"
 
     def problem(self, dtype: str = "float16"):
-        from .ir import GemmProblem
-
         return GemmProblem(m=self.m, n=self.n, k=self.k, dtype=dtype, layout=self.layout)
 
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..ir import GemmProblem, KernelSpec
+from ..codegen import get_backend
 
 
 @dataclass
@@ -46,8 +47,6 @@ class Prepared:
 
 def render_and_precompile(problem: GemmProblem, spec: KernelSpec) -> Prepared:
     """Runs in a pool process."""
-    from ..codegen import get_backend
-
     t0 = time.perf_counter()
     backend = get_backend(spec.backend)
     ok = backend.supports(problem, spec)

@@ -41,6 +41,10 @@ from .memory import DeviceMemory
 from .results import DEFAULT_MODE, MODES, BaselineResult, CandidateResult, Correctness, Environment, EvalReport, Mode
 from .timing import TimingConfig
 from .worker import CheckBatch, KernelRef, TimeRequest, Worker, WorkerDied
+from . import memory
+from ..codegen import get_backend
+from .baselines import CUBLASLT
+from .correctness import SCRATCH_MIN
 
 DEFAULT_BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "quack_heuristic", "quack_autotune")
 # Where the fp32 reference may not fit on the GPU (more than this share of the free memory last
@@ -300,8 +304,6 @@ class Evaluator:
         None: the pool then precompiles the variant this shape selects, in parallel, instead of the
         worker's JIT alone. The backend's support check still runs for this shape (TMA, for one,
         needs 16-byte rows)."""
-        from ..codegen import get_backend
-
         try:
             backend = get_backend(spec.backend)
             key = backend.compile_unit(problem, spec)
@@ -317,8 +319,6 @@ class Evaluator:
         return future
 
     def _remember_compiled(self, problem: GemmProblem, spec: KernelSpec, prep: Prepared) -> None:
-        from ..codegen import get_backend
-
         key = get_backend(spec.backend).compile_unit(problem, spec)
         if key is not None:
             self._compiled[key] = prep
@@ -437,8 +437,6 @@ class Evaluator:
         its autotune over up to 100 algorithms: about 0.45 s on the H100 for 1000x17920x1536). Once
         per problem; the plan is the one the round would have made, bound to the
         round's own operands (baselines.prepare)."""
-        from .baselines import CUBLASLT
-
         names = tuple(b for b in self.config.baselines if b in CUBLASLT and b not in self.timed_baselines)
         if (not names or problem.key() in self._planned
                 or all(f is None or f.done() for f in futures)):  # compiled already: no idle time to fill
@@ -468,8 +466,6 @@ class Evaluator:
             return None, f"long-k-probe skipped: {why}" if why else ""
         if ref.spec is None:
             return (probe, KernelRef(f"{ref.name}@K={k}", kernel=ref.kernel)), ""
-        from ..codegen import get_backend
-
         try:
             ok = get_backend(ref.spec.backend).supports(probe, ref.spec)
         except Exception as e:  # noqa: BLE001
@@ -602,9 +598,6 @@ class Evaluator:
         and device, where the free memory last reported cannot hold it beside the problem (see
         correctness.expected_for): three trips a set (computed, compared with the trusted result,
         compared with the output) at HOST_BYTES_PER_S. 0 where it stays on the device."""
-        from . import memory
-        from .correctness import SCRATCH_MIN
-
         mem = self._memory
         if mem is None:
             return 0.0
@@ -706,8 +699,6 @@ class _BatchDied(Exception):
 def _same_kernel(problem: GemmProblem, other: GemmProblem, spec: KernelSpec) -> bool:
     """Whether spec compiles to one kernel for both problems: its backend takes the shape at run time,
     and both shapes select the same compiled variant of it."""
-    from ..codegen import get_backend
-
     try:
         backend = get_backend(spec.backend)
         return (backend.shape_key(problem, spec) == backend.shape_key(other, spec) != problem.key()

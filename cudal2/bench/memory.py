@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..ir import DTYPE_BYTES, GemmProblem
+from .baselines import WRITE_GIVEN_OUTPUT
+from .inputs import guard_elements
+from .inputs import rotation_count
 
 # Left free beside the evaluator's buffers: cuBLAS and CUDA-graph pools, kernels' scratch, the
 # allocator's rounding. Generous on purpose: an out-of-memory error costs a candidate.
@@ -63,8 +66,6 @@ def input_set_bytes(problem: GemmProblem) -> int:
 
 def output_bytes(problem: GemmProblem) -> int:
     """One guarded output buffer (cudal2.bench.inputs.GuardedOutput)."""
-    from .inputs import guard_elements
-
     return (problem.m * problem.n + 2 * guard_elements(problem)) * DTYPE_BYTES[problem.c_dtype]
 
 
@@ -122,13 +123,9 @@ def plan_timing(problem: GemmProblem, l2_bytes: int, spare: int | None, n_candid
     workspaces and for the blocks of the fp32 reference (which goes to the host when it does not
     fit). Fewer sets are rotated (down to one) where two would take more than half the room: a set
     that large is far larger than L2 anyway."""
-    from .inputs import rotation_count
-
     if spare is None:
         return TimingPlan(2, False)
     out, ins = output_bytes(problem), input_set_bytes(problem)
-    from .baselines import WRITE_GIVEN_OUTPUT
-
     own = n_candidates + sum(1 for b in baselines if b in WRITE_GIVEN_OUTPUT)
     lt = [b for b in baselines if b.startswith("cublaslt")]
     scratch = min(reference_bytes(problem), RESERVE_MIN)  # blocks of the reference and error sums

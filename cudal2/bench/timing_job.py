@@ -11,6 +11,17 @@ from __future__ import annotations
 import importlib.util
 import time
 from typing import TYPE_CHECKING, Any
+from . import baselines as bl
+from . import memory
+from ..ir.footprint import workspace_bytes
+from .correctness import CheckFailure, count_nonfinite, rel_error, verify_output
+from .inputs import GuardedOutput
+from .inputs import make_operands
+from .inputs import torch_dtype
+from .plausibility import implausibility
+from .plausibility import min_bytes
+from .results import Correctness
+from .timing import LayerPrelude, measure
 
 if TYPE_CHECKING:
     from .requests import TimeRequest
@@ -22,12 +33,6 @@ class TimingJob:
 
     def __init__(self, state, req: "TimeRequest"):
         import torch
-
-        from ..ir.footprint import workspace_bytes
-        from . import baselines as bl
-        from . import memory
-        from .inputs import GuardedOutput, make_operands
-        from .plausibility import min_bytes
 
         self.state, self.req = state, req
         problem, dev = req.problem, state.device
@@ -64,8 +69,6 @@ class TimingJob:
         self.reseed = req.seed + 104729
 
     def _add_candidates(self) -> None:
-        from .inputs import GuardedOutput
-
         sets = self.sets
         for ref in self.req.candidates:
             k = self.state.kernel(ref, self.problem)
@@ -78,9 +81,6 @@ class TimingJob:
 
     def _add_baselines(self) -> None:
         import torch
-
-        from . import baselines as bl
-        from .inputs import torch_dtype
 
         problem = self.problem
         for name in self.req.baselines:
@@ -102,9 +102,7 @@ class TimingJob:
         """Time every live contender in this mode; then check each timed path again on new inputs
         in the same storage (a cached or stale result, or work the timed path never did, shows up
         there), and reject impossible times."""
-        from . import memory
         from .correctness import expected_for
-        from .timing import LayerPrelude, measure
 
         state, req = self.state, self.req
         live = {n: c for n, c in self.contenders.items() if n not in self.failures}
@@ -129,9 +127,6 @@ class TimingJob:
         del measured, prelude  # the graphs first, then the buffers they read
 
     def _recheck(self, name: str, m, mode: str, expected: list) -> None:
-        from . import baselines as bl
-        from .correctness import CheckFailure, count_nonfinite, rel_error, verify_output
-
         if m.timing is None:
             self.failures.setdefault(name, ("crash", m.error))
             return
@@ -179,8 +174,6 @@ class TimingJob:
                 break
 
     def _plausible(self, measured: dict, mode: str) -> None:
-        from .plausibility import implausibility
-
         data_from_dram = mode == "server" or self.n_sets * self.per_set >= self.l2
         for name in measured:
             t = self.timings[name].get(mode)
@@ -192,9 +185,6 @@ class TimingJob:
                                                     f"call {t.call_ms * 1e3:.3f} us)")
 
     def reply(self) -> dict:
-        from . import baselines as bl
-        from .results import Correctness
-
         base_info = {}
         for name, p in self.prepared.items():
             key = f"baseline:{name}"

@@ -35,6 +35,14 @@ from typing import Any
 
 from ..ir import GemmProblem
 from .requests import CheckBatch, KernelRef, TimeRequest  # noqa: F401 - what the parent sends
+from . import baselines as bl
+from . import memory
+from ..codegen import available_backends, get_backend
+from ..ir.footprint import workspace_bytes
+from .correctness import CheckFailure
+from .correctness import SCRATCH_MIN, check_kernel, stream_order_many
+from .inputs import GuardedOutput, guard_elements, make_operands
+from .timing_job import TimingJob
 
 class WorkerDied(Exception):
     """The worker process died or was killed; .status is "crash" or "timeout"."""
@@ -334,8 +342,6 @@ def _record_device_facts(state: _State) -> None:
     before the environment is answered: a search asks for it before it hands compiles to the pool."""
     if not state.is_cuda:
         return
-    from ..codegen import available_backends, get_backend
-
     for name in available_backends():
         try:
             get_backend(name).record_device_facts(str(state.device))
@@ -353,8 +359,6 @@ def _memory(state: _State, conn, problem: GemmProblem | None) -> None:
     """The device's free and total bytes as this worker can use them (None on the CPU), once
     what it keeps between requests for other problems (cuBLASLt plans holding their operands)
     and compiled kernels (holding workspaces) are let go."""
-    from . import memory
-
     state.kernels.clear()
     keep = problem.key() if problem is not None else None
     for key in [k for k in state.baseline_plans if k[0] != keep]:
@@ -375,9 +379,6 @@ def _plan_baselines(state: _State, conn, req: tuple[GemmProblem, tuple[str, ...]
     """Make the baselines' plans for a problem (cuBLASLt's, autotune included) ahead of the timing
     job that times them, which then binds the plan to its own operands (baselines.prepare keeps it
     in state.baseline_plans). Answers the seconds it took and the baselines that are available."""
-    from . import baselines as bl
-    from .inputs import make_operands
-
     problem, names, seed = req
     t0 = time.perf_counter()
     sets = [make_operands(problem, seed, state.device)]
@@ -390,11 +391,6 @@ def _check_many(state: _State, conn, req: CheckBatch) -> None:
     """Compile and check each candidate of a CheckBatch in turn, answering as each finishes, so that
     the parent knows which candidate a crash or a hang belongs to. A candidate's failure is its
     own; one that poisons the CUDA context ends the worker after its answer."""
-    from ..ir.footprint import workspace_bytes
-    from . import memory
-    from .correctness import SCRATCH_MIN, CheckFailure, check_kernel, stream_order_many
-    from .inputs import GuardedOutput, guard_elements, make_operands
-
     problem, dev, policy = req.problem, state.device, req.policy
     probe_policy = replace(policy, seeds=1, stream_order=False)
     storage: dict[str, tuple] = {}  # problem key -> (operands, output), allocated once per request
@@ -469,8 +465,6 @@ def _probe_one(state: _State, probe: tuple, policy, seed: int, corr, checked):
     """The long-K accumulator probe of a candidate that passed (see EvalConfig.accumulator_probe_k):
     one input set of the K=probe variant, through the same checks. A probe that cannot run is noted,
     not held against the candidate; one that runs wrong fails it."""
-    from .correctness import CheckFailure
-
     prob, pref = probe
     try:
         kernel = state.kernel(pref, prob)
@@ -489,8 +483,6 @@ def _time(state: _State, conn, req: TimeRequest) -> None:
     again on new inputs, and reject physically impossible times. Buffers are laid out to the
     free memory (memory.plan_timing): one output per contender and input set where it fits,
     shared outputs and fewer sets where it does not."""
-    from .timing_job import TimingJob
-
     job = TimingJob(state, req)
     for mode in req.modes:
         job.time(mode)

@@ -32,10 +32,31 @@ from ..codegen.registry import available_backends
 from ..ir import SpecError
 from cudal2.proposers import available_proposers
 from cudal2.tuner.refiner import SAMPLERS
+from ..codegen.registry import default_backends, get_backend
+from ..disk_faults import refused_write
+from ..disk_faults import the_fix
+from ..ir import DeviceProfile
+from ..ir import GemmProblem
+from cudal2.proposers import ProposerUnavailable
+from cudal2.proposers import get_proposer
+from cudal2.proposers.fallback import failure_line
+from cudal2.store.store import ENV_STORE, Store, StoreError, recorded_url
+from cudal2.store.store import display_url
+from cudal2.tuner.confirm import Confirm
+from cudal2.tuner.loop import Budget
 
 DEBUG_ENV = "CUDAL2_DEBUG"
 INTERRUPTED = "interrupted; run the same command to resume"
-console = Console()
+# Rich wraps at 80 columns where the output is not a terminal, which breaks a spec's JSON mid-token in a
+# pipe or a file: there lines are kept whole (soft wrap) and tables get PIPED_WIDTH columns.
+PIPED_WIDTH = 200
+
+
+def _piped() -> bool:
+    return not os.environ.get("COLUMNS") and not getattr(sys.stdout, "isatty", lambda: False)()
+
+
+console = Console(width=PIPED_WIDTH if _piped() else None, soft_wrap=_piped())
 err_console = Console(stderr=True, soft_wrap=True, highlight=False)  # soft_wrap: an error stays one line
 
 
@@ -112,9 +133,6 @@ class CudalGroup(TyperGroup):
 def _environment_fault(e: Exception) -> None:
     """Exit 2 with one line if e is a store a command found unusable (StoreError: its disk refused a
     write, say) or another write the disk refused (a kernel cache): the user's environment."""
-    from ..disk_faults import refused_write
-    from cudal2.store.store import StoreError
-
     if isinstance(e, StoreError):
         _fail(_one_line(e))
     words = refused_write(e)
@@ -127,8 +145,6 @@ def _environment_fault(e: Exception) -> None:
 def _writing_output(path: Path, option: str = "--out"):
     """Writes of the file an option names: an OSError (a full or read-only disk, /dev/full) is one
     error line naming the option, the path and the fix."""
-    from ..disk_faults import refused_write, the_fix
-
     try:
         yield
     except OSError as e:
@@ -181,8 +197,6 @@ def _values(choices) -> tuple[str, ...]:
 
 
 def _budget(value: str) -> str:
-    from cudal2.tuner.loop import Budget
-
     try:
         parsed = Budget.parse(value)
     except ValueError as e:
@@ -198,8 +212,6 @@ Backends = Annotated[list[BackendName], typer.Option("--backend", "-b", help=(
 
 def _backends(chosen, arch: str) -> list[str]:
     """The --backend values, or every backend that declares arch and can compile here."""
-    from ..codegen.registry import default_backends, get_backend
-
     picked = list(_values(chosen))
     for name in picked:  # a search has one arch: a backend that declares no code for it proposes nothing
         archs = get_backend(name).capabilities.allowed("arch", arch)
@@ -230,8 +242,6 @@ def _one_line(e: Exception) -> str:
 
 
 def _problem(shape: str, dtype: str, layout: str):
-    from ..ir import GemmProblem
-
     try:
         return GemmProblem.parse(shape, dtype=dtype, layout=layout)
     except ValueError as e:  # SpecError, or a size check that refuses the problem
@@ -270,8 +280,6 @@ def _runner(kind: str, *, has_dry_run: bool = False, store=None, **config):
 def _store(url: str | None, runner: str = "gpu"):
     """The store, checked: one error line if it is a directory, not a database, or lacks its driver.
     Without --store, the recorded runner writes into its own store, never the default one."""
-    from cudal2.store.store import ENV_STORE, Store, StoreError, recorded_url
-
     recorded = url is None and _value(runner) == "recorded"
     if recorded:
         url = recorded_url()
@@ -284,8 +292,6 @@ def _store(url: str | None, runner: str = "gpu"):
 
 
 def _shown_url(store) -> str:
-    from cudal2.store.store import display_url
-
     return display_url(store.url)  # a password in the URL is not printed
 
 
@@ -313,8 +319,6 @@ StaticTwinsOpt = Annotated[int, typer.Option(
 
 
 def _confirm(rounds: int, mode: str | None = None, static_twins: int = 1):
-    from cudal2.tuner.confirm import Confirm
-
     mode = _value(mode)
     try:
         return Confirm(rounds=rounds, mode=mode, static_twins=static_twins)
@@ -334,9 +338,6 @@ def _warning(line: str) -> None:
 def _proposer(name: str, backends, arch: str, *, llm_fatal: bool = False, fallback: str | None = "default"):
     """The proposer of a run (None for 'none'). An LLM endpoint that fails after its retries is
     one warning line, then `fallback` (default: rules proposals, then Optuna; None: Optuna alone)."""
-    from ..ir import DeviceProfile
-    from cudal2.proposers import get_proposer
-
     if name == "none":
         return None
     try:
@@ -349,9 +350,6 @@ def _proposer(name: str, backends, arch: str, *, llm_fatal: bool = False, fallba
 @contextlib.contextmanager
 def _llm_fatal(prop):
     """With --llm-fatal the LLM proposer raises on an endpoint failure: one error line, exit 1."""
-    from cudal2.proposers import ProposerUnavailable
-    from cudal2.proposers.fallback import failure_line
-
     try:
         yield
     except ProposerUnavailable as e:

@@ -14,6 +14,12 @@ from rich.table import Table
 from ..bench.results import is_synthetic
 from .common import (_backends, Backends, BatchOpt, LlmFatalOpt, PROPOSER_NAMES, ProposerName, RunnerOpt, _budget, _fail,
                      _llm_fatal, _one_line, _problem, _proposer, _runner, _x, app, console)
+from ..api import default_arch
+from ..dataset import draw_shapes, resolve_shapes
+from cudal2.store.store import Store
+from cudal2.tuner import compare as cmp
+from cudal2.tuner.aggregates import aggregate
+from cudal2.tuner.confirm import Confirm
 
 SYNTHETIC = "synthetic numbers of the recorded runner's model, not GPU measurements"
 
@@ -60,11 +66,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
     import shlex
     import tempfile
 
-    from ..api import default_arch
-    from cudal2.tuner import compare as cmp
-    from cudal2.tuner.confirm import Confirm
     from cudal2.tuner.loop import run_search
-    from cudal2.store.store import Store
 
     names = [p.strip() for p in proposers.split(",") if p.strip()]
     budgets = [b.strip() for b in budget.split(",") if b.strip()]
@@ -116,8 +118,6 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
 def _compare_problems(shapes: list[str], dtype: str, layout: str, sample: int | None) -> list:
     """Each argument a shape (with --layout unless it names its own), a comma list or file of shapes, or a
     shape set (of which --sample draws N)."""
-    from ..dataset import draw_shapes, resolve_shapes
-
     problems = []
     for text in shapes:
         is_set = text.partition(":")[0] in ("grid", "serving", "all")
@@ -203,8 +203,6 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[st
 
 def _print_compare(finals: dict[str, dict[str, float | None]], problems,
                    labels: dict[str, str] | None = None, note: str = "") -> None:
-    from cudal2.tuner.aggregates import aggregate
-
     t = Table(title="best speedup over torch at equal budget" + (f" ({note})" if note else ""))
     t.add_column("shape")
     for name in finals:

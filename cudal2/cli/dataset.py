@@ -17,6 +17,13 @@ from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, Conf
                      ProposerName, RunnerOpt, StoreOpt, _confirm, _fail, _llm_fatal, _one_line, _parse_shapes_file,
                      _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      err_console, _writing_output)
+from ..api import default_arch
+from ..bench.results import is_synthetic
+from ..bench.timing import TimingConfig
+from ..dataset import cluster
+from ..dataset import export_rows, write_rows
+from cudal2.proposers import catalog
+from cudal2.tuner.aggregates import aggregate, markdown
 
 @app.command()
 def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False,
@@ -32,8 +39,6 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
           confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, runner: RunnerOpt = "gpu",
           llm_fatal: LlmFatalOpt = False) -> None:
     """Search every shape of a file (resumable: finished studies are not repeated) and report."""
-    from ..api import default_arch
-    from cudal2.tuner.aggregates import aggregate, markdown
     from cudal2.tuner.loop import run_search
 
     mode, proposer = _values(mode), _value(proposer)
@@ -100,9 +105,6 @@ def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each o
               "and swap arrangement once, at the deepest pipeline that fits)"))] = "base") -> None:
     """Measure many specs on many shapes into the store: one row per (spec, shape) pair, resumable
     (pairs the store holds are not measured again). `cudal2 dataset export` writes them out."""
-    from ..api import default_arch
-    from cudal2.proposers import catalog
-
     backend, modes, runner = _value(backend), _values(mode), _value(runner)
     try:
         problems = resolve_shapes(shapes, dtype)
@@ -159,8 +161,6 @@ def _progress(total: int) -> Iterator[Callable[[int, str], None]]:
 
 def _sweep_here(problems, specs, runner_name: str, store, modes, total: int, backend: str):
     """The sweep in this process, on GPU 0 (or the recorded runner)."""
-    from ..bench.timing import TimingConfig
-
     # every baseline, timed once per shape (a search's runner times its trials beside torch alone)
     run = (_runner(runner_name, timing=TimingConfig.sweep(), trial_baselines=None) if runner_name == "gpu"
            else _runner(runner_name))
@@ -177,9 +177,6 @@ def _sweep_here(problems, specs, runner_name: str, store, modes, total: int, bac
 def _sweep_on_cluster(workers: str, problems, specs, runner_name: str, store, modes, total: int, backend: str):
     """The sweep on the workers of a Dask cluster, each with its own runner (one per GPU)."""
     import functools
-
-    from ..bench.timing import TimingConfig
-    from ..dataset import cluster
 
     request = cluster.parse_workers(workers)
     cluster.require_dask()
@@ -218,9 +215,6 @@ def dataset_export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=Fal
                    gpu: Annotated[Optional[str], typer.Option("--gpu", help=(
                        "the GPU model whose pairs to export, for a store that holds several"))] = None) -> None:
     """One row per measured pair: shape, split, spec fields, kernel times per mode, baselines, GPU, versions."""
-    from ..bench.results import is_synthetic
-    from ..dataset import export_rows, write_rows
-
     s = _store(store)
     synthetic = [0]
 

@@ -14,6 +14,13 @@ from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, Conf
                      Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StaticTwinsOpt, StoreOpt, _confirm, _fail,
                      _llm_fatal, _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      _writing_output)
+from ..api import default_arch
+from ..codegen.registry import backend_status, backend_statuses
+from ..ir import KernelSpec, SpecError
+from cudal2.store.store import recorded_url, sqlite_path
+from cudal2.store.table import TunedTable
+from cudal2.tuner.dry_run import dry_run
+from cudal2.tuner.precompile import check_proposer
 
 @app.command()
 def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")],
@@ -36,7 +43,6 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
                "spec's shape-generic kernel, which one compile serves for every shape"))] = False,
            runner: RunnerOpt = "gpu", llm_fatal: LlmFatalOpt = False) -> None:
     """Search kernels for one shape (resumes the study of that shape found in the store)."""
-    from ..api import default_arch
     from cudal2.tuner.loop import run_search
 
     mode, proposer, sampler = _values(mode), _value(proposer), _value(sampler)
@@ -82,7 +88,6 @@ def precompile(shapes: Annotated[str, typer.Argument(help=(
     """Compile ahead the kernels searches try first, so that a search of a new shape finds them
     compiled (resumable: what the disk caches hold is loaded, not compiled again)."""
     from ..api import default_arch, gpu_available, precompile as run_precompile, resolve_problems
-    from cudal2.tuner.precompile import check_proposer
 
     try:  # bad input is one error line before anything else is said
         check_proposer(proposer)
@@ -145,8 +150,6 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=()) -> 
         # Kernels are compiled for the interpreter (Triton) or compile-only (CuTe DSL) here.
         os.environ.setdefault("TRITON_INTERPRET", "1")
         os.environ.setdefault("CUTE_DSL_ARCH", arch)
-    from cudal2.tuner.dry_run import dry_run
-
     if proposer == "none":
         _fail("a dry run shows proposals; choose --proposer rules, llm or random")
     try:
@@ -174,8 +177,6 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=()) -> 
 def _print_backends_considered(chosen, searched, arch: str) -> None:
     """Each backend the run considered (the chosen ones, else every registered one): whether it is
     in the run, why it cannot compile here, and the command that installs what it lacks."""
-    from ..codegen.registry import backend_status, backend_statuses
-
     statuses = [backend_status(name, arch) for name in chosen] if chosen else backend_statuses(arch)
     t = Table(title=f"backends considered on {arch}")
     for col in ("backend", "in this run", "why not ready here", "install"):
@@ -194,8 +195,6 @@ TableModeOpt = Annotated[ModeName, typer.Option(
 
 
 def _table(store, mode: str):
-    from cudal2.store.table import TunedTable
-
     return TunedTable.from_store(store, mode=_value(mode))
 
 
@@ -227,8 +226,6 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "layer") -> None:
 
 def _point_at_recorded_store() -> None:
     """Where the default store is empty: say where the recorded runner's results went, if it has any."""
-    from cudal2.store.store import recorded_url, sqlite_path
-
     path = sqlite_path(recorded_url())
     if path is not None and path.exists():
         console.print(f"the recorded runner's synthetic results are in their own store: cudal2 show --store {path}",
@@ -276,8 +273,6 @@ def bench(shape: str, backend: Annotated[BackendName, typer.Option("--backend", 
 def _spec_file(path: Path) -> list:
     """The KernelSpecs of a JSON file (one object or a list), or one error line in SpecError's
     words: the field, the value, the limit and the fix."""
-    from ..ir import KernelSpec, SpecError
-
     try:
         text = path.read_text()
     except (OSError, UnicodeDecodeError) as e:

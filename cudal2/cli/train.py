@@ -7,6 +7,10 @@ from typing import Annotated, Optional
 
 import typer
 from ..ir.hardware import DEFAULT_ARCH
+from ..bench.results import is_synthetic
+from ..cli import common as cli
+from ..ir import ARCHS
+from ..ir import DeviceProfile
 
 
 def train(store: Annotated[Optional[str], typer.Option("--store", help=(
@@ -20,10 +24,6 @@ def train(store: Annotated[Optional[str], typer.Option("--store", help=(
     """Train the cost model (gradient-boosted trees) on measured pairs: settings chosen by
     cross-validation over the training shapes, validation shapes only scored. Seeded: the same
     measurements give the same model."""
-    from ..bench.results import is_synthetic
-    from ..cli import common as cli
-    from ..ir import ARCHS
-    from ..ir import DeviceProfile
     from cudal2.learn.samples import from_csv, from_store
     from cudal2.learn.train import train as run_training
 

@@ -28,6 +28,7 @@ from . import cuda_cpp_toolchain as toolchain
 from .base import Backend, Source, Support
 from .operands import call_extents, device_errors, operand_errors, torch_dtype
 from .workspace import Workspace
+from .. import paths
 
 SWIZZLE_BITS = {"none": 0, "32B": 1, "64B": 2, "128B": 3}
 ELEMENT = {"float16": "cute::half_t", "bfloat16": "cute::bfloat16_t"}
@@ -272,8 +273,6 @@ class CudaCppBackend(Backend):
 
     def binary(self, source: Source, target: str | None = None) -> toolchain.Binary:
         """The compiled cubin of a rendered source (cached on disk)."""
-        from .. import paths
-
         if source.backend != self.name:
             raise ValueError(f"source was rendered by backend {source.backend!r}, not {self.name!r}")
         return toolchain.compile_cuda(source.text, target or self.target(source.spec), paths.cache_dir() / "cuda_cpp")

@@ -52,6 +52,7 @@ from ..ir.spec import stage_bytes
 from .base import Backend, Source, Support
 from .cute_sm90.config import GemmConfig, epilogue_piece_width, whole_tiles
 from .cute_sm90.kernel import MAX_WORKSPACE_BYTES, CuteDslKernel
+from .. import paths
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
 SPLIT_K_VALUES = [1, 2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16, 20, 24, 32, 48, 64]
@@ -297,8 +298,6 @@ def _ensure_arch_for_cpu() -> None:
 
 def _cache_root() -> Path:
     """Where rendered modules and exported kernels are kept: cute_dsl/ in cudal2's cache folder."""
-    from .. import paths
-
     return paths.cache_dir() / "cute_dsl"
 
 

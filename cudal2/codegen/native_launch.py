@@ -32,6 +32,7 @@ from typing import Any, NamedTuple
 import torch
 
 from cudal2 import paths
+from cudal2.codegen.operands import torch_dtype
 
 SOURCE = Path(__file__).with_name("native_launch.cpp")
 MAX_SLOTS = 4096  # native_launch.cpp's kSlots
@@ -121,8 +122,6 @@ def library() -> Path | None:
 def bind(call: tuple, out_dtype: torch.dtype, args: NativeArgs | None, device: torch.device) -> int | None:
     """The slot of a call class (ops._call_class) whose kernel takes the native path, binding it on
     first use; None where the native path cannot serve it (then the graph calls the Python op)."""
-    from cudal2.codegen.operands import torch_dtype
-
     if args is None or library() is None:
         return None
     key = (call, out_dtype)

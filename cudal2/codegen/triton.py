@@ -33,6 +33,7 @@ from ..ir import ARCHS, Capabilities, GemmProblem, KernelSpec, options
 from .base import Backend, Source
 from .operands import call_extents, operand_errors, operand_strides, torch_dtype
 from .workspace import Workspace
+from .. import paths
 
 _ALL_BLOCKS = [16, 32, 64, 128, 256]
 _ACTIVATION_TEXT = {"none": "{}", "relu": "relu({})", "gelu": "gelu({})", "silu": "silu({})"}
@@ -81,8 +82,6 @@ def _fix_interpreter() -> None:
 
 def cache_dir() -> Path:
     """Where rendered modules are written: triton/ in cudal2's cache folder (cudal2.paths.cache_dir)."""
-    from .. import paths
-
     return paths.cache_dir() / "triton"
 
 

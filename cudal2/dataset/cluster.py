@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Sequence
 
 from ..ir import GemmProblem
+from cudal2.store.store import Store
+from cudal2.store.store import sqlite_path
 
 EXTRA = "pip install 'cudal2[dask]'"
 START_HINT = ("start one with 'dask scheduler' and one worker per GPU with "
@@ -259,8 +261,6 @@ def worker_count(client) -> int:
 def check_store_reachable(client, url: str) -> None:
     """Raise ClusterError where workers on other hosts would have to write an SQLite file of this
     one (a search writes its trials from the worker that runs it)."""
-    from cudal2.store.store import sqlite_path
-
     path = sqlite_path(url)
     if path is None:
         return
@@ -339,8 +339,6 @@ def _result_of(future, problem: GemmProblem):
 def _with_studies(done: list, store_url: str) -> list:
     """The SearchResults, each with its study opened again from the store (one connection)."""
     import optuna
-
-    from cudal2.store.store import Store
 
     storage = Store(store_url).optuna_storage
     results = []

@@ -21,6 +21,9 @@ from distributed import WorkerPlugin, get_worker
 
 from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Environment
 from ..ir import GemmProblem, KernelSpec, SpecError
+from cudal2.store.store import Store
+from cudal2.tuner.resolve import check_problem_fits, default_arch, resolve_proposer
+from cudal2.tuner.resolve import default_runner
 
 
 class WorkerSetupError(RuntimeError):
@@ -132,9 +135,7 @@ class Searched:
 
 def search_task(runner_name: str, problem: GemmProblem, store_url: str, options: dict[str, Any]) -> Searched:
     """One search run on this worker's GPU, its trials written into the store at store_url."""
-    from cudal2.tuner.resolve import check_problem_fits, default_arch, resolve_proposer
     from cudal2.tuner.loop import run_search
-    from cudal2.store.store import Store
 
     runner = _plugin(runner_name).runner()
     options = dict(options)
@@ -168,6 +169,4 @@ def gpu_runner(**config) -> Any:
                                "DASK_DISTRIBUTED__WORKER__DAEMON=False (docs/scale_out.md)")
     visible = [d for d in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
     share = (os.cpu_count() or 2) // max(1, len(visible))
-    from cudal2.tuner.resolve import default_runner
-
     return default_runner(**{"compile_workers": max(1, min(8, share - 1)), **config})

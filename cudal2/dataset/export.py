@@ -13,6 +13,7 @@ from typing import Any, Iterator
 from ..bench.results import MODES
 from ..ir import KernelSpec
 from cudal2.store.store import Store
+from ..shapes import load_split
 
 BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "quack_heuristic", "quack_autotune")
 SPEC_FIELDS = tuple(KernelSpec.model_fields)
@@ -32,8 +33,6 @@ COLUMNS = (
 
 def _split_of() -> dict[str, tuple[str, str]]:
     """problem label -> (shape set, train | validation), from the split kept in the repository."""
-    from ..shapes import load_split
-
     out = {}
     for set_name, parts in load_split().items():
         if isinstance(parts, dict):

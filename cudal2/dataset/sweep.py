@@ -14,6 +14,7 @@ from typing import Callable, Sequence
 
 from ..ir import GemmProblem, KernelSpec, SpecError
 from cudal2.store.store import Store
+from .. import shapes as shape_sets
 
 CHUNK = 32  # specs per evaluator call, at most
 
@@ -47,8 +48,6 @@ def resolve_shapes(text: str, dtype: str = "float16") -> list[GemmProblem]:
     - a file with one shape per line ('M N K' or 'MxNxK', '#' comments);
     - shapes separated by commas: 4096x4096x4096,1x4096x4096.
     A shape in a file or a list is layout NN unless it ends in its layout: 1x4096x4096-NT."""
-    from .. import shapes as shape_sets
-
     name, _, part = text.partition(":")
     if name in (*shape_sets.SETS, "all"):
         names = shape_sets.SETS if name == "all" else (name,)

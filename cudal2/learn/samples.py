@@ -19,14 +19,13 @@ from typing import Iterable, Iterator
 
 from ..ir import Epilogue, GemmProblem, KernelSpec
 from ..proposers.sample import Sample, catalog_pairs, one_gpu_model, provenance  # noqa: F401 - read from here too
+from ..dataset import export_rows
 
 SPEC_PREFIX = "spec."
 
 
 def from_store(store, refused: list[str] | None = None) -> Iterator[Sample]:
     """Every correct, timed pair of the store whose shape has a torch time (refused: see from_rows)."""
-    from ..dataset import export_rows
-
     yield from from_rows(export_rows(store), refused=refused)
 
 

@@ -17,6 +17,7 @@ from cudal2.proposers.cost_model import TreeModel, fit
 from ..ir import DeviceProfile
 from .samples import Sample, one_gpu_model
 from .validate import Score, choose_params, score, top1_ratios
+from ..dataset.export import _split_of
 
 
 @dataclass
@@ -31,8 +32,6 @@ class TrainReport:
 
 def split_samples(samples: Sequence[Sample]) -> tuple[list[Sample], list[Sample]]:
     """(train, validation) by the repository's split; a shape in neither set trains."""
-    from ..dataset.export import _split_of
-
     where = _split_of()
     train, held = [], []
     for s in samples:

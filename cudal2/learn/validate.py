@@ -20,6 +20,8 @@ import numpy as np
 from cudal2.proposers.cost_model import PARAMS, fit
 from ..ir import DeviceProfile
 from .samples import Sample
+from cudal2.proposers import bandit
+from cudal2.proposers.features import matrix
 
 # The settings `cudal2 train` chooses among by cross-validation on the training shapes.
 PARAM_GRID = ({"num_leaves": 15}, {"num_leaves": 31}, {"num_leaves": 15, "min_data_in_leaf": 30},
@@ -57,9 +59,6 @@ def replay(model, group: Sequence[Sample], budget: int, *, batch: int = 4, prior
            beta: float | None = None) -> list[float]:
     """The bandit's search of one shape, replayed over its measured specs only: after each
     evaluation, the best speed found over the best measured (a curve of `budget` points)."""
-    from cudal2.proposers import bandit
-    from cudal2.proposers.features import matrix
-
     x = matrix(group[0].problem, [s.spec for s in group], model.device)
     mu, leaves = model.predict_with_leaves(x)
     y = np.array([s.log_speedup for s in group])

@@ -27,6 +27,8 @@ from typing import Any
 
 from ..ir import KernelSpec, SpecError, capabilities
 from ..ir.hardware import DEFAULT_ARCH
+from ..codegen import get_backend
+from ..ir import GemmProblem
 
 # Per backend: field -> values; "tile" is (block_m, block_n). Products larger than the GPU's
 # shared memory or registers are dropped by the IR's own validation.
@@ -141,9 +143,6 @@ def names_for(backend: str) -> list[str]:
 
 @lru_cache(maxsize=None)
 def _catalog(backend: str, arch: str, name: str) -> tuple[KernelSpec, ...]:
-    from ..codegen import get_backend
-    from ..ir import GemmProblem
-
     axes = dict(CATALOGS[name][backend])
     caps = capabilities.resolve(backend)
     be = get_backend(backend)

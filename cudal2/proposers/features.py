@@ -23,6 +23,8 @@ import numpy as np
 
 from ..codegen.registry import BUILTIN
 from ..ir import DTYPE_BYTES, DeviceProfile, GemmProblem, KernelSpec
+from ..ir import Epilogue
+from cudal2.proposers.space import ir_domain
 
 FEATURE_VERSION = 1
 # One one-hot column per backend that cudal2 itself registers, in registration order (append a new
@@ -35,16 +37,12 @@ _SKIP_FIELDS = ("backend", "arch", "shape_specialization")
 
 @lru_cache(maxsize=None)
 def _spec_fields() -> tuple[tuple[str, tuple | None], ...]:
-    from cudal2.proposers.space import ir_domain
-
     return tuple((name, ir_domain(name)) for name in KernelSpec.model_fields if name not in _SKIP_FIELDS)
 
 
 @lru_cache(maxsize=None)
 def _activations() -> tuple:
     import typing
-
-    from ..ir import Epilogue
 
     return typing.get_args(Epilogue.model_fields["activation"].annotation)
 

@@ -28,6 +28,11 @@ from cudal2.bench.results import CandidateResult
 from cudal2.ir import ARCHS, DeviceProfile, GemmProblem, KernelSpec, SpecError, check_compatible
 from cudal2.proposers.proposal import Proposal, ProposerUnavailable
 from ..ir.hardware import DEFAULT_ARCH
+from .rules import RulesProposer
+from cudal2.proposers import bandit
+from cudal2.proposers.catalog import catalog
+from cudal2.proposers.catalog import names_for
+from cudal2.proposers.cost_model import ModelError, TreeModel
 
 MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 ENV_MODEL = "CUDAL2_COST_MODEL"  # a model file of 'cudal2 train' to use instead of the shipped one
@@ -41,8 +46,6 @@ def load_model(model=None, arch: str = DEFAULT_ARCH):
     """A TreeModel: the one given, read from a path, the file $CUDAL2_COST_MODEL names, or the one
     shipped for arch."""
     import os
-
-    from cudal2.proposers.cost_model import ModelError, TreeModel
 
     model = model if model is not None else os.environ.get(ENV_MODEL) or None
     if model is None:
@@ -80,8 +83,6 @@ class LearnedProposer:
     def __init__(self, backends: Sequence[str] = ("triton",), arch: str = DEFAULT_ARCH, *, model=None,
                  beta: float | None = None, seed: int = 0, device: DeviceProfile | None = None,
                  beyond_catalog: bool = True):
-        from cudal2.proposers import bandit
-
         if isinstance(backends, str):
             backends = (backends,)
         if arch not in ARCHS:
@@ -93,8 +94,6 @@ class LearnedProposer:
         self.device = device or DeviceProfile.live(arch)
         self._cache: dict[str, tuple[list[KernelSpec], np.ndarray, np.ndarray]] = {}
         self._index: dict[str, int] = {}  # kernel key -> position among the cached candidates
-        from .rules import RulesProposer
-
         # The rules fill half of each batch after the first pick: for a backend the model never saw,
         # all of its specs; for one it ranks, the kernels beyond the catalog it was trained on
         # (specialized to the shape, narrower tiles, deeper split-K), which it cannot rank. Without
@@ -107,8 +106,6 @@ class LearnedProposer:
         """The backends this proposer ranks itself: those with a spec catalog whose measurements the
         model was trained on (a model that never saw a backend's kernels cannot rank them); the rules
         propose for the others."""
-        from cudal2.proposers.catalog import names_for
-
         return tuple(b for b in self.backends if names_for(b) and b in trained_backends(self.model))
 
     def __repr__(self) -> str:
@@ -160,8 +157,6 @@ class LearnedProposer:
 
     def _learned(self, problem: GemmProblem, history: Sequence[CandidateResult], n: int,
                  pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
-        from cudal2.proposers import bandit
-
         specs, mu, leaves = self.candidates(problem)
         if not specs or n < 1:
             return []
@@ -189,8 +184,6 @@ class LearnedProposer:
 def _catalog_union(backend: str, arch: str, names: tuple[str, ...]) -> tuple[tuple[KernelSpec, str], ...]:
     """The specs of the named catalogs with their kernel keys, each spec once (catalogs may share
     specs): the same for every problem, so a search of a new shape does not build it again."""
-    from cudal2.proposers.catalog import catalog
-
     union = {s.key(): s for name in names for s in catalog(backend, arch, name)}
     return tuple((s, _kernel_key(s)) for s in union.values())
 

@@ -29,6 +29,7 @@ from cudal2.proposers.proposal import Proposal, seen_key, seen_keys
 from . import prompt, space
 from .llm_client import ChatClient, LLMConfig, LLMError, Reply, StructuredOutputUnsupported
 from ..ir.hardware import DEFAULT_ARCH
+from cudal2.codegen import get_backend
 
 log = logging.getLogger("cudal2.llm")
 
@@ -59,8 +60,6 @@ class LLMProposer:
                  n_best: int = 4, n_worst: int = 2, n_failures: int = 4, advisor: Any = None, n_advice: int = 6,
                  device: Any = None,
                  sleep: Callable[[float], None] = time.sleep, **client_options: Any):
-        from cudal2.codegen import get_backend
-
         if isinstance(backends, str):
             backends = (backends,)
         if arch not in ARCHS:

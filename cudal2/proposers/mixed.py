@@ -14,6 +14,7 @@ from cudal2.bench.results import CandidateResult
 from cudal2.ir import GemmProblem, KernelSpec
 from cudal2.proposers.proposal import Proposal
 from ..ir.hardware import DEFAULT_ARCH
+from .llm import LLMProposer
 
 
 class LlmWithLearned:
@@ -23,7 +24,6 @@ class LlmWithLearned:
     def __init__(self, backends: Sequence[str] = ("triton",), arch: str = DEFAULT_ARCH, *, cost_model=None,
                  device=None, **llm_options):
         from .learned import LearnedProposer
-        from .llm import LLMProposer
 
         self.learned = LearnedProposer(backends, arch, model=cost_model, device=device)  # model= is the LLM's
         self.llm = LLMProposer(backends, arch, advisor=self.learned, device=device, **llm_options)

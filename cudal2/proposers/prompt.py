@@ -16,6 +16,7 @@ from typing import Sequence
 from cudal2.bench.results import DEFAULT_MODE, CandidateResult
 from cudal2.ir import ARCHS, DTYPE_BYTES, GemmProblem, KernelSpec
 from . import space
+from cudal2.codegen import get_backend
 
 SCHEMA_NAME = "propose_kernel_specs"
 # Fields shown for every candidate; the rest only where they differ from the IR default.
@@ -33,8 +34,6 @@ valid for the hardware limits and for the backend's supported values listed."""
 
 def spec_schema(backends: Sequence[str], arch: str) -> dict:
     """KernelSpec's JSON Schema narrowed to what these backends support on arch."""
-    from cudal2.codegen import get_backend
-
     schema = copy.deepcopy(KernelSpec.json_schema())
     props = schema["properties"]
     caps = [get_backend(b).capabilities for b in backends]
@@ -127,8 +126,6 @@ def describe_hardware(arch: str, gpu_name: str | None) -> str:
 
 def describe_backends(backends: Sequence[str], arch: str) -> str:
     """Each backend's Capabilities.as_table for arch, values in the IR's order."""
-    from cudal2.codegen import get_backend
-
     out = []
     for b in backends:
         caps = get_backend(b).capabilities

@@ -11,6 +11,7 @@ from cudal2.ir import ARCHS, GemmProblem, KernelSpec
 from cudal2.proposers.proposal import Proposal, seen_key, seen_keys
 from . import space
 from ..ir.hardware import DEFAULT_ARCH
+from cudal2.codegen import get_backend
 
 # Fields the sampler leaves at their base value: they only mean something together with
 # warp specialization, which a backend opts into through its capabilities.
@@ -28,8 +29,6 @@ class RandomProposer:
 
     def __init__(self, backends: Sequence[str] = ("triton",), arch: str = DEFAULT_ARCH, *, seed: int = 0,
                  device=None):  # device: taken for a uniform interface; a random draw needs none
-        from cudal2.codegen import get_backend
-
         if isinstance(backends, str):
             backends = (backends,)
         if arch not in ARCHS:
@@ -46,8 +45,6 @@ class RandomProposer:
 
     def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8, *,
                 pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
-        from cudal2.codegen import get_backend
-
         seen = seen_keys(history, pending)
         out: list[Proposal] = []
         for _ in range(n * MAX_TRIES_PER_SPEC):

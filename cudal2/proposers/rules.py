@@ -33,6 +33,7 @@ from . import space
 from .factors import factors
 from .rules_data import DEFAULT_PREFERENCES, PREFERENCES, Preferences, Throughput, _cdiv, _measured_factor
 from ..ir.hardware import DEFAULT_ARCH
+from cudal2.codegen import get_backend
 
 
 # How much a candidate's score grows for each earlier pick that shares its tile size class
@@ -114,8 +115,6 @@ class RulesProposer:
 
     def __init__(self, backends: Sequence[str] = ("triton",), arch: str = DEFAULT_ARCH, *,
                  device: DeviceProfile | None = None, preferences: Mapping[str, Preferences] | None = None):
-        from cudal2.codegen import get_backend
-
         if isinstance(backends, str):
             backends = (backends,)
         if arch not in ARCHS:
@@ -210,8 +209,6 @@ class RulesProposer:
         return self._enumerated[key]
 
     def _enumerate(self, problem: GemmProblem, backend: str, widen: int) -> list[_Candidate]:
-        from cudal2.codegen import get_backend
-
         caps = get_backend(backend).capabilities
         pref = self.preferences.get(backend, DEFAULT_PREFERENCES)
         arch, hw = self.arch, self.hw

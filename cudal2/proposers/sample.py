@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Iterable
 
 from ..ir import GemmProblem, KernelSpec
+from cudal2.proposers.catalog import CATALOGS, catalog
 
 
 @dataclass(frozen=True)
@@ -49,8 +50,6 @@ def provenance(samples: list[Sample]) -> dict:
 
 def catalog_pairs(samples: Iterable[Sample]) -> dict[str, int]:
     """Pairs per spec catalog (cudal2.proposers.catalog) among the samples; a spec of none counts nowhere."""
-    from cudal2.proposers.catalog import CATALOGS, catalog
-
     by_spec = Counter(s.spec for s in samples)
     kinds = {(spec.backend, spec.arch) for spec in by_spec}
     out: dict[str, int] = {}

@@ -12,6 +12,7 @@ from functools import lru_cache
 from typing import Any, Sequence
 
 from cudal2.ir import Capabilities, GemmProblem, KernelSpec, SpecError, check_compatible
+from cudal2.codegen import get_backend
 
 # Integer fields without an enumerated domain are bounded by their ge/le constraints; these
 # two are not (they are None unless a warp-specialized backend sets them).
@@ -85,8 +86,6 @@ def backend_runs_on(caps: Capabilities, arch: str) -> bool:
 def validate(problem: GemmProblem, fields: dict[str, Any]) -> tuple[KernelSpec | None, str]:
     """(spec, "") when the fields make a spec that the problem and its backend accept,
     else (None, why)."""
-    from cudal2.codegen import get_backend
-
     try:
         spec = KernelSpec.from_dict(fields)
         check_compatible(problem, spec)

@@ -32,14 +32,13 @@ from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Corre
 from ..disk_faults import refused_write, the_fix
 from ..redact import shown_url
 from ..ir import GemmProblem, KernelSpec
+from ..paths import cache_dir
 
 ENV_STORE = "CUDAL2_STORE"
 
 
 def default_dir() -> Path:
     """The folder of the default store: cudal2's cache folder ($CUDAL2_CACHE_DIR or the user cache)."""
-    from ..paths import cache_dir
-
     return cache_dir()
 
 

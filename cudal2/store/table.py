@@ -16,6 +16,8 @@ from typing import Any, Collection, Iterator
 
 from ..bench.results import DEFAULT_MODE, is_synthetic
 from ..ir import GemmProblem, KernelSpec
+from .rounds import gpu_of, kept_twins, rounds_in_mode, summarize
+from .store import Store
 
 ENV_TABLE = "CUDAL2_TABLE"
 FORMAT = "cudal2.tuned_table"
@@ -163,9 +165,6 @@ class TunedTable:
     @classmethod
     def _from_store(cls, store, modes: tuple[str, ...]) -> dict[str, "TunedTable"]:
         """from_store's table in each of modes, from one read of the store."""
-        from .rounds import gpu_of, kept_twins, rounds_in_mode, summarize
-        from .store import Store
-
         store = store if isinstance(store, Store) else Store(store)
         tables = {mode: cls() for mode in modes}
         if not store.exists():

@@ -8,6 +8,7 @@ from typing import Sequence
 from ..ir import GemmProblem, KernelSpec
 from cudal2.proposers.proposal import Proposer
 from .refiner import validate
+from ..codegen import get_backend
 
 
 @dataclass
@@ -27,8 +28,6 @@ def dry_run(problem: GemmProblem, *, backends: Sequence[str], arch: str, propose
     backend's compile() (the rendered module imports) and precompile(), which without a GPU
     lowers the kernel to machine code for spec.arch (Triton's ptxas; CuTe DSL compile-only), except
     under Triton's CPU interpreter, where the module is only imported (each row's compiled_as)."""
-    from ..codegen import get_backend
-
     rows: list[DryRunRow] = []
     for p in proposer.propose(problem, [], n):
         row = DryRunRow(spec=p.spec, source=p.source, valid=False, rendered=False, compiled=False)

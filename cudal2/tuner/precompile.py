@@ -36,6 +36,9 @@ from typing import Any, Callable, Sequence
 
 from ..ir import GemmProblem, KernelSpec
 from .refiner import shape_generic_kernel
+from ..bench.compile_pool import exit_with_parent
+from ..codegen import get_backend
+from cudal2.proposers import get_proposer
 
 # First proposals asked per shape: a budget-32 search's proposer share is 24 (its first 8 and the
 # 16 that follow its measurements). The learned proposer gives half of them from its model and half
@@ -80,8 +83,6 @@ def first_units(proposer: Any, backends: Sequence[str], per_shape: int,
     """The compile units (key, spec) of problem's first per_shape proposals, nothing measured, in
     the proposer's order: each made shape-generic as the search makes it; kernels of another backend
     and kernels compiled for this one shape left out."""
-    from ..codegen import get_backend
-
     out = []
     for proposal in proposer.propose(problem, (), per_shape):
         if proposal.spec.backend not in backends:
@@ -133,8 +134,6 @@ class Recipe:
 
 @lru_cache(maxsize=4)
 def _planner(recipe: Recipe) -> Planner:
-    from cudal2.proposers import get_proposer
-
     proposer = get_proposer(recipe.proposer, backends=recipe.backends, arch=recipe.arch, device=recipe.device)
     return Planner(proposer, recipe.backends, recipe.per_shape)
 
@@ -213,8 +212,6 @@ def _firsts_in_order(problems: Sequence[GemmProblem], planner: Planner, recipe: 
     if recipe is None or processes <= 0:
         yield iter([None] * len(problems))
         return
-    from ..bench.compile_pool import exit_with_parent
-
     chunks = [list(problems[i:i + PLAN_CHUNK]) for i in range(0, len(problems), PLAN_CHUNK)]
     with cf.ProcessPoolExecutor(processes, mp_context=mp.get_context("spawn"), initializer=exit_with_parent,
                                 initargs=(os.getpid(),)) as executor:

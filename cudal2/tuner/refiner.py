@@ -31,6 +31,7 @@ from cudal2.proposers.proposal import Proposal
 from .space import Option, choose, params_of, search_space
 from cudal2.store.store import Store
 from .trials import close_queue, measured_spec_keys, recover
+from ..codegen import get_backend
 
 SAMPLERS = ("tpe", "gp", "random")
 WORKER = f"{socket.gethostname()}:{os.getpid()}"
@@ -77,8 +78,6 @@ def make_sampler(name: str = "tpe", seed: int | None = None):
 def validate(problem: GemmProblem, spec: KernelSpec) -> None:
     """Raise SpecError if spec cannot run problem on its backend (no GPU involved)."""
     check_compatible(problem, spec)
-    from ..codegen import get_backend
-
     ok = get_backend(spec.backend).supports(problem, spec)
     if not ok:
         raise SpecError(Violation("backend", spec.backend, ok.reason, "choose a spec this backend supports"),

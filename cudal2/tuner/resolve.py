@@ -8,6 +8,15 @@ from typing import Any, Sequence
 
 from cudal2.ir import GemmProblem
 from cudal2.ir.hardware import DEFAULT_ARCH
+from cudal2.bench.results import MODES
+from cudal2.bench.timing import TimingConfig
+from cudal2.ir import DeviceProfile
+from cudal2.ir.footprint import check_fits
+from cudal2.ir.footprint import largest_memory
+from cudal2.proposers import get_proposer
+from cudal2.store.store import Store, recorded_url
+from cudal2.tuner.loop import Budget
+from cudal2.tuner.recorded import RecordedRunner
 
 
 
@@ -49,8 +58,6 @@ def default_runner(**config):
         except ImportError as e:
             raise RuntimeError("the GPU evaluator (cudal2.bench.Evaluator) is not installed in this checkout; "
                                "pass runner=... to cudal2.search") from e
-    from cudal2.bench.timing import TimingConfig
-
     return Evaluator(**{"timing": TimingConfig.confirmation(), "trial_timing": TimingConfig.sweep(),
                         "trial_baselines": ("torch",), **config})
 
@@ -69,8 +76,6 @@ def target_memory(arch: str, runner: Any = None) -> tuple[int, str]:
 
         free, _total = torch.cuda.mem_get_info(0)
         return free, f"free on {torch.cuda.get_device_name(0)}"
-    from cudal2.ir.footprint import largest_memory
-
     memory, part = largest_memory(arch)
     return memory, f"of the largest {arch} part ({part}; no GPU is visible here)"
 
@@ -79,8 +84,6 @@ def check_problem_fits(problem: GemmProblem, arch: str, runner: Any = None) -> N
     """Refuse, before anything compiles, a problem whose operands and output do not fit in the
     target's memory (target_memory): raises MemoryFitError, a SpecError naming the bytes needed
     and the bytes available. The evaluator refuses a spec whose workspace does not fit, per spec."""
-    from cudal2.ir.footprint import check_fits
-
     available, where = target_memory(arch, runner)
     check_fits(problem, available, where)
 
@@ -90,18 +93,12 @@ def resolve_proposer(proposer: Any, backends: Sequence[str], arch: str):
     only). A named one sees the live GPU's profile (its SMs and L2) when the GPU is of arch."""
     if proposer is None or not isinstance(proposer, str):
         return proposer
-    from cudal2.ir import DeviceProfile
-    from cudal2.proposers import get_proposer
-
     return get_proposer(proposer, backends=tuple(backends), arch=arch, device=DeviceProfile.live(arch))
 
 
 def resolve_store(store: Any, runner: Any = None):
     """A Store from a Store, a URL or a path; None: the default store, or the recorded runner's own
     store where the runner is a RecordedRunner (synthetic numbers never mix with measurements)."""
-    from cudal2.store.store import Store, recorded_url
-    from cudal2.tuner.recorded import RecordedRunner
-
     if store is None and isinstance(runner, RecordedRunner):
         store = recorded_url()
     return store if isinstance(store, Store) else Store(store)
@@ -131,9 +128,6 @@ def check_search_arguments(budget: Any, modes: Any, batch_size: Any, n_proposals
     """cudal2.search's budget, modes, batch_size and n_proposals checked as the CLI checks its
     options, for every entry point that passes them on (cudal2.search, tune_model, tune_untuned):
     one line naming the value and the fix. Returns (modes, batch_size, n_proposals)."""
-    from cudal2.bench.results import MODES
-    from cudal2.tuner.loop import Budget
-
     modes = names(modes, "modes")
     unknown = [m for m in modes if m not in MODES] or ([] if modes else ["(none)"])
     if unknown:
