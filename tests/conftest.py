@@ -31,8 +31,9 @@ def pytest_configure(config):
     for name, sub in redirected.items():
         _saved_env[name] = os.environ.get(name)
         os.environ[name] = os.path.join(_session_dir, sub)
-    # The store and the tuned table default to the cache folder above; a user's own must not leak in.
-    for name in ("CUDAL2_STORE", "CUDAL2_TABLE"):
+    # The store and the tuned table default to the cache folder above; a user's own must not leak in. Nor
+    # the terminal's size: pytest-xdist's workers get COLUMNS=80, and the CLI's tables follow it.
+    for name in ("CUDAL2_STORE", "CUDAL2_TABLE", "COLUMNS", "LINES"):
         _saved_env[name] = os.environ.pop(name, None)
 
 

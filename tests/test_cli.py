@@ -183,3 +183,21 @@ def test_search_times_the_leaders_static_twin_unless_told_not_to(tmp_path):
     assert len(statics["1"]) == 1 and statics["0"] == set()
     r = runner.invoke(app, [*args, "--static-twins", "-1"])
     assert r.exit_code == 2 and "'--static-twins'" in r.output
+
+
+def test_output_survives_a_pipe_the_winning_spec_on_one_line(tmp_path):
+    """Piped (not a terminal, no COLUMNS), the CLI keeps lines whole: the winning spec's JSON is one line
+    that parses, and tables are not cut at 80 columns."""
+    import json as _json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    env["CUDAL2_CACHE_DIR"] = str(tmp_path / "cache")
+    r = subprocess.run([sys.executable, "-m", "cudal2.cli", "search", "1024x512x256", "--runner", "recorded",
+                        "--budget", "3", "--store", str(tmp_path / "s.db")], env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("spec: ")]
+    assert _json.loads(line[len("spec: "):])["backend"]

@@ -83,5 +83,5 @@ def test_the_cli_leaves_home_empty_apart_from_the_folder_it_was_given(tmp_path):
     assert "256x256x256" in r.stdout  # compare ran its arms
     written = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     assert written and all(w == "asked" or w.startswith("asked" + os.sep) for w in written), written
-    assert (asked / "store.db").is_file()  # the default store followed $CUDAL2_CACHE_DIR
+    assert (asked / "recorded.db").is_file()  # the recorded runner's own store followed $CUDAL2_CACHE_DIR
     assert not list(tmp.iterdir()), sorted(p.name for p in tmp.iterdir())

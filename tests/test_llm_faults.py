@@ -89,7 +89,7 @@ def search_against(fault: str, tmp_path: Path, *extra: str):
         server.__enter__()
     try:
         out = run_cli(tmp_path, base_url, "search", SHAPE, "--proposer", "llm", "--runner", "recorded",
-                      "--budget", str(BUDGET), *extra)
+                      "--budget", str(BUDGET), "--store", str(tmp_path / "store.db"), *extra)
     finally:
         if server:
             server.__exit__(None, None, None)
@@ -146,8 +146,8 @@ def test_compare_counts_the_llm_arms_failures_and_never_falls_back_to_another_pr
         monkeypatch.setenv(var, value)
     plotted = {}
     real_plot = cli_compare._plot_compare
-    monkeypatch.setattr(cli_compare, "_plot_compare", lambda curves, out, labels=None: (
-        plotted.update(labels or {}), real_plot(curves, out, labels)))
+    monkeypatch.setattr(cli_compare, "_plot_compare", lambda curves, out, labels=None, **kw: (
+        plotted.update(labels or {}), real_plot(curves, out, labels, **kw)))
     result = CliRunner().invoke(cli.app, ["compare", "512x512x512", "1024x1024x1024", "--proposers", "rules,llm",
                                           "--runner", "recorded", "--budget", "4", "--out", str(tmp_path / "c.png"),
                                           "--store-dir", str(tmp_path / "stores")])

@@ -61,8 +61,8 @@ def test_a_reply_that_quotes_the_secrets_is_stored_and_printed_without_them(tmp_
     with Replay([(200, _reply_quoting_the_secrets(), {}, 0)] * 4) as server:
         base = f"http://{USER}:{PASSWORD}@127.0.0.1:{server.server.server_address[1]}/v1"
         out = run_cli(tmp_path, base, "search", "1024x1024x1024", "--proposer", "llm", "--runner", "recorded",
-                      "--budget", "4")
-        shown = run_cli(tmp_path, base, "show")
+                      "--budget", "4", "--store", str(tmp_path / "store.db"))
+        shown = run_cli(tmp_path, base, "show", "--store", str(tmp_path / "store.db"))
     assert out.returncode == 0, out.stderr
     assert server.received  # the model was asked, and its analysis reached the study
     journal = (tmp_path / "store.db.optuna-journal").read_text()

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Set up a virtual environment (CPU build of torch on machines without a GPU) and run the CPU tests.
-# Then run them again in a second environment where every direct dependency is at the lowest version
-# pyproject.toml allows (uv's --resolution lowest-direct), so each declared lower bound is a tested one.
-# Arguments go to both pytest runs. CUDAL2_LOWEST=0 skips the second run.
+# Set up a virtual environment (CPU build of torch on machines without a GPU) and run the CPU tests, in
+# CUDAL2_TEST_WORKERS processes (pytest-xdist; default 2, one per core of the CI machine). Then run the
+# tests that exercise each direct dependency again, in a second environment where every direct
+# dependency is at the lowest version pyproject.toml allows (uv's --resolution lowest-direct), so each
+# declared lower bound is a tested one. Arguments go to both pytest runs (then the second runs them,
+# not its own list). CUDAL2_LOWEST=0 skips the second run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TORCH="torch==2.13.0"  # the CPU build here (pip's own configuration finds it); the lowest run keeps it too
@@ -11,7 +13,8 @@ python3 -m venv .venv
 python -m pip install -q --upgrade pip
 python -m pip install -q "$TORCH"
 python -m pip install -q -e ".[test]" "uv>=0.5"
-python -m pytest "$@"
+WORKERS=${CUDAL2_TEST_WORKERS:-2}
+python -m pytest -n "$WORKERS" "$@"
 deactivate
 
 [ "${CUDAL2_LOWEST:-1}" = "0" ] && exit 0
@@ -25,8 +28,18 @@ printf '*\n' > .venv-lowest/.gitignore  # git (and what copies the work tree) le
 .venv-lowest/bin/python -m pip install -q --no-deps "$TORCH"
 .venv/bin/uv pip install -q --python .venv-lowest/bin/python --resolution lowest-direct -e ".[test]" "$TORCH"
 .venv/bin/uv pip list --python .venv-lowest/bin/python 2>/dev/null \
-    | grep -i -E '^(torch|pydantic|jinja2|numpy|optuna|sqlalchemy|typer|click|rich|httpx|matplotlib|platformdirs|pytest|pytest-timeout|triton|openai|anthropic|hypothesis|lightgbm|dask|distributed) ' \
+    | grep -i -E '^(torch|pydantic|jinja2|numpy|optuna|sqlalchemy|typer|click|rich|httpx|matplotlib|platformdirs|pytest|pytest-timeout|pytest-xdist|import-linter|triton|openai|anthropic|hypothesis|lightgbm|dask|distributed) ' \
     | awk '{printf "%s==%s  ", $1, $2} END {print ""}' || true
 echo "== set up in $((SECONDS - start)) s; pytest's closing line gives the tests' time =="
 . .venv-lowest/bin/activate  # a test that runs `cudal2` or `python` finds this environment's
-python -m pytest "$@"
+# the tests whose code calls each direct dependency: pydantic and hypothesis (IR), optuna and sqlalchemy
+# (store, refiner), typer, click and rich (CLI), httpx, openai and anthropic (LLM), matplotlib (compare),
+# numpy and lightgbm (learning), dask and distributed (scale-out), jinja2 and triton (Triton backend),
+# torch (the op), platformdirs (isolation), import-linter (layers)
+BOUNDS_TESTS=(tests/test_ir.py tests/test_fuzz_boundary.py tests/test_store_resume.py tests/test_store_kill.py
+              tests/test_journal_disk_faults.py tests/test_store_url_secrets.py tests/test_search_refiner.py
+              tests/test_cli.py tests/test_cli_errors.py tests/test_llm_faults.py tests/test_proposer_llm.py
+              tests/test_compare_report.py tests/test_learn.py tests/test_scale_out.py tests/test_triton_golden.py
+              tests/test_triton_backend.py tests/test_ops.py tests/test_isolation.py tests/test_layers.py)
+[ $# -eq 0 ] && set -- "${BOUNDS_TESTS[@]}"
+python -m pytest -n "$WORKERS" "$@"
