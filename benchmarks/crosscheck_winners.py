@@ -131,22 +131,6 @@ def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = 25) -> dict:
     row["harness"] = h["torch"] / h["kernel"]
     row["agree"] = abs(row["eval_layer"] / row["harness"] - 1) <= AGREE
     return row
-    for mode in ("layer", "offline"):
-        row[f"eval_{mode}_kernel_ms"], row[f"eval_{mode}_torch_ms"] = again.kernel_ms(mode), base["torch"].kernel_ms(mode)
-        row[f"eval_{mode}"] = base["torch"].kernel_ms(mode) / again.kernel_ms(mode)
-    backend = get_backend(spec.backend)
-    kernel = backend.compile(backend.render(problem, spec))
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    n_sets = rotation_count(problem, l2, memory_budget=8 << 30)
-    sets = [make_operands(problem, 100 + i, "cuda") for i in range(n_sets)]
-    outs = [torch.empty(problem.m, problem.n, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
-    calls = {"kernel": lambda i: kernel(sets[i].a, sets[i].b, outs[i]),
-             "torch": lambda i: torch.matmul(sets[i].a, sets[i].b, out=outs[i])}
-    h = harness_ms(calls, [s.a for s in sets])
-    row["harness_kernel_ms"], row["harness_torch_ms"] = h["kernel"], h["torch"]
-    row["harness"] = h["torch"] / h["kernel"]
-    row["agree"] = abs(row["eval_layer"] / row["harness"] - 1) <= AGREE
-    return row
 
 
 def problem_of(label: str) -> GemmProblem:
