@@ -81,8 +81,9 @@ def tuned_table() -> TunedTable:
         if _table is None:
             try:
                 _table = TunedTable.default()
-            except (OSError, ValueError) as e:  # a missing or corrupt table: say so once, then torch
-                _warn(f"cudal2: {e}; cudal2.matmul/linear run torch until set_table() is given a valid table")
+            except Exception as e:  # noqa: BLE001 - any table or store that cannot be read: say so once, then torch
+                _warn(f"cudal2: {str(e).splitlines()[0] if str(e) else type(e).__name__}; cudal2.matmul/linear run "
+                      "torch until set_table() is given a valid table")
                 _table = TunedTable()
         return _table
 
@@ -638,8 +639,16 @@ def route_linears(model: torch.nn.Module, enable: bool = True, graphs: bool = Fa
     return changed
 
 
-def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a @ b with the tuned kernel where one beats torch.matmul, else torch.matmul."""
+def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """a @ b with the tuned kernel where one beats torch.matmul, else torch.matmul. out: as torch.matmul's
+    (written in place, resized to the product's shape; torch's own errors where it refuses one)."""
+    if out is not None:
+        if a.dim() != 2 or b.dim() != 2 or _needs_grad(a, b) or out.dtype != torch.result_type(a, b):
+            return torch.matmul(a, b, out=out)
+        product = matmul(a, b)
+        if out.shape != product.shape:
+            out.resize_(product.shape)
+        return out.copy_(product)
     if a.dim() != 2 or b.dim() != 2:
         return torch.matmul(a, b)
     if _is_compiling():
@@ -657,6 +666,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."""
+    if weight.dim() != 2 or x.dim() == 0:  # a 1-D weight (a dot product per row) is F.linear's alone
+        return _F_linear(x, weight, bias)
     if _is_compiling():
         served = _served_when_traced(_linear_class, x, weight, bias)
         if served is None:

@@ -12,6 +12,7 @@ from cudal2 import ops
 from cudal2.tuner.loop import run_search
 from cudal2.tuner.recorded import RecordedRunner
 from cudal2.store.store import Store
+from cudal2.store import table as table_mod
 from cudal2.store.table import TunedEntry, TunedTable
 
 P = GemmProblem(m=96, n=80, k=64)
@@ -638,3 +639,51 @@ def test_every_winner_of_twenty_searches_in_one_store_is_servable(tmp_path, monk
             assert (served is not None) == bool(can), (backends, p.label())
             if can:
                 assert served.speedup("torch") == max(e.speedup("torch") for e in can)
+
+
+@pytest.mark.parametrize("store", ["not a database", "a folder"])
+def test_a_default_store_that_cannot_be_read_is_one_warning_and_torchs_result(tmp_path, monkeypatch, store):
+    path = tmp_path / "store.db"
+    if store == "a folder":
+        path.mkdir()
+    else:
+        path.write_text("not a database")
+    monkeypatch.setenv("CUDAL2_STORE", str(path))
+    ops.set_table(None)
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    with pytest.warns(RuntimeWarning, match="cudal2: store .* run torch until") as caught:
+        got = cudal2.matmul(a, b)
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    assert torch.equal(got, torch.matmul(a, b))
+
+
+@pytest.mark.parametrize("content", [
+    lambda: {"format": table_mod.FORMAT, "version": table_mod.VERSION, "entries": [
+        {**_entry().to_dict(), "baselines_ms": [0.2]}]},  # a list where a mapping belongs
+    None,  # nested too deeply
+])
+def test_a_malformed_table_file_is_one_line(tmp_path, content):
+    path = tmp_path / "t.json"
+    if content is None:
+        path.write_text('{"a":' * 100000 + "1" + "}" * 100000)
+    else:
+        path.write_text(json.dumps(content()))
+    with pytest.raises(ValueError, match=r"tuned table .* (malformed entry|nested too deeply)") as e:
+        TunedTable.load(path)
+    assert "\n" not in str(e.value)
+
+
+def test_matmul_takes_out_as_torch_does():
+    a, b = torch.randn(4, 8), torch.randn(8, 3)
+    out = torch.empty(0)
+    assert cudal2.matmul(a, b, out=out) is out and torch.equal(out, torch.matmul(a, b))
+    with pytest.raises(RuntimeError):  # torch refuses an out of another dtype; so does the op
+        cudal2.matmul(a, b, out=torch.empty(4, 3, dtype=torch.int64))
+
+
+def test_linear_with_a_1d_weight_is_f_linear_forward_and_backward():
+    x, w = torch.randn(4, 8, requires_grad=True), torch.randn(8, requires_grad=True)
+    y = cudal2.linear(x, w)
+    assert torch.equal(y, torch.nn.functional.linear(x, w))
+    y.sum().backward()
+    assert w.grad.shape == (8,) and x.grad.shape == (4, 8)

@@ -125,6 +125,9 @@ class TunedTable:
             raise FileNotFoundError(f"tuned table {path} does not exist; write one with `cudal2 export --out {path}`")
         except (UnicodeDecodeError, json.JSONDecodeError) as e:
             raise ValueError(f"tuned table {path} is not valid JSON ({e}); write it again with `cudal2 export`") from None
+        except RecursionError:
+            raise ValueError(f"tuned table {path} is nested too deeply to be a tuned table; write it again with "
+                             "`cudal2 export`") from None
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ValueError(f"{path} is not a cudal2 tuned table (expected \"format\": \"{FORMAT}\"); "
                              "write one with `cudal2 export`")
@@ -133,7 +136,7 @@ class TunedTable:
                              "export it again with this version")
         try:
             return cls([TunedEntry.from_dict(d) for d in data["entries"]])
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise ValueError(f"tuned table {path} has a malformed entry ({type(e).__name__}: {e}); "
                              "write it again with `cudal2 export`") from None
 
