@@ -194,3 +194,25 @@ def test_the_recorded_runner_writes_into_its_own_store_by_default(tmp_path, monk
     assert not (tmp_path / "default.db").exists()
     assert sqlite_path(recorded_url()) == tmp_path / "cache" / "recorded.db"
     assert [p.label() for p in Store(recorded_url()).problems()] == ["256x256x128-float16-NN"]
+
+
+@pytest.mark.parametrize("guarded", [False, True])
+def test_a_script_that_searches_without_a_main_guard_is_told_at_once(tmp_path, guarded):
+    """Without `if __name__ == "__main__":` each of the evaluator's spawned workers imports the script and
+    starts the search again; the search says so before it starts one (it spun for minutes before)."""
+    import subprocess
+    import sys
+
+    call = 'cudal2.search("64x64x64", budget=1, progress=False)'
+    body = f'if __name__ == "__main__":\n    {call}\n' if guarded else call + "\n"
+    script = tmp_path / "tune_it.py"
+    script.write_text("import cudal2\n" + body)
+    r = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300,
+                       env={**__import__("os").environ, "CUDAL2_CACHE_DIR": str(tmp_path / "cache")})
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    if guarded:
+        assert "main guard" not in last and "__main__" not in last  # no GPU here: the next check speaks
+    else:
+        assert "tune_it.py line 2 starts a GPU search from the script's top level" in last
+        assert 'if __name__ == "__main__":' in last

@@ -44,7 +44,10 @@ def default_runner(**config):
     timed with TimingConfig.sweep() beside torch.matmul alone, the reference of their objective,
     and its confirmation rounds with TimingConfig.confirmation() beside every baseline (a sweep
     passes trial_baselines=None: it times them all once per shape). Raises a clear error without
-    a GPU."""
+    a GPU, and where a script calls it at its top level without a main guard (unguarded_script)."""
+    script = unguarded_script()
+    if script:
+        raise RuntimeError(script)
     if not gpu_available():
         raise RuntimeError("no CUDA GPU is visible, so nothing can be timed. On this machine pass "
                            "runner=\"recorded\" (synthetic numbers from a model, not measurements) or any object "
@@ -134,3 +137,35 @@ def check_search_arguments(budget: Any, modes: Any, batch_size: Any, n_proposals
         raise ValueError(f"modes={modes!r}: {unknown[0]} is not a timing mode; give one or more of {MODES}")
     Budget.parse(budget)
     return modes, count(batch_size, "batch_size", 1), count(n_proposals, "n_proposals", 0, none_ok=True)
+
+
+def unguarded_script() -> str:
+    """Why the evaluator cannot start here, or "": the call comes from a script's top-level code outside
+    `if __name__ == "__main__":`. The evaluator's worker processes start by importing the script
+    again (the spawn start method), which would run the search again in each of them: the workers die
+    one after another and the search spins for minutes before it gives up."""
+    import ast
+    import sys
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if not path or not path.endswith(".py"):
+        return ""  # an interactive session, python -c, or python -m cudal2.cli: nothing is imported again
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals.get("__name__") == "__main__" and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:
+        return ""
+    try:
+        tree = ast.parse(open(path, encoding="utf-8").read())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return ""
+    line = frame.f_lineno
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and "__main__" in ast.unparse(node.test) and "__name__" in ast.unparse(node.test) \
+                and node.lineno <= line <= (node.end_lineno or node.lineno):
+            return ""
+    return (f"{path} line {line} starts a GPU search from the script's top level; the evaluator's worker "
+            "processes import the script again, which would start the search again in each of them. Put the "
+            "call under `if __name__ == \"__main__\":` (as multiprocessing requires)")
+
