@@ -224,7 +224,9 @@ def test_sigkill_mid_search_then_resume(tmp_path):
 
     store = Store(db)
     before = {r["result"].spec.key(): r["result"] for r in store.kernels(PROBLEM)}
-    assert 5 <= len(before) < 12
+    # the runner logs a measurement before the search stores it: the kill may land between the two for
+    # the fifth (more often on a loaded machine, such as two test processes on two cores)
+    assert 4 <= len(before) < 12
     running = [t for t in store.optuna_storage.get_all_trials(
         store.optuna_storage.get_study_id_from_name(_study(store))) if t.state.name == "RUNNING"]
     assert len(running) <= 2  # at most the trial it was measuring and the one asked ahead (look-ahead)
