@@ -201,3 +201,42 @@ def test_output_survives_a_pipe_the_winning_spec_on_one_line(tmp_path):
     assert r.returncode == 0, r.stderr
     (line,) = [ln for ln in r.stdout.splitlines() if ln.startswith("spec: ")]
     assert _json.loads(line[len("spec: "):])["backend"]
+
+
+def test_search_dry_run_and_show_print_one_json_object_with_json(tmp_path):
+    import json as _json
+
+    store = str(tmp_path / "s.db")
+    r = runner.invoke(app, ["search", "1024x512x256", "--runner", "recorded", "--budget", "3", "--store", store,
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    out = _json.loads(r.stdout)  # nothing else on stdout
+    assert out["problem"] == "1024x512x256-float16-NN" and out["synthetic"] is True and out["evaluations"] == 3
+    assert out["best"]["spec"]["backend"] and out["speedup"]["torch"] > 0
+    shown = _json.loads(runner.invoke(app, ["show", "--store", store, "--json"]).stdout)
+    # the best kernel of each backend that measured the shape
+    assert {e["problem"]["m"] for e in shown["entries"]} == {1024} and all(e["synthetic"] for e in shown["entries"])
+    assert len({e["spec"]["backend"] for e in shown["entries"]}) == len(shown["entries"])
+    dry = runner.invoke(app, ["search", "256x256x256", "--dry-run", "--proposer", "rules", "--backend", "triton",
+                              "--n", "2", "--json"])
+    assert dry.exit_code == 0, dry.output
+    plan = _json.loads(dry.stdout)
+    assert plan["timed"] is False and len(plan["proposals"]) == 2
+    assert {b["name"] for b in plan["backends"]} == {"triton"} and plan["proposals"][0]["built"]
+
+
+def test_a_dry_run_where_no_proposal_builds_exits_2_naming_why(monkeypatch):
+    from cudal2.tuner import dry_run as dry_run_mod
+
+    real = dry_run_mod.dry_run
+
+    def nothing_builds(*a, **k):
+        import dataclasses
+        return [dataclasses.replace(r, compiled=False, compiled_as="", error="triton is not installed")
+                for r in real(*a, **k)]
+
+    monkeypatch.setattr("cudal2.cli.search.dry_run", nothing_builds)
+    r = runner.invoke(app, ["search", "256x256x256", "--dry-run", "--proposer", "rules", "--backend", "triton",
+                            "--n", "2"])
+    assert r.exit_code == 2
+    assert "none of the 2 proposals for 256x256x256-float16-NN built here (triton is not installed)" in r.stderr

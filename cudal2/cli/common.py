@@ -173,6 +173,7 @@ def _global_options(debug: Annotated[bool, typer.Option(
         version: Annotated[bool, typer.Option("--version", callback=_show_version, is_eager=True,
                                               help="print cudal2's version and exit")] = False) -> None:
     """Search GEMM kernels faster than cuBLAS, shape by shape."""
+    console.quiet = False  # (a --json command quiets it for itself; in one process, the next speaks again)
 
 
 def _choices(name: str, values) -> type[Enum]:

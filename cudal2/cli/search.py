@@ -22,6 +22,16 @@ from cudal2.store.table import TunedTable
 from cudal2.tuner.dry_run import dry_run
 from cudal2.tuner.precompile import check_proposer
 
+JsonOpt = Annotated[bool, typer.Option("--json", help=(
+    "print one JSON object and nothing else on stdout (warnings and errors stay on stderr)"))]
+
+
+def _print_json(obj) -> None:
+    """One JSON object on stdout: what --json prints instead of the tables."""
+    console.quiet = False
+    print(json.dumps(obj, indent=1, sort_keys=True, default=str))
+
+
 @app.command()
 def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")],
            budget: BudgetOpt = "64",
@@ -41,9 +51,11 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            per_shape: Annotated[bool, typer.Option("--per-shape", help=(
                "measure kernels compiled for this one shape (the backends' \"auto\") instead of each "
                "spec's shape-generic kernel, which one compile serves for every shape"))] = False,
-           runner: RunnerOpt = "gpu", llm_fatal: LlmFatalOpt = False) -> None:
+           runner: RunnerOpt = "gpu", llm_fatal: LlmFatalOpt = False, json_out: JsonOpt = False) -> None:
     """Search kernels for one shape (resumes the study of that shape found in the store)."""
     from cudal2.tuner.loop import run_search
+
+    console.quiet = json_out  # the tables and the progress give way to one JSON object
 
     mode, proposer, sampler = _values(mode), _value(proposer), _value(sampler)
     problem = _problem(shape, dtype, layout)
@@ -51,7 +63,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
     chosen = list(_values(backend))
     backend = _backends(backend, arch)
     if dry_run:
-        _dry_run(problem, backend, arch, proposer, n, chosen)
+        _dry_run(problem, backend, arch, proposer, n, chosen, json_out)
         return
     s = _store(store, runner)
     prop = _proposer(proposer, backend, arch, llm_fatal=llm_fatal)
@@ -61,11 +73,25 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
             res = run_search(problem, backends=tuple(backend), arch=arch, proposer=prop, runner=run,
                              store=s, budget=budget, modes=tuple(mode), sampler=sampler, seed=seed,
                              batch_size=batch, confirm=_confirm(confirm, confirm_mode, static_twins),
-                             shape_generic=not per_shape, lookahead=True)
+                             shape_generic=not per_shape, lookahead=True, progress=not json_out)
     finally:
         if hasattr(run, "close"):
             run.close()
+    if json_out:
+        _print_json(_result_json(res, runner))
+        return
     _print_result(res, s.studies_at())
+
+
+def _result_json(res, runner: str) -> dict:
+    best = res.best
+    return {"problem": res.problem.label(), "mode": res.mode, "evaluations": res.evaluations,
+            "gpu_seconds": res.gpu_seconds, "confirmed_rounds": res.confirmed_rounds,
+            "synthetic": _value(runner) == "recorded",
+            "best": None if best is None else {"spec": best.spec.to_dict(), "summary": best.spec.summary(),
+                                               "kernel_ms": dict(best.time_ms)},
+            "speedup": dict(res.speedup), "speedups": {m: dict(v) for m, v in res.speedups.items()},
+            "study": res.study.study_name if res.study is not None else None}
 
 
 @app.command()
@@ -143,7 +169,7 @@ def _print_result(res, studies: str = "<store url>") -> None:
     console.print(f"study: {res.study.study_name} (view: optuna-dashboard {studies})")
 
 
-def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=()) -> None:
+def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=(), json_out: bool = False) -> None:
     from ..api import gpu_available, resolve_proposer
 
     if not gpu_available():
@@ -158,6 +184,16 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=()) -> 
         _fail(f"proposer {proposer!r}: {e}")
     _print_backends_considered(chosen, backends, arch)
     rows = dry_run(problem, backends=tuple(backends), arch=arch, proposer=prop, n=n)
+    if json_out:
+        statuses = [backend_status(name, arch) for name in chosen] if chosen else backend_statuses(arch)
+        _print_json({"problem": problem.label(), "arch": arch, "timed": False,
+                     "backends": [{"name": st.name, "in_run": st.name in backends, "reason": st.reason,
+                                   "install": st.install} for st in statuses],
+                     "proposals": [{"backend": r.spec.backend, "spec": r.spec.to_dict(), "source": r.source,
+                                    "valid": r.valid, "rendered": r.rendered, "built": r.compiled_as if r.compiled
+                                    else "", "error": r.error} for r in rows]})
+        _fail_where_none_built(problem, rows)
+        return
     t = Table(title=f"dry run: {problem.label()} on {arch} ({len(rows)} proposals; nothing timed)")
     for col in ("#", "backend", "spec", "valid", "rendered", "built", "error"):
         t.add_column(col, overflow="fold")
@@ -172,6 +208,15 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=()) -> 
         console.print("built: imported (interpreter): without a GPU, Triton's CPU interpreter imported the module "
                       "and nothing was compiled to GPU code (TRITON_INTERPRET=0 lowers it to PTX with ptxas "
                       "instead)", markup=False, soft_wrap=True)
+    _fail_where_none_built(problem, rows)
+
+
+def _fail_where_none_built(problem, rows) -> None:
+    """A dry run in which no proposal built is an error (exit 2): the environment lacks something."""
+    if rows and not any(r.compiled for r in rows):
+        first = next((r.error for r in rows if r.error), "")
+        _fail(f"none of the {len(rows)} proposals for {problem.label()} built here ({first[:200]}); the backends "
+              "table names what each backend lacks and the line that installs it")
 
 
 def _print_backends_considered(chosen, searched, arch: str) -> None:
@@ -199,10 +244,14 @@ def _table(store, mode: str):
 
 
 @app.command()
-def show(store: StoreOpt = None, mode: TableModeOpt = "layer") -> None:
+def show(store: StoreOpt = None, mode: TableModeOpt = "layer", json_out: JsonOpt = False) -> None:
     """Table of tuned shapes in the store: best kernel and its speedups."""
     s = _store(store)
     table = _table(s, mode)
+    if json_out:
+        _print_json({"store": _shown_url(s), "mode": _value(mode),
+                     "entries": [e.to_dict() for e in table]})
+        return
     if not len(table):
         console.print(f"nothing tuned yet in {_shown_url(s)}; run `cudal2 search SHAPE`")
         if store is None:
