@@ -14,17 +14,16 @@ from pydantic import Field, model_validator
 
 from . import capabilities
 from .errors import SpecError, Violation
-from .hardware import DTYPE_BYTES, TILE_WIDTHS, ArchLimits, arch_limits
+from .hardware import ARCHS, DEFAULT_ARCH, DTYPE_BYTES, TILE_WIDTHS, ArchLimits, arch_limits
 from .model import IRModel
 from .problem import GemmProblem
-from .hardware import DEFAULT_ARCH
 
 OPERAND_BYTES = 2
 # Registers per thread kept free for addresses, loop state and epilogue temporaries.
 REGISTER_RESERVE = 40
 PRODUCER_WARPS = 4  # one warpgroup loads for warp-specialized kernels
 
-Arch = Literal["sm_80", "sm_90", "sm_90a"]
+Arch = Literal[tuple(ARCHS)]  # the targets hardware.ARCHS has a record of
 # Every width the hardware's MMA takes (hardware.TILE_WIDTHS): widths that are not powers of two cut
 # a dimension into tiles that fill the SMs where 128 leaves them idle (cuBLAS runs 192 on H100 for
 # 256x12288x12288, 12288x256x16384 and 12288x128x12288; quack's autotuner 160 and 208). Backends
