@@ -60,7 +60,7 @@ def search_own_s(row: dict) -> float:
 def twin_outcome(store_url: str, problem) -> dict:
     """How the confirmation's static twin fared (cudal2.tuner.confirm): its original's median
     relative time over its own (above 1: static faster), and whether it was kept; {} without one."""
-    from cudal2.tuner.confirm import kept_twins, summarize, twin_rival
+    from cudal2.store.rounds import kept_twins, summarize, twin_rival
     from cudal2.store.store import Store
 
     confirmed = summarize(Store(store_url).confirmations(problem), "torch", "offline")

@@ -277,7 +277,7 @@ def test_the_proposer_ranks_the_catalogs_its_model_was_trained_on(model, split):
     catalog enters the candidates once a model has learned from its measurements."""
     import copy
 
-    from cudal2.learn.samples import catalog_pairs
+    from cudal2.proposers.sample import catalog_pairs
     from cudal2.proposers.learned import LearnedProposer, trained_catalogs
 
     assert catalog_pairs(split[0]) == {"base": len(split[0])} == model.info["data"]["catalogs"]

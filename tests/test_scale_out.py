@@ -264,7 +264,8 @@ def _env(name: str) -> Environment:
 
 
 def test_a_store_export_and_training_set_hold_one_gpu_model(tmp_path):
-    from cudal2.learn.samples import Sample, from_store, one_gpu_model
+    from cudal2.learn.samples import from_store
+    from cudal2.proposers.sample import Sample, one_gpu_model
 
     store = Store(tmp_path / "s.db")
     a, b = resolve_shapes("48x80x96,64x96x128")

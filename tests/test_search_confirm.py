@@ -138,7 +138,7 @@ def test_rounds_timed_in_another_mode_do_not_count(tmp_path):
     store = Store(tmp_path / "s.db")
     runner = Sequenced({LUCKY: [0.080, 0.110], STEADY: [0.090], SLOW: [0.200]})
     search(runner, store)
-    from cudal2.tuner.confirm import rounds_in_mode, summarize
+    from cudal2.store.rounds import rounds_in_mode, summarize
 
     rows = store.confirmations(PROBLEM)
     assert len(rows) == 6 and len(rounds_in_mode(rows, "layer")) == 6
@@ -311,7 +311,7 @@ def test_a_static_twin_that_pays_is_the_winner_and_what_the_table_serves(tmp_pat
 @pytest.mark.parametrize("twin_ms", [0.080, 0.0795])  # as fast; 0.6% faster, within STATIC_MARGIN
 def test_a_static_twin_that_does_not_beat_its_original_by_the_margin_is_not_kept(tmp_path, twin_ms):
     from cudal2 import TunedTable
-    from cudal2.tuner.confirm import STATIC_MARGIN
+    from cudal2.store.rounds import STATIC_MARGIN
 
     assert twin_ms > 0.080 * (1 - STATIC_MARGIN)
     store = Store(tmp_path / "s.db")

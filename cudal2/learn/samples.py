@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Iterable, Iterator
 
 from ..ir import Epilogue, GemmProblem, KernelSpec
-from ..proposers.sample import Sample, catalog_pairs, one_gpu_model, provenance  # noqa: F401 - read from here too
+from ..proposers.sample import Sample
 from ..dataset import export_rows
 
 SPEC_PREFIX = "spec."

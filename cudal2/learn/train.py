@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from cudal2.proposers.cost_model import TreeModel, fit
 from ..ir import DeviceProfile
-from .samples import Sample, one_gpu_model
+from ..proposers.sample import Sample, one_gpu_model
 from .validate import Score, choose_params, score, top1_ratios
 from ..dataset.export import _split_of
 

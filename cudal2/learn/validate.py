@@ -19,7 +19,7 @@ import numpy as np
 
 from cudal2.proposers.cost_model import PARAMS, fit
 from ..ir import DeviceProfile
-from .samples import Sample
+from ..proposers.sample import Sample
 from cudal2.proposers import bandit
 from cudal2.proposers.features import matrix
 

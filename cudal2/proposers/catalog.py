@@ -15,7 +15,7 @@ catalog is added, never changed, so that a count drawn from it keeps meaning the
 128 and split-K up to 16: what small outputs over a deep K need (cuBLAS runs 64x32 tiles with up
 to 16 stages there), which "base" cannot express. "deep" holds each of base's CuTe DSL tile,
 warp, cluster and swap arrangements once, at the deepest pipeline that fits. The learned proposer
-ranks the catalogs its model was trained on (cudal2.learn.samples.provenance records them).
+ranks the catalogs its model was trained on (cudal2.proposers.sample.provenance records them).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ Static twins: a search measures shape-generic kernels, which serve every shape o
 best `static_twins` leaders (by trial) that are shape-generic are timed beside their static twin,
 the same spec compiled for this one shape (shape_specialization="static"), in the same rounds. The
 twin is kept, and may win, only where its median beats its generic original's by more than
-STATIC_MARGIN (kept_twins): static specialization stays where a measurement shows it pays, on
+STATIC_MARGIN (cudal2.store.rounds.kept_twins): static specialization stays where a measurement shows it pays, on
 this shape alone (on the H100 two of the 48 probe shapes read 5 to 6% faster static, in
 geometric mean 0.7%: docs/results.md).
 """
@@ -31,10 +31,8 @@ from typing import Any, Sequence
 
 from ..bench.results import MODES
 from ..ir import GemmProblem, KernelSpec
-from cudal2.store.rounds import (  # noqa: F401 - the rounds as the store keeps them
-    STATIC_MARGIN, Confirmed, generic_original, gpu_of, kept_twins, ranked_trials, rounds_in_mode, rounds_on,
-    static_twin, summarize, twin_rival, with_twins,
-)
+from cudal2.store.rounds import Confirmed, rounds_on, static_twin, summarize
+
 
 @dataclass(frozen=True)
 class Confirm:

@@ -25,7 +25,8 @@ from typing import Any, Callable, Sequence
 
 from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Mode, Runner
 from ..ir import GemmProblem, KernelSpec, SpecError
-from .confirm import Confirm, ranked_trials, run_confirmation, static_twin
+from cudal2.store.rounds import ranked_trials, static_twin
+from .confirm import Confirm, run_confirmation
 from .outcome import SearchResult, Tally, collect, render_source, study_keys
 from cudal2.proposers.proposal import Proposer, propose_excluding
 from cudal2.bench.results import relative_time

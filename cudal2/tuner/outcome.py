@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 from ..bench.results import BaselineResult, CandidateResult
 from ..ir import GemmProblem, KernelSpec
-from .confirm import kept_twins, ranked_trials, rounds_on, summarize, with_twins
+from cudal2.store.rounds import kept_twins, ranked_trials, rounds_on, summarize, with_twins
 from .trials import measured_spec_keys, speedups_of
 from cudal2.store.store import Store
 
