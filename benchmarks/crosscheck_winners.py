@@ -102,6 +102,23 @@ def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, .
     return check(problem, spec, ev, row)
 
 
+def evaluator_figures(problem: GemmProblem, spec, ev, modes: tuple[str, ...]) -> dict | str:
+    """The evaluator's winner and torch.matmul times in each mode and their ratio (eval_<mode>), timed
+    as the search's confirmation rounds time them (Evaluator.full_timing), whose figure the search
+    reports; the failure line where the winner did not pass its checks."""
+    with ev.full_timing():
+        again = ev.evaluate(problem, [spec], modes=modes)[0]
+        base = ev.baselines(problem, modes)
+    if not again.ok:
+        return f"{again.status}: {again.reason[:100]}"
+    out = {}
+    for mode in modes:
+        kernel_ms, torch_ms = again.kernel_ms(mode), base["torch"].kernel_ms(mode)
+        out[f"eval_{mode}_kernel_ms"], out[f"eval_{mode}_torch_ms"] = kernel_ms, torch_ms
+        out[f"eval_{mode}"] = torch_ms / kernel_ms
+    return out
+
+
 def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = 25) -> dict:
     """Steps 2 and 3 for one winner: the evaluator again (layer and offline), then the harness."""
     import torch
@@ -109,15 +126,11 @@ def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = 25) -> dict:
     from cudal2.bench.inputs import make_operands, rotation_count
     from cudal2.codegen import get_backend
 
-    with ev.full_timing():  # the timing of the search's confirmation rounds, whose figure it reports
-        again = ev.evaluate(problem, [spec], modes=("layer", "offline"))[0]
-        base = ev.baselines(problem, ("layer", "offline"))
-    if not again.ok:
-        row["status"] = f"{again.status}: {again.reason[:100]}"
+    figures = evaluator_figures(problem, spec, ev, ("layer", "offline"))
+    if isinstance(figures, str):
+        row["status"] = figures
         return row
-    for mode in ("layer", "offline"):
-        row[f"eval_{mode}_kernel_ms"], row[f"eval_{mode}_torch_ms"] = again.kernel_ms(mode), base["torch"].kernel_ms(mode)
-        row[f"eval_{mode}"] = base["torch"].kernel_ms(mode) / again.kernel_ms(mode)
+    row.update(figures)
     backend = get_backend(spec.backend)
     kernel = backend.compile(backend.render(problem, spec))
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
@@ -149,14 +162,12 @@ def retime(earlier: dict, ev, max_seconds: float) -> list[dict]:
             continue
         if time.time() - start > max_seconds:
             break
-        problem = problem_of(old["shape"])
-        again = ev.evaluate(problem, [KernelSpec.from_json(old["spec_json"])], modes=("layer",))[0]
-        base = ev.baselines(problem, ("layer",))
+        figures = evaluator_figures(problem_of(old["shape"]), KernelSpec.from_json(old["spec_json"]), ev, ("layer",))
         row = {"shape": old["shape"], "spec": old["spec"], "earlier": old["eval_layer"]}
-        if again.ok:
-            row["now"] = base["torch"].kernel_ms("layer") / again.kernel_ms("layer")
+        if isinstance(figures, str):
+            row["status"] = figures
         else:
-            row["status"] = f"{again.status}: {again.reason[:100]}"
+            row["now"] = figures["eval_layer"]
         rows.append(row)
         print(json.dumps(row), flush=True)
     return rows
@@ -292,7 +303,6 @@ def main() -> None:
         out["rows"] = json.loads(args.resume.read_text())["rows"]
         done = {r["shape"] for r in out["rows"]}
         out["command"] += f" (continuing {args.resume.name}, {len(done)} shapes)"
-    start = time.time()
     store = Store(Path(tempfile.mkdtemp()) / "store.db")
     with default_runner(**runner_config) as ev:
         for p in shapes(args.shapes, part, parts):
