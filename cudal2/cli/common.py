@@ -52,11 +52,8 @@ INTERRUPTED = "interrupted; run the same command to resume"
 PIPED_WIDTH = 200
 
 
-def _piped() -> bool:
-    return not os.environ.get("COLUMNS") and not getattr(sys.stdout, "isatty", lambda: False)()
-
-
-console = Console(width=PIPED_WIDTH if _piped() else None, soft_wrap=_piped())
+_PIPED = not os.environ.get("COLUMNS") and not getattr(sys.stdout, "isatty", lambda: False)()
+console = Console(width=PIPED_WIDTH if _PIPED else None, soft_wrap=_PIPED)
 err_console = Console(stderr=True, soft_wrap=True, highlight=False)  # soft_wrap: an error stays one line
 
 
