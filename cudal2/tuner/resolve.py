@@ -4,15 +4,15 @@ counts (one line naming the value and the fix)."""
 
 from __future__ import annotations
 
+import ast
+import sys
 from typing import Any, Sequence
 
-from cudal2.ir import GemmProblem
-from cudal2.ir.hardware import DEFAULT_ARCH
 from cudal2.bench.results import MODES
 from cudal2.bench.timing import TimingConfig
-from cudal2.ir import DeviceProfile
-from cudal2.ir.footprint import check_fits
-from cudal2.ir.footprint import largest_memory
+from cudal2.ir import DeviceProfile, GemmProblem, arch_from_capability
+from cudal2.ir.footprint import check_fits, largest_memory
+from cudal2.ir.hardware import DEFAULT_ARCH
 from cudal2.proposers import get_proposer
 from cudal2.store.store import Store, recorded_url
 from cudal2.tuner.loop import Budget
@@ -33,8 +33,6 @@ def default_arch() -> str:
     if gpu_available():
         import torch
 
-        from cudal2.ir import arch_from_capability
-
         return arch_from_capability(*torch.cuda.get_device_capability(0))
     return DEFAULT_ARCH
 
@@ -54,13 +52,10 @@ def default_runner(**config):
                            "with the Runner protocol of cudal2.bench.results, or use a dry run "
                            "(`cudal2 search SHAPE --dry-run`: propose, validate, render and compile only).")
     try:
-        from cudal2.bench.evaluator import Evaluator
-    except ImportError:
-        try:
-            from .bench import Evaluator  # type: ignore[attr-defined]
-        except ImportError as e:
-            raise RuntimeError("the GPU evaluator (cudal2.bench.Evaluator) is not installed in this checkout; "
-                               "pass runner=... to cudal2.search") from e
+        from cudal2.bench.evaluator import Evaluator  # (torch and the worker: loaded only to measure)
+    except ImportError as e:
+        raise RuntimeError("the GPU evaluator (cudal2.bench.Evaluator) is not installed in this checkout; "
+                           "pass runner=... to cudal2.search") from e
     return Evaluator(**{"timing": TimingConfig.confirmation(), "trial_timing": TimingConfig.sweep(),
                         "trial_baselines": ("torch",), **config})
 
@@ -144,9 +139,6 @@ def unguarded_script() -> str:
     `if __name__ == "__main__":`. The evaluator's worker processes start by importing the script
     again (the spawn start method), which would run the search again in each of them: the workers die
     one after another and the search spins for minutes before it gives up."""
-    import ast
-    import sys
-
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if not path or not path.endswith(".py"):
