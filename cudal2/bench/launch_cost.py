@@ -1,0 +1,85 @@
+"""The host time one backend's launch costs beyond torch's own call of the same GEMM, measured on this
+host once per backend and kept for the process.
+
+cudal2.matmul/linear serve an eager call only where the kernel's measured GPU saving exceeds this
+cost: in a host-bound model (eager, few tokens) the host time is the model's, the GPU time hidden.
+The cost is a property of the backend's launch path on this host (TVM-FFI, Triton's JIT launcher,
+the Python around them) and of this CPU, not of the shape; so the first launch of each backend is
+timed against torch's call on the same operands, and every later decision reuses the figure.
+Nothing is measured without CUDA: a CPU tensor's call is torch's anyway.
+"""
+
+from __future__ import annotations
+
+import time
+from threading import Lock
+from typing import Callable
+
+# Calls per timed loop and loops per side: the least loop mean is the one least disturbed by other
+# work on the host. Few calls: each enqueues a real GEMM on the GPU, and the GPU's queue must not fill
+# (a full queue blocks the host and would be timed as launch cost).
+CALLS = 20
+ROUNDS = 5
+
+
+def _cuda_sync() -> None:
+    import torch
+
+    torch.cuda.synchronize()
+
+
+def _cuda_device(device) -> bool:
+    import torch
+
+    return getattr(device, "type", None) == "cuda" and torch.cuda.is_available()
+
+
+def measure_us(launch: Callable[[], object], torch_call: Callable[[], object], clock: Callable[[], float] =
+               time.perf_counter, sync: Callable[[], None] = _cuda_sync, calls: int = CALLS,
+               rounds: int = ROUNDS) -> float:
+    """Host microseconds a call of launch() costs more than one of torch_call() (negative where it costs
+    less): for each, the least over `rounds` loops of the mean of `calls` calls, the device idle
+    (sync()) before each loop so that earlier work queues in front of neither."""
+    def per_call_us(call: Callable[[], object]) -> float:
+        best = float("inf")
+        for _ in range(rounds):
+            sync()
+            start = clock()
+            for _ in range(calls):
+                call()
+            best = min(best, (clock() - start) / calls)
+        return best * 1e6
+
+    torch_call()  # torch's first call of a shape picks its kernel: not a launch cost
+    return per_call_us(launch) - per_call_us(torch_call)
+
+
+class LaunchCosts:
+    """Each backend's measured launch cost (measure_us) on this host, measured once per process."""
+
+    def __init__(self, clock: Callable[[], float] = time.perf_counter, sync: Callable[[], None] = _cuda_sync,
+                 measurable: Callable[[object], bool] | None = None, calls: int = CALLS, rounds: int = ROUNDS):
+        self._clock, self._sync, self._calls, self._rounds = clock, sync, calls, rounds
+        self._measurable = measurable or _cuda_device
+        self._us: dict[str, float] = {}
+        self._lock = Lock()
+
+    def known(self, backend: str) -> float | None:
+        """The backend's measured cost in microseconds, or None where it was not measured yet."""
+        return self._us.get(backend)
+
+    def can_measure(self, device) -> bool:
+        """Whether a launch on device can be timed here (a CUDA device, with CUDA available)."""
+        return self._measurable(device)
+
+    def measure(self, backend: str, launch: Callable[[], object], torch_call: Callable[[], object]) -> float:
+        """The backend's cost: timed now (launch and torch_call: the same GEMM's two calls), unless known."""
+        known = self._us.get(backend)
+        if known is not None:
+            return known
+        cost = measure_us(launch, torch_call, self._clock, self._sync, self._calls, self._rounds)
+        with self._lock:
+            return self._us.setdefault(backend, cost)
+
+    def items(self) -> list[tuple[str, float]]:
+        return sorted(self._us.items())
