@@ -43,6 +43,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from cudal2.bench.launch_cost import LaunchCosts
 from cudal2.codegen import native_launch
 from .ir import Epilogue, GemmProblem, SpecError
 from cudal2.store.table import TunedTable
@@ -67,7 +68,18 @@ _untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no t
 # "mm": {(k, n): fewest rows m served}, "linear": {(n, k): fewest rows}, of servable entries; "mm_graph" and
 # "linear_graph": the same at GRAPH_MIN_SAVING_US, for calls while a CUDA graph captures; {} = not read yet
 _b_shapes: dict[str, dict] = {}
-_seen: set[tuple] = set()  # ("mm" | "linear", a.shape, b.shape) of fallback calls already bound once
+# The eager paths' plan per B operand shape (b.shape, weight.shape), read off _b_shapes on its first call:
+# [element counts of A that a kernel serves eager calls of, ... calls made while a CUDA graph captures,
+# counts served in neither and bound once, counts served only in graphs and bound once]. A's element
+# count is m * k, one int per row count, cheaper to read than a.shape. A call of a count served in
+# neither runs torch after one dict and one set lookup (in matmul() and linear() themselves), no call
+# key or problem built, once its first call was bound (which records a GPU call without a tuned kernel:
+# untuned_problems); one served only in graphs also asks whether a capture is underway.
+_plans: dict[str, dict] = {"mm": {}, "linear": {}}
+_mm_plans, _linear_plans = _plans["mm"], _plans["linear"]  # (the same dicts, bound for the eager paths)
+# each backend's launch cost on this host (cudal2.bench.launch_cost): an eager call takes a kernel only where
+# its saving exceeds its backend's cost, measured at the first launch of that backend
+_launch_costs = LaunchCosts()
 # CUDA graph capture (see GRAPH_MIN_SAVING_US): (problem key, device) -> the kernel's bound run(a, b, d, bias)
 # (or None for torch), built outside any capture; call key -> launcher of a call made while capturing
 _graph_runs: dict[tuple, Optional[Callable]] = {}
@@ -96,10 +108,16 @@ def set_table(table: TunedTable | str | os.PathLike | None) -> None:
         _table = TunedTable.load(table) if isinstance(table, (str, os.PathLike)) else table
         native_launch.forget()
         _launchers.clear()
-        _b_shapes.clear()
-        _seen.clear()
+        _forget_plans()
         _graph_runs.clear()
         _graph_launchers.clear()
+
+
+def _forget_plans() -> None:
+    """Drop what the eager fast path knew of the table (the table, or a backend's launch cost, changed)."""
+    _b_shapes.clear()
+    _plans["mm"].clear()
+    _plans["linear"].clear()
 
 
 def _table_b_shapes() -> dict[str, dict]:
@@ -113,6 +131,11 @@ def _table_b_shapes() -> dict[str, dict]:
             problems = sorted(_servable_problems(margin), key=lambda p: -p.m)  # (the fewest rows last: they win)
             found["mm" + name] = {(p.k, p.n): p.m for p in problems}
             found["linear" + name] = {(p.n, p.k): p.m for p in problems}
+            for op, b_shape in (("mm", lambda p: (p.k, p.n)), ("linear", lambda p: (p.n, p.k))):
+                numels: dict[tuple, set] = {}  # B shape -> A's element counts served (m * k)
+                for p in problems:
+                    numels.setdefault(b_shape(p), set()).add(p.m * p.k)
+                found[op + "_numels" + name] = numels
         with _lock:
             shapes.update(found)
     return shapes
@@ -184,28 +207,28 @@ def _problem_of(call: tuple | None) -> GemmProblem | None:
 
 
 ENV_OP_BACKENDS = "CUDAL2_OP_BACKENDS"
+# The backends whose compiled kernels have a bound launch path (kernel.bind: run(a, b, d, bias), nothing
+# checked per call), which the op's launchers and CUDA-graph captures call
+LAUNCHABLE_BACKENDS = frozenset({"cute_dsl", "triton"})
 
 
 def op_backends() -> frozenset[str]:
-    """The backends whose kernels the op launches: those whose launch costs no more host time than
-    torch's. A table entry of another backend leaves its shape to torch, since in a host-bound model
-    (eager or compiled, few tokens) a kernel that saves GPU time but costs more to launch makes the
-    model slower. Measured on an H100 (docs/results.md): a CuTe DSL launch through TVM-FFI costs
-    2.5 to 4 us less than F.linear's; a Triton launch through its JIT about 40 us more. Default:
-    cute_dsl where apache-tvm-ffi is installed; $CUDAL2_OP_BACKENDS (a comma list) overrides it, e.g.
-    for a model that runs only inside CUDA graphs, where the launch cost is paid once."""
+    """The backends whose kernels the op launches: those with a bound launch path (LAUNCHABLE_BACKENDS).
+    Where each is served depends on the call: while a CUDA graph captures, any kernel that beats torch
+    (its launch cost is paid once, at capture); an eager call, one whose saving exceeds its backend's
+    launch cost on this host (_eager_margin_us). $CUDAL2_OP_BACKENDS (a comma list) narrows or names
+    them, e.g. to keep one backend's kernels out of a model."""
     named = os.environ.get(ENV_OP_BACKENDS)
     if named is not None:
         return frozenset(b.strip() for b in named.split(",") if b.strip())
-    return frozenset({"cute_dsl"} if tvm_ffi_version() else ())
+    return LAUNCHABLE_BACKENDS
 
 
-# The op's path costs host time that torch's own call does not; where the host is the bottleneck (eager,
-# few tokens), that time is the model's, while the GPU time a kernel saves is hidden. So a kernel is
-# used only where it saves at least this much GPU time a call: a GEMM that long keeps the GPU, not the
-# host, the bottleneck. Measured on an H100 host, 2026-11-26 (benchmarks/layer_host_time.py): a call
-# through the op cost a host-bound decoder layer 8 to 13 us more than nn.Linear's. (Calls made while a
-# CUDA graph captures follow GRAPH_MIN_SAVING_US instead.)
+# Where no launch can be timed (no CUDA device: the call is torch's anyway, or a test's CPU stand-in for
+# a GPU), an eager call takes a kernel only where it saves this much GPU time a call: what a call through
+# the op cost a host-bound decoder layer more than nn.Linear's on an H100 host (8 to 13 us;
+# benchmarks/layer_host_time.py). On a GPU each backend's own measured cost replaces it
+# (cudal2.bench.launch_cost). (Calls made while a CUDA graph captures follow GRAPH_MIN_SAVING_US instead.)
 EAGER_MIN_SAVING_US = 10.0
 # While a CUDA graph captures, the op's host time is spent once, at capture: a replay launches the
 # recorded kernels with no host work. So a call made then takes any kernel whose measured GPU time
@@ -219,22 +242,50 @@ def _saving_us(entry) -> float:
     return (torch_ms - entry.kernel_ms) * 1e3 if torch_ms is not None else 0.0
 
 
+def _eager_margin_us(backend: str) -> float:
+    """What an eager call's kernel of backend must save: the backend's measured launch cost; before its
+    first launch on a GPU, nothing (the first eager launch measures it, then decides again); where
+    nothing can be measured, EAGER_MIN_SAVING_US."""
+    known = _launch_costs.known(backend)
+    if known is not None:
+        return known
+    return 0.0 if _launch_costs.can_measure(torch.device("cuda")) else EAGER_MIN_SAVING_US
+
+
+def _eager_entries(problem: GemmProblem, gpu: str | None) -> list:
+    """The table's entries for problem on this GPU that an eager call may take, best speedup first: one
+    per backend the op launches, whose saving exceeds that backend's margin (_eager_margin_us)."""
+    table, found = tuned_table(), []
+    for backend in sorted(op_backends()):
+        entry = table.lookup(problem, gpu=gpu, backends=(backend,))
+        if entry is not None and _saving_us(entry) > _eager_margin_us(backend):
+            found.append(entry)
+    return sorted(found, key=lambda e: -(e.speedup("torch") or 0.0))
+
+
 def _op_entry(problem: GemmProblem, gpu: str | None, min_saving_us: float | None = None):
-    """The table's entry for problem on this GPU if the op launches its backend and its kernel saves
-    at least min_saving_us a call (default EAGER_MIN_SAVING_US), else None."""
+    """The table's entry for problem on this GPU of a backend the op launches whose kernel saves at least
+    min_saving_us a call, else None; min_saving_us None: an eager call's (see _eager_entries)."""
+    if min_saving_us is None:
+        entries = _eager_entries(problem, gpu)
+        return entries[0] if entries else None
     entry = tuned_table().lookup(problem, gpu=gpu, backends=op_backends())
     if entry is None:
         return None
-    return entry if _saving_us(entry) >= (EAGER_MIN_SAVING_US if min_saving_us is None else min_saving_us) else None
+    return entry if _saving_us(entry) >= min_saving_us else None
 
 
 def tuned_kernel(problem: GemmProblem, gpu: str | None, min_saving_us: float | None = None):
     """The compiled tuned kernel for problem on this GPU, or None when the table has none that
-    beats torch by min_saving_us a call (default EAGER_MIN_SAVING_US; of a backend the op launches:
-    op_backends). A kernel that fails to build falls back to torch too (with a warning)."""
+    beats torch by min_saving_us a call (default: an eager call's margin, its backend's launch cost;
+    of a backend the op launches: op_backends). A kernel that fails to build falls back to torch too
+    (with a warning)."""
     entry = _op_entry(problem, gpu, min_saving_us)
-    if entry is None:
-        return None
+    return _compiled(entry, problem) if entry is not None else None
+
+
+def _compiled(entry, problem: GemmProblem):
+    """entry's kernel for problem, compiled (or loaded), or None with a warning where it cannot be built."""
     try:
         backend = get_backend(entry.spec.backend)
         return backend.compile(backend.render(problem, entry.spec))
@@ -243,33 +294,60 @@ def tuned_kernel(problem: GemmProblem, gpu: str | None, min_saving_us: float | N
         return None
 
 
+def launch_costs() -> dict[str, float]:
+    """Each backend's launch cost measured on this host so far, in microseconds beyond torch's call."""
+    return dict(_launch_costs.items())
+
+
 def _warn(message: str) -> None:
     import warnings
 
     warnings.warn(message, RuntimeWarning, stacklevel=4)
 
 
-def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device) -> Optional[Callable]:
+def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device, operands: tuple | None = None,
+          torch_call: Callable | None = None) -> Optional[Callable]:
     """Build and keep the launcher of one call key: run(a, b, bias) -> output, or None where a call's
     operands are not 16-byte aligned (then torch serves that call). Never called while a CUDA graph
-    captures (see _captured): building allocates memory."""
+    captures (see _captured): building allocates memory. operands and torch_call: the call's own, with
+    which the first launch of a backend measures its launch cost (_eager_launcher)."""
     with _lock:
         if key in _launchers:
             return _launchers[key]
     launcher = None
     if problem is not None:
         gpu = torch.cuda.get_device_name(device)
-        kernel = tuned_kernel(problem, gpu)
-        if kernel is None:
+        launcher = _eager_launcher(problem, gpu, out_shape, device, operands, torch_call)
+        if launcher is None:
             if tuned_table().lookup(problem, gpu=gpu, backends=op_backends()) is None:  # (not: a win too small)
                 _untuned.setdefault(problem.key(), problem)
             else:  # a win too small for eager calls may still serve captured ones
                 _ready_for_graphs(problem, device)
-        else:
-            launcher = _launcher(kernel, problem, out_shape, device)
     with _lock:
         _launchers[key] = launcher
     return launcher
+
+
+def _eager_launcher(problem: GemmProblem, gpu: str, out_shape: tuple, device, operands: tuple | None,
+                    torch_call: Callable | None) -> Optional[Callable]:
+    """The launcher of the best entry an eager call takes (_eager_entries), or None. A backend launched
+    here for the first time on a GPU has its launch cost measured with this call's operands against
+    torch_call; where its saving does not exceed that cost, the next entry (another backend's) is tried."""
+    for entry in _eager_entries(problem, gpu):
+        kernel = _compiled(entry, problem)
+        launcher = _launcher(kernel, problem, out_shape, device) if kernel is not None else None
+        if launcher is None:
+            continue
+        backend = entry.spec.backend
+        if _launch_costs.known(backend) is None and operands is not None and torch_call is not None \
+                and _launch_costs.can_measure(device) and not _captured_now(operands[0]) \
+                and launcher(*operands) is not None:  # (None: operands off alignment, nothing launched)
+            cost = _launch_costs.measure(backend, lambda: launcher(*operands), torch_call)
+            _forget_plans()  # the fast path's served counts assumed no cost for this backend
+            if _saving_us(entry) <= cost:
+                continue
+        return launcher
+    return None
 
 
 def _ready_for_graphs(problem: GemmProblem, device) -> None:
@@ -289,7 +367,12 @@ def _ready_for_graphs(problem: GemmProblem, device) -> None:
 def _bound_run(kernel, problem: GemmProblem, device) -> Optional[Callable]:
     """kernel.bind for problem on device: run(a, b, d, bias), or None (with a warning) where it cannot."""
     try:
-        return kernel.bind(problem.m, problem.n, problem.k, device)
+        run = kernel.bind(problem.m, problem.n, problem.k, device)
+        try:  # which backend a launcher runs, for whoever asks which kernel served a call
+            run.backend = kernel.source.backend
+        except AttributeError:
+            pass
+        return run
     except torch.OutOfMemoryError as e:  # its split-K workspace, say: torch needs none of ours
         _warn(f"cudal2: the tuned kernel for {problem.label()} ran out of device memory "
               f"({str(e).splitlines()[0][:200]}); using torch")
@@ -314,6 +397,7 @@ def _launch_of(run: Callable, problem: GemmProblem, out_shape: tuple, device) ->
         d = empty(out_shape, dtype=dtype, device=device)
         run(a, b, d, bias)
         return d
+    launch.backend = getattr(run, "backend", None)
     return launch
 
 
@@ -327,42 +411,56 @@ def _linear_key(x, weight, bias) -> tuple:
             weight.get_device(), None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()))
 
 
-def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def _plan(op: str, b_shape) -> list:
+    """The eager paths' plan for B operands of b_shape (see _plans), made on its first call."""
     shapes = _b_shapes or _table_b_shapes()
-    rows = shapes["mm"].get(b.shape)
-    if rows is None or a.shape[0] < rows:
-        rows = shapes["mm_graph"].get(b.shape)
-        if rows is not None and a.shape[0] >= rows and _captured_now(a):
-            return _captured(_matmul_key(a, b), lambda: _matmul_class(a, b), (a, b, None), (a.shape[0], b.shape[1]),
-                             lambda: torch.matmul(a, b))
-        seen = ("mm", a.shape, b.shape)
-        if seen in _seen:
+    key = tuple(b_shape)
+    plan = [shapes[op + "_numels"].get(key, frozenset()), shapes[op + "_numels_graph"].get(key, frozenset()), set(),
+            set()]
+    _plans[op][b_shape] = plan
+    return plan
+
+
+def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    plan = _mm_plans.get(b.shape) or _plan("mm", b.shape)
+    numel = a.numel()
+    if numel not in plan[0]:  # no kernel serves an eager call of this many rows
+        bound = plan[2]
+        if numel in plan[1]:
+            if _captured_now(a):
+                return _captured(_matmul_key(a, b), lambda: _matmul_class(a, b), (a, b, None),
+                                 (a.shape[0], b.shape[1]), lambda: torch.matmul(a, b))
+            bound = plan[3]
+        if numel in bound:
             return torch.matmul(a, b)
-        _seen.add(seen)
+        bound.add(numel)
     key = _matmul_key(a, b)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
-        launch = _bind(key, _problem_of(_matmul_class(a, b)), (a.shape[0], b.shape[1]), a.device)
+        launch = _bind(key, _problem_of(_matmul_class(a, b)), (a.shape[0], b.shape[1]), a.device, (a, b, None),
+                       lambda: torch.matmul(a, b))
     out = launch(a, b, None) if launch is not None else None
     return out if out is not None else torch.matmul(a, b)
 
 
 def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    shapes = _b_shapes or _table_b_shapes()
-    rows = shapes["linear"].get(weight.shape)
-    if rows is None or x.numel() < rows * weight.shape[1]:
-        rows = shapes["linear_graph"].get(weight.shape)
-        if rows is not None and x.numel() >= rows * weight.shape[1] and _captured_now(x):
-            return _captured(_linear_key(x, weight, bias), lambda: _linear_class(x, weight, bias), (x, weight, bias),
-                             (*x.shape[:-1], weight.shape[0]), lambda: _F_linear(x, weight, bias))
-        seen = ("linear", x.shape, weight.shape)
-        if seen in _seen:
+    plan = _linear_plans.get(weight.shape) or _plan("linear", weight.shape)
+    numel = x.numel()
+    if numel not in plan[0]:  # no kernel serves an eager call of this many rows
+        bound = plan[2]
+        if numel in plan[1]:
+            if _captured_now(x):
+                return _captured(_linear_key(x, weight, bias), lambda: _linear_class(x, weight, bias),
+                                 (x, weight, bias), (*x.shape[:-1], weight.shape[0]), lambda: _F_linear(x, weight, bias))
+            bound = plan[3]
+        if numel in bound:
             return _F_linear(x, weight, bias)
-        _seen.add(seen)
+        bound.add(numel)
     key = _linear_key(x, weight, bias)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
-        launch = _bind(key, _problem_of(_linear_class(x, weight, bias)), (*x.shape[:-1], weight.shape[0]), x.device)
+        launch = _bind(key, _problem_of(_linear_class(x, weight, bias)), (*x.shape[:-1], weight.shape[0]), x.device,
+                       (x, weight, bias), lambda: _F_linear(x, weight, bias))
     out = launch(x, weight, bias) if launch is not None else None
     return out if out is not None else _F_linear(x, weight, bias)
 
@@ -505,7 +603,10 @@ def _traced_min_saving_us(entry) -> float:
     """The GPU time an entry's kernel must save a call for a traced graph to take it: its launch path's
     host cost inside a compiled graph."""
     native = entry.spec.backend == "cute_dsl" and tvm_ffi_version() and native_launch.library() is not None
-    return NATIVE_TRACED_MIN_SAVING_US if native else TRACED_MIN_SAVING_US
+    if native:
+        return NATIVE_TRACED_MIN_SAVING_US
+    # the Python op launches through the eager launcher, whose backend's own cost may be the larger
+    return max(TRACED_MIN_SAVING_US, _launch_costs.known(entry.spec.backend) or 0.0)
 
 
 @torch.compiler.assume_constant_result
@@ -649,9 +750,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
         if out.shape != product.shape:
             out.resize_(product.shape)
         return out.copy_(product)
-    if a.dim() != 2 or b.dim() != 2:
-        return torch.matmul(a, b)
     if _is_compiling():
+        if a.dim() != 2 or b.dim() != 2:
+            return torch.matmul(a, b)
         served = _served_when_traced(_matmul_class, a, b)
         if served is None:
             return torch.matmul(a, b)
@@ -659,16 +760,21 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
             return _Matmul.apply(a, b)
         slot = _native_slot(served)
         return torch.ops.cudal2.matmul_slot(a, b, slot) if slot >= 0 else torch.ops.cudal2.matmul(a, b)
-    if _needs_grad(a, b):
-        return _Matmul.apply(a, b)
+    if _grad_enabled() and (a.requires_grad or b.requires_grad):  # (_needs_grad, inlined: every call runs it)
+        return _Matmul.apply(a, b) if a.dim() == 2 and b.dim() == 2 else torch.matmul(a, b)
+    plan = _mm_plans.get(b.shape)
+    if plan is not None and a.numel() in plan[2]:  # served in no mode (see _plans)
+        return torch.matmul(a, b)
+    if a.dim() != 2 or b.dim() != 2:
+        return torch.matmul(a, b)
     return _run_matmul(a, b)
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."""
-    if weight.dim() != 2 or x.dim() == 0:  # a 1-D weight (a dot product per row) is F.linear's alone
-        return _F_linear(x, weight, bias)
     if _is_compiling():
+        if weight.dim() != 2 or x.dim() == 0:  # a 1-D weight (a dot product per row) is F.linear's alone
+            return _F_linear(x, weight, bias)
         served = _served_when_traced(_linear_class, x, weight, bias)
         if served is None:
             return _F_linear(x, weight, bias)
@@ -677,6 +783,11 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         slot = _native_slot(served)
         return torch.ops.cudal2.linear_slot(x, weight, bias, slot) if slot >= 0 else \
             torch.ops.cudal2.linear(x, weight, bias)
-    if _needs_grad(x, weight, bias):
-        return _Linear.apply(x, weight, bias)
+    if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
+        return _Linear.apply(x, weight, bias) if weight.dim() == 2 and x.dim() != 0 else _F_linear(x, weight, bias)
+    plan = _linear_plans.get(weight.shape)
+    if plan is not None and x.numel() in plan[2]:  # served in no mode (see _plans)
+        return _F_linear(x, weight, bias)
+    if weight.dim() != 2 or x.dim() == 0:
+        return _F_linear(x, weight, bias)
     return _run_linear(x, weight, bias)

@@ -138,6 +138,7 @@ def served_on_cpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: GPU)
     monkeypatch.setattr(ops, "tuned_kernel", lambda problem, gpu, min_saving_us=None: kernel if ops._op_entry(
         problem, gpu, min_saving_us) is not None else None)
+    monkeypatch.setattr(ops, "_compiled", lambda entry, problem: kernel)  # (the eager launcher's compile)
     problem = GemmProblem(m=24, n=48, k=64, layout="NT")
     spec = KernelSpec(backend="cute_dsl", block_m=128, block_n=128, block_k=64, num_warps=12, stages=4,
                       warp_specialization="cooperative", load_path="tma", persistent=True)

@@ -7,6 +7,7 @@ import torch
 
 import cudal2
 from cudal2 import Epilogue, GemmProblem, KernelSpec
+from cudal2.bench.launch_cost import LaunchCosts, measure_us
 from cudal2.codegen import native_launch
 from cudal2 import ops
 from cudal2.tuner.loop import run_search
@@ -25,24 +26,24 @@ def _entry(problem=P, ms=0.1, torch_ms=0.2, gpu="NVIDIA H100 80GB HBM3", **spec)
 
 @pytest.fixture(autouse=True)
 def _reset_table(monkeypatch):
-    # the launch path is tested with Triton kernels (the interpreter runs them on the CPU), a backend
-    # the op leaves to torch by default (test_the_op_launches_only_backends_cheaper_to_launch_than_torch)
+    # the launch path is tested with Triton kernels (the interpreter runs them on the CPU); the op's default
+    # backends, named so that a host's own $CUDAL2_OP_BACKENDS does not change what the tests see
     monkeypatch.setenv(ops.ENV_OP_BACKENDS, "triton,cute_dsl")
+    monkeypatch.setattr(ops, "_launch_costs", LaunchCosts(), raising=False)  # (none measured: no CUDA here)
     ops.set_table(TunedTable())
     yield
     ops.set_table(None)
 
 
-def test_the_op_launches_only_backends_cheaper_to_launch_than_torch(monkeypatch):
+def test_the_op_launches_every_backend_with_a_bound_launch_path_unless_told_otherwise(monkeypatch):
     pytest.importorskip("triton")
     problem = GemmProblem(m=48, n=40, k=32, layout="NT")
     ops.set_table(TunedTable([_entry(problem=problem, gpu="")]))  # a Triton kernel that beat torch
-    assert ops.tuned_kernel(problem, gpu="any") is not None
     monkeypatch.delenv(ops.ENV_OP_BACKENDS)
-    assert "triton" not in ops.op_backends()
-    assert ops.tuned_kernel(problem, gpu="any") is None  # its launch costs more host time than torch's
-    monkeypatch.setenv(ops.ENV_OP_BACKENDS, "triton")  # a model run only in CUDA graphs may want it
-    assert ops.op_backends() == {"triton"} and ops.tuned_kernel(problem, gpu="any") is not None
+    assert ops.op_backends() == {"triton", "cute_dsl"}
+    assert ops.tuned_kernel(problem, gpu="any") is not None
+    monkeypatch.setenv(ops.ENV_OP_BACKENDS, "cute_dsl")  # a model that keeps Triton's kernels out
+    assert ops.tuned_kernel(problem, gpu="any") is None
 
 
 def test_table_lookup_uses_only_faster_entries_of_this_gpu(tmp_path):
@@ -222,7 +223,7 @@ def test_a_weight_no_entry_has_runs_torch_without_a_call_key_after_its_first_cal
         cudal2.linear(x, w2)  # (96, 64) has an entry: the full path decides
     monkeypatch.setattr(ops, "_linear_key", key_of)
     ops.set_table(TunedTable())  # a new table forgets what the fast path knew
-    assert not ops._seen and not ops._b_shapes
+    assert not ops._plans["linear"] and not ops._b_shapes
 
 
 def test_route_linears_sends_only_layers_the_table_can_serve_through_the_op():
@@ -687,3 +688,180 @@ def test_linear_with_a_1d_weight_is_f_linear_forward_and_backward():
     assert torch.equal(y, torch.nn.functional.linear(x, w))
     y.sum().backward()
     assert w.grad.shape == (8,) and x.grad.shape == (4, 8)
+
+
+# ---- which backend serves which mode: launch costs measured per backend ----------------------------
+GPU = "NVIDIA H100 80GB HBM3"
+
+
+def _fake_costs(monkeypatch, clock):
+    """A LaunchCosts whose clock is `clock` (a one-item list of seconds) and which measures CPU launches."""
+    costs = LaunchCosts(clock=lambda: clock[0], sync=lambda: None, measurable=lambda device: True, calls=4, rounds=2)
+    monkeypatch.setattr(ops, "_launch_costs", costs, raising=False)
+    return costs
+
+
+class _ClockedKernel:
+    """A kernel of `backend` whose launch costs launch_us[backend] of the fake clock; it computes F.linear."""
+
+    def __init__(self, backend, clock, launch_us, ran):
+        self.backend, self.clock, self.launch_us, self.ran = backend, clock, launch_us, ran
+
+    def bind(self, m, n, k, device):
+        def run(a, b, d, bias):
+            self.clock[0] += self.launch_us[self.backend] * 1e-6
+            self.ran.append(self.backend)
+            d.view(m, n).copy_(torch.nn.functional.linear(a.reshape(m, k), b, bias))
+        run.backend = self.backend
+        return run
+
+
+def _dsl_entry(problem, ms, torch_ms, gpu=""):
+    from cudal2.proposers.catalog import catalog
+
+    return TunedEntry(problem=problem, spec=catalog("cute_dsl")[0], kernel_ms=ms, baselines_ms={"torch": torch_ms},
+                      gpu=gpu)
+
+
+def test_launch_cost_is_the_launchs_host_time_beyond_torchs_measured_once_per_backend():
+    clock, calls = [0.0], []
+
+    def call(us):
+        def run():
+            clock[0] += us * 1e-6
+            calls.append(us)
+        return run
+
+    assert measure_us(call(30.0), call(5.0), clock=lambda: clock[0], sync=lambda: None, calls=3, rounds=2) == \
+        pytest.approx(25.0)
+    costs = LaunchCosts(clock=lambda: clock[0], sync=lambda: None, measurable=lambda device: True)
+    assert costs.known("triton") is None
+    assert costs.measure("triton", call(40.0), call(2.0)) == pytest.approx(38.0)
+    timed = len(calls)
+    assert costs.measure("triton", call(99.0), call(2.0)) == pytest.approx(38.0) and len(calls) == timed  # cached
+    assert not LaunchCosts().can_measure(torch.device("cpu"))  # no CUDA: nothing to measure
+
+
+def test_an_eager_call_takes_a_kernel_only_where_its_saving_exceeds_its_backends_measured_launch_cost(
+        cpu_as_gpu, monkeypatch):
+    """A Triton kernel saving 30 us whose launch costs 40 us more than torch's leaves the shape to the CuTe
+    DSL kernel saving 8 us at a 3 us launch; one saving 50 us serves. Each cost is measured at its
+    backend's first launch, with that call's operands, and never again."""
+    clock, ran = [0.0], []
+    launch_us = {"triton": 40.0, "cute_dsl": 3.0}
+    costs = _fake_costs(monkeypatch, clock)
+    monkeypatch.setattr(ops, "_compiled", lambda entry, problem: _ClockedKernel(entry.spec.backend, clock, launch_us,
+                                                                                  ran))
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    close, far = GemmProblem(m=24, n=48, k=64, layout="NT"), GemmProblem(m=8, n=48, k=64, layout="NT")
+    ops.set_table(TunedTable([_entry(problem=close, ms=0.030, torch_ms=0.060, gpu=""),
+                              _dsl_entry(close, ms=0.052, torch_ms=0.060),
+                              _entry(problem=far, ms=0.050, torch_ms=0.100, gpu="")]))
+    w = torch.randn(48, 64).half()
+    for rows, backend in ((24, "cute_dsl"), (8, "triton")):
+        x = torch.randn(rows, 64).half()
+        with torch.no_grad():
+            torch.testing.assert_close(cudal2.linear(x, w), torch.nn.functional.linear(x, w))
+            ran.clear()
+            torch.testing.assert_close(cudal2.linear(x, w), torch.nn.functional.linear(x, w))
+        assert ran == [backend] and ops._launchers[ops._linear_key(x, w, None)].backend == backend
+    assert ops.launch_costs() == pytest.approx({"triton": 40.0, "cute_dsl": 3.0})
+    assert costs.known("triton") == pytest.approx(40.0)
+    assert ops._op_entry(close, GPU).spec.backend == "cute_dsl"  # the eager rule, with the costs known
+    assert ops._op_entry(close, GPU, ops.GRAPH_MIN_SAVING_US).spec.backend == "triton"  # a capture's
+
+
+def test_a_call_captured_in_a_cuda_graph_launches_a_triton_winner_by_default(cpu_as_gpu, monkeypatch):
+    """While a CUDA graph captures, the launch cost is paid once: the Triton kernel that won serves there
+    (the op's default backends, no $CUDAL2_OP_BACKENDS), while an eager call, whose launch it would not
+    repay, runs torch."""
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    problem = GemmProblem(m=24, n=48, k=64, layout="NT")
+    saving_ms = ops.EAGER_MIN_SAVING_US / 4e3
+    ops.set_table(TunedTable([_entry(problem=problem, ms=saving_ms, torch_ms=2 * saving_ms, gpu="")]))
+    x, w = torch.randn(24, 64).half(), torch.randn(48, 64).half()
+    capturing = [False]
+    monkeypatch.setattr(ops, "_captured_now", lambda t: capturing[0])
+    assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w))  # eager: torch; built for graphs
+    capturing[0] = True
+    got = cudal2.linear(x, w)
+    launch = ops._graph_launchers[ops._linear_key(x, w, None)]
+    assert launch is not None and launch.backend == "triton"
+    want = torch.nn.functional.linear(x.float(), w.float())
+    assert (got.float() - want).norm() / want.norm() < 1e-2
+
+
+def test_a_call_of_no_served_row_count_builds_no_call_key_nor_problem(monkeypatch):
+    """A weight shape served at 32 rows: calls of 64 rows (more than the fewest served, yet not served)
+    run torch after their first call without building a call key or a GemmProblem."""
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=32, n=96, k=64, layout="NT"), gpu="")]))
+    x, w = torch.randn(64, 64), torch.randn(96, 64)
+    cudal2.linear(x, w)  # bound once
+
+    def built(*args):
+        raise AssertionError("built on the miss path")
+
+    monkeypatch.setattr(ops, "_linear_key", built)
+    monkeypatch.setattr(ops, "_problem_of", built)
+    for _ in range(3):
+        assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w))
+    a, b = torch.randn(64, 96), torch.randn(96, 64)
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=32, n=64, k=96), gpu="")]))
+    monkeypatch.undo()  # (undoes the autouse fixture's settings too: set again)
+    monkeypatch.setenv(ops.ENV_OP_BACKENDS, "triton,cute_dsl")
+    cudal2.matmul(a, b)
+    monkeypatch.setattr(ops, "_matmul_key", built)
+    monkeypatch.setattr(ops, "_problem_of", built)
+    assert torch.equal(cudal2.matmul(a, b), torch.matmul(a, b))
+
+
+def test_every_winner_of_twenty_searches_is_served_from_the_exported_table_in_its_mode(tmp_path, monkeypatch):
+    """Twenty shapes searched into one store (recorded runner, both Hopper backends), the table exported
+    with `cudal2 export` and read by the op from $CUDAL2_TABLE, as a user's process does. With the op's
+    default backends and each backend's launch cost known (Triton's 40 us, the CuTe DSL's 3 us): while a
+    graph captures, every shape's winner is served; in an eager call, the winner where its saving exceeds
+    its backend's cost, else the best entry of the shape whose saving exceeds its own backend's."""
+    from typer.testing import CliRunner
+
+    from cudal2.cli import app
+    from cudal2.tuner.recorded import synthetic_ms
+
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    store = Store(tmp_path / "s.db")
+    shapes = [GemmProblem(m=m, n=n, k=4096, layout="NT") for m in (1, 16, 128, 1024)
+              for n in (1024, 4096, 6144, 14336, 28672)]
+
+    def torch_ms(problem):
+        return {"torch": 2.0 * synthetic_ms(problem, KernelSpec(block_m=128, block_n=256, block_k=64, stages=4,
+                                                                num_warps=8))}
+
+    for p in shapes:
+        run_search(p, backends=("triton", "cute_dsl"), arch="sm_90a", proposer=cudal2.proposers.get_proposer(
+            "rules", backends=("triton", "cute_dsl"), arch="sm_90a"), runner=RecordedRunner(baselines=torch_ms),
+            store=store, budget=6, seed=0, progress=False)
+    out = tmp_path / "table.json"
+    result = CliRunner().invoke(app, ["export", "--store", str(tmp_path / "s.db"), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    monkeypatch.setenv(table_mod.ENV_TABLE, str(out))
+    ops.set_table(None)  # the op reads $CUDAL2_TABLE itself
+    table = ops.tuned_table()
+    assert len(table) >= 20
+    clock = [0.0]
+    costs = _fake_costs(monkeypatch, clock)
+    for backend, us in (("triton", 40.0), ("cute_dsl", 3.0)):
+        costs.measure(backend, lambda us=us: clock.__setitem__(0, clock[0] + us * 1e-6), lambda: None)
+    gpu = next(iter(table)).gpu
+    winners = 0
+    for p in shapes:
+        beat = [e for e in table if e.problem == p and e.speedup("torch") > 1]
+        if not beat:
+            assert ops._op_entry(p, gpu, ops.GRAPH_MIN_SAVING_US) is None and ops._op_entry(p, gpu) is None
+            continue
+        winners += 1
+        winner = max(beat, key=lambda e: e.speedup("torch"))
+        assert ops._op_entry(p, gpu, ops.GRAPH_MIN_SAVING_US) == winner, p.label()
+        covered = [e for e in beat if ops._saving_us(e) > costs.known(e.spec.backend)]
+        eager = ops._op_entry(p, gpu)
+        assert eager == (max(covered, key=lambda e: e.speedup("torch")) if covered else None), p.label()
+    assert winners >= 15
+    assert {e.spec.backend for e in table if e.speedup("torch") > 1} == {"triton", "cute_dsl"}
