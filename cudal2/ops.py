@@ -1,8 +1,10 @@
 """cudal2.matmul and cudal2.linear: run the tuned kernel for a shape, or torch where none is tuned.
 
 Never slower: a tuned kernel is used only where the table records a measured speedup over
-torch.matmul above 1 on this GPU, and a saving of at least EAGER_MIN_SAVING_US a call (less, and the
-op's host time would cost a host-bound model more than the kernel saves). Everything else (CPU
+torch.matmul above 1 on this GPU and, for an eager call, a saving above its backend's launch cost on
+this host (measured at that backend's first launch: cudal2.bench.launch_cost; less, and the op's host
+time would cost a host-bound model more than the kernel saves). CuTe DSL and Triton kernels are
+launched (op_backends). Everything else (CPU
 tensors, dtypes other than fp16/bf16, batched or strided operands, shapes never tuned, shapes the IR
 refuses, operands not 16-byte aligned) runs torch.matmul / torch.nn.functional.linear. Shapes called without a tuned kernel are
 remembered (untuned_problems()); cudal2.tune_untuned() measures the learned model's pick for each and
@@ -11,8 +13,8 @@ the table then serves those where it won.
 Per-call cost. The first call of a (shape, strides, dtype, device, bias) builds a launcher (table
 lookup, compile or disk-cache load, workspace) and keeps it in a dict; every later call is that
 one dict access, an output allocation and the launch (TVM-FFI for CuTe DSL kernels: plain ints,
-about a microsecond). A call whose weight (matmul's b) has a shape no table entry serves, or fewer
-rows than any entry served for it, goes to torch after one dict lookup, its key built only on its
+about a microsecond). A call whose row count no table entry serves for its weight (matmul's b) shape,
+in any mode, goes to torch after one dict and one set lookup (_plans), its key built only on its
 first call; a layer route_linears routed (RoutedLinear) does the row test itself, before any of the op's Python.
 The eager path calls no torch op of its own: a dispatcher round trip into Python costs more than the
 whole launch.

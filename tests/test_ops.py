@@ -865,3 +865,56 @@ def test_every_winner_of_twenty_searches_is_served_from_the_exported_table_in_it
         assert eager == (max(covered, key=lambda e: e.speedup("torch")) if covered else None), p.label()
     assert winners >= 15
     assert {e.spec.backend for e in table if e.speedup("torch") > 1} == {"triton", "cute_dsl"}
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("backend", ["triton", "cute_dsl"])
+def test_gpu_each_backends_kernel_serves_eager_and_captured_calls(backend, monkeypatch):
+    """One table entry of the backend: an eager call launches it (its launch cost measured then, and far
+    below its saving), a CUDA graph captures it, and its replays follow the input; where the saving does
+    not cover the launch cost, eager calls run torch and only the captured call launches the kernel."""
+    pytest.importorskip("cutlass" if backend == "cute_dsl" else "triton")
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    spec = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
+                persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store",
+                shape_specialization="dynamic") if backend == "cute_dsl" else \
+        dict(block_m=64, block_n=64, block_k=32, stages=3, num_warps=4)
+    served, graphs_only = GemmProblem(m=128, n=384, k=256, layout="NT"), GemmProblem(m=64, n=384, k=256, layout="NT")
+    ops.set_table(TunedTable([_entry(problem=served, ms=0.010, torch_ms=1.0, gpu="", **spec),
+                              _entry(problem=graphs_only, ms=0.010, torch_ms=0.0105, gpu="", **spec)]))
+    w = torch.randn(384, 256, device="cuda", dtype=torch.float16) / 16
+
+    def close(got, x):
+        want = torch.nn.functional.linear(x.float(), w.float())
+        return got.shape == want.shape and float((got.float() - want).norm() / want.norm()) < 1e-3
+
+    def captured(x):
+        """cudal2.linear(x, w) captured in a CUDA graph; x changed, the graph replayed: its output."""
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = cudal2.linear(x, w)
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+        return out
+
+    with torch.no_grad():
+        x = torch.randn(128, 256, device="cuda", dtype=torch.float16)
+        assert close(cudal2.linear(x, w), x)
+        key = ops._linear_key(x, w, None)
+        launch, ran = ops._launchers[key], []
+        assert launch is not None and launch.backend == backend  # the kernel ran, not torch
+        assert backend in ops.launch_costs() and ops.launch_costs()[backend] < 990.0
+        ops._launchers[key] = lambda *args: ran.append(1) or launch(*args)
+        assert close(captured(x), x) and ran == [1]  # the capture recorded the kernel
+
+        x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+        clock = [0.0]
+        costs = LaunchCosts(clock=lambda: clock[0], sync=lambda: None)
+        costs.measure(backend, lambda: clock.__setitem__(0, clock[0] + 1e-3), lambda: None)  # 1000 us a launch
+        monkeypatch.setattr(ops, "_launch_costs", costs)
+        ops.set_table(ops.tuned_table())
+        assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w))  # eager: torch's
+        assert ops._launchers[ops._linear_key(x, w, None)] is None
+        out = captured(x)
+        assert ops._graph_launchers[ops._linear_key(x, w, None)].backend == backend and close(out, x)
