@@ -441,6 +441,10 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     if launch is _UNSEEN:
         launch = _bind(key, _problem_of(_matmul_class(a, b)), (a.shape[0], b.shape[1]), a.device, (a, b, None),
                        lambda: torch.matmul(a, b))
+    if launch is None and numel in plan[1] and _captured_now(a):  # no eager kernel (its launch costs more than
+        # it saves), but a capture pays the launch once
+        return _captured(key, lambda: _matmul_class(a, b), (a, b, None), (a.shape[0], b.shape[1]),
+                         lambda: torch.matmul(a, b))
     out = launch(a, b, None) if launch is not None else None
     return out if out is not None else torch.matmul(a, b)
 
@@ -463,6 +467,9 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     if launch is _UNSEEN:
         launch = _bind(key, _problem_of(_linear_class(x, weight, bias)), (*x.shape[:-1], weight.shape[0]), x.device,
                        (x, weight, bias), lambda: _F_linear(x, weight, bias))
+    if launch is None and numel in plan[1] and _captured_now(x):  # as in _run_matmul
+        return _captured(key, lambda: _linear_class(x, weight, bias), (x, weight, bias),
+                         (*x.shape[:-1], weight.shape[0]), lambda: _F_linear(x, weight, bias))
     out = launch(x, weight, bias) if launch is not None else None
     return out if out is not None else _F_linear(x, weight, bias)
 
