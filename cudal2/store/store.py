@@ -124,6 +124,31 @@ def refused_store_write(e: BaseException, store: str, path: str | os.PathLike | 
                       "$CUDAL2_CACHE_DIR)")
 
 
+# Seconds a database server may take to accept a connection (a server that takes the TCP connection and
+# never answers would otherwise hold a search, or the op's first call, forever), given to the drivers
+# that take it by this name, unless the URL names its own.
+CONNECT_TIMEOUT_S = 10
+_CONNECT_TIMEOUT_DRIVERS = {("postgresql", "psycopg"), ("postgresql", "psycopg2"), ("mysql", "pymysql"),
+                            ("mysql", "mysqldb")}
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    """The DBAPI connect arguments of a store URL: SQLite's wait for a lock other processes hold, a
+    server's connect timeout (CONNECT_TIMEOUT_S)."""
+    if sqlite_path(url) is not None:
+        return {"timeout": 60}  # several processes may share the file
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+        backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    except Exception:  # noqa: BLE001 - not a URL, or no such dialect: create_engine says so
+        return {}
+    if (backend, driver) in _CONNECT_TIMEOUT_DRIVERS and "connect_timeout" not in parsed.query:
+        return {"connect_timeout": CONNECT_TIMEOUT_S}
+    return {}
+
+
 # The package to install for a database driver that SQLAlchemy could not import.
 _DRIVER_PACKAGES = {"psycopg": "psycopg[binary]", "psycopg2": "psycopg2-binary", "MySQLdb": "mysqlclient"}
 _SQLITE_HEADER = b"SQLite format 3\x00"
@@ -314,11 +339,9 @@ class Store:
         import sqlalchemy as sa
 
         path = sqlite_path(self.url)
-        kwargs: dict[str, Any] = {}
         if path is not None:
             self._writing(lambda: path.parent.mkdir(parents=True, exist_ok=True))
-            kwargs["connect_args"] = {"timeout": 60}  # several processes may share the file
-        engine = sa.create_engine(self.url, **kwargs)
+        engine = sa.create_engine(self.url, connect_args=_connect_args(self.url))
         if path is not None:
             _tune_sqlite(engine)
             sa.event.listen(engine, "handle_error", _refuse_damage(path))
@@ -409,7 +432,7 @@ class Store:
             if journal_path(path).exists():  # its studies read back once (kept for the search), or one line
                 self.optuna_storage = journal_storage(path, self.warn)
         try:
-            engine = sa.create_engine(self.url)
+            engine = sa.create_engine(self.url, connect_args=_connect_args(self.url))
         except ValueError:  # a port that is not a number, say
             raise StoreError(f"store {shown} is not a database URL; give a SQLite file path or a URL such as "
                              "postgresql://user@host:5432/db") from None
