@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
 from ..disk_faults import refused_write, the_fix
-from ..redact import shown_url
+from ..redact import Redactor, shown_url
 from ..ir import GemmProblem, KernelSpec
 from ..paths import cache_dir
 
@@ -74,6 +74,26 @@ def sqlite_path(url: str) -> Path | None:
 def display_url(url: str) -> str:
     """url as it may be printed: postgresql://user:***@host/db (cudal2.redact.shown_url)."""
     return shown_url(url)
+
+
+def url_secrets(url: str) -> list[str]:
+    """What of a store URL must never be printed: the password SQLAlchemy parses, and, where it holds an
+    unencoded '@' or '/', everything between the user name and the host and each piece of it of three
+    characters or more (a driver that reads the rest as the host name quotes that back in its error)."""
+    from urllib.parse import parse_qsl
+
+    found = []
+    rest, _, query = url.partition("://")[2].partition("?")
+    userinfo = rest.rpartition("@")[0]
+    if ":" in userinfo:
+        secret = userinfo.split(":", 1)[1]
+        found += [secret, *(piece for part in secret.split("@") for piece in part.split("/"))]
+    with contextlib.suppress(Exception):
+        from sqlalchemy.engine import make_url
+
+        found.append(make_url(url).password or "")
+    found += [value for name, value in parse_qsl(query) if any(w in name.lower() for w in ("pass", "secret", "token"))]
+    return sorted({s for s in found if len(s) >= 3})  # (a shorter piece would mask letters of every word)
 
 
 def corrupt_store(path, why: str) -> str:
@@ -456,7 +476,7 @@ class Store:
         except SQLAlchemyError as e:
             if path is not None and damage_of(getattr(e, "orig", None) or e) is not None:
                 raise StoreError(corrupt_store(path, str(getattr(e, "orig", e)))) from None
-            reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+            reason = Redactor(url_secrets(self.url))(str(getattr(e, "orig", None) or e).strip().splitlines()[0])
             raise StoreError(f"store {shown} cannot be opened ({reason}); check the path or URL, the "
                              "server and your permissions") from None
         finally:
