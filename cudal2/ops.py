@@ -479,6 +479,15 @@ def _needs_grad(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = No
     return _grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
 
 
+def _autograd_takes(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """Whether an eager call that needs gradients goes through _Matmul / _Linear (whose backward calls
+    the op, so that training shapes are served too): only one the kernels could take, of their dtypes,
+    no empty operand, a bias of one value per output column (b is linear's weight). Any other is
+    torch's own autograd: a complex gradient is conjugated, a broadcast bias's is summed to its shape."""
+    return (a.dtype in _DTYPES and a.numel() > 0 and b.numel() > 0
+            and (bias is None or (bias.dim() == 1 and bias.shape[0] == b.shape[0])))
+
+
 def _visible_gpus() -> list[tuple[str, int | None, str]]:
     """(device type, index, GPU name) of every GPU this process sees."""
     if not torch.cuda.is_available():
@@ -660,7 +669,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
         slot = _native_slot(served)
         return torch.ops.cudal2.matmul_slot(a, b, slot) if slot >= 0 else torch.ops.cudal2.matmul(a, b)
     if _needs_grad(a, b):
-        return _Matmul.apply(a, b)
+        return _Matmul.apply(a, b) if _autograd_takes(a, b) else torch.matmul(a, b)
     return _run_matmul(a, b)
 
 
@@ -678,5 +687,5 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return torch.ops.cudal2.linear_slot(x, weight, bias, slot) if slot >= 0 else \
             torch.ops.cudal2.linear(x, weight, bias)
     if _needs_grad(x, weight, bias):
-        return _Linear.apply(x, weight, bias)
+        return _Linear.apply(x, weight, bias) if _autograd_takes(x, weight, bias) else _F_linear(x, weight, bias)
     return _run_linear(x, weight, bias)
