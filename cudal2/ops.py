@@ -586,6 +586,15 @@ def _needs_grad(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = No
     return _grad_enabled() and (a.requires_grad or b.requires_grad or (bias is not None and bias.requires_grad))
 
 
+def _autograd_takes(a: torch.Tensor, b: torch.Tensor, bias: torch.Tensor | None = None) -> bool:
+    """Whether an eager call that needs gradients goes through _Matmul / _Linear (whose backward calls
+    the op, so that training shapes are served too): only one the kernels could take, of their dtypes,
+    no empty operand, a bias of one value per output column (b is linear's weight). Any other is
+    torch's own autograd: a complex gradient is conjugated, a broadcast bias's is summed to its shape."""
+    return (a.dtype in _DTYPES and a.numel() > 0 and b.numel() > 0
+            and (bias is None or (bias.dim() == 1 and bias.shape[0] == b.shape[0])))
+
+
 def _visible_gpus() -> list[tuple[str, int | None, str]]:
     """(device type, index, GPU name) of every GPU this process sees."""
     if not torch.cuda.is_available():
@@ -770,7 +779,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
         slot = _native_slot(served)
         return torch.ops.cudal2.matmul_slot(a, b, slot) if slot >= 0 else torch.ops.cudal2.matmul(a, b)
     if _grad_enabled() and (a.requires_grad or b.requires_grad):  # (_needs_grad, inlined: every call runs it)
-        return _Matmul.apply(a, b) if a.dim() == 2 and b.dim() == 2 else torch.matmul(a, b)
+        return _Matmul.apply(a, b) if a.dim() == 2 and b.dim() == 2 and _autograd_takes(a, b) \
+            else torch.matmul(a, b)
     plan = _mm_plans.get(b.shape)
     if plan is not None and a.numel() in plan[2]:  # served in no mode (see _plans)
         return torch.matmul(a, b)
@@ -793,7 +803,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         return torch.ops.cudal2.linear_slot(x, weight, bias, slot) if slot >= 0 else \
             torch.ops.cudal2.linear(x, weight, bias)
     if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
-        return _Linear.apply(x, weight, bias) if weight.dim() == 2 and x.dim() != 0 else _F_linear(x, weight, bias)
+        return _Linear.apply(x, weight, bias) if weight.dim() == 2 and x.dim() != 0 \
+            and _autograd_takes(x, weight, bias) else _F_linear(x, weight, bias)
     plan = _linear_plans.get(weight.shape)
     if plan is not None and x.numel() in plan[2]:  # served in no mode (see _plans)
         return _F_linear(x, weight, bias)

@@ -30,7 +30,7 @@ from typing import Any, Callable, Iterator
 
 from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
 from ..disk_faults import refused_write, the_fix
-from ..redact import shown_url
+from ..redact import Redactor, shown_url
 from ..ir import GemmProblem, KernelSpec
 from ..paths import cache_dir
 
@@ -74,6 +74,26 @@ def sqlite_path(url: str) -> Path | None:
 def display_url(url: str) -> str:
     """url as it may be printed: postgresql://user:***@host/db (cudal2.redact.shown_url)."""
     return shown_url(url)
+
+
+def url_secrets(url: str) -> list[str]:
+    """What of a store URL must never be printed: the password SQLAlchemy parses, and, where it holds an
+    unencoded '@' or '/', everything between the user name and the host and each piece of it of three
+    characters or more (a driver that reads the rest as the host name quotes that back in its error)."""
+    from urllib.parse import parse_qsl
+
+    found = []
+    rest, _, query = url.partition("://")[2].partition("?")
+    userinfo = rest.rpartition("@")[0]
+    if ":" in userinfo:
+        secret = userinfo.split(":", 1)[1]
+        found += [secret, *(piece for part in secret.split("@") for piece in part.split("/"))]
+    with contextlib.suppress(Exception):
+        from sqlalchemy.engine import make_url
+
+        found.append(make_url(url).password or "")
+    found += [value for name, value in parse_qsl(query) if any(w in name.lower() for w in ("pass", "secret", "token"))]
+    return sorted({s for s in found if len(s) >= 3})  # (a shorter piece would mask letters of every word)
 
 
 def corrupt_store(path, why: str) -> str:
@@ -122,6 +142,31 @@ def refused_store_write(e: BaseException, store: str, path: str | os.PathLike | 
     where = f" writing {path}" if path is not None and os.fspath(path) != store else ""
     return StoreError(f"store {store}: {words}{where}; {the_fix(words, '--store')} (the default store lives in "
                       "$CUDAL2_CACHE_DIR)")
+
+
+# Seconds a database server may take to accept a connection (a server that takes the TCP connection and
+# never answers would otherwise hold a search, or the op's first call, forever), given to the drivers
+# that take it by this name, unless the URL names its own.
+CONNECT_TIMEOUT_S = 10
+_CONNECT_TIMEOUT_DRIVERS = {("postgresql", "psycopg"), ("postgresql", "psycopg2"), ("mysql", "pymysql"),
+                            ("mysql", "mysqldb")}
+
+
+def _connect_args(url: str) -> dict[str, Any]:
+    """The DBAPI connect arguments of a store URL: SQLite's wait for a lock other processes hold, a
+    server's connect timeout (CONNECT_TIMEOUT_S)."""
+    if sqlite_path(url) is not None:
+        return {"timeout": 60}  # several processes may share the file
+    import sqlalchemy as sa
+
+    try:
+        parsed = sa.engine.make_url(url)
+        backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    except Exception:  # noqa: BLE001 - not a URL, or no such dialect: create_engine says so
+        return {}
+    if (backend, driver) in _CONNECT_TIMEOUT_DRIVERS and "connect_timeout" not in parsed.query:
+        return {"connect_timeout": CONNECT_TIMEOUT_S}
+    return {}
 
 
 # The package to install for a database driver that SQLAlchemy could not import.
@@ -314,11 +359,9 @@ class Store:
         import sqlalchemy as sa
 
         path = sqlite_path(self.url)
-        kwargs: dict[str, Any] = {}
         if path is not None:
             self._writing(lambda: path.parent.mkdir(parents=True, exist_ok=True))
-            kwargs["connect_args"] = {"timeout": 60}  # several processes may share the file
-        engine = sa.create_engine(self.url, **kwargs)
+        engine = sa.create_engine(self.url, connect_args=_connect_args(self.url))
         if path is not None:
             _tune_sqlite(engine)
             sa.event.listen(engine, "handle_error", _refuse_damage(path))
@@ -409,7 +452,7 @@ class Store:
             if journal_path(path).exists():  # its studies read back once (kept for the search), or one line
                 self.optuna_storage = journal_storage(path, self.warn)
         try:
-            engine = sa.create_engine(self.url)
+            engine = sa.create_engine(self.url, connect_args=_connect_args(self.url))
         except ValueError:  # a port that is not a number, say
             raise StoreError(f"store {shown} is not a database URL; give a SQLite file path or a URL such as "
                              "postgresql://user@host:5432/db") from None
@@ -433,7 +476,7 @@ class Store:
         except SQLAlchemyError as e:
             if path is not None and damage_of(getattr(e, "orig", None) or e) is not None:
                 raise StoreError(corrupt_store(path, str(getattr(e, "orig", e)))) from None
-            reason = str(getattr(e, "orig", None) or e).strip().splitlines()[0]
+            reason = Redactor(url_secrets(self.url))(str(getattr(e, "orig", None) or e).strip().splitlines()[0])
             raise StoreError(f"store {shown} cannot be opened ({reason}); check the path or URL, the "
                              "server and your permissions") from None
         finally:

@@ -17,9 +17,14 @@ from typing import Any, Collection, Iterator
 from ..bench.results import DEFAULT_MODE, is_synthetic
 from ..ir import GemmProblem, KernelSpec
 from .rounds import gpu_of, kept_twins, rounds_in_mode, summarize
-from .store import Store
+from .store import Store, StoreError, display_url, sqlite_path
 
 ENV_TABLE = "CUDAL2_TABLE"
+ENV_STORE_TIMEOUT = "CUDAL2_STORE_TIMEOUT"
+# Seconds the op waits for the default store's table: a store that answers slower than this (a server
+# that took the connection and never answers) leaves the op to torch, with a warning, rather than
+# holding the model's first GEMM.
+STORE_TIMEOUT_S = 5.0
 FORMAT = "cudal2.tuned_table"
 VERSION = 1
 # The modes cudal2.matmul serves from, in order of preference (TunedTable.for_serving).
@@ -199,8 +204,54 @@ class TunedTable:
     @classmethod
     def default(cls) -> "TunedTable":
         """$CUDAL2_TABLE if set, else the default store's table for serving (empty if it does not
-        exist yet)."""
+        exist yet), read within $CUDAL2_STORE_TIMEOUT seconds (STORE_TIMEOUT_S). Raises StoreError,
+        one line with the fix, for a database server that cannot be reached, lacks its driver or does
+        not answer in time."""
         path = os.environ.get(ENV_TABLE)
         if path:
             return cls.load(path)
-        return cls.for_serving(None)
+        store = Store(None)
+        if sqlite_path(store.url) is not None:
+            return _within(store_timeout_s(), lambda: cls.for_serving(store), store)
+        # a server's own line (refused, no driver) at once, not after the engine's retries
+        return _within(store_timeout_s(), lambda: cls.for_serving(store.check()), store)
+
+
+def store_timeout_s() -> float:
+    """$CUDAL2_STORE_TIMEOUT (seconds, more than 0), else STORE_TIMEOUT_S."""
+    text = os.environ.get(ENV_STORE_TIMEOUT)
+    if not text:
+        return STORE_TIMEOUT_S
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = float("nan")
+    if not seconds > 0:
+        raise StoreError(f"${ENV_STORE_TIMEOUT} is {text!r}, not a number of seconds above 0; set it to one, "
+                         f"or unset it for {STORE_TIMEOUT_S:g}")
+    return seconds
+
+
+def _within(seconds: float, read, store: Store):
+    """read() in a worker thread, waited for at most seconds: a driver blocked on a socket cannot be
+    interrupted, so a store that never answers is left to its thread (a daemon: it never holds the
+    process at exit) and its caller goes on without it."""
+    import threading
+
+    done: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            done["value"] = read()
+        except BaseException as e:  # noqa: BLE001 - raised again in the caller's thread
+            done["error"] = e
+
+    worker = threading.Thread(target=run, name="cudal2-store-read", daemon=True)
+    worker.start()
+    worker.join(seconds)
+    if worker.is_alive():
+        raise StoreError(f"store {display_url(store.url)} did not answer within {seconds:g} s; check the server, "
+                         f"or set ${ENV_STORE_TIMEOUT} to wait longer")
+    if "error" in done:
+        raise done["error"]
+    return done["value"]

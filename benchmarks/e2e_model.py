@@ -1,0 +1,257 @@
+"""A transformers Llama with Llama-3-8B's dimensions (hidden 4096, MLP 14336, 32 query heads and 8
+key-value heads of 128, vocabulary 128256), a few decoder layers, random fp16 weights (built from a
+LlamaConfig: nothing is downloaded), untouched against the same model after cudal2.tune_model and
+cudal2.route_linears: prefill and decode tokens/s in eager mode, under torch.compile and inside CUDA graphs.
+
+    python benchmarks/e2e_model.py [--layers 2] [--batch 1] [--prompt 512] [--budget 4] [--store PATH]
+        [--rounds 11] [--calls 10] [--modes eager,compile,graph] [--out-dir benchmarks/results]
+    python benchmarks/e2e_model.py --smoke --out-dir DIR   # CPU, a tiny config, the recorded runner
+
+1. cudal2.tune_model searches the GEMMs the model's nn.Linear layers run in a prefill of --prompt
+   tokens per sequence and in a decode step (one token per sequence), lm_head included, at --budget
+   each, the store resuming earlier runs (--budget 0: the store's results as they are). route_linears
+   then sends each layer whose weight shape the table serves through cudal2.linear (in graph mode:
+   route_linears(graphs=True), also the layers a kernel serves only in captured graphs).
+2. Prefill: one forward of (batch, prompt) tokens, no cache, logits of the last token only (as
+   generation computes them). Decode: one step of one token per sequence into a StaticCache that a
+   prefill filled, at position --prompt, every call writing the same slot (so a CUDA graph replays it).
+3. Both models are timed as benchmarks/e2e_decoder.py times its layers (its wall_timer, graph_timer
+   and compare): --rounds interleaved rounds of --calls back-to-back calls, the order reversed every
+   other round; tokens/s from each model's median, and the median of the per-round ratios untouched
+   time / cudal2 time (above 1: cudal2 faster) with its quartiles.
+Both models' logits are compared (relative error) before timing. Written: OUT-DIR/e2e_model_<gpu>_<date>.md
+and .json (every round's time, the routed layers, the environment, the command).
+--smoke runs the same path on the CPU in eager mode with a tiny config (2 layers, hidden 64), the
+recorded runner's synthetic numbers and a few rounds: a check that the script works, not a figure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import datetime as _dt
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from e2e_decoder import compare, graph_timer, wall_timer  # noqa: E402
+
+# Llama-3-8B (meta-llama/Meta-Llama-3-8B's config.json)
+LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
+                 vocab_size=128256, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192)
+SMOKE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
+             max_position_embeddings=256)
+
+
+def llama(layers: int, smoke: bool, device: str):
+    """(untouched, ours): two LlamaForCausalLM with the same random fp16 weights, in eval mode."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(**(SMOKE if smoke else LLAMA3_8B), num_hidden_layers=layers)
+    torch.manual_seed(0)
+    with torch.device(device):
+        plain = LlamaForCausalLM(config).to(torch.float16).eval()
+    plain.requires_grad_(False)
+    return plain, copy.deepcopy(plain)
+
+
+def _cache_keyword(model) -> str:
+    """The forward's name for the KV cache: `cache` in transformers 5's later releases, `past_key_values` before."""
+    import inspect
+
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def prefill_call(model, ids):
+    """model's prefill of ids: logits of the last token, no cache kept."""
+    return lambda: model(ids, use_cache=False, logits_to_keep=1).logits
+
+
+def decode_call(model, runner, ids, prompt: int):
+    """A decode step of runner (model, or model compiled) at position prompt, into a StaticCache that a
+    prefill of ids (prompt tokens per sequence) filled; every call writes the same slot."""
+    import torch
+    from transformers import StaticCache
+
+    batch = ids.shape[0]
+    cache = StaticCache(config=model.config, max_cache_len=prompt + 1)
+    kw = _cache_keyword(model)
+    with torch.no_grad():
+        model(ids, use_cache=True, **{kw: cache})
+    token = ids[:, -1:].clone()
+    position = torch.tensor([prompt], device=ids.device)
+    position_ids = position.expand(batch, 1).clone()
+    # transformers 5 counts the cache's length in a tensor of each layer, which a step advances: set back
+    # in place (a kernel, so a CUDA graph replays it); earlier releases take cache_position instead
+    lengths = [layer.cumulative_length for layer in getattr(cache, "layers", ())
+               if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor)]
+
+    def step():
+        for length in lengths:
+            length.fill_(prompt)
+        return runner(token, use_cache=True, cache_position=position, position_ids=position_ids, logits_to_keep=1,
+                      **{kw: cache}).logits
+
+    return step
+
+
+def tune(ours, ids, budget: int, store: str, runner) -> dict[str, list[str]]:
+    """tune_model on ours' prefill and decode GEMMs; the layers route_linears routes for eager and compiled
+    calls, and those it routes for captured CUDA graphs only."""
+    import torch
+
+    import cudal2
+
+    class Call(torch.nn.Module):  # what tune_model runs once to see the GEMMs: the model with keywords
+        def __init__(self, model, **kwargs):
+            super().__init__()
+            self.model, self.kwargs = model, kwargs
+
+        def forward(self, x):
+            return self.model(x, **self.kwargs).logits
+
+    if budget > 0:
+        for example in (ids, ids[:, -1:]):  # prefill, then one decode step's shapes
+            cudal2.tune_model(Call(ours, use_cache=False, logits_to_keep=1), example, budget=budget, store=store,
+                              runner=runner, progress=False)
+    else:
+        from cudal2.store.table import TunedTable
+
+        cudal2.set_table(TunedTable.for_serving(store))
+    routed = {"eager": cudal2.route_linears(ours), "graphs_only": cudal2.route_linears(ours, graphs=True)}
+    cudal2.route_linears(ours)
+    return routed
+
+
+def cpu_timer(fn, calls: int):
+    """wall_timer's round on the CPU (nothing to synchronize): us per call of `calls` calls."""
+    for _ in range(2):
+        fn()
+
+    def one_round() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls * 1e6
+
+    return one_round
+
+
+def measure(plain, ours, ids, prompt: int, modes, rounds: int, calls: int, on_gpu: bool) -> dict:
+    """Both models' tokens/s per mode and phase. On the CPU (--smoke) every layer a kernel serves anywhere
+    is routed, so that the routed forward runs (the op runs torch there)."""
+    import torch
+
+    import cudal2
+
+    wall, graph = (wall_timer, graph_timer) if on_gpu else (cpu_timer, None)
+    tokens = {"prefill": ids.numel(), "decode": ids.shape[0]}
+    rows, routed = {}, {}
+    with torch.no_grad():
+        want, got = prefill_call(plain, ids)().float(), prefill_call(ours, ids)().float()
+        rel_error = float((got - want).norm() / want.norm())
+        for mode in modes:
+            routed[mode] = cudal2.route_linears(ours, graphs=mode == "graph" or not on_gpu)
+            for phase in ("prefill", "decode"):
+                timers = {}
+                for name, model in (("torch", plain), ("cudal2", ours)):
+                    runner = torch.compile(model, dynamic=False) if mode == "compile" else model
+                    fn = prefill_call(runner, ids) if phase == "prefill" else decode_call(model, runner, ids, prompt)
+                    timers[name] = (graph if mode == "graph" else wall)(fn, calls)
+                both = rows.setdefault(mode, {})[phase] = compare(timers, rounds)
+                for name in timers:
+                    both[name]["tokens_per_s"] = tokens[phase] / both[name]["us"] * 1e6
+    cudal2.route_linears(ours)
+    return {"rel_error": rel_error, "modes": rows, "routed_per_mode": routed}
+
+
+def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, list[str]]) -> str:
+    def ratio(d):
+        return f"{d['ratio']:.3f} ({d['ratio_q1']:.3f} to {d['ratio_q3']:.3f})"
+
+    what = "a tiny config on the CPU, recorded runner (synthetic: a check, not a figure)" if args.smoke else \
+        f"Llama-3-8B dimensions, {args.layers} layers, random fp16 weights"
+    lines = [f"# A transformers Llama, untouched against cudal2.tune_model + route_linears ({env['date']})", "",
+             f"`{command}`", "", f"{env.get('gpu_name', 'CPU')}; torch {env.get('torch', '?')}, transformers "
+             f"{env.get('transformers', '?')}. {what}; batch {args.batch}, prompt {args.prompt} tokens, "
+             f"tuning budget {args.budget}.", "",
+             f"Layers routed through cudal2.linear: {', '.join(tuned_routed['eager']) or 'none'}; in graph mode "
+             f"also (a kernel serves them only in captured CUDA graphs): {', '.join(tuned_routed['graphs_only']) or 'none'}.",
+             "",
+             f"tokens/s from the median of {args.rounds} rounds of {args.calls} calls, the two models taking turns; "
+             "cudal2 / untouched: the median of the per-round time ratios, with its quartiles (above 1: cudal2 "
+             "faster).", "",
+             "| mode | phase | untouched tokens/s | cudal2 tokens/s | cudal2 / untouched (25% to 75%) |",
+             "|---|---|---:|---:|---:|"]
+    for mode, phases in result["modes"].items():
+        for phase, both in phases.items():
+            lines.append(f"| {mode} | {phase} | {both['torch']['tokens_per_s']:.1f} | "
+                         f"{both['cudal2']['tokens_per_s']:.1f} | {ratio(both)} |")
+    lines += ["", f"Relative error of cudal2's prefill logits: {result['rel_error']:.1e}"]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=2, help="decoder layers (Llama-3-8B has 32)")
+    ap.add_argument("--batch", type=int, default=1, help="sequences")
+    ap.add_argument("--prompt", type=int, default=512, help="prefill tokens per sequence; decode attends to them")
+    ap.add_argument("--budget", type=int, default=4, help="search budget per GEMM (0: the store as it is)")
+    ap.add_argument("--store", default=None, help="store for the searches (default: the results file's, .db)")
+    ap.add_argument("--rounds", type=int, default=11)
+    ap.add_argument("--calls", type=int, default=10)
+    ap.add_argument("--modes", default="eager,compile,graph")
+    ap.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
+    ap.add_argument("--smoke", action="store_true", help="CPU, a tiny config, the recorded runner, eager, 3 rounds")
+    args = ap.parse_args(argv)
+
+    import torch
+
+    from cudal2.bench.environment import record
+
+    if args.smoke:
+        args.prompt, args.rounds, args.calls, args.modes, args.budget = min(args.prompt, 16), 3, 2, "eager", 2
+        device, runner, tag = "cpu", "recorded", "cpu-smoke"
+        import os
+
+        from cudal2 import ops
+
+        os.environ.setdefault(ops.ENV_OP_BACKENDS, "triton,cute_dsl")  # (the default, cute_dsl, needs tvm-ffi)
+    else:
+        if not torch.cuda.is_available():
+            sys.exit("e2e_model: no CUDA GPU here; its figures need one (--smoke runs the path on the CPU)")
+        device, runner = "cuda", None
+        tag = torch.cuda.get_device_name().lower().replace("nvidia ", "").split()[0]
+    modes = tuple(args.modes.split(","))
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 8)  # two models, two phases
+    stem = args.out_dir / f"e2e_model_{tag}_{_dt.date.today().isoformat()}"
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    store = args.store or str(stem.with_suffix(".db"))
+
+    plain, ours = llama(args.layers, args.smoke, device)
+    ids = torch.randint(0, plain.config.vocab_size, (args.batch, args.prompt), device=device,
+                        generator=torch.Generator(device).manual_seed(0))
+    routed = tune(ours, ids, args.budget, store, runner)
+    result = measure(plain, ours, ids, args.prompt, modes, args.rounds, args.calls, on_gpu=not args.smoke)
+    env = record() if not args.smoke else {"date": _dt.date.today().isoformat(), "torch": torch.__version__}
+    import transformers
+
+    env["transformers"] = transformers.__version__
+    command = "python3 benchmarks/e2e_model.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    stem.with_suffix(".md").write_text(report(result, args, env, command, routed))
+    stem.with_suffix(".json").write_text(json.dumps(
+        {"command": command, "env": env, "layers": args.layers, "batch": args.batch, "prompt": args.prompt,
+         "budget": args.budget, "rounds": args.rounds, "calls": args.calls, "smoke": args.smoke,
+         "routed": routed, **result}, indent=1, default=str))
+    print(stem.with_suffix(".md").read_text())
+    return stem
+
+
+if __name__ == "__main__":
+    main()

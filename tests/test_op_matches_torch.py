@@ -1,0 +1,172 @@
+"""cudal2.matmul and cudal2.linear against torch.matmul and F.linear over random cases on the CPU
+(hypothesis): every dtype, 1-D to 4-D operands with broadcast batch dimensions, transposed and strided
+views, empty dimensions, gradients, bias shapes and out=. Each case gives torch's result and
+gradients, or raises the exception type torch raises. Values are -1, 0 or 1, so every sum is exact in
+every dtype and results compare bit for bit whatever order a path sums in."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cudal2
+from cudal2 import ops
+from cudal2.store.table import TunedTable
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64, torch.int32, torch.int64]
+GRAD_DTYPES = {torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.complex64}
+CHECKS = settings(max_examples=150, deadline=None, database=None)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _empty_table():
+    ops.set_table(TunedTable())
+    yield
+    ops.set_table(None)
+
+
+@st.composite
+def operand(draw, shape: tuple[int, ...], dtype: torch.dtype, grad_ok: bool = True) -> torch.Tensor:
+    """A tensor of shape with values in {-1, 0, 1} (each part of a complex one): contiguous, a transposed view, or every other element."""
+    seed = draw(st.integers(0, 2**16))
+    layout = draw(st.sampled_from(["contiguous", "transposed", "strided"])) if len(shape) >= 2 else \
+        draw(st.sampled_from(["contiguous", "strided"]))
+    made = shape[:-2] + (shape[-1], shape[-2]) if layout == "transposed" else \
+        shape[:-1] + (2 * shape[-1],) if layout == "strided" and shape else shape
+    generator = torch.Generator().manual_seed(seed)
+    values = torch.randint(-1, 2, made, generator=generator).to(dtype)
+    if dtype.is_complex:  # (an imaginary part too: a complex gradient is conjugated)
+        values += 1j * torch.randint(-1, 2, made, generator=generator).to(dtype)
+    t = values
+    t = t.transpose(-1, -2) if layout == "transposed" else t[..., ::2] if layout == "strided" and shape else t
+    assert t.shape == shape
+    if grad_ok and dtype in GRAD_DTYPES and draw(st.booleans()):
+        t.requires_grad_(True)
+    return t
+
+
+def _batch(draw, ndim: int, like: tuple[int, ...]) -> tuple[int, ...]:
+    """ndim batch extents that broadcast against like (each 1 or like's), rarely one that does not."""
+    out = []
+    for i in range(ndim):
+        j = i - ndim + len(like)
+        choices = [1, like[j]] if j >= 0 else [1, 2, 3]
+        out.append(draw(st.sampled_from(choices)) if draw(st.integers(0, 19)) else draw(st.integers(0, 3)))
+    return tuple(out)
+
+
+def _grads(run, tensors: list[torch.Tensor], seed: int):
+    """The result of run() and the gradients of tensors under a random upstream gradient in {-1, 0, 1}."""
+    for t in tensors:
+        t.grad = None
+    y = run()
+    if not y.requires_grad:
+        return y, None
+    upstream = torch.randint(-1, 2, y.shape, generator=torch.Generator().manual_seed(seed)).to(y.dtype)
+    y.backward(upstream)
+    return y, [None if t.grad is None else t.grad.clone() for t in tensors]
+
+
+def _compare(ours, theirs, tensors: list[torch.Tensor], seed: int) -> None:
+    outcome = []
+    for run in (ours, theirs):
+        try:
+            outcome.append(_grads(run, tensors, seed))
+        except Exception as e:  # noqa: BLE001 - compared below
+            outcome.append(e)
+    got, want = outcome
+    if isinstance(want, Exception) or isinstance(got, Exception):
+        assert type(got) is type(want), (got, want)
+        return
+    (y, grads), (y_torch, grads_torch) = got, want
+    assert y.dtype == y_torch.dtype and y.shape == y_torch.shape
+    torch.testing.assert_close(y.detach(), y_torch.detach(), rtol=0, atol=0)
+    assert (grads is None) == (grads_torch is None)
+    for g, g_torch in zip(grads or [], grads_torch or []):
+        assert (g is None) == (g_torch is None)
+        if g is not None:
+            torch.testing.assert_close(g, g_torch, rtol=0, atol=0)
+
+
+@st.composite
+def matmul_case(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    b_dtype = dtype if draw(st.integers(0, 9)) else draw(st.sampled_from(DTYPES))
+    m, n, k = (draw(st.integers(0, 5)) for _ in range(3))
+    a_dims, b_dims = draw(st.integers(1, 4)), draw(st.integers(1, 4))
+    a_shape = (k,) if a_dims == 1 else _batch(draw, a_dims - 2, ()) + (m, k)
+    b_k = k if draw(st.integers(0, 19)) else k + 1
+    b_shape = (b_k,) if b_dims == 1 else _batch(draw, b_dims - 2, a_shape[:-2]) + (b_k, n)
+    return draw(operand(a_shape, dtype)), draw(operand(b_shape, b_dtype)), draw(st.integers(0, 2**16))
+
+
+@st.composite
+def linear_case(draw):
+    dtype = draw(st.sampled_from(DTYPES))
+    m, n, k = (draw(st.integers(0, 5)) for _ in range(3))
+    x_dims = draw(st.integers(1, 4))
+    x_shape = _batch(draw, x_dims - 1, ()) + (k,)
+    weight_k = k if draw(st.integers(0, 19)) else k + 1
+    weight_shape = (n, weight_k) if draw(st.integers(0, 7)) else (weight_k,)
+    out_n = weight_shape[0] if len(weight_shape) == 2 else None
+    bias_shape = draw(st.sampled_from([None, "n", "scalar", "one", "rows"]))
+    bias = None
+    if bias_shape is not None:
+        shape = {"n": (out_n,) if out_n is not None else (), "scalar": (), "one": (1,),
+                 "rows": (x_shape[-2] if x_dims >= 2 else 1, out_n or 1)}[bias_shape]
+        bias_dtype = dtype if draw(st.integers(0, 9)) else draw(st.sampled_from(DTYPES))
+        bias = draw(operand(shape, bias_dtype))
+    return draw(operand(x_shape, dtype)), draw(operand(weight_shape, dtype)), bias, draw(st.integers(0, 2**16))
+
+
+@CHECKS
+@given(matmul_case())
+def test_matmul_is_torch_matmul(case):
+    a, b, seed = case
+    _compare(lambda: cudal2.matmul(a, b), lambda: torch.matmul(a, b), [a, b], seed)
+
+
+@CHECKS
+@given(matmul_case(), st.sampled_from(["empty", "right", "wrong dtype", "strided"]))
+def test_matmul_out_is_torch_matmuls(case, out_kind):
+    a, b, _ = case
+    result = torch.result_type(a, b) if a.dtype.is_floating_point == b.dtype.is_floating_point else a.dtype
+
+    def fresh_out():
+        if out_kind == "empty":
+            return torch.empty(0, dtype=result)
+        if out_kind == "wrong dtype":
+            return torch.empty(0, dtype=torch.int16 if result != torch.int16 else torch.float32)
+        try:
+            shape = torch.matmul(a.detach().to(result), b.detach().to(result)).shape
+        except RuntimeError:  # (shapes torch refuses: any out does)
+            shape = (1,)
+        if out_kind == "strided":
+            return torch.full((*shape[:-1], 2 * shape[-1]) if shape else (2,), 7, dtype=result)[..., ::2]
+        return torch.full(shape, 7, dtype=result)
+
+    outcome = []
+    for run in (cudal2.matmul, torch.matmul):
+        out = fresh_out()
+        try:
+            got = run(a, b, out=out)
+            outcome.append((got is out, out.detach().clone()))
+        except Exception as e:  # noqa: BLE001 - compared below
+            outcome.append(e)
+    got, want = outcome
+    if isinstance(want, Exception) or isinstance(got, Exception):
+        assert type(got) is type(want), (got, want)
+        return
+    assert got[0] and want[0]  # the out tensor itself is returned
+    assert got[1].shape == want[1].shape and got[1].stride() == want[1].stride()
+    torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
+
+
+@CHECKS
+@given(linear_case())
+def test_linear_is_f_linear(case):
+    x, weight, bias, seed = case
+    tensors = [x, weight] + ([bias] if bias is not None else [])
+    _compare(lambda: cudal2.linear(x, weight, bias), lambda: F.linear(x, weight, bias), tensors, seed)
