@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from ..bench.results import is_synthetic
-from .common import (_backends, Backends, BatchOpt, LlmFatalOpt, PROPOSER_NAMES, ProposerName, RunnerOpt, _budget, _fail,
+from .common import (_backends, ArchOpt, Backends, DtypeOpt, LayoutOpt, BatchOpt, LlmFatalOpt, PROPOSER_NAMES, ProposerName, RunnerOpt, _budget, _fail,
                      _llm_fatal, _one_line, _problem, _proposer, _runner, _x, app, console)
 from ..api import default_arch
 from ..dataset import draw_shapes, resolve_shapes
@@ -46,14 +46,15 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
             budget: Annotated[str, typer.Option(help="GPU measurements (64), GPU time (120s), or several: 1,16,32",
                                                 callback=_budgets)] = "32",
             backend: Backends = [],  # noqa: B006
-            dtype: str = "float16", layout: str = "NN",
+            dtype: DtypeOpt = "float16", layout: LayoutOpt = "NN",
             sample: Annotated[Optional[int], typer.Option(min=1, help=(
                 "of a shape set, only N shapes drawn with a fixed seed"))] = None,
             out: Annotated[Path, typer.Option("--out", "-o", help="PNG plot to write (and .json, .md beside it)")] = Path(
                 "compare.png"),
             store_dir: Annotated[Optional[Path], typer.Option(file_okay=False, help="one store per proposer here "
                                                               "(default: a fresh temporary directory)")] = None,
-            seed: int = 0, batch: BatchOpt = 4, arch: Optional[str] = None, runner: RunnerOpt = "gpu",
+            seed: Annotated[int, typer.Option(help="the samplers' seed, one for every arm")] = 0,
+            batch: BatchOpt = 4, arch: ArchOpt = None, runner: RunnerOpt = "gpu",
             llm_fatal: LlmFatalOpt = False,
             best_known: Annotated[Optional[list[Path]], typer.Option("--best-known", exists=True, dir_okay=False, help=(
                 "a sweep's export (cudal2 dataset export; repeatable): its best speed on a shape counts as known "
