@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from .common import (_backends, ArchOpt, Backends, BatchOpt, DtypeOpt, LayoutOpt, OneBackend, SeedOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
@@ -17,6 +18,7 @@ from .common import (_backends, ArchOpt, Backends, BatchOpt, DtypeOpt, LayoutOpt
 from ..api import default_arch
 from ..codegen.registry import backend_status, backend_statuses
 from ..ir import KernelSpec, SpecError
+from ..ir.spec import summaries_told_apart
 from cudal2.store.store import recorded_url, sqlite_path
 from cudal2.store.table import TunedTable
 from cudal2.tuner.dry_run import dry_run
@@ -198,9 +200,10 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=(), jso
     for col in ("#", "backend", "spec", "valid", "rendered", "built", "error"):
         t.add_column(col, overflow="fold")
     ok = lambda b: "[green]yes[/green]" if b else "[red]no[/red]"  # noqa: E731
-    for i, r in enumerate(rows):
+    # rows whose summaries coincide name the fields they differ in
+    for i, (r, summary) in enumerate(zip(rows, summaries_told_apart([r.spec for r in rows]))):
         built = f"[green]{r.compiled_as}[/green]" if r.compiled else "[red]no[/red]"
-        t.add_row(str(i), r.spec.backend, r.spec.summary(), ok(r.valid), ok(r.rendered), built, r.error)
+        t.add_row(str(i), r.spec.backend, escape(summary), ok(r.valid), ok(r.rendered), built, r.error)
     console.print(t)
     if not rows:
         console.print("[yellow]the proposer returned nothing for this problem[/yellow]")
