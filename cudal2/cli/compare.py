@@ -167,8 +167,19 @@ def _arm_label(name: str, prop) -> str:
 
 def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[str, str] | None = None,
                   note: str = "") -> None:
+    """compare_figure, written to out."""
+    import matplotlib.pyplot as plt
+
+    fig = compare_figure(curves, labels, note)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def compare_figure(curves: dict[str, dict[str, list]], labels: dict[str, str] | None = None, note: str = ""):
     """Best speedup against evaluations and GPU time, a row per shape; note (the synthetic
-    runner's label) heads the figure."""
+    runner's label) heads the figure. Each measurement is a marker: a budget-1 arm's curve is one
+    point, which a line alone does not draw."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -184,8 +195,9 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[st
             if not pts:
                 continue
             label = (labels or {}).get(name, name)
-            ax_n.step([p.evaluation for p in pts], [p.best_speedup for p in pts], where="post", label=label)
-            ax_t.step([p.gpu_s for p in pts], [p.best_speedup for p in pts], where="post", label=label)
+            style = dict(where="post", label=label, marker="o", markersize=4)
+            ax_n.step([p.evaluation for p in pts], [p.best_speedup for p in pts], **style)
+            ax_t.step([p.gpu_s for p in pts], [p.best_speedup for p in pts], **style)
         for ax, xlabel in ((ax_n, "evaluations"), (ax_t, "GPU time (s)")):
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
             ax.set_xlabel(xlabel)
@@ -197,9 +209,7 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[st
     if note:
         fig.suptitle(note, color="firebrick", fontsize=10)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def _print_compare(finals: dict[str, dict[str, float | None]], problems,
