@@ -43,6 +43,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
+from cudal2.settings import settings
 from cudal2.codegen import native_launch
 from .ir import Epilogue, GemmProblem, SpecError
 from cudal2.store.table import TunedTable
@@ -194,7 +195,7 @@ def op_backends() -> frozenset[str]:
     2.5 to 4 us less than F.linear's; a Triton launch through its JIT about 40 us more. Default:
     cute_dsl where apache-tvm-ffi is installed; $CUDAL2_OP_BACKENDS (a comma list) overrides it, e.g.
     for a model that runs only inside CUDA graphs, where the launch cost is paid once."""
-    named = os.environ.get(ENV_OP_BACKENDS)
+    named = settings().op_backends
     if named is not None:
         return frozenset(b.strip() for b in named.split(",") if b.strip())
     return frozenset({"cute_dsl"} if tvm_ffi_version() else ())

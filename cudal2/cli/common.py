@@ -27,6 +27,7 @@ try:  # newer typer carries its own copy of click
 except ImportError:
     from click import exceptions as click_exceptions
 
+from cudal2.settings import settings
 from ..bench.results import MODES
 from ..codegen.registry import available_backends
 from ..ir import SpecError
@@ -290,7 +291,7 @@ def _store(url: str | None, runner: str = "gpu"):
         return Store(url, warn=_warning).check()
     except StoreError as e:
         where = ("" if url and not recorded else " (the recorded runner's store)" if recorded
-                 else f" (named by ${ENV_STORE})" if os.environ.get(ENV_STORE) else " (the default store)")
+                 else f" (named by ${ENV_STORE})" if settings().store else " (the default store)")
         _fail(f"{e}{where}")
 
 

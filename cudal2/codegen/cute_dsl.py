@@ -46,6 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from cudal2.settings import settings
 from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, options
 from ..ir.hardware import TILE_WIDTHS
 from ..ir.spec import stage_bytes
@@ -435,7 +436,7 @@ class CuteDslBackend(Backend):
                 return hit
             obj = root / f"gemm_{key}_c{mac}{suffix}.o"
             fn, from_disk, binary = None, False, None
-            if obj.exists() and os.environ.get("CUDAL2_CUTE_DSL_DISK_CACHE", "1") != "0":
+            if obj.exists() and settings().cute_dsl_disk_cache:
                 try:
                     import cutlass.cute as cute
 
@@ -524,7 +525,7 @@ def tvm_ffi_version() -> str:
     """The apache-tvm-ffi version kernels are compiled against, or "" to use the DSL's own executor:
     without the package, or with CUDAL2_TVM_FFI=0. Through TVM-FFI a launch takes plain ints and
     costs about a microsecond of host time; the DSL's executor converts each argument in Python."""
-    if os.environ.get("CUDAL2_TVM_FFI", "1") == "0":
+    if not settings().tvm_ffi:
         return ""
     try:
         import tvm_ffi
@@ -535,7 +536,7 @@ def tvm_ffi_version() -> str:
 
 def _export(fn, obj: Path, ffi: bool = False) -> None:
     """Export the compiled function as an object file next to its source (best effort)."""
-    if os.environ.get("CUDAL2_CUTE_DSL_DISK_CACHE", "1") == "0":
+    if not settings().cute_dsl_disk_cache:
         return
     try:
         tmpdir = obj.parent

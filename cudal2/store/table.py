@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterator
 
+from cudal2.settings import settings
 from ..bench.results import DEFAULT_MODE, is_synthetic
 from ..ir import GemmProblem, KernelSpec
 from .rounds import gpu_of, kept_twins, rounds_in_mode, summarize
@@ -200,7 +201,7 @@ class TunedTable:
     def default(cls) -> "TunedTable":
         """$CUDAL2_TABLE if set, else the default store's table for serving (empty if it does not
         exist yet)."""
-        path = os.environ.get(ENV_TABLE)
+        path = settings().table
         if path:
             return cls.load(path)
         return cls.for_serving(None)
