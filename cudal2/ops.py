@@ -46,6 +46,7 @@ import torch
 import torch.nn.functional as F
 
 from cudal2.bench.launch_cost import LaunchCosts
+from cudal2.settings import settings
 from cudal2.codegen import native_launch
 from .ir import Epilogue, GemmProblem, SpecError
 from cudal2.store.table import TunedTable
@@ -220,7 +221,7 @@ def op_backends() -> frozenset[str]:
     (its launch cost is paid once, at capture); an eager call, one whose saving exceeds its backend's
     launch cost on this host (_eager_margin_us). $CUDAL2_OP_BACKENDS (a comma list) narrows or names
     them, e.g. to keep one backend's kernels out of a model."""
-    named = os.environ.get(ENV_OP_BACKENDS)
+    named = settings().op_backends
     if named is not None:
         return frozenset(b.strip() for b in named.split(",") if b.strip())
     return LAUNCHABLE_BACKENDS

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from .settings import settings
 
 ENV_CACHE_DIR = "CUDAL2_CACHE_DIR"
 
 
 def cache_dir() -> Path:
     """$CUDAL2_CACHE_DIR if set, else the platform's user cache folder for cudal2 (~/.cache/cudal2 on Linux)."""
-    env = os.environ.get(ENV_CACHE_DIR)
+    env = settings().cache_dir
     if env:
         return Path(env).expanduser()
     try:

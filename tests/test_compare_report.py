@@ -91,3 +91,24 @@ def test_compare_takes_shapes_with_their_layouts_a_list_and_a_file(tmp_path):
     f.write_text("# validation\n512x2048x12288-NN\n1x16384x3072-NT\n")
     assert [p.layout for p in _compare_problems([str(f), "4096x4096x4096"], "float16", "TN", 1)] == ["NN", "NT", "TN"]
     assert len(_compare_problems(["serving:validation"], "float16", "NN", 3)) == 3
+
+
+def test_the_plot_shows_a_budget_1_arm_and_says_when_its_numbers_are_synthetic(tmp_path, monkeypatch):
+    from typer.testing import CliRunner
+
+    import cudal2.cli.compare as compare_cli
+    from cudal2.cli import app
+
+    figures = []
+    made = compare_cli.compare_figure
+    monkeypatch.setattr(compare_cli, "compare_figure", lambda *a, **k: figures.append(made(*a, **k)) or figures[-1])
+    r = CliRunner().invoke(app, ["compare", "256x512x128", "--proposers", "rules", "--budget", "1,3", "--runner",
+                                 "recorded", "--out", str(tmp_path / "c.png"), "--store-dir", str(tmp_path / "s")])
+    assert r.exit_code == 0, r.output
+    fig = figures[-1]  # the one written last holds every arm
+    assert "synthetic" in fig._suptitle.get_text() and "recorded runner" in fig._suptitle.get_text()
+    evaluations_axes = fig.axes[0]
+    assert [t.get_text() for t in evaluations_axes.get_legend().get_texts()] == ["rules b1", "rules b3"]
+    lines = {line.get_label(): line for line in evaluations_axes.get_lines()}
+    one = lines["rules b1"]
+    assert len(one.get_xdata()) == 1 and one.get_marker() not in (None, "", "None", " ")  # a lone point, drawn

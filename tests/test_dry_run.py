@@ -53,3 +53,26 @@ def test_the_built_column_says_a_module_imported_under_the_interpreter_was_not_c
     assert len(proposals) == 2 and all(row[3:6] == ["yes", "yes", "imported (interpreter)"] for row in proposals), r.output
     assert "nothing was compiled to GPU code" in r.output
     assert "compiled" not in [c for row in proposals for c in row]
+
+
+def test_rows_that_differ_only_in_a_field_the_summary_leaves_out_name_that_field(monkeypatch):
+    from cudal2 import api
+    from cudal2.ir import KernelSpec
+    from cudal2.proposers.proposal import Proposal
+
+    specs = [KernelSpec(block_m=128, block_n=64, block_k=32, num_warps=4, stages=2, raster_group=g) for g in (4, 8)]
+    assert specs[0].summary() == specs[1].summary()  # what the table showed alone
+
+    class Two:
+        name = "two"
+
+        def propose(self, problem, history, n):
+            return [Proposal(s, source="two") for s in specs[:n]]
+
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(api, "resolve_proposer", lambda *a, **k: Two())
+    r = runner.invoke(app, ["search", "512x256x128", "--dry-run", "--backend", "triton", "--n", "2", "--arch", "sm_90a"])
+    assert r.exit_code == 0, r.output
+    cells = [row[2] for row in _rows(r.output) if row and row[0].isdigit()]
+    assert len(cells) == 2 and cells[0] != cells[1], r.output
+    assert cells[0].endswith("raster_group=4") and cells[1].endswith("raster_group=8"), cells

@@ -180,3 +180,14 @@ def test_cli_dry_run_plans_and_counts_without_compiling(tmp_path):
     assert got.returncode == 0, got.stderr
     assert "kernels planned for 2 shapes" in got.stdout and "(none compiled)" in got.stdout
     assert not list(tmp_path.rglob("*.o"))
+
+
+def test_a_dry_run_reports_each_kernel_done_as_it_is_planned():
+    specs = [KernelSpec(block_m=b, arch="sm_80", shape_specialization="dynamic") for b in (32, 16, 64)]
+    problems = [GemmProblem.parse(s) for s in ("64x64x64", "128x64x64", "64x128x128")]
+    seen = []
+    done = precompile(problems, Planner(ListedProposer(specs), ("triton",), per_shape=3), None,
+                      on_progress=lambda *a: seen.append(a))
+    assert done.planned_only and done.units == 6
+    assert seen[-1] == (3, 6, 6)  # (shapes planned, units done, units planned): the bar full at the end
+    assert [s[1] for s in seen] == sorted(s[1] for s in seen) and seen[0][1] == 3  # it moved with the first shape

@@ -33,6 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cudal2.settings import settings
 from ..ir import GemmProblem
 from .requests import CheckBatch, KernelRef, TimeRequest  # noqa: F401 - what the parent sends
 from . import baselines as bl
@@ -286,7 +287,7 @@ def _end_own_group() -> None:
 
 
 def _serve_maybe_profiled(conn, device: str) -> None:
-    where = os.environ.get("CUDAL2_PROFILE_WORKER")
+    where = settings().profile_worker
     if not where:
         return _serve(conn, device)
     import cProfile
@@ -320,7 +321,7 @@ def _serve(conn, device: str) -> None:
         except Exception as e:  # noqa: BLE001 - report it; the parent decides
             fatal = not state.healthy()
             detail = _describe(e)
-            if os.environ.get("CUDAL2_DEBUG"):
+            if settings().debug:
                 detail += "\n" + traceback.format_exc()
             try:
                 conn.send(("fail", "crash" if fatal else _status_of(e), detail))

@@ -27,6 +27,7 @@ try:  # newer typer carries its own copy of click
 except ImportError:
     from click import exceptions as click_exceptions
 
+from cudal2.settings import settings
 from ..bench.results import MODES
 from ..codegen.registry import available_backends
 from ..ir import SpecError
@@ -224,6 +225,11 @@ RunnerOpt = Annotated[RunnerName, typer.Option("--runner", help="gpu: the evalua
                                                "numbers for trying the tools without a GPU (not measurements)")]
 BudgetOpt = Annotated[str, typer.Option(help="GPU measurements (64) or GPU time (120s, 5m)", callback=_budget)]
 BatchOpt = Annotated[int, typer.Option(min=1, help="specs per evaluator call")]
+DtypeOpt = Annotated[str, typer.Option(help="dtype of A and B: float16 or bfloat16")]
+LayoutOpt = Annotated[str, typer.Option(help="storage of A then B: N row-major, T column-major (NN, NT, TN, TT)")]
+ArchOpt = Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")]
+SeedOpt = Annotated[Optional[int], typer.Option(help="the sampler's seed (default: none, a fresh draw)")]
+OneBackend = Annotated[BackendName, typer.Option("--backend", "-b", help="the codegen backend of the specs")]
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -285,7 +291,7 @@ def _store(url: str | None, runner: str = "gpu"):
         return Store(url, warn=_warning).check()
     except StoreError as e:
         where = ("" if url and not recorded else " (the recorded runner's store)" if recorded
-                 else f" (named by ${ENV_STORE})" if os.environ.get(ENV_STORE) else " (the default store)")
+                 else f" (named by ${ENV_STORE})" if settings().store else " (the default store)")
         _fail(f"{e}{where}")
 
 

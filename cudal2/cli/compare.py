@@ -12,7 +12,7 @@ import typer
 from rich.table import Table
 
 from ..bench.results import is_synthetic
-from .common import (_backends, Backends, BatchOpt, LlmFatalOpt, PROPOSER_NAMES, ProposerName, RunnerOpt, _budget, _fail,
+from .common import (_backends, ArchOpt, Backends, DtypeOpt, LayoutOpt, BatchOpt, LlmFatalOpt, PROPOSER_NAMES, ProposerName, RunnerOpt, _budget, _fail,
                      _llm_fatal, _one_line, _problem, _proposer, _runner, _x, app, console)
 from ..api import default_arch
 from ..dataset import draw_shapes, resolve_shapes
@@ -46,14 +46,15 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
             budget: Annotated[str, typer.Option(help="GPU measurements (64), GPU time (120s), or several: 1,16,32",
                                                 callback=_budgets)] = "32",
             backend: Backends = [],  # noqa: B006
-            dtype: str = "float16", layout: str = "NN",
+            dtype: DtypeOpt = "float16", layout: LayoutOpt = "NN",
             sample: Annotated[Optional[int], typer.Option(min=1, help=(
                 "of a shape set, only N shapes drawn with a fixed seed"))] = None,
             out: Annotated[Path, typer.Option("--out", "-o", help="PNG plot to write (and .json, .md beside it)")] = Path(
                 "compare.png"),
             store_dir: Annotated[Optional[Path], typer.Option(file_okay=False, help="one store per proposer here "
                                                               "(default: a fresh temporary directory)")] = None,
-            seed: int = 0, batch: BatchOpt = 4, arch: Optional[str] = None, runner: RunnerOpt = "gpu",
+            seed: Annotated[int, typer.Option(help="the samplers' seed, one for every arm")] = 0,
+            batch: BatchOpt = 4, arch: ArchOpt = None, runner: RunnerOpt = "gpu",
             llm_fatal: LlmFatalOpt = False,
             best_known: Annotated[Optional[list[Path]], typer.Option("--best-known", exists=True, dir_okay=False, help=(
                 "a sweep's export (cudal2 dataset export; repeatable): its best speed on a shape counts as known "
@@ -166,8 +167,19 @@ def _arm_label(name: str, prop) -> str:
 
 def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[str, str] | None = None,
                   note: str = "") -> None:
+    """compare_figure, written to out."""
+    import matplotlib.pyplot as plt
+
+    fig = compare_figure(curves, labels, note)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def compare_figure(curves: dict[str, dict[str, list]], labels: dict[str, str] | None = None, note: str = ""):
     """Best speedup against evaluations and GPU time, a row per shape; note (the synthetic
-    runner's label) heads the figure."""
+    runner's label) heads the figure. Each measurement is a marker: a budget-1 arm's curve is one
+    point, which a line alone does not draw."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -183,8 +195,9 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[st
             if not pts:
                 continue
             label = (labels or {}).get(name, name)
-            ax_n.step([p.evaluation for p in pts], [p.best_speedup for p in pts], where="post", label=label)
-            ax_t.step([p.gpu_s for p in pts], [p.best_speedup for p in pts], where="post", label=label)
+            style = dict(where="post", label=label, marker="o", markersize=4)
+            ax_n.step([p.evaluation for p in pts], [p.best_speedup for p in pts], **style)
+            ax_t.step([p.gpu_s for p in pts], [p.best_speedup for p in pts], **style)
         for ax, xlabel in ((ax_n, "evaluations"), (ax_t, "GPU time (s)")):
             ax.axhline(1.0, color="grey", lw=0.8, ls="--")
             ax.set_xlabel(xlabel)
@@ -196,9 +209,7 @@ def _plot_compare(curves: dict[str, dict[str, list]], out: Path, labels: dict[st
     if note:
         fig.suptitle(note, color="firebrick", fontsize=10)
     fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def _print_compare(finals: dict[str, dict[str, float | None]], problems,

@@ -13,7 +13,7 @@ from ..dataset import draw_shapes, resolve_shapes, run_sweep
 from ..dataset.cluster import ClusterError
 from cudal2.store.store import StoreError
 
-from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, Modes,
+from .common import (_backends, ArchOpt, Backends, BatchOpt, DtypeOpt, LayoutOpt, OneBackend, SeedOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, Modes,
                      ProposerName, RunnerOpt, StoreOpt, _confirm, _fail, _llm_fatal, _one_line, _parse_shapes_file,
                      _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      err_console, _writing_output)
@@ -32,10 +32,10 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
           proposer: Annotated[ProposerName, typer.Option(help=(
               "auto: learned where a cost model exists for the arch, else rules; none: Optuna only"))] = "auto",
           backend: Backends = [],  # noqa: B006
-          dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
+          dtype: DtypeOpt = "float16", layout: LayoutOpt = "NN", store: StoreOpt = None,
           mode: Modes = ["layer"],  # noqa: B006
           out: Annotated[Optional[Path], typer.Option("--out", "-o", help="markdown report to write")] = None,
-          seed: Optional[int] = None, batch: BatchOpt = 4, arch: Optional[str] = None,
+          seed: SeedOpt = None, batch: BatchOpt = 4, arch: ArchOpt = None,
           confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, runner: RunnerOpt = "gpu",
           llm_fatal: LlmFatalOpt = False) -> None:
     """Search every shape of a file (resumable: finished studies are not repeated) and report."""
@@ -91,9 +91,9 @@ WorkersOpt = Annotated[Optional[str], typer.Option("--workers", help=(
 @app.command()
 def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each optionally :train or :validation), "
                                                      "a file of shapes, or MxNxK[,MxNxK...]")],
-          specs: SpecsOpt = "100", backend: Annotated[BackendName, typer.Option("--backend", "-b")] = "triton",
-          store: StoreOpt = None, dtype: str = "float16", mode: Modes = ["layer"],  # noqa: B006
-          arch: Optional[str] = None, max_gflop: Annotated[Optional[float], typer.Option(
+          specs: SpecsOpt = "100", backend: OneBackend = "triton",
+          store: StoreOpt = None, dtype: DtypeOpt = "float16", mode: Modes = ["layer"],  # noqa: B006
+          arch: ArchOpt = None, max_gflop: Annotated[Optional[float], typer.Option(
               "--max-gflop", help="only shapes of at most this many GFLOP (2MNK / 1e9)")] = None,
           limit: Annotated[Optional[int], typer.Option(min=1, help="only the first N shapes")] = None,
           sample: Annotated[Optional[int], typer.Option(min=1, help=(

@@ -8,15 +8,17 @@ from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
-from .common import (_backends, BackendName, Backends, BatchOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
+from .common import (_backends, ArchOpt, Backends, BatchOpt, DtypeOpt, LayoutOpt, OneBackend, SeedOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
                      Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StaticTwinsOpt, StoreOpt, _confirm, _fail,
                      _llm_fatal, _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      _writing_output)
 from ..api import default_arch
 from ..codegen.registry import backend_status, backend_statuses
 from ..ir import KernelSpec, SpecError
+from ..ir.spec import summaries_told_apart
 from cudal2.store.store import recorded_url, sqlite_path
 from cudal2.store.table import TunedTable
 from cudal2.tuner.dry_run import dry_run
@@ -38,15 +40,15 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            proposer: Annotated[ProposerName, typer.Option(help=(
               "auto: learned where a cost model exists for the arch, else rules; none: Optuna only"))] = "auto",
            backend: Backends = [],  # noqa: B006 - typer reads the default
-           dtype: str = "float16", layout: str = "NN", store: StoreOpt = None,
+           dtype: DtypeOpt = "float16", layout: LayoutOpt = "NN", store: StoreOpt = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="propose, validate, render and compile; "
                                                  "no GPU timing")] = False,
            mode: Modes = ["layer"],  # noqa: B006
            sampler: Annotated[SamplerName, typer.Option(help="Optuna's sampler after the proposals")] = "tpe",
-           seed: Optional[int] = None,
+           seed: SeedOpt = None,
            batch: BatchOpt = 4,
            n: Annotated[int, typer.Option(min=1, help="proposals to show in a dry run")] = 8,
-           arch: Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")] = None,
+           arch: ArchOpt = None,
            confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, static_twins: StaticTwinsOpt = 1,
            per_shape: Annotated[bool, typer.Option("--per-shape", help=(
                "measure kernels compiled for this one shape (the backends' \"auto\") instead of each "
@@ -100,7 +102,7 @@ def precompile(shapes: Annotated[str, typer.Argument(help=(
                    "MxNxK[,MxNxK...]"))] = "serving:train",
                backend: Backends = [],  # noqa: B006
                proposer: Annotated[str, typer.Option(help="whose first proposals: auto, learned or rules")] = "auto",
-               dtype: str = "float16",
+               dtype: DtypeOpt = "float16",
                per_shape: Annotated[int, typer.Option(min=1, help="first proposals asked per shape")] = 32,
                workers: Annotated[Optional[int], typer.Option(min=1, help=(
                    "compile processes (default: one a core, less two, up to 16)"))] = None,
@@ -109,7 +111,7 @@ def precompile(shapes: Annotated[str, typer.Argument(help=(
                    "up to 4; none on fewer than 8 cores)"))] = None,
                dry_run: Annotated[bool, typer.Option("--dry-run", help="plan and count the kernels; "
                                                      "compile nothing")] = False,
-               arch: Annotated[Optional[str], typer.Option(help="target arch (default: the GPU's, or sm_90a)")] = None,
+               arch: ArchOpt = None,
                ) -> None:
     """Compile ahead the kernels searches try first, so that a search of a new shape finds them
     compiled (resumable: what the disk caches hold is loaded, not compiled again)."""
@@ -198,9 +200,10 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=(), jso
     for col in ("#", "backend", "spec", "valid", "rendered", "built", "error"):
         t.add_column(col, overflow="fold")
     ok = lambda b: "[green]yes[/green]" if b else "[red]no[/red]"  # noqa: E731
-    for i, r in enumerate(rows):
+    # rows whose summaries coincide name the fields they differ in
+    for i, (r, summary) in enumerate(zip(rows, summaries_told_apart([r.spec for r in rows]))):
         built = f"[green]{r.compiled_as}[/green]" if r.compiled else "[red]no[/red]"
-        t.add_row(str(i), r.spec.backend, r.spec.summary(), ok(r.valid), ok(r.rendered), built, r.error)
+        t.add_row(str(i), r.spec.backend, escape(summary), ok(r.valid), ok(r.rendered), built, r.error)
     console.print(t)
     if not rows:
         console.print("[yellow]the proposer returned nothing for this problem[/yellow]")
@@ -299,11 +302,11 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help
 
 # ---- bench --------------------------------------------------------------------------------------
 @app.command()
-def bench(shape: str, backend: Annotated[BackendName, typer.Option("--backend", "-b")] = "triton",
+def bench(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")], backend: OneBackend = "triton",
           spec: Annotated[Optional[Path], typer.Option("--spec", exists=True, dir_okay=False,
                                                        help="JSON file: a KernelSpec or a list")] = None,
           mode: Modes = ["layer"],  # noqa: B006
-          dtype: str = "float16", layout: str = "NN") -> None:
+          dtype: DtypeOpt = "float16", layout: LayoutOpt = "NN") -> None:
     """Evaluate given specs (or the rules proposer's first picks) against the baselines."""
     backend, mode = _value(backend), _values(mode)
     _problem(shape, dtype, layout)

@@ -20,7 +20,7 @@ def train(store: Annotated[Optional[str], typer.Option("--store", help=(
           out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help="model JSON to write")] = Path(
               "model.json"),
           arch: Annotated[str, typer.Option(help="the arch the measurements were taken on")] = DEFAULT_ARCH,
-          seed: int = 0) -> None:
+          seed: Annotated[int, typer.Option(help="the training's seed: the same data and seed give the same model")] = 0) -> None:
     """Train the cost model (gradient-boosted trees) on measured pairs: settings chosen by
     cross-validation over the training shapes, validation shapes only scored. Seeded: the same
     measurements give the same model."""

@@ -18,10 +18,10 @@ The toolchain (nvcc, the cubin cache, loading through the CUDA driver) is cuda_c
 from __future__ import annotations
 
 import math
-import os
 import threading
 from typing import Any, Mapping
 
+from cudal2.settings import settings
 from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, options
 from ..ir.spec import stage_bytes
 from . import cuda_cpp_toolchain as toolchain
@@ -269,7 +269,7 @@ class CudaCppBackend(Backend):
     def target(self, spec: KernelSpec) -> str:
         """The SASS target: $CUDAL2_CUDA_ARCH, else the visible GPU's (sm_80 code runs on any later
         GPU when compiled for it), else the spec's arch."""
-        return os.environ.get("CUDAL2_CUDA_ARCH") or toolchain.visible_gpu_arch() or spec.arch
+        return settings().cuda_arch or toolchain.visible_gpu_arch() or spec.arch
 
     def binary(self, source: Source, target: str | None = None) -> toolchain.Binary:
         """The compiled cubin of a rendered source (cached on disk)."""

@@ -29,6 +29,8 @@ from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
 
+from cudal2.settings import settings
+
 NVCC_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xptxas", "-v", "-lineinfo",
               "-DNDEBUG", "-DCUTE_DISABLE_PRINT_LATEX")
 COMPILE_TIMEOUT_S = 600
@@ -74,7 +76,7 @@ class Binary:
 # ---- finding the tools --------------------------------------------------------------------------
 def cutlass_include_dir() -> Path:
     """The CUTLASS/CuTe include folder: $CUDAL2_CUTLASS_INCLUDE, else the nvidia-cutlass wheel's."""
-    env = os.environ.get("CUDAL2_CUTLASS_INCLUDE")
+    env = settings().cutlass_include
     candidates = [Path(env)] if env else []
     spec = find_spec("cutlass_library")  # locates the package without running its __init__
     if spec is not None and spec.submodule_search_locations:
@@ -87,7 +89,7 @@ def cutlass_include_dir() -> Path:
 
 
 def find_nvcc() -> Path:
-    env = os.environ.get("CUDAL2_NVCC")
+    env = settings().nvcc
     found = [env] if env else []
     found.append(shutil.which("nvcc"))
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):

@@ -46,6 +46,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping
 
+from cudal2.settings import settings
 from ..ir import Capabilities, GemmProblem, KernelSpec, Violation, arch_limits, options
 from ..ir.hardware import TILE_WIDTHS
 from ..ir.spec import stage_bytes
@@ -195,10 +196,15 @@ def kernel_view(problem: GemmProblem, spec: KernelSpec) -> tuple[GemmProblem, Ke
         return problem, spec
     flip = {"N": "T", "T": "N"}
     kproblem = problem.replace(m=problem.n, n=problem.m, layout=flip[problem.layout[1]] + flip[problem.layout[0]])
-    kspec = spec.replace(block_m=spec.block_n, block_n=spec.block_m, cluster_m=spec.cluster_n,
-                         cluster_n=spec.cluster_m, swap_ab=False,
-                         raster_order="along_n" if spec.raster_order == "along_m" else "along_m")
-    return kproblem, kspec
+    return kproblem, _swapped(spec)
+
+
+@lru_cache(maxsize=1 << 16)
+def _swapped(spec: KernelSpec) -> KernelSpec:
+    """spec with M and N traded (kernel_view); kept, as planning asks it of every catalog spec for every shape."""
+    return spec.replace(block_m=spec.block_n, block_n=spec.block_m, cluster_m=spec.cluster_n,
+                        cluster_n=spec.cluster_m, swap_ab=False,
+                        raster_order="along_n" if spec.raster_order == "along_m" else "along_m")
 
 
 def gemm_config(problem: GemmProblem, spec: KernelSpec) -> GemmConfig:
@@ -430,7 +436,7 @@ class CuteDslBackend(Backend):
                 return hit
             obj = root / f"gemm_{key}_c{mac}{suffix}.o"
             fn, from_disk, binary = None, False, None
-            if obj.exists() and os.environ.get("CUDAL2_CUTE_DSL_DISK_CACHE", "1") != "0":
+            if obj.exists() and settings().cute_dsl_disk_cache:
                 try:
                     import cutlass.cute as cute
 
@@ -519,7 +525,7 @@ def tvm_ffi_version() -> str:
     """The apache-tvm-ffi version kernels are compiled against, or "" to use the DSL's own executor:
     without the package, or with CUDAL2_TVM_FFI=0. Through TVM-FFI a launch takes plain ints and
     costs about a microsecond of host time; the DSL's executor converts each argument in Python."""
-    if os.environ.get("CUDAL2_TVM_FFI", "1") == "0":
+    if not settings().tvm_ffi:
         return ""
     try:
         import tvm_ffi
@@ -530,7 +536,7 @@ def tvm_ffi_version() -> str:
 
 def _export(fn, obj: Path, ffi: bool = False) -> None:
     """Export the compiled function as an object file next to its source (best effort)."""
-    if os.environ.get("CUDAL2_CUTE_DSL_DISK_CACHE", "1") == "0":
+    if not settings().cute_dsl_disk_cache:
         return
     try:
         tmpdir = obj.parent
@@ -609,6 +615,20 @@ def _swap_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
 
 def _kernel_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:
     """Limits of this kernel beyond the declared option sets."""
+    bad = list(_tile_violations(spec))
+    if problem.dtype != problem.c_dtype and problem.c_dtype not in DSL_NAMES:
+        bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
+                             "use out_dtype float16 or bfloat16"))
+    bad += _decomposition_violations(problem, spec)
+    # TMA: 16-byte aligned leading dimensions are checked by check_compatible(); the output of a
+    # TMA store too. Registers epilogue writes element by element, so any N works there.
+    return bad
+
+
+@lru_cache(maxsize=1 << 16)
+def _tile_violations(spec: KernelSpec) -> tuple[Violation, ...]:
+    """The limits that depend on the spec alone (warpgroups, registers, shared memory): kept, as
+    planning asks them of every catalog spec for every shape."""
     bad: list[Violation] = []
     pingpong = spec.warp_specialization == "pingpong"
     wgs = 1 if pingpong else spec.consumer_warps // 4  # warpgroups sharing one tile
@@ -651,9 +671,6 @@ def _kernel_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation
                              f"{THREE_WG_MAX_ACCUMULATORS}",
                              f"use block_m*block_n <= {THREE_WG_MAX_ACCUMULATORS * 32 * 12} with num_warps=16 "
                              "(192x192), or num_warps=12"))
-    if problem.dtype != problem.c_dtype and problem.c_dtype not in DSL_NAMES:
-        bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
-                             "use out_dtype float16 or bfloat16"))
     smem = spec.smem_bytes() + BARRIER_BYTES  # the IR's count (stages + epilogue buffers) and the barriers
     limit = arch_limits(spec.arch).smem_per_block
     if smem > limit:
@@ -662,10 +679,7 @@ def _kernel_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation
                              f"{smem / 1024:.1f} KiB of shared memory (stages + epilogue buffers + barriers) "
                              f"exceeds {limit / 1024:.0f} KiB",
                              f"use at most {(limit - (smem - spec.stages * per)) // per} stages or a smaller tile"))
-    bad += _decomposition_violations(problem, spec)
-    # TMA: 16-byte aligned leading dimensions are checked by check_compatible(); the output of a
-    # TMA store too. Registers epilogue writes element by element, so any N works there.
-    return bad
+    return tuple(bad)
 
 
 def _decomposition_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation]:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 import torch
 
+from cudal2.settings import settings
 from cudal2 import paths
 from cudal2.codegen.operands import torch_dtype
 
@@ -104,7 +105,7 @@ def library() -> Path | None:
     global _library
     with _lock:
         if _library is None:
-            if os.environ.get(ENV_DISABLE, "1") == "0":
+            if not settings().native_launch:
                 _library = False
                 return None
             try:

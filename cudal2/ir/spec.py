@@ -8,7 +8,7 @@ Operands are 16-bit (fp16/bf16), so shared-memory sizes count 2 bytes per elemen
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Literal, Mapping
+from typing import Any, ClassVar, Literal, Mapping, Sequence
 
 from pydantic import Field, model_validator
 
@@ -131,6 +131,23 @@ class KernelSpec(IRModel):
         if bad:
             raise SpecError(bad, what="KernelSpec")
         return self
+
+
+def summaries_told_apart(specs: Sequence[KernelSpec]) -> list[str]:
+    """Each spec's summary(); where several specs share one, each of them followed by the fields
+    whose values differ among them ("raster_group=8"), so that no two different specs of a table
+    read the same."""
+    lines = [s.summary() for s in specs]
+    groups: dict[str, list[int]] = {}
+    for i, line in enumerate(lines):
+        groups.setdefault(line, []).append(i)
+    for members in groups.values():
+        fields = [spec.to_dict() for spec in (specs[i] for i in members)]
+        differ = [k for k in fields[0] if len({repr(f.get(k)) for f in fields}) > 1]
+        for i, f in zip(members, fields):
+            if differ:
+                lines[i] += " " + " ".join(f"{k}={f.get(k)}" for k in differ)
+    return lines
 
 
 def stage_bytes(fields: Mapping[str, Any]) -> int:

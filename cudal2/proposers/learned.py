@@ -24,6 +24,7 @@ from typing import Sequence
 
 import numpy as np
 
+from cudal2.settings import settings
 from cudal2.bench.results import CandidateResult
 from cudal2.ir import ARCHS, DeviceProfile, GemmProblem, KernelSpec, SpecError, check_compatible
 from cudal2.proposers.proposal import Proposal, ProposerUnavailable
@@ -45,9 +46,7 @@ def shipped_model_path(arch: str) -> Path:
 def load_model(model=None, arch: str = DEFAULT_ARCH):
     """A TreeModel: the one given, read from a path, the file $CUDAL2_COST_MODEL names, or the one
     shipped for arch."""
-    import os
-
-    model = model if model is not None else os.environ.get(ENV_MODEL) or None
+    model = model if model is not None else settings().cost_model
     if model is None:
         path = shipped_model_path(arch)
         if not path.is_file():

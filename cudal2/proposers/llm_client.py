@@ -28,6 +28,7 @@ from urllib.parse import unquote, urlsplit, urlunsplit
 from pydantic import SecretStr
 
 from cudal2.redact import Redactor
+from cudal2.settings import settings
 from cudal2.proposers.proposal import ProposerUnavailable
 
 log = logging.getLogger("cudal2.llm")
@@ -116,23 +117,24 @@ class LLMConfig:
         CUDAL2_LLM_MODEL, CUDAL2_LLM_API_KEY, else OPENAI_API_KEY / ANTHROPIC_API_KEY,
         CUDAL2_LLM_TIMEOUT (seconds), CUDAL2_LLM_RETRIES (extra attempts after the first),
         CUDAL2_LLM_BACKOFF (seconds before the first retry; doubles per retry)."""
-        env = os.environ
-        provider = (provider or env.get("CUDAL2_LLM_PROVIDER") or "openai").lower()
+        env = settings()
+        provider = (provider or env.llm_provider or "openai").lower()
         if provider not in DEFAULT_BASE_URL:
             raise ValueError(f"unknown LLM provider {provider!r}; use 'openai' (any OpenAI-compatible "
                              f"endpoint) or 'anthropic' (set CUDAL2_LLM_PROVIDER or pass provider=)")
-        model = model or env.get("CUDAL2_LLM_MODEL")
+        model = model or env.llm_model
         if not model:
             raise ValueError("no LLM model given: pass model= or set CUDAL2_LLM_MODEL "
                              "(e.g. gpt-4.1, claude-sonnet-4-5, or the name a local server serves)")
-        base_url = (base_url or env.get("CUDAL2_LLM_BASE_URL") or DEFAULT_BASE_URL[provider]).rstrip("/")
+        base_url = (base_url or env.llm_base_url or DEFAULT_BASE_URL[provider]).rstrip("/")
         if api_key is None:
             fallback = "ANTHROPIC_API_KEY" if provider == "anthropic" else "OPENAI_API_KEY"
-            api_key = env.get("CUDAL2_LLM_API_KEY") or env.get(fallback) or ""
-        for var, name, kind in (("CUDAL2_LLM_TIMEOUT", "timeout_s", float), ("CUDAL2_LLM_RETRIES", "max_retries", int),
-                                ("CUDAL2_LLM_BACKOFF", "backoff_s", float)):
-            if name not in overrides and env.get(var):
-                overrides[name] = _env_number(var, kind)
+            api_key = env.llm_api_key or os.environ.get(fallback) or ""
+        for var, text, name, kind in (("CUDAL2_LLM_TIMEOUT", env.llm_timeout, "timeout_s", float),
+                                      ("CUDAL2_LLM_RETRIES", env.llm_retries, "max_retries", int),
+                                      ("CUDAL2_LLM_BACKOFF", env.llm_backoff, "backoff_s", float)):
+            if name not in overrides and text:
+                overrides[name] = _env_number(var, text, kind)
         return cls(provider=provider, base_url=base_url, model=model, api_key=api_key, **overrides)
 
 
@@ -294,9 +296,8 @@ _RANGES = {"CUDAL2_LLM_TIMEOUT": (0.0, 86400.0, False), "CUDAL2_LLM_RETRIES": (0
            "CUDAL2_LLM_BACKOFF": (0.0, 3600.0, True)}
 
 
-def _env_number(var: str, kind: type) -> float:
-    """The number environment variable `var` holds (an int or a float), within its _RANGES."""
-    text = os.environ[var]
+def _env_number(var: str, text: str, kind: type) -> float:
+    """The number `text` of environment variable `var` (an int or a float), within its _RANGES."""
     low, high, low_ok = _RANGES.get(var, (0, math.inf, True))
     try:
         value = kind(text)

@@ -28,6 +28,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from cudal2.settings import settings
 from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
 from ..disk_faults import refused_write, the_fix
 from ..redact import Redactor, shown_url
@@ -44,7 +45,7 @@ def default_dir() -> Path:
 
 def default_url() -> str:
     """$CUDAL2_STORE if set, else sqlite:///<cache dir>/store.db (cache dir: $CUDAL2_CACHE_DIR or the user cache)."""
-    env = os.environ.get(ENV_STORE)
+    env = settings().store
     if env:
         return as_url(env)
     return as_url(default_dir() / "store.db")

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterator
 
+from cudal2.settings import settings
 from ..bench.results import DEFAULT_MODE, is_synthetic
 from ..ir import GemmProblem, KernelSpec
 from .rounds import gpu_of, kept_twins, rounds_in_mode, summarize
@@ -207,7 +208,7 @@ class TunedTable:
         exist yet), read within $CUDAL2_STORE_TIMEOUT seconds (STORE_TIMEOUT_S). Raises StoreError,
         one line with the fix, for a database server that cannot be reached, lacks its driver or does
         not answer in time."""
-        path = os.environ.get(ENV_TABLE)
+        path = settings().table
         if path:
             return cls.load(path)
         store = Store(None)
@@ -219,7 +220,7 @@ class TunedTable:
 
 def store_timeout_s() -> float:
     """$CUDAL2_STORE_TIMEOUT (seconds, more than 0), else STORE_TIMEOUT_S."""
-    text = os.environ.get(ENV_STORE_TIMEOUT)
+    text = settings().store_timeout
     if not text:
         return STORE_TIMEOUT_S
     try:

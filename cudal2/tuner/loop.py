@@ -9,7 +9,11 @@ a method. `run_search` builds one and runs it.
 
 Budget: a number of GPU measurements (`64`) or GPU seconds (`"120s"`, `"5m"`), counted over
 the whole study, so a resumed search continues where the killed one stopped. "GPU time" is the
-wall time spent inside the runner (compiling, checking and timing candidates).
+wall time spent inside the runner (compiling, checking and timing candidates). A time budget also
+bounds the loop's own wall time to what the budget left when it began: the loop's work (asking
+the sampler, writing the store) counts too, so a runner that spends almost nothing inside (the
+recorded one) does not run on for minutes. It overruns by at most the batch in flight and the
+confirmation rounds.
 """
 
 from __future__ import annotations
@@ -145,6 +149,7 @@ class Search:
         self.environment = runner.environment()
         self.reference = reference_of(self.baselines)
         self.tally = Tally.from_study(self.study, store, problem, self.reference, self.mode)
+        self.began, self.time_up = time.monotonic(), None  # the loop's start, and a time budget's end (run)
         self.adaptive = proposer is not None and getattr(proposer, "adaptive", False)
         evaluations = self.budget.evaluations or 16
         self.first_proposals = n_proposals if n_proposals is not None else max(1, evaluations // 2)
@@ -172,16 +177,20 @@ class Search:
 
     # ---- the loop ---------------------------------------------------------------------------------
     def run(self) -> SearchResult:
+        # a time budget's end on the wall clock: what it left of the study's GPU time, from the loop's start
+        self.began = time.monotonic()
+        if self.budget.seconds is not None:
+            self.time_up = self.began + max(0.0, self.budget.seconds - self.tally.gpu_s)
         if self.proposer is not None and not self.stopped():
             self.propose(min(self.batch_size, self.proposer_share) if self.adaptive else self.first_proposals)
         bar = _Bar(self.problem, self.budget, enabled=self.progress)
         with bar:
-            bar.update(self.tally)
+            bar.update(self.tally, time.monotonic() - self.began)
             try:
                 batch = Batch() if self.stopped() else self.ask(self.room(0))
                 while batch:
                     self.measure(batch)
-                    bar.update(self.tally)
+                    bar.update(self.tally, time.monotonic() - self.began)
                     if self.stopped():
                         break
                     if not self.ahead:
@@ -415,7 +424,11 @@ class Search:
         return self.deadline is not None and time.monotonic() >= self.deadline
 
     def stopped(self) -> bool:
-        return self.budget.spent(self.tally.evaluations, self.tally.gpu_s) or self.cut_short()
+        return self.budget.spent(self.tally.evaluations, self.tally.gpu_s) or self.out_of_time() or self.cut_short()
+
+    def out_of_time(self) -> bool:
+        """A time budget's wall clock has run out (the search then ends on its own, as when spent)."""
+        return self.time_up is not None and time.monotonic() >= self.time_up
 
     def give_back(self, reason: str) -> None:
         """Every trial in hand back to the queue, so that a resume measures it: failed and queued
@@ -552,7 +565,7 @@ class _Bar:
 
     plain = False
 
-    def update(self, state: Tally) -> None:
+    def update(self, state: Tally, wall_s: float = 0.0) -> None:
         if self.plain:
             best = f"{state.best_speedup:.3f}x" if state.best_speedup is not None else "-"
             print(f"{self.problem.label()}: {state.evaluations} evaluations, best {best}, GPU {state.gpu_s:.1f}s",
@@ -560,7 +573,8 @@ class _Bar:
             return
         if self.progress is None:
             return
-        done = state.evaluations if self.budget.evaluations is not None else min(state.gpu_s, self.budget.seconds)
+        done = (state.evaluations if self.budget.evaluations is not None
+                else min(max(state.gpu_s, wall_s), self.budget.seconds))  # the wall clock bounds a time budget too
         best = f"{state.best_speedup:.3f}x" if state.best_speedup is not None else "-"
         self.progress.update(self.task, completed=done, best=best, gpu=f"{state.gpu_s:.1f}s")
 

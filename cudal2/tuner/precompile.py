@@ -164,7 +164,7 @@ def precompile(problems: Sequence[GemmProblem], planner: Planner, pool: Any,
     asked in that many processes of their own, in chunks, and taken in the problems' order (a unit
     is the first asker's either way). Results are taken in order through the pool's own timeout and
     crash handling (one bad spec costs its own unit alone). on_progress(shapes planned, units done,
-    units planned) after each step."""
+    units planned) after each step; without a pool a unit counts as done once planned."""
     started = time.perf_counter()
     out = Precompiled(shapes=len(problems), planned_only=pool is None)
     groups: list[tuple[GemmProblem, list[KernelSpec], list]] = []  # per problem: its units, their futures
@@ -172,8 +172,9 @@ def precompile(problems: Sequence[GemmProblem], planner: Planner, pool: Any,
     planned = 0
 
     def report() -> None:
-        if on_progress:
-            on_progress(planned, out.ready + len(out.failed), out.units)
+        if on_progress:  # a dry run's work is the planning: a unit is done once planned
+            done = out.units if pool is None else out.ready + len(out.failed)
+            on_progress(planned, done, out.units)
 
     def take(block: bool) -> None:
         while at[0] < len(groups):
