@@ -363,8 +363,20 @@ def _ready_for_graphs(problem: GemmProblem, device) -> None:
         return
     kernel = tuned_kernel(problem, torch.cuda.get_device_name(device), GRAPH_MIN_SAVING_US)
     run = _bound_run(kernel, problem, device) if kernel is not None else None
+    if run is not None:
+        _warm(run, problem, device)
     with _lock:
         _graph_runs[where] = run
+
+
+def _warm(run: Callable, problem: GemmProblem, device) -> None:
+    """Launch run once on zeros, outside any capture: a backend that loads its module at the first
+    launch (Triton's JIT) would load it while a graph captures, which invalidates the capture."""
+    m, n, k = problem.shape
+    dtype, c_dtype = torch_dtype(problem.dtype), torch_dtype(problem.c_dtype)
+    zeros = lambda size, dt: torch.zeros(size, dtype=dt, device=device)  # noqa: E731
+    run(zeros(m * k, dtype), zeros(k * n, dtype), zeros(m * n, c_dtype),
+        zeros(n, c_dtype) if problem.epilogue.bias else None)
 
 
 def _bound_run(kernel, problem: GemmProblem, device) -> Optional[Callable]:

@@ -556,15 +556,20 @@ def test_gpu_linear_runs_a_cute_dsl_kernel_eager_compiled_and_in_a_graph(swap_ab
 
 
 @pytest.mark.gpu
-def test_gpu_a_kernel_too_small_a_win_for_eager_calls_serves_a_captured_graph():
-    """A CuTe DSL kernel saving 1 us a call: eager calls (and a routed layer's) run torch; captured in
-    a CUDA graph after one eager call (or route_linears), the graph launches the kernel, and its
-    replays follow the input."""
+def test_gpu_a_kernel_too_small_a_win_for_eager_calls_serves_a_captured_graph(monkeypatch):
+    """A CuTe DSL kernel saving 1 us a call, less than its launch cost (set to 1000 us here; measured, a
+    CuTe DSL launch costs less than torch's, and any win is then served eagerly): eager calls (and a
+    routed layer's) run torch; captured in a CUDA graph after one eager call (or route_linears), the
+    graph launches the kernel, and its replays follow the input."""
     pytest.importorskip("cutlass")
     problem = GemmProblem(m=64, n=384, k=256, layout="NT")
     spec = dict(backend="cute_dsl", arch="sm_90a", num_warps=12, load_path="tma", warp_specialization="cooperative",
                 persistent=True, block_m=128, block_n=128, block_k=64, stages=4, epilogue_path="tma_store",
                 shape_specialization="dynamic")
+    clock = [0.0]
+    costs = LaunchCosts(clock=lambda: clock[0], sync=lambda: None)
+    costs.measure("cute_dsl", lambda: clock.__setitem__(0, clock[0] + 1e-3), lambda: None)  # 1000 us a launch
+    monkeypatch.setattr(ops, "_launch_costs", costs)
     ops.set_table(TunedTable([_entry(problem=problem, ms=0.010, torch_ms=0.011, gpu="", **spec)]))
     layer = torch.nn.Linear(256, 384, bias=False, device="cuda", dtype=torch.float16)
     x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
