@@ -94,7 +94,8 @@ def markdown(out: dict) -> str:
     s = summarize(out["rows"])
     names = ["torch", "cudal2", *BASELINES, "sweep", "read_W"]
     lines = [f"# Small-M GEMMs against their roofline, timed as a model calls them ({out['gpu']}, {out['date']})", "",
-             f"`{out['command']}`; {out['versions']}; GPU {out.get('gpu_uuid', '?')}", "",
+             f"`{out['command']}`; {out['versions']}; GPU {out.get('gpu_uuid', '?')}; the search's backends: "
+             f"{', '.join(out.get('search_backends') or ['not recorded'])}", "",
              f"Rates in this process: DRAM copy {out['copy_GBps']:.0f} GB/s (read + written bytes), read "
              f"{out['read_GBps']:.0f} GB/s, dense fp16 {out['dense_TFLOPS']:.0f} TFLOP/s. Fraction = the shape's "
              "ideal time (its bytes over the read rate, or its flops over the dense rate, whichever is larger) "
@@ -310,6 +311,8 @@ def main(argv=None) -> int:
     if not torch.cuda.is_available():
         raise SystemExit("error: roofline.py measures a CUDA GPU, and torch sees none here; run it on one")
     from cudal2.api import default_runner
+    from cudal2.codegen import registry
+    from cudal2.ir import DEFAULT_ARCH
     from cudal2.store.store import Store
 
     start = time.time()
@@ -318,7 +321,9 @@ def main(argv=None) -> int:
     if out is None:
         out = {"gpu": gpu, "gpu_uuid": gpu_uuid(), "date": time.strftime("%Y-%m-%d"),
                "command": "python benchmarks/roofline.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-               "versions": f"torch {torch.__version__}, triton {triton.__version__}", **rates(), "rows": []}
+               "versions": f"torch {torch.__version__}, triton {triton.__version__}",
+               # what the default search could use on this machine (a backend whose toolchain is absent is not searched)
+               "search_backends": list(registry.default_backends(DEFAULT_ARCH)), **rates(), "rows": []}
     else:
         out["command"] += " ; then " + " ".join(argv if argv is not None else sys.argv[1:])
     done = {r["shape"] for r in out["rows"]}
