@@ -44,7 +44,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CUDAL2_CUTE_DSL_DISK_CACHE", bool, "`0`: CuTe DSL kernels are compiled again instead of loaded "
              "from the cache folder", "`1`"),
     Variable("CUDAL2_COST_MODEL", str, "a cost model JSON file (`cudal2 train`) the learned proposer uses "
-             "instead of the shipped one", "the shipped model of the arch"),
+             "instead of the user's model of the GPU or the shipped one",
+             "the user's model of the live GPU (`<cache>/models/`), else the shipped model of the arch"),
     Variable("CUDAL2_LLM_PROVIDER", str, "`openai` or `anthropic`: the LLM proposer's client", "`openai`"),
     Variable("CUDAL2_LLM_MODEL", str, "the LLM proposer's model name", "none: the LLM proposer asks for one"),
     Variable("CUDAL2_LLM_BASE_URL", str, "the LLM endpoint (an OpenAI-compatible server)", "the provider's"),

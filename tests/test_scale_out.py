@@ -296,8 +296,10 @@ def test_a_store_export_and_training_set_hold_one_gpu_model(tmp_path):
     from cudal2.ir import DeviceProfile
     from cudal2.learn.train import train
 
-    with pytest.raises(ValueError, match="2 GPU models"):
-        train(mixed, DeviceProfile.of_arch("sm_90a"))
+    # a cost model learns from several GPUs where its device features tell them apart, not otherwise
+    unknown = [Sample(p, s, 0.1, gpu="GPU X"), Sample(p, s, 0.2, gpu="GPU Y")]
+    with pytest.raises(ValueError, match="same device figures"):
+        train(unknown, DeviceProfile.of_arch("sm_90a"))
     assert one_gpu_model(mixed[:1] + [Sample(p, s, 0.3)]) == "NVIDIA H100"  # a pair that names no GPU joins
 
 

@@ -173,10 +173,58 @@ def part_peak(gpu_name: str) -> Peak:
 
 
 @dataclass(frozen=True)
+class PartFigures:
+    """A known part's published figures: what a cost model needs to tell two GPUs of one arch apart
+    where the live device does not report them. None: not published for this part."""
+
+    dram_tbps: float
+    mem_gib: float
+    sm_count: int | None = None  # where it differs from the arch's reference part
+    clock_mhz: float | None = None  # the SM clock's maximum (boost)
+    power_w: float | None = None  # the board's power limit
+
+
+# Vendors' published figures (NVIDIA's datasheets: H100 Tensor Core GPU, H200 Tensor Core GPU, A100
+# Tensor Core GPU, and the H20's product brief), keyed by a substring of torch.cuda.get_device_name();
+# the most specific (longest) match wins, so "H200" is tried before "H20" and "H100 NVL" before "H100".
+KNOWN_PARTS: dict[str, PartFigures] = {
+    "H100 PCIe": PartFigures(dram_tbps=2.0, mem_gib=80, sm_count=114, clock_mhz=1755, power_w=350),
+    "H100 NVL": PartFigures(dram_tbps=3.9, mem_gib=94, clock_mhz=1785, power_w=400),
+    "H100": PartFigures(dram_tbps=3.35, mem_gib=80, clock_mhz=1980, power_w=700),  # SXM5, HBM3
+    "H200": PartFigures(dram_tbps=4.8, mem_gib=141, clock_mhz=1980, power_w=700),  # SXM, HBM3e
+    "H20": PartFigures(dram_tbps=4.0, mem_gib=96, power_w=400),
+    "A100-SXM4-80GB": PartFigures(dram_tbps=2.039, mem_gib=80, clock_mhz=1410, power_w=400),
+    "A100 80GB PCIe": PartFigures(dram_tbps=1.935, mem_gib=80, clock_mhz=1410, power_w=300),
+    "A100-PCIE-40GB": PartFigures(dram_tbps=1.555, mem_gib=40, clock_mhz=1410, power_w=250),
+    "A100": PartFigures(dram_tbps=1.555, mem_gib=40, clock_mhz=1410, power_w=400),  # SXM4 40GB
+}
+# The part each arch's reference figures (ARCHS) describe: where neither the device nor the table
+# says, a DeviceProfile's figures are this part's.
+REFERENCE_PARTS = {"sm_80": "A100-SXM4-80GB", "sm_90": "H100", "sm_90a": "H100"}
+
+
+def known_part(gpu_name: str) -> PartFigures | None:
+    """The published figures of the part whose name contains a KNOWN_PARTS key (most specific first)."""
+    for key in sorted(KNOWN_PARTS, key=len, reverse=True):
+        if key.lower() in (gpu_name or "").lower():
+            return KNOWN_PARTS[key]
+    return None
+
+
+def _positive(value) -> float | None:
+    try:
+        return float(value) if value and float(value) > 0 else None
+    except (TypeError, ValueError):
+        return None
+
+
+@dataclass(frozen=True)
 class DeviceProfile:
     """One GPU as the proposers, the cost model and the checks see it: its arch, its name, its SMs
-    and L2 (the live device's where there is one, else the arch's reference part), and the peak
-    rates that scale speed estimates (the arch's reference part: they rank, they never refuse)."""
+    and L2 (the live device's where there is one, else the arch's reference part), the peak
+    rates that scale speed estimates, and its memory, clocks and power where known (the live
+    device's, else the published figures of a known part by name, else unset: figures() fills
+    those from the arch's reference part)."""
 
     arch: str
     name: str
@@ -184,18 +232,69 @@ class DeviceProfile:
     l2_bytes: int
     peak_tflops: float
     dram_tbps: float
-    clock_mhz: float | None = None  # the SM clock's maximum, where the live device reports it
+    clock_mhz: float | None = None  # the SM clock's maximum
+    mem_bytes: int | None = None  # device memory
+    mem_clock_mhz: float | None = None
+    bus_width_bits: int | None = None
+    power_w: float | None = None  # the board's power limit
+    smem_per_block: int | None = None  # bytes a block may opt in to
 
     @property
     def limits(self) -> ArchLimits:
         """The arch's limits with this device's SM count and L2."""
         return replace(arch_limits(self.arch), sm_count=self.sm_count, l2_bytes=self.l2_bytes)
 
+    def figures(self) -> dict[str, float]:
+        """The numbers a cost model reads, none missing: this device's where known, else the arch's
+        reference part's (a model's inputs are never NaN: the numpy walk has no missing-value rule)."""
+        ref = KNOWN_PARTS[REFERENCE_PARTS[self.arch]] if self.arch in REFERENCE_PARTS else None
+        lim = arch_limits(self.arch)
+        mem = self.mem_bytes / 2**30 if self.mem_bytes else (ref.mem_gib if ref else lim.largest_part_memory / 2**30)
+        return {"sm_count": float(self.sm_count), "l2_mib": self.l2_bytes / 2**20, "dram_tbps": self.dram_tbps,
+                "mem_gib": float(mem), "clock_mhz": float(self.clock_mhz or (ref and ref.clock_mhz) or 0.0),
+                "power_w": float(self.power_w or (ref and ref.power_w) or 0.0),
+                "smem_per_block_kib": (self.smem_per_block or lim.smem_per_block) / 1024}
+
+    def figures_key(self) -> tuple:
+        """What the cost model sees of this device: two devices with one key are one GPU to it."""
+        return (self.arch, self.peak_tflops, *sorted(self.figures().items()))
+
     @classmethod
     def of_arch(cls, arch: str) -> "DeviceProfile":
         lim = arch_limits(arch)
         return cls(arch=arch, name=f"reference part of {arch}", sm_count=lim.sm_count, l2_bytes=lim.l2_bytes,
                    peak_tflops=lim.peak_tflops, dram_tbps=lim.dram_tbps)
+
+    @classmethod
+    def of_part(cls, gpu_name: str, arch: str = DEFAULT_ARCH) -> "DeviceProfile":
+        """A GPU known by name only (a measurement's, in a store or an export): the arch's reference
+        part with the published figures of the part the name names, where it is a known one."""
+        base = replace(cls.of_arch(arch), name=gpu_name or f"reference part of {arch}")
+        part = known_part(gpu_name)
+        if part is None:
+            return base
+        return replace(base, sm_count=part.sm_count or base.sm_count, dram_tbps=part.dram_tbps, mem_bytes=int(part.mem_gib * 2**30), clock_mhz=part.clock_mhz,
+                       power_w=part.power_w)
+
+    @classmethod
+    def from_properties(cls, props, arch: str, power_w: float | None = None) -> "DeviceProfile":
+        """The profile of a device from torch.cuda.get_device_properties(): each figure the
+        properties hold (torch versions differ in which: each is read with getattr, and 0 counts as
+        unreported, as CUDA 13 reports the deprecated clocks), else the known part's, else unset."""
+        base = cls.of_part(props.name, arch)
+        clock = _positive(getattr(props, "clock_rate", None))  # kHz
+        mem_clock = _positive(getattr(props, "memory_clock_rate", None))  # kHz
+        bus = _positive(getattr(props, "memory_bus_width", None))  # bits
+        # double data rate: two transfers a clock on each of the bus's bits
+        dram = 2 * mem_clock * 1e3 * bus / 8 / 1e12 if mem_clock and bus else None
+        smem = _positive(getattr(props, "shared_memory_per_block_optin", None))
+        return replace(base, sm_count=int(props.multi_processor_count),
+                       l2_bytes=int(_positive(getattr(props, "L2_cache_size", None)) or base.l2_bytes),
+                       dram_tbps=round(dram, 3) if dram else base.dram_tbps,
+                       mem_bytes=int(_positive(getattr(props, "total_memory", None)) or base.mem_bytes or 0) or None,
+                       clock_mhz=clock / 1000 if clock else base.clock_mhz,
+                       mem_clock_mhz=mem_clock / 1000 if mem_clock else None, bus_width_bits=int(bus) if bus else None,
+                       power_w=power_w or base.power_w, smem_per_block=int(smem) if smem else None)
 
     @classmethod
     def live(cls, arch: str | None = None, device=None) -> "DeviceProfile":
@@ -209,11 +308,25 @@ class DeviceProfile:
                 p = torch.cuda.get_device_properties(idx)
                 found = arch_from_capability(p.major, p.minor)
                 if arch is None or found == arch:
-                    clock = getattr(p, "clock_rate", None)
-                    return replace(cls.of_arch(found), name=p.name, sm_count=p.multi_processor_count,
-                                   l2_bytes=getattr(p, "L2_cache_size", 0) or arch_limits(found).l2_bytes,
-                                   clock_mhz=clock / 1000 if clock else None)
+                    return cls.from_properties(p, found, power_w=_power_limit_w(getattr(p, "uuid", None)))
         except Exception:  # noqa: BLE001 - no usable GPU here: the arch's reference part
             pass
         return cls.of_arch(arch or DEFAULT_ARCH)
 
+
+def _power_limit_w(uuid) -> float | None:
+    """The board's enforced power limit through NVML, where nvidia-ml-py is installed (torch does
+    not report it); None elsewhere. By UUID: NVML's indices ignore CUDA_VISIBLE_DEVICES."""
+    if not uuid:
+        return None
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            handle = pynvml.nvmlDeviceGetHandleByUUID(f"GPU-{str(uuid).removeprefix('GPU-')}")
+            return pynvml.nvmlDeviceGetEnforcedPowerLimit(handle) / 1000
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # noqa: BLE001 - no NVML here: the table's figure, if any
+        return None

@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 
 from cudal2.proposers.cost_model import TreeModel, fit
 from ..ir import DeviceProfile
-from ..proposers.sample import Sample, one_gpu_model
+from ..proposers.cost_model import sample_device
+from ..proposers.sample import Sample
 from .validate import Score, choose_params, score, top1_ratios
 from ..dataset.export import _split_of
 
@@ -39,9 +40,25 @@ def split_samples(samples: Sequence[Sample]) -> tuple[list[Sample], list[Sample]
     return train, held
 
 
+def distinct_devices(samples: Sequence[Sample], device: DeviceProfile) -> dict[str, DeviceProfile]:
+    """The device each GPU model of the samples is to the features. Several GPU models train one
+    model only where their devices differ: two unknown parts would both read as `device`, and the
+    model would learn the mean of two GPUs' speeds as either's (ValueError, naming them and the fix)."""
+    devices = {gpu: sample_device(s, device) for s in samples if (gpu := s.gpu)}
+    seen: dict[DeviceProfile, str] = {}
+    for gpu, dev in sorted(devices.items()):
+        key = dev.figures_key()
+        if key in seen:
+            raise ValueError(f"the measurements come from {len(devices)} GPU models and {seen[key]!r} and {gpu!r} "
+                             "have the same device figures (cudal2.ir.hardware.KNOWN_PARTS names neither); "
+                             "train on one: export it alone with 'cudal2 dataset export --gpu NAME' and give that file")
+        seen[key] = gpu
+    return devices
+
+
 def train(samples: Sequence[Sample], device: DeviceProfile, *, seed: int = 0,
           say: Callable[[str], None] = lambda line: None) -> TrainReport:
-    one_gpu_model(samples)  # ValueError for measurements of several GPU models
+    distinct_devices(samples, device)  # ValueError for GPUs the features cannot tell apart
     train_set, held = split_samples(samples)
     if len({s.group for s in train_set}) < 2:
         raise ValueError(f"{len(train_set)} training pairs on {len({s.group for s in train_set})} shape(s): "

@@ -17,11 +17,10 @@ from typing import Sequence
 
 import numpy as np
 
-from cudal2.proposers.cost_model import PARAMS, fit
+from cudal2.proposers.cost_model import PARAMS, fit, training_matrix
 from ..ir import DeviceProfile
 from ..proposers.sample import Sample
 from cudal2.proposers import bandit
-from cudal2.proposers.features import matrix
 
 # The settings `cudal2 train` chooses among by cross-validation on the training shapes.
 PARAM_GRID = ({"num_leaves": 15}, {"num_leaves": 31}, {"num_leaves": 15, "min_data_in_leaf": 30},
@@ -29,17 +28,25 @@ PARAM_GRID = ({"num_leaves": 15}, {"num_leaves": 31}, {"num_leaves": 15, "min_da
 
 
 def by_shape(samples: Sequence[Sample]) -> dict[str, list[Sample]]:
+    """The samples of each shape on each GPU (pairs of one group share a torch time), keyed by the
+    shape's label, followed by " on <GPU>" where the samples come from several GPUs."""
+    several = len({s.gpu for s in samples}) > 1
     out: dict[str, list[Sample]] = defaultdict(list)
     for s in samples:
-        out[s.group].append(s)
+        out[f"{s.group} on {s.gpu}" if several else s.group].append(s)
     return dict(out)
+
+
+def _predict(model, group: Sequence[Sample]) -> np.ndarray:
+    """The model's predictions for one group, each pair with the GPU it was measured on."""
+    return model.predict_rows(training_matrix(group, model.device))
 
 
 def top1_ratios(model, samples: Sequence[Sample]) -> dict[str, float]:
     """shape -> speed of the predicted best over the measured best (of the shape's samples)."""
     out = {}
     for label, group in by_shape(samples).items():
-        pred = model.predict(group[0].problem, [s.spec for s in group])
+        pred = _predict(model, group)
         y = np.array([s.log_speedup for s in group])
         out[label] = float(math.exp(y[int(np.argmax(pred))] - y.max()))
     return out
@@ -50,7 +57,7 @@ def centered_residuals(model, samples: Sequence[Sample]) -> list[float]:
     one shape's specs (its prior spread in the bandit)."""
     out: list[float] = []
     for group in by_shape(samples).values():
-        r = np.array([s.log_speedup for s in group]) - model.predict(group[0].problem, [s.spec for s in group])
+        r = np.array([s.log_speedup for s in group]) - _predict(model, group)
         out.extend((r - r.mean()).tolist())
     return out
 
@@ -59,7 +66,7 @@ def replay(model, group: Sequence[Sample], budget: int, *, batch: int = 4, prior
            beta: float | None = None) -> list[float]:
     """The bandit's search of one shape, replayed over its measured specs only: after each
     evaluation, the best speed found over the best measured (a curve of `budget` points)."""
-    x = matrix(group[0].problem, [s.spec for s in group], model.device)
+    x = training_matrix(group, model.device)
     mu, leaves = model.predict_with_leaves(x)
     y = np.array([s.log_speedup for s in group])
     sd = prior_sd if prior_sd is not None else float(model.info.get("residual_sd", 0.3))
@@ -102,7 +109,7 @@ def score(ratios: dict[str, float]) -> Score:
 
 def cross_validate(samples: Sequence[Sample], device: DeviceProfile, params: dict, *, folds: int = 5,
                    seed: int = 0) -> Score:
-    groups = sorted(by_shape(samples))
+    groups = sorted({s.group for s in samples})  # a shape's pairs on every GPU in one fold
     random.Random(seed).shuffle(groups)
     fold_of = {g: i % folds for i, g in enumerate(groups)}
     ratios: dict[str, float] = {}

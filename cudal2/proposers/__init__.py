@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import importlib
 
-from cudal2.settings import settings
 from cudal2.proposers.proposal import Proposal, Proposer, ProposerUnavailable
 from .fallback import FallbackProposer
 from ..ir.hardware import DEFAULT_ARCH
@@ -43,10 +42,10 @@ DEFAULT_FALLBACK = {"llm": "rules", "llm+learned": "learned"}
 
 def default_proposer(arch: str) -> str:
     """"learned" where a cost model for arch is at hand (one ships for sm_90a; $CUDAL2_COST_MODEL
-    names another), else "rules". What "auto", the default of cudal2.search and the CLI, means."""
-    from .learned import shipped_model_path
+    or the user's model for the live GPU is another: model_files.find_model), else "rules". What "auto", the default of cudal2.search and the CLI, means."""
+    from .model_files import find_model
 
-    return "learned" if settings().cost_model or shipped_model_path(arch).is_file() else "rules"
+    return "learned" if find_model(arch) is not None else "rules"
 
 
 def get_proposer(name: str, *, fatal: bool = False, fallback: str | Proposer | None = "default",

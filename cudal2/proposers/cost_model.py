@@ -30,6 +30,9 @@ from .sample import Sample, provenance
 from ..ir.hardware import DEFAULT_ARCH
 
 MODEL_FORMAT = "cudal2-cost-model"
+# Feature versions whose every feature is one of this version's, under the same name and with the
+# same meaning: a model of one of them is scored with its own columns, picked by name.
+READABLE_VERSIONS = (1, FEATURE_VERSION)
 # Fixed, not tuned on any validation shape: a small model that a few thousand pairs can fit.
 PARAMS = {"objective": "regression", "learning_rate": 0.05, "num_leaves": 31, "min_data_in_leaf": 10,
           "feature_fraction": 0.8, "bagging_fraction": 0.8, "bagging_freq": 1, "lambda_l2": 1.0,
@@ -64,6 +67,15 @@ class TreeModel:
     device: DeviceProfile = field(default_factory=lambda: DeviceProfile.of_arch(DEFAULT_ARCH))  # trained on
     info: dict = field(default_factory=dict)  # provenance: samples, GPUs, dates, versions, params
     depth: int = 0
+    # the features it was trained on, by name: a model of an older feature version reads its own
+    # columns of today's rows
+    features: tuple[str, ...] = field(default_factory=feature_names)
+    feature_version: int = FEATURE_VERSION
+
+    def __post_init__(self):
+        current = feature_names()
+        self.features = tuple(self.features)
+        self.columns = None if self.features == current else np.array([current.index(n) for n in self.features])
 
     # --- scoring ---------------------------------------------------------------------------------
     def leaves(self, x: np.ndarray) -> np.ndarray:
@@ -73,7 +85,9 @@ class TreeModel:
         Splits on a column that holds one value in every row (the shape's own features, when one
         problem's candidates are scored) go the same way for all of them: they are taken once,
         before the walk (33 of 57 columns, 0.18 s -> 0.14 s for 3816 candidates on this project's
-        CPU)."""
+        CPU). x holds today's feature_names() columns; a model of an older version reads its own."""
+        if self.columns is not None and x.shape[1] == len(feature_names()):
+            x = x[:, self.columns]
         x = np.ascontiguousarray(x, dtype=float)
         n, width, trees = x.shape[0], x.shape[1], self.roots.size
         left, right, roots = self._taken(x[0], np.flatnonzero((x == x[0]).all(axis=0))) if n else \
@@ -117,7 +131,7 @@ class TreeModel:
 
     # --- files -------------------------------------------------------------------------------------
     def to_json(self) -> dict:
-        return {"format": MODEL_FORMAT, "feature_version": FEATURE_VERSION, "features": list(feature_names()),
+        return {"format": MODEL_FORMAT, "feature_version": self.feature_version, "features": list(self.features),
                 "device": {"arch": self.device.arch, "sm_count": self.device.sm_count,
                            "l2_bytes": self.device.l2_bytes},
                 "info": self.info, "base": self.base, "depth": self.depth, "roots": self.roots.tolist(),
@@ -135,8 +149,12 @@ class TreeModel:
     def from_json(cls, d: dict, where: str = "model") -> "TreeModel":
         if not isinstance(d, dict) or d.get("format") != MODEL_FORMAT:
             raise ModelError(f"{where} is not a cudal2 cost model; train one with 'cudal2 train'")
-        if d.get("feature_version") != FEATURE_VERSION or d.get("features") != list(feature_names()):
-            raise ModelError(f"{where} was trained on other features (version {d.get('feature_version')}, this "
+        names = d.get("features")
+        version = d.get("feature_version")
+        if (version not in READABLE_VERSIONS or not isinstance(names, list)
+                or (version == FEATURE_VERSION and names != list(feature_names()))
+                or not set(names) <= set(feature_names()) or len(set(names)) != len(names)):
+            raise ModelError(f"{where} was trained on other features (version {version}, this "
                              f"cudal2 has {FEATURE_VERSION}); train it again with 'cudal2 train'")
         try:
             nodes, dev = d["nodes"], d["device"]
@@ -144,11 +162,12 @@ class TreeModel:
                         left=np.asarray(nodes["left"], np.int32), right=np.asarray(nodes["right"], np.int32),
                         value=np.asarray(nodes["value"], float), roots=np.asarray(d["roots"], np.int32),
                         base=float(d["base"]), depth=int(d["depth"]), info=dict(d.get("info") or {}),
+                        features=tuple(names), feature_version=int(version),
                         device=dataclasses.replace(DeviceProfile.of_arch(dev["arch"]), sm_count=int(dev["sm_count"]),
                                                    l2_bytes=int(dev["l2_bytes"])))
         except (KeyError, TypeError, ValueError) as e:
             raise ModelError(f"{where} is corrupt ({type(e).__name__}: {e}); train it again with 'cudal2 train'") from None
-        why = _malformed(model, len(feature_names()))
+        why = _malformed(model, len(names))
         if why:
             raise ModelError(f"{where} is corrupt ({why}); train it again with 'cudal2 train', or unset "
                              "CUDAL2_COST_MODEL to use the model cudal2 ships")
@@ -207,16 +226,33 @@ def _short(x: float) -> float:
     return float(f"{x:.7g}")  # a JSON a few times smaller; predictions move by < 1e-6
 
 
+def sample_device(sample: Sample, default: DeviceProfile) -> DeviceProfile:
+    """The GPU a sample was measured on as the features see it: the known part its GPU name names
+    (DeviceProfile.of_part), else `default` (a sample with no GPU name, or the recorded runner's)."""
+    from ..ir.hardware import known_part
+
+    if sample.gpu and known_part(sample.gpu) is not None:
+        return DeviceProfile.of_part(sample.gpu, default.arch)
+    return default
+
+
+def training_matrix(samples: Sequence[Sample], device: DeviceProfile) -> np.ndarray:
+    """One row per sample, each with the device it was measured on (sample_device)."""
+    devices = {gpu: sample_device(s, device) for s in samples if (gpu := s.gpu) is not None}
+    return np.vstack([matrix(s.problem, [s.spec], devices[s.gpu]) for s in samples])
+
+
 def fit(samples: Sequence[Sample], device: DeviceProfile, *, seed: int = 0, rounds: int = ROUNDS,
         params: dict | None = None) -> TreeModel:
-    """A TreeModel fitted to samples (LightGBM, seeded)."""
+    """A TreeModel fitted to samples (LightGBM, seeded); each sample's features see the GPU it was
+    measured on where its name is a known part, else `device`."""
     try:
         import lightgbm as lgb
     except ImportError:
         raise RuntimeError("training a cost model needs LightGBM: pip install 'cudal2[learn]'") from None
     if len(samples) < 2:
         raise ValueError(f"{len(samples)} measured pairs: too few to train on; measure more with 'cudal2 sweep'")
-    x = np.vstack([matrix(s.problem, [s.spec], device) for s in samples])
+    x = training_matrix(samples, device)
     y = np.array([s.log_speedup for s in samples])
     p = {**PARAMS, **(params or {}), "seed": seed}
     booster = lgb.train(p, lgb.Dataset(x, y, feature_name=[_lgb_name(n) for n in feature_names()],

@@ -7,10 +7,14 @@ Four groups, each named by its prefix:
 - `fit.`: how the spec's tiles meet the shape on this device: tiles and waves over the SMs, the
   last wave's fill, padding waste, main-loop trips, the DRAM and tensor-core floors. These are
   the analytic terms of the rules proposer, kept as inputs; the model learns what they weigh;
-- `device.`: SM count and L2 size (cudal2.ir.DeviceProfile: the live GPU's where there is one).
+- `device.`: SM count, L2 size, DRAM bandwidth, memory size, SM clock, power limit and shared
+  memory a block (cudal2.ir.DeviceProfile.figures(): the live GPU's where there is one, a known
+  part's by name for a measurement's GPU), so that one model learns from several GPUs and predicts
+  for one it has not seen.
 
-FEATURE_VERSION changes whenever a feature's meaning changes; a model trained on another version
-is refused, never read with shifted columns.
+FEATURE_VERSION changes whenever the features change. A model records the names of its features and
+is scored with those columns, by name (cost_model.READABLE_VERSIONS: versions whose every feature
+keeps its meaning under its name); any other model is refused, never read with shifted columns.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from ..ir import DTYPE_BYTES, DeviceProfile, GemmProblem, KernelSpec
 from ..ir import Epilogue
 from cudal2.proposers.space import ir_domain
 
-FEATURE_VERSION = 1
+FEATURE_VERSION = 2  # 2: the device's memory, clock, power and shared memory
 # One one-hot column per backend that cudal2 itself registers, in registration order (append a new
 # backend there, never reorder). A third-party backend has no column of its own (all zero): a shipped
 # model cannot have learned it, and a column per installed backend would change the features.
@@ -57,7 +61,11 @@ def feature_names() -> tuple[str, ...]:
             *(f"spec.{n}" for n, _ in _spec_fields()),
             *(f"spec.backend_{b}" for b in BACKEND_CODES),
             *(f"fit.{n}" for n in fit),
-            "device.sm_count", "device.l2_mib")
+            *(f"device.{n}" for n in DEVICE_FIGURES))
+
+
+# DeviceProfile.figures() keys, in column order; the first two are those of version 1.
+DEVICE_FIGURES = ("sm_count", "l2_mib", "dram_tbps", "mem_gib", "clock_mhz", "power_w", "smem_per_block_kib")
 
 
 def _code(value, domain: tuple | None) -> float:
@@ -74,8 +82,9 @@ def _log2(x: float) -> float:
     return math.log2(max(x, 1e-30))
 
 
-def features(problem: GemmProblem, spec: KernelSpec, device: DeviceProfile) -> list[float]:
-    """One row, in feature_names() order."""
+def features(problem: GemmProblem, spec: KernelSpec, device: DeviceProfile,
+             device_row: Sequence[float] | None = None) -> list[float]:
+    """One row, in feature_names() order (device_row: device_columns(device), computed once a matrix)."""
     m, n, k = problem.m, problem.n, problem.k
     eb = DTYPE_BYTES[problem.dtype]
     flops = 2.0 * m * n * k
@@ -101,7 +110,12 @@ def features(problem: GemmProblem, spec: KernelSpec, device: DeviceProfile) -> l
     fit = [float(tm), float(tn), _log2(tiles), waves, last_fill, pad_waste, float(k_trips),
            _log2(spec.block_m * spec.block_n * k_trips * spec.block_k), _log2(dram_us), _log2(mma_us),
            _log2(max(dram_us, mma_us)), smem_kib]
-    return [*shape, *spec_row, *fit, float(sms), device.l2_bytes / 2**20]
+    return [*shape, *spec_row, *fit, *(device_row if device_row is not None else device_columns(device))]
+
+
+def device_columns(device: DeviceProfile) -> list[float]:
+    figures = device.figures()
+    return [figures[n] for n in DEVICE_FIGURES]
 
 
 @lru_cache(maxsize=1 << 16)
@@ -118,4 +132,5 @@ def matrix(problem: GemmProblem, specs: Sequence[KernelSpec], device: DeviceProf
     """(len(specs), features) float64 rows for one problem."""
     if not specs:
         return np.zeros((0, len(feature_names())))
-    return np.array([features(problem, s, device) for s in specs], dtype=np.float64)
+    device_row = device_columns(device)
+    return np.array([features(problem, s, device, device_row) for s in specs], dtype=np.float64)

@@ -12,8 +12,9 @@ bandit over its predictions picks each batch from what the search has measured s
   narrower tiles, deeper split-K) for the backends it ranks. beyond_catalog=False leaves the
   ranked backends to the model alone.
 
-The model is the one shipped for the arch (cudal2/data/models/), or a file from `cudal2 train`
-(passed as model=, or named by $CUDAL2_COST_MODEL).
+The model is the one passed as model=, else the first of: the file $CUDAL2_COST_MODEL names, the
+user's model for the live GPU (`cudal2 train --store`), the one shipped for the arch
+(cudal2/proposers/model_files.py); its repr and first proposals say which.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from typing import Sequence
 
 import numpy as np
 
-from cudal2.settings import settings
 from cudal2.bench.results import CandidateResult
 from cudal2.ir import ARCHS, DeviceProfile, GemmProblem, KernelSpec, SpecError, check_compatible
 from cudal2.proposers.proposal import Proposal, ProposerUnavailable
@@ -34,31 +34,33 @@ from cudal2.proposers import bandit
 from cudal2.proposers.catalog import catalog
 from cudal2.proposers.catalog import names_for
 from cudal2.proposers.cost_model import ModelError, TreeModel
+from cudal2.proposers.model_files import MODELS, find_model, shipped_model_path  # noqa: F401 - where models live
 
-MODELS = Path(__file__).resolve().parents[1] / "data" / "models"
 ENV_MODEL = "CUDAL2_COST_MODEL"  # a model file of 'cudal2 train' to use instead of the shipped one
 
 
-def shipped_model_path(arch: str) -> Path:
-    return MODELS / f"{arch}.json"
+def load_model(model=None, arch: str = DEFAULT_ARCH, device: DeviceProfile | None = None):
+    """A TreeModel: the one given, read from a path, or the one find_model picks for arch on device
+    ($CUDAL2_COST_MODEL's, the user's for the GPU, the shipped one)."""
+    return load_model_from(model, arch, device)[0]
 
 
-def load_model(model=None, arch: str = DEFAULT_ARCH):
-    """A TreeModel: the one given, read from a path, the file $CUDAL2_COST_MODEL names, or the one
-    shipped for arch."""
-    model = model if model is not None else settings().cost_model
+def load_model_from(model=None, arch: str = DEFAULT_ARCH, device: DeviceProfile | None = None):
+    """(TreeModel, where it came from: a sentence for a repr or a proposal's reasoning)."""
+    source = None
     if model is None:
-        path = shipped_model_path(arch)
-        if not path.is_file():
+        source = find_model(arch, device)
+        if source is None:
             raise ProposerUnavailable(f"no cost model is shipped for {arch}; train one with 'cudal2 train' "
                                       "and pass it with --model")
-        model = path
+        model = source.path
     if isinstance(model, (str, Path)):
         try:
-            return TreeModel.load(Path(model))
+            loaded = TreeModel.load(Path(model))
         except ModelError as e:
             raise ProposerUnavailable(str(e)) from None
-    return model
+        return loaded, str(source) if source is not None else f"{model} (given)"
+    return model, "given"
 
 
 def trained_backends(model) -> frozenset[str]:
@@ -88,9 +90,9 @@ class LearnedProposer:
             raise ValueError(f"unknown arch {arch!r}; known: {', '.join(ARCHS)}")
         self.arch, self.backends, self.seed = arch, tuple(backends), seed
         self.beta = bandit.BETA if beta is None else beta
-        self.model = load_model(model, arch)
         # the features see the GPU the kernels will run on (the model was trained on model.device)
         self.device = device or DeviceProfile.live(arch)
+        self.model, self.model_source = load_model_from(model, arch, self.device)
         self._cache: dict[str, tuple[list[KernelSpec], np.ndarray, np.ndarray]] = {}
         self._index: dict[str, int] = {}  # kernel key -> position among the cached candidates
         # The rules fill half of each batch after the first pick: for a backend the model never saw,
@@ -108,7 +110,7 @@ class LearnedProposer:
         return tuple(b for b in self.backends if names_for(b) and b in trained_backends(self.model))
 
     def __repr__(self) -> str:
-        return f"LearnedProposer(backends={list(self.backends)}, arch={self.arch!r})"
+        return f"LearnedProposer(backends={list(self.backends)}, arch={self.arch!r}, model={self.model_source!r})"
 
     def candidates(self, problem: GemmProblem) -> tuple[list[KernelSpec], np.ndarray, np.ndarray]:
         """The catalog specs that can run problem, their predicted log speedups and their leaves."""
@@ -174,7 +176,8 @@ class LearnedProposer:
         tried |= {i for s in pending if (i := index.get(_kernel_key(s))) is not None}  # under measurement
         sd = float(self.model.info.get("residual_sd", 0.3))
         picks = bandit.choose(mu, leaves, measured, y, n, prior_sd=sd, beta=self.beta, exclude=sorted(tried))
-        why = "model's best prediction" if not measured else f"upper bound after {len(measured)} measured"
+        why = f"best prediction of the model {self.model_source}" if not measured else \
+            f"upper bound after {len(measured)} measured"
         return [Proposal(spec=specs[i], source=self.name,
                          reasoning=f"{why}: predicted {np.exp(mu[i]):.2f}x torch.matmul") for i in picks]
 
