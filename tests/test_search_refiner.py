@@ -110,8 +110,9 @@ def test_seconds_budget_stops(tmp_path):
     runner = RecordedRunner(delay_s=0.05, baselines={"torch": 1.0})
     res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=None, runner=runner,
                      store=Store(tmp_path / "s.db"), budget="0.3s", seed=0, progress=False)
-    # it stops once the runner's seconds or the run's wall clock reach the budget (the loop's own work counts)
-    assert res.gpu_seconds < 0.3 + 0.5 and res.evaluations == len(runner.calls) >= 3
+    # it stops once the runner's seconds or the run's wall clock reach the budget (the loop's own work counts,
+    # so a loaded machine may fit only one or two 0.05 s evaluations in it)
+    assert res.gpu_seconds < 0.3 + 0.5 and res.evaluations == len(runner.calls) >= 1
 
 
 def test_a_time_budget_bounds_the_wall_time_of_a_runner_that_takes_none(tmp_path):
