@@ -47,7 +47,8 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            sampler: Annotated[SamplerName, typer.Option(help="Optuna's sampler after the proposals")] = "tpe",
            seed: SeedOpt = None,
            batch: BatchOpt = 4,
-           n: Annotated[int, typer.Option(min=1, help="proposals to show in a dry run")] = 8,
+           n: Annotated[int, typer.Option(min=1, help=(
+               "proposals to show in a dry run (and one more of each backend in the run that none names)"))] = 8,
            arch: ArchOpt = None,
            confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, static_twins: StaticTwinsOpt = 1,
            per_shape: Annotated[bool, typer.Option("--per-shape", help=(
@@ -185,7 +186,8 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=(), jso
     except Exception as e:  # noqa: BLE001 - unknown name, missing package, no API key
         _fail(f"proposer {proposer!r}: {e}")
     _print_backends_considered(chosen, backends, arch)
-    rows = dry_run(problem, backends=tuple(backends), arch=arch, proposer=prop, n=n)
+    rows = dry_run(problem, backends=tuple(backends), arch=arch, proposer=prop, n=n,
+                   proposer_for=lambda names: resolve_proposer(proposer, names, arch))
     if json_out:
         statuses = [backend_status(name, arch) for name in chosen] if chosen else backend_statuses(arch)
         _print_json({"problem": problem.label(), "arch": arch, "timed": False,
@@ -207,6 +209,9 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=(), jso
     console.print(t)
     if not rows:
         console.print("[yellow]the proposer returned nothing for this problem[/yellow]")
+    unproposed = [b for b in backends if rows and not any(r.spec.backend == b for r in rows)]
+    if unproposed:
+        console.print(f"[yellow]the proposer returned nothing for {', '.join(unproposed)} on this problem[/yellow]")
     if any(r.compiled_as == "imported (interpreter)" for r in rows):
         console.print("built: imported (interpreter): without a GPU, Triton's CPU interpreter imported the module "
                       "and nothing was compiled to GPU code (TRITON_INTERPRET=0 lowers it to PTX with ptxas "
