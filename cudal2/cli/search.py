@@ -13,13 +13,12 @@ from rich.table import Table
 
 from .common import (_backends, ArchOpt, Backends, BatchOpt, DtypeOpt, LayoutOpt, OneBackend, SeedOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
                      Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StaticTwinsOpt, StoreOpt, _confirm, _fail,
-                     _llm_fatal, _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
+                     _llm_fatal, _one_line, _point_at_recorded_store, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      _writing_output)
 from ..api import default_arch
 from ..codegen.registry import backend_status, backend_statuses
 from ..ir import KernelSpec, SpecError
 from ..ir.spec import summaries_told_apart
-from cudal2.store.store import recorded_url, sqlite_path
 from cudal2.store.table import TunedTable
 from cudal2.tuner.dry_run import dry_run
 from cudal2.tuner.precompile import check_proposer
@@ -263,7 +262,7 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "layer", json_out: JsonOpt
     if not len(table):
         console.print(f"nothing tuned yet in {_shown_url(s)}; run `cudal2 search SHAPE`")
         if store is None:
-            _point_at_recorded_store()
+            _point_at_recorded_store("show")
         return
     names = sorted({b for e in table for b in e.baselines_ms})
     t = Table(title=f"tuned shapes in {_shown_url(s)}")
@@ -281,14 +280,6 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "layer", json_out: JsonOpt
     console.print("used by cudal2.matmul only where faster than torch; studies: optuna-dashboard " + s.studies_at())
 
 
-def _point_at_recorded_store() -> None:
-    """Where the default store is empty: say where the recorded runner's results went, if it has any."""
-    path = sqlite_path(recorded_url())
-    if path is not None and path.exists():
-        console.print(f"the recorded runner's synthetic results are in their own store: cudal2 show --store {path}",
-                      markup=False, soft_wrap=True)
-
-
 @app.command()
 def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help="JSON file to write")] = Path(
                "cudal2_table.json"),
@@ -298,6 +289,8 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help
     with _writing_output(out):
         path = table.save(out)
     console.print(f"wrote {len(table)} tuned shape(s) to {path}; use it with CUDAL2_TABLE={path}")
+    if not len(table) and store is None:
+        _point_at_recorded_store("export", "--out", str(out))
     synthetic = sum(e.synthetic for e in table)
     if synthetic:
         _warning(f"{synthetic} of the {len(table)} are synthetic (GPU 'recorded': the recorded runner's model, not "
