@@ -316,7 +316,9 @@ def bench(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4
     from ..api import gpu_available
 
     if not gpu_available():
-        _fail("no CUDA GPU found: `cudal2 bench` times kernels and needs one")
+        _fail(f"no CUDA GPU found: `cudal2 bench` times kernels and needs one; on a CPU, `cudal2 search {shape} "
+              f"--runner recorded` tries a search on synthetic numbers, and `cudal2 search {shape} --dry-run` "
+              "builds the kernels")
     run_bench(shape, backend=backend, specs=specs, modes=tuple(mode), dtype=dtype, layout=layout, console=console)
 
 
