@@ -59,9 +59,7 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     serves every shape of the problem's dtype, layout and epilogue, so the next shape's search finds
     them compiled); False: kernels compiled for this one shape (the backends' "auto").
     lookahead: ask for the next batch while one is measured and compile it meanwhile
-    (cudal2.tuner.loop.run_search); on the H100 it took a warm search of a new shape from 9.8 to
-    8.9 s and of a weight whose kernels were compiled from 10.0 to 8.2 s
-    (benchmarks/results/tune_speed_lookahead_triton_h100_2026-11-27.md).
+    (cudal2.tuner.loop.run_search), so the GPU waits less for the compiler.
     The search resumes a study of the same problem and backends found in the store.
     A problem whose operands and output do not fit the target GPU's free memory (with no GPU,
     the target arch's largest part) is refused first: MemoryFitError, a SpecError.

@@ -84,6 +84,27 @@ def test_search_show_export_with_recorded_runner(tmp_path):
     assert data["entries"][0]["problem"]["m"] == 1024 and data["entries"][0]["synthetic"] is True
 
 
+
+def test_export_and_dataset_export_of_an_empty_default_store_point_at_the_recorded_one(tmp_path):
+    """After a recorded sweep, the default store is empty: the exports say where the pairs went and
+    the command that reads them, instead of writing nothing without a word."""
+    import shlex
+
+    from cudal2.store.store import recorded_url, sqlite_path
+
+    r = runner.invoke(app, ["sweep", "64x64x64,128x128x128", "--specs", "2", "--runner", "recorded"])
+    assert r.exit_code == 0, r.output
+    recorded = sqlite_path(recorded_url())
+    pairs, table = tmp_path / "pairs.csv", tmp_path / "table.json"
+    for args, out in ((["dataset", "export", "--out", str(pairs)], pairs), (["export", "--out", str(table)], table)):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 0 and "wrote 0" in r.output, r.output
+        hint = r.output.split("in their own store: ", 1)[1].splitlines()[0]
+        assert shlex.split(hint) == ["cudal2", *args, "--store", str(recorded)], r.output
+        r = runner.invoke(app, shlex.split(hint)[1:])
+        assert r.exit_code == 0 and "wrote 0" not in r.output and "synthetic" in r.output, r.output
+
+
 def test_synthetic_pairs_are_named_by_dataset_export_and_train(tmp_path):
     store = tmp_path / "s.db"
     r = runner.invoke(app, ["sweep", "64x64x64,128x128x128,256x256x64,512x256x128", "--specs", "6", "--runner",

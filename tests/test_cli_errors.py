@@ -267,3 +267,12 @@ def test_without_a_gpu_the_error_names_what_works_in_that_command(command, tmp_p
     line = _one_error_line(runner.invoke(app, [a.format(tmp=tmp_path) for a in command]))
     assert "no CUDA GPU" in line and "--runner recorded" in line, line
     assert ("--dry-run" in line) == (command[0] == "search"), line
+
+
+def test_bench_without_a_gpu_names_what_runs_on_a_cpu(monkeypatch):
+    import cudal2.api
+
+    monkeypatch.setattr(cudal2.api, "gpu_available", lambda: False)
+    line = _one_error_line(runner.invoke(app, ["bench", "512x512x512"]))
+    assert "no CUDA GPU" in line and "; " in line, line
+    assert "cudal2 search 512x512x512 --runner recorded" in line and "cudal2 search 512x512x512 --dry-run" in line, line

@@ -76,3 +76,32 @@ def test_rows_that_differ_only_in_a_field_the_summary_leaves_out_name_that_field
     cells = [row[2] for row in _rows(r.output) if row and row[0].isdigit()]
     assert len(cells) == 2 and cells[0] != cells[1], r.output
     assert cells[0].endswith("raster_group=4") and cells[1].endswith("raster_group=8"), cells
+
+
+def test_each_backend_in_the_run_gets_a_row_though_the_proposer_favours_another(monkeypatch):
+    """A proposer's n best may all be of one backend (small M: Triton's): the dry run still shows
+    each backend of the run building, one proposal of its own asked of that backend alone."""
+    from cudal2 import api
+
+    real = api.resolve_proposer
+
+    class FavoursTheFirst:
+        name = "favours"
+
+        def __init__(self, backends):
+            self.backends, self.inner = backends, real("random", backends, "sm_90a")
+
+        def propose(self, problem, history, n):
+            return [p for p in self.inner.propose(problem, history, 8 * n) if p.spec.backend == self.backends[0]][:n]
+
+    cute = type(get_backend("cute_dsl"))
+    monkeypatch.setattr(cute, "usable", lambda self: (True, ""))
+    monkeypatch.setattr(cute, "compile", lambda self, source: None)  # the wiring is under test, not the DSL
+    monkeypatch.setattr(cute, "precompile", lambda self, source: None)
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setattr(api, "resolve_proposer", lambda proposer, backends, arch: FavoursTheFirst(tuple(backends)))
+    r = runner.invoke(app, ["search", "512x512x512", "--dry-run", "--backend", "triton", "--backend", "cute_dsl",
+                            "--n", "2", "--arch", "sm_90a"])
+    assert r.exit_code == 0, r.output
+    backends = [row[1] for row in _rows(r.output) if row and row[0].isdigit()]
+    assert backends == ["triton", "triton", "cute_dsl"], r.output

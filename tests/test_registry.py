@@ -203,26 +203,3 @@ def test_a_backend_without_shape_generic_kernels_is_searched_with_its_own(docume
                           arch="sm_90a", progress=False, confirm=None)
     assert again.evaluations == 48
 
-
-def _rows(output: str) -> list[list[str]]:
-    """The cells of each table row in a CLI output."""
-    return [[c.strip() for c in line.split("│")[1:-1]] for line in output.splitlines() if line.startswith("│")]
-
-
-def test_a_dry_run_with_the_documented_backend(documented_toy):
-    """In a new process, as after `pip install`: the CLI's --backend choices are read at its start."""
-    import os
-    import subprocess
-
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "COLUMNS": "250", "TRITON_INTERPRET": "1"}
-
-    def dry_run(*args):
-        r = subprocess.run([sys.executable, "-m", "cudal2.cli", "search", "512x512x512", "--dry-run", "--proposer",
-                            "random", "--arch", "sm_90a", *args], env=env, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stdout + r.stderr
-        return _rows(r.stdout)
-
-    assert ["toy", "yes", "", ""] in dry_run("--n", "1")  # among the backends a default run considers
-    proposals = [row for row in dry_run("--backend", "toy", "--n", "3") if row[0].isdigit()]
-    assert len(proposals) == 3 and all(row[1] == "toy" and row[3:6] == ["yes", "yes", "compiled"]
-                                       for row in proposals), proposals

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import sys
 import traceback
 from enum import Enum
@@ -41,7 +42,7 @@ from ..ir import GemmProblem
 from cudal2.proposers import ProposerUnavailable
 from cudal2.proposers import get_proposer
 from cudal2.proposers.fallback import failure_line
-from cudal2.store.store import ENV_STORE, Store, StoreError, recorded_url
+from cudal2.store.store import ENV_STORE, Store, StoreError, recorded_url, sqlite_path
 from cudal2.store.store import display_url
 from cudal2.tuner.confirm import Confirm
 from cudal2.tuner.loop import Budget
@@ -293,6 +294,16 @@ def _store(url: str | None, runner: str = "gpu"):
         where = ("" if url and not recorded else " (the recorded runner's store)" if recorded
                  else f" (named by ${ENV_STORE})" if settings().store else " (the default store)")
         _fail(f"{e}{where}")
+
+
+def _point_at_recorded_store(*command: str) -> None:
+    """Where the default store gave nothing: say where the recorded runner's results went, if it has
+    any, and the command (its words given) that reads them there."""
+    path = sqlite_path(recorded_url())
+    if path is not None and path.exists():
+        line = shlex.join(["cudal2", *command, "--store", str(path)])
+        console.print(f"the recorded runner's synthetic results are in their own store: {line}", markup=False,
+                      soft_wrap=True)
 
 
 def _shown_url(store) -> str:

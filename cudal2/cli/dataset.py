@@ -15,7 +15,7 @@ from cudal2.store.store import StoreError
 
 from .common import (_backends, ArchOpt, Backends, BatchOpt, DtypeOpt, LayoutOpt, OneBackend, SeedOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, Modes,
                      ProposerName, RunnerOpt, StoreOpt, _confirm, _fail, _llm_fatal, _one_line, _parse_shapes_file,
-                     _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
+                     _point_at_recorded_store, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      err_console, _writing_output)
 from ..api import default_arch
 from ..bench.results import is_synthetic
@@ -228,6 +228,8 @@ def dataset_export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=Fal
     except (RuntimeError, ValueError, OSError) as e:
         _fail(f"dataset export: {_one_line(e)}")
     console.print(f"wrote {n} rows to {out}")
+    if not n and store is None:
+        _point_at_recorded_store("dataset", "export", "--out", str(out))
     if synthetic[0]:
         _warning(f"{synthetic[0]} of the {n} rows are synthetic (gpu 'recorded': the recorded runner's model, not "
                  "measurements); a cost model trained on them learns that model, not a GPU")

@@ -13,13 +13,12 @@ from rich.table import Table
 
 from .common import (_backends, ArchOpt, Backends, BatchOpt, DtypeOpt, LayoutOpt, OneBackend, SeedOpt, BudgetOpt, ConfirmModeOpt, ConfirmOpt, LlmFatalOpt, ModeName,
                      Modes, ProposerName, REFERENCE, RunnerOpt, SamplerName, StaticTwinsOpt, StoreOpt, _confirm, _fail,
-                     _llm_fatal, _one_line, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
+                     _llm_fatal, _one_line, _point_at_recorded_store, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      _writing_output)
 from ..api import default_arch
 from ..codegen.registry import backend_status, backend_statuses
 from ..ir import KernelSpec, SpecError
 from ..ir.spec import summaries_told_apart
-from cudal2.store.store import recorded_url, sqlite_path
 from cudal2.store.table import TunedTable
 from cudal2.tuner.dry_run import dry_run
 from cudal2.tuner.precompile import check_proposer
@@ -47,7 +46,8 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            sampler: Annotated[SamplerName, typer.Option(help="Optuna's sampler after the proposals")] = "tpe",
            seed: SeedOpt = None,
            batch: BatchOpt = 4,
-           n: Annotated[int, typer.Option(min=1, help="proposals to show in a dry run")] = 8,
+           n: Annotated[int, typer.Option(min=1, help=(
+               "proposals to show in a dry run (and one more of each backend in the run that none names)"))] = 8,
            arch: ArchOpt = None,
            confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, static_twins: StaticTwinsOpt = 1,
            per_shape: Annotated[bool, typer.Option("--per-shape", help=(
@@ -185,7 +185,8 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=(), jso
     except Exception as e:  # noqa: BLE001 - unknown name, missing package, no API key
         _fail(f"proposer {proposer!r}: {e}")
     _print_backends_considered(chosen, backends, arch)
-    rows = dry_run(problem, backends=tuple(backends), arch=arch, proposer=prop, n=n)
+    rows = dry_run(problem, backends=tuple(backends), arch=arch, proposer=prop, n=n,
+                   proposer_for=lambda names: resolve_proposer(proposer, names, arch))
     if json_out:
         statuses = [backend_status(name, arch) for name in chosen] if chosen else backend_statuses(arch)
         _print_json({"problem": problem.label(), "arch": arch, "timed": False,
@@ -207,6 +208,9 @@ def _dry_run(problem, backends, arch: str, proposer: str, n: int, chosen=(), jso
     console.print(t)
     if not rows:
         console.print("[yellow]the proposer returned nothing for this problem[/yellow]")
+    unproposed = [b for b in backends if rows and not any(r.spec.backend == b for r in rows)]
+    if unproposed:
+        console.print(f"[yellow]the proposer returned nothing for {', '.join(unproposed)} on this problem[/yellow]")
     if any(r.compiled_as == "imported (interpreter)" for r in rows):
         console.print("built: imported (interpreter): without a GPU, Triton's CPU interpreter imported the module "
                       "and nothing was compiled to GPU code (TRITON_INTERPRET=0 lowers it to PTX with ptxas "
@@ -258,7 +262,7 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "layer", json_out: JsonOpt
     if not len(table):
         console.print(f"nothing tuned yet in {_shown_url(s)}; run `cudal2 search SHAPE`")
         if store is None:
-            _point_at_recorded_store()
+            _point_at_recorded_store("show")
         return
     names = sorted({b for e in table for b in e.baselines_ms})
     t = Table(title=f"tuned shapes in {_shown_url(s)}")
@@ -276,14 +280,6 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "layer", json_out: JsonOpt
     console.print("used by cudal2.matmul only where faster than torch; studies: optuna-dashboard " + s.studies_at())
 
 
-def _point_at_recorded_store() -> None:
-    """Where the default store is empty: say where the recorded runner's results went, if it has any."""
-    path = sqlite_path(recorded_url())
-    if path is not None and path.exists():
-        console.print(f"the recorded runner's synthetic results are in their own store: cudal2 show --store {path}",
-                      markup=False, soft_wrap=True)
-
-
 @app.command()
 def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help="JSON file to write")] = Path(
                "cudal2_table.json"),
@@ -293,6 +289,8 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help
     with _writing_output(out):
         path = table.save(out)
     console.print(f"wrote {len(table)} tuned shape(s) to {path}; use it with CUDAL2_TABLE={path}")
+    if not len(table) and store is None:
+        _point_at_recorded_store("export", "--out", str(out))
     synthetic = sum(e.synthetic for e in table)
     if synthetic:
         _warning(f"{synthetic} of the {len(table)} are synthetic (GPU 'recorded': the recorded runner's model, not "
@@ -318,7 +316,9 @@ def bench(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4
     from ..api import gpu_available
 
     if not gpu_available():
-        _fail("no CUDA GPU found: `cudal2 bench` times kernels and needs one")
+        _fail(f"no CUDA GPU found: `cudal2 bench` times kernels and needs one; on a CPU, `cudal2 search {shape} "
+              f"--runner recorded` tries a search on synthetic numbers, and `cudal2 search {shape} --dry-run` "
+              "builds the kernels")
     run_bench(shape, backend=backend, specs=specs, modes=tuple(mode), dtype=dtype, layout=layout, console=console)
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 from ..ir import GemmProblem, KernelSpec
 from cudal2.proposers.proposal import Proposer
@@ -23,13 +23,22 @@ class DryRunRow:
 
 
 def dry_run(problem: GemmProblem, *, backends: Sequence[str], arch: str, proposer: Proposer, n: int = 8,
-            compile: bool = True) -> list[DryRunRow]:
+            compile: bool = True,
+            proposer_for: Callable[[tuple[str, ...]], Proposer] | None = None) -> list[DryRunRow]:
     """Propose, validate, render and compile, without launching or timing. Compiling means the
     backend's compile() (the rendered module imports) and precompile(), which without a GPU
     lowers the kernel to machine code for spec.arch (Triton's ptxas; CuTe DSL compile-only), except
-    under Triton's CPU interpreter, where the module is only imported (each row's compiled_as)."""
+    under Triton's CPU interpreter, where the module is only imported (each row's compiled_as).
+    proposer_for(backends) makes a proposer of those backends alone: each backend of the run that
+    none of the n proposals names gets one proposal of its own from it (a proposer's n best may all
+    be of one backend, and a dry run is how a backend is seen to build here)."""
+    proposals = list(proposer.propose(problem, [], n))
+    if proposer_for is not None:
+        for name in backends:
+            if not any(p.spec.backend == name for p in proposals):
+                proposals += proposer_for((name,)).propose(problem, [], 1)[:1]
     rows: list[DryRunRow] = []
-    for p in proposer.propose(problem, [], n):
+    for p in proposals:
         row = DryRunRow(spec=p.spec, source=p.source, valid=False, rendered=False, compiled=False)
         rows.append(row)
         try:
