@@ -14,8 +14,9 @@ Per-call cost. The first call of a (shape, strides, dtype, device, bias) builds 
 lookup, compile or disk-cache load, workspace) and keeps it in a dict; every later call is that
 one dict access, an output allocation and the launch (TVM-FFI for CuTe DSL kernels: plain ints,
 about a microsecond). A call whose row count no table entry serves for its weight (matmul's b) shape,
-in any mode, goes to torch after one dict and one set lookup (_plans), its key built only on its
-first call; a layer route_linears routed (RoutedLinear) does the row test itself, before any of the op's Python.
+in any mode, goes to torch after two element counts, one dict and one set lookup (_torch_counts),
+its key built only on its first call; a layer route_linears routed (RoutedLinear) does the row test
+itself, before any of the op's Python.
 The eager path calls no torch op of its own: a dispatcher round trip into Python costs more than the
 whole launch.
 
@@ -65,21 +66,32 @@ _UNSEEN = object()
 _launchers: dict[tuple, Optional[Callable]] = {}
 _untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no tuned kernel, first-seen order
 # The fallback's fast path: a call whose B operand (matmul's b, linear's weight) has a shape no table
-# entry serves, or fewer rows than any served entry of that shape, runs torch after one dict lookup,
-# without building its call key (which costs more than the rest of the op's Python). Its first call of
-# each (a, b) shape pair still goes through _bind, which records an untuned problem.
+# entry serves, or a row count no served entry of that shape has, runs torch without building its call
+# key (which costs more than the rest of the op's Python): _plans, and before them _torch_counts. Its
+# first call still goes through _bind, which records an untuned problem.
 # "mm": {(k, n): fewest rows m served}, "linear": {(n, k): fewest rows}, of servable entries; "mm_graph" and
-# "linear_graph": the same at GRAPH_MIN_SAVING_US, for calls while a CUDA graph captures; {} = not read yet
+# "linear_graph": the same at GRAPH_MIN_SAVING_US, for calls while a CUDA graph captures; {} = not read yet;
+# "served_numels": {B's element count (k * n): A's element counts (m * k)} of every servable entry, eager or
+# while a CUDA graph captures (_torch_counts' guard)
 _b_shapes: dict[str, dict] = {}
 # The eager paths' plan per B operand shape (b.shape, weight.shape), read off _b_shapes on its first call:
 # [element counts of A that a kernel serves eager calls of, ... calls made while a CUDA graph captures,
-# counts served in neither and bound once, counts served only in graphs and bound once]. A's element
-# count is m * k, one int per row count, cheaper to read than a.shape. A call of a count served in
-# neither runs torch after one dict and one set lookup (in matmul() and linear() themselves), no call
-# key or problem built, once its first call was bound (which records a GPU call without a tuned kernel:
-# untuned_problems); one served only in graphs also asks whether a capture is underway.
+# counts served in neither and bound once, counts served only in graphs and bound once, counts any
+# servable entry of this B element count has (served_numels), this B element count's _torch_counts set].
+# A's element count is m * k, one int per row count, cheaper to read than a.shape. A call of a count
+# served in neither runs torch without a call key or problem once its first call was bound (which records
+# a GPU call without a tuned kernel: untuned_problems); one served only in graphs also asks whether a
+# capture is underway.
 _plans: dict[str, dict] = {"mm": {}, "linear": {}}
 _mm_plans, _linear_plans = _plans["mm"], _plans["linear"]  # (the same dicts, bound for the eager paths)
+# The miss path, in matmul() and linear() themselves: B's element count (b.numel(), weight.numel()) -> the
+# element counts of A whose calls run torch in every mode, each added at the first call of its pair (which
+# _run_matmul / _run_linear bind). Counts, not shapes: two numel() calls cost less than one tensor.shape,
+# which builds a torch.Size. A pair is added only where no servable entry has it (served_numels), so no
+# call a kernel serves is ever sent to torch here; a call of another shape with the same two counts runs
+# torch from its first call, without being recorded in untuned_problems.
+_torch_counts: dict[str, dict[int, set]] = {"mm": {}, "linear": {}}
+_mm_torch_counts, _linear_torch_counts = _torch_counts["mm"], _torch_counts["linear"]
 # each backend's launch cost on this host (cudal2.bench.launch_cost): an eager call takes a kernel only where
 # its saving exceeds its backend's cost, measured at the first launch of that backend
 _launch_costs = LaunchCosts()
@@ -121,6 +133,8 @@ def _forget_plans() -> None:
     _b_shapes.clear()
     _plans["mm"].clear()
     _plans["linear"].clear()
+    _torch_counts["mm"].clear()
+    _torch_counts["linear"].clear()
 
 
 def _table_b_shapes() -> dict[str, dict]:
@@ -129,9 +143,11 @@ def _table_b_shapes() -> dict[str, dict]:
     graph captures."""
     shapes = _b_shapes
     if not shapes:
-        found = {}
+        found: dict[str, dict] = {"served_numels": {}}
         for name, margin in (("", None), ("_graph", GRAPH_MIN_SAVING_US)):
             problems = sorted(_servable_problems(margin), key=lambda p: -p.m)  # (the fewest rows last: they win)
+            for p in problems:
+                found["served_numels"].setdefault(p.k * p.n, set()).add(p.m * p.k)
             found["mm" + name] = {(p.k, p.n): p.m for p in problems}
             found["linear" + name] = {(p.n, p.k): p.m for p in problems}
             for op, b_shape in (("mm", lambda p: (p.k, p.n)), ("linear", lambda p: (p.n, p.k))):
@@ -430,8 +446,9 @@ def _plan(op: str, b_shape) -> list:
     """The eager paths' plan for B operands of b_shape (see _plans), made on its first call."""
     shapes = _b_shapes or _table_b_shapes()
     key = tuple(b_shape)
+    b_numel = key[0] * key[1]
     plan = [shapes[op + "_numels"].get(key, frozenset()), shapes[op + "_numels_graph"].get(key, frozenset()), set(),
-            set()]
+            set(), shapes["served_numels"].get(b_numel, frozenset()), _torch_counts[op].setdefault(b_numel, set())]
     _plans[op][b_shape] = plan
     return plan
 
@@ -449,6 +466,8 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         if numel in bound:
             return torch.matmul(a, b)
         bound.add(numel)
+        if bound is plan[2] and numel not in plan[4]:  # from now on matmul() sends it to torch (_torch_counts)
+            plan[5].add(numel)
     key = _matmul_key(a, b)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
@@ -475,6 +494,8 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         if numel in bound:
             return _F_linear(x, weight, bias)
         bound.add(numel)
+        if bound is plan[2] and numel not in plan[4]:  # from now on linear() sends it to torch (_torch_counts)
+            plan[5].add(numel)
     key = _linear_key(x, weight, bias)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
@@ -581,6 +602,23 @@ class _Linear(torch.autograd.Function):
 # as the check. (torch.compile still recognizes is_compiling: it is the same function object.)
 _is_compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_torch_matmul = torch.matmul
+
+
+class _IsCompiling:
+    """Where torch keeps no _is_compiling_flag: torch.compiler.is_compiling() itself, read as that flag."""
+
+    @property
+    def _is_compiling_flag(self) -> bool:
+        return _is_compiling()
+
+
+# What _is_compiling() answers, as the eager paths ask it: `_dynamo_compiling() or _compile_state._is_compiling_flag`,
+# one Python call where is_compiling() makes two. While Dynamo traces, it folds is_dynamo_compiling() to True
+# (so the flag is never traced); Python that a compile or torch.export runs outside Dynamo (non-strict export)
+# sees the flag that is_compiling() returns, whose other case, TorchScript, never runs this module's Python.
+_dynamo_compiling = torch.compiler.is_dynamo_compiling
+_compile_state = torch.compiler if hasattr(torch.compiler, "_is_compiling_flag") else _IsCompiling()
 # Whether a CUDA graph captures on the current stream: a CUDA runtime call (cudaStreamGetCaptureInfo; a
 # CPU-only torch has a stub that raises, the real one creates no CUDA context). A capture never runs on
 # the legacy default stream (raw handle 0), where eager calls run unless the caller chose another
@@ -714,7 +752,7 @@ class RoutedLinear(torch.nn.Linear):
 
     def forward(self, x):
         weight, bias = self.weight, self.bias
-        if _is_compiling():  # the traced decision is linear()'s, with its own rule (_served_classes)
+        if _dynamo_compiling() or _compile_state._is_compiling_flag:  # traced: linear() decides (_served_classes)
             return linear(x, weight, bias)
         numel = x.numel()
         if numel < self._cudal2_min_numel:
@@ -781,7 +819,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
         if out.shape != product.shape:
             out.resize_(product.shape)
         return out.copy_(product)
-    if _is_compiling():
+    if _dynamo_compiling() or _compile_state._is_compiling_flag:  # (_is_compiling(), inlined)
         if a.dim() != 2 or b.dim() != 2:
             return torch.matmul(a, b)
         served = _served_when_traced(_matmul_class, a, b)
@@ -794,9 +832,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
     if _grad_enabled() and (a.requires_grad or b.requires_grad):  # (_needs_grad, inlined: every call runs it)
         return _Matmul.apply(a, b) if a.dim() == 2 and b.dim() == 2 and _autograd_takes(a, b) \
             else torch.matmul(a, b)
-    plan = _mm_plans.get(b.shape)
-    if plan is not None and a.numel() in plan[2]:  # served in no mode (see _plans)
-        return torch.matmul(a, b)
+    counts = _mm_torch_counts.get(b.numel())
+    if counts is not None and a.numel() in counts:  # served in no mode, bound once (see _torch_counts)
+        return _torch_matmul(a, b)
     if a.dim() != 2 or b.dim() != 2:
         return torch.matmul(a, b)
     return _run_matmul(a, b)
@@ -804,7 +842,7 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."""
-    if _is_compiling():
+    if _dynamo_compiling() or _compile_state._is_compiling_flag:  # (_is_compiling(), inlined)
         if weight.dim() != 2 or x.dim() == 0:  # a 1-D weight (a dot product per row) is F.linear's alone
             return _F_linear(x, weight, bias)
         served = _served_when_traced(_linear_class, x, weight, bias)
@@ -818,8 +856,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
         return _Linear.apply(x, weight, bias) if weight.dim() == 2 and x.dim() != 0 \
             and _autograd_takes(x, weight, bias) else _F_linear(x, weight, bias)
-    plan = _linear_plans.get(weight.shape)
-    if plan is not None and x.numel() in plan[2]:  # served in no mode (see _plans)
+    counts = _linear_torch_counts.get(weight.numel())
+    if counts is not None and x.numel() in counts:  # served in no mode, bound once (see _torch_counts)
         return _F_linear(x, weight, bias)
     if weight.dim() != 2 or x.dim() == 0:
         return _F_linear(x, weight, bias)

@@ -820,6 +820,99 @@ def test_a_call_of_no_served_row_count_builds_no_call_key_nor_problem(monkeypatc
     assert torch.equal(cudal2.matmul(a, b), torch.matmul(a, b))
 
 
+def _python_work(fn, *args):
+    """What one call fn(*args) does at the Python level: the Python functions it enters (fn first), the C
+    functions it calls and the attributes its Python code reads (each torch.Size read is one built)."""
+    import dis
+    import sys
+
+    entered, c_calls, attributes, here = [], [], [], sys._getframe()
+
+    def profile(frame, event, arg):
+        if frame is here:  # (the helper's own calls: sys.settrace / sys.setprofile)
+            return
+        if event == "call":
+            entered.append(frame.f_code.co_name)
+        elif event == "c_call":
+            c_calls.append(getattr(arg, "__name__", repr(arg)))
+
+    def trace(frame, event, arg):
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            instruction = {i.offset: i for i in dis.get_instructions(frame.f_code)}.get(frame.f_lasti)
+            if instruction is not None and instruction.opname in ("LOAD_ATTR", "LOAD_METHOD"):
+                attributes.append(instruction.argval)
+        return trace
+
+    sys.settrace(trace)
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+        sys.settrace(None)
+    return entered, c_calls, attributes
+
+
+# The miss path of matmul() and linear() (nothing served, the call's counts bound before): each Python
+# function entered costs about 50 ns on a 2-core CPU, each C function (a tensor's numel(), a dict lookup,
+# torch's own call) 20 to 100 ns, each torch.Size built (tensor.shape) about 110 ns. Within these, a
+# call costs at most 0.3 us more than torch's on such a CPU.
+MISS_PATH_PYTHON_FUNCTIONS = 2  # the op, and the test whether torch.compile traces (Dynamo folds it)
+MISS_PATH_C_CALLS = 5  # is_grad_enabled, numel twice, one dict lookup, torch's own function
+
+
+@pytest.mark.parametrize("op", ["linear", "matmul"])
+def test_the_miss_path_enters_no_helper_and_builds_no_shape(op):
+    """A call with nothing to serve, once its counts were bound: no Python function beyond the op's own
+    and the compile test, a fixed number of C calls, no tensor.shape read (it builds a torch.Size)."""
+    w = torch.randn(96, 64)
+    call, a = (cudal2.linear, torch.randn(6, 64)) if op == "linear" else (cudal2.matmul, torch.randn(6, 96))
+    with torch.no_grad():
+        call(a, w)  # bound once
+        entered, c_calls, attributes = _python_work(call, a, w)
+    assert entered[0] == op and len(entered) <= MISS_PATH_PYTHON_FUNCTIONS, entered
+    assert len(c_calls) <= MISS_PATH_C_CALLS, c_calls
+    assert not {"shape", "size", "stride"} & set(attributes), attributes
+
+
+def test_a_call_whose_counts_a_served_call_shares_is_never_sent_to_torch_by_the_miss_path(monkeypatch):
+    """The miss path keys on element counts (weight.numel(), x.numel()): a call of another shape with the
+    same counts as a served one (64 x 32 weight at 6 rows, 32 x 64 at 3: both 2048 and 192) is not
+    sent to torch there, and the unserved one still runs torch without a call key after its first call."""
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=3, n=32, k=64, layout="NT"), gpu="")]))
+    x, w = torch.randn(6, 32), torch.randn(64, 32)
+    served_x, served_w = torch.randn(3, 64), torch.randn(32, 64)
+    assert (x.numel(), w.numel()) == (served_x.numel(), served_w.numel())
+    with torch.no_grad():
+        cudal2.linear(x, w)  # bound once: not a served shape
+        assert not ops._torch_counts["linear"].get(w.numel())  # its counts are a served call's
+
+        def built(*args):
+            raise AssertionError("built a call key")
+
+        monkeypatch.setattr(ops, "_linear_key", built)
+        assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w))  # torch, no key (_plans)
+        with pytest.raises(AssertionError, match="built a call key"):
+            cudal2.linear(served_x, served_w)  # the full path decides
+
+
+def test_the_ops_compile_test_answers_what_torch_compiler_is_compiling_does(monkeypatch):
+    """Code that a compile or torch.export runs outside Dynamo (is_compiling() True, is_dynamo_compiling()
+    False) takes the traced decision, as with torch.compiler.is_compiling()."""
+    decided = []
+    monkeypatch.setattr(ops, "_served_when_traced", lambda *args: decided.append(args[0]) or None)
+    x, w = torch.randn(6, 64), torch.randn(96, 64)
+    with torch.no_grad():
+        cudal2.linear(x, w), cudal2.matmul(x, w.t())
+        assert decided == []
+        monkeypatch.setattr(torch.compiler, "_is_compiling_flag", True)
+        assert torch.compiler.is_compiling() and not torch.compiler.is_dynamo_compiling()
+        assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w))
+        assert torch.equal(cudal2.matmul(x, w.t()), torch.matmul(x, w.t()))
+    assert decided == [ops._linear_class, ops._matmul_class]
+
+
 def test_every_winner_of_twenty_searches_is_served_from_the_exported_table_in_its_mode(tmp_path, monkeypatch):
     """Twenty shapes searched into one store (recorded runner, both Hopper backends), the table exported
     with `cudal2 export` and read by the op from $CUDAL2_TABLE, as a user's process does. With the op's
