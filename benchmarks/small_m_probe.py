@@ -19,6 +19,7 @@ DEV = "cpu" if os.environ.get("TRITON_INTERPRET") == "1" else "cuda"
 sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "benchmarks"))
 from cudal2.bench.timing import measure, TimingConfig
 from dram_ceilings import timed_us
+from roofline import _stream_kernel  # the same floors as the roofline's
 
 
 @triton.jit
@@ -110,21 +111,6 @@ def gemv(a_ptr, w_ptr, c_ptr, ws_ptr, cnt_ptr, N, K, BN: tl.constexpr, BK: tl.co
             tl.atomic_xchg(cnt_ptr + pid_n, 0)
 
 
-@triton.jit
-def stream_read(w_ptr, out_ptr, numel, BLOCK: tl.constexpr):
-    pid = tl.program_id(0)
-    acc = tl.zeros((BLOCK,), tl.float32)
-    for start in range(pid * BLOCK, numel, tl.num_programs(0) * BLOCK):
-        offs = start + tl.arange(0, BLOCK)
-        acc += tl.load(w_ptr + offs, mask=offs < numel, other=0.0).to(tl.float32)
-    tl.store(out_ptr + pid, tl.sum(acc))
-
-
-@triton.jit
-def empty_kernel(out_ptr):
-    pass
-
-
 def pow2ceil(x):
     return 1 << max(0, (x - 1).bit_length())
 
@@ -200,6 +186,7 @@ def main():
         ref = (A[0].float() @ W[0].float().t())
         conts = {"torch": lambda i: torch.matmul(A[i], W[i].t(), out=C[i])}
         sink = torch.empty(2048, device=DEV, dtype=torch.float32)
+        stream_read, empty_kernel = _stream_kernel()
         conts["floor: torch.sum(W)"] = lambda i: torch.sum(W[i], dtype=torch.float32)
         for ctas in (132, 264, 528):
             conts[f"floor: stream W {ctas}"] = (lambda c: lambda i: stream_read[(c,)](W[i], sink, n * k, BLOCK=4096, num_warps=8))(ctas)
