@@ -63,6 +63,12 @@ def select(split: str, tokens: tuple[int, ...], min_weight_mib: float, part: int
     return [s.problem() for s in chosen][part::parts]
 
 
+def shape_key(problem: GemmProblem) -> str:
+    """A row's "shape": "MxNxK-LAYOUT" (the JSON's format; "label" holds the problem's full label)."""
+    m, n, k = problem.shape
+    return f"{m}x{n}x{k}-{problem.layout}"
+
+
 def limits(problem: GemmProblem, read_GBps: float, dense_TFLOPS: float) -> dict:
     """The shape's bytes and flops, which limit binds ("memory" or "compute") and its ideal time in us."""
     m, n, k = problem.shape
@@ -226,7 +232,8 @@ def measure_shape(problem: GemmProblem, ev, store, args, rate: dict) -> dict:
     from cudal2.bench.inputs import make_operands, rotation_count
     from cudal2.bench.timing import LayerPrelude, TimingConfig, measure
 
-    row = {"shape": problem.label(), "split": args.split, **limits(problem, rate["read_GBps"], rate["dense_TFLOPS"])}
+    row = {"shape": shape_key(problem), "label": problem.label(), "split": args.split,
+           **limits(problem, rate["read_GBps"], rate["dense_TFLOPS"])}
     specs = {}
     if not args.no_search:
         info, specs["cudal2"] = _search(problem, ev, store, args.budget)
@@ -335,7 +342,7 @@ def main(argv=None) -> int:
     store = Store(Path(tempfile.mkdtemp()) / "roofline.db")
     with default_runner(baselines=("torch",)) as ev:
         for problem in problems:
-            if problem.label() in done:
+            if shape_key(problem) in done:
                 continue
             if time.time() - start > args.max_seconds:
                 print(f"stopped after {args.max_seconds:.0f} s; continue with --resume {path}", flush=True)

@@ -20,6 +20,7 @@ def test_takes_thirty_validation_shapes_of_small_m_and_large_weights():
         assert p.label() in validation and p.layout == "NT"
         assert p.m in roofline.TOKENS and p.m <= 256
         assert 2 * p.n * p.k >= 8 * 2**20
+    assert roofline.shape_key(chosen[0]) == f"{chosen[0].m}x{chosen[0].n}x{chosen[0].k}-NT"  # the JSON's format
     halves = roofline.select("validation", roofline.TOKENS, 8, 0, 2) + roofline.select("validation", roofline.TOKENS, 8, 1, 2)
     assert sorted(p.label() for p in halves) == sorted(p.label() for p in chosen)
 
