@@ -81,7 +81,7 @@ def test_the_features_tell_an_h200_from_an_h100():
 
 def test_a_model_of_the_older_features_is_scored_with_its_own_columns(tmp_path):
     from cudal2.proposers.catalog import catalog
-    from cudal2.proposers.learned import shipped_model_path
+    from cudal2.proposers.model_files import shipped_model_path
 
     d = json.loads(shipped_model_path("sm_90a").read_text())
     old = TreeModel.from_json(d)

@@ -240,7 +240,7 @@ def test_a_proposer_without_the_pending_keyword_is_asked_for_more_and_its_repeat
 
 
 def test_the_shipped_model_loads_and_says_where_its_data_came_from():
-    from cudal2.proposers.learned import shipped_model_path
+    from cudal2.proposers.model_files import shipped_model_path
 
     m = TreeModel.load(shipped_model_path("sm_90a"))
     data = m.info["data"]

@@ -34,7 +34,7 @@ from cudal2.proposers import bandit
 from cudal2.proposers.catalog import catalog
 from cudal2.proposers.catalog import names_for
 from cudal2.proposers.cost_model import ModelError, TreeModel
-from cudal2.proposers.model_files import MODELS, find_model, shipped_model_path  # noqa: F401 - where models live
+from cudal2.proposers.model_files import find_model
 
 ENV_MODEL = "CUDAL2_COST_MODEL"  # a model file of 'cudal2 train' to use instead of the shipped one
 
