@@ -319,7 +319,7 @@ def _specs(text: str) -> int | str:
     raise argparse.ArgumentTypeError(f"{text!r}: give 'all' or a positive number")
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--train-data", type=Path, action="append", default=[],
                     help="an export of another GPU's sweep (cudal2 dataset export); repeat for several")
@@ -340,7 +340,11 @@ def main(argv=None) -> int:
     ap.add_argument("--resume", type=Path, default=None,
                     help="an earlier call's JSON: keep its rows and measure only what it and its .sweep.db lack")
     ap.add_argument("--smoke", action="store_true", help="CPU: the recorded runner, two shapes, a few specs")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
     deadline = Deadline(args.max_seconds)
     args.backends = tuple(b for b in args.backends.split(",") if b)
     if args.smoke:

@@ -199,3 +199,13 @@ def test_a_resumed_call_keeps_the_earlier_sweep_s_catalogs_and_a_second_fresh_ru
     assert "specs_per_catalog 12" in capsys.readouterr().err
     assert transfer.main(["--smoke", "--out", str(tmp_path)]) == 2
     assert f"continue it with --resume {path}" in capsys.readouterr().err
+
+
+def test_the_calls_docs_learning_md_gives_for_a_gpu_budget_are_valid_and_resume_one_run():
+    text = (Path(__file__).resolve().parent.parent / "docs" / "learning.md").read_text()
+    calls = [line.split("#")[0].split()[2:] for line in text.splitlines() if line.startswith("python $T")]
+    assert len(calls) == 3
+    parsed = [transfer.parser().parse_args(c) for c in calls]
+    assert parsed[0].resume is None and parsed[0].train_data and parsed[0].specs
+    assert all(a.resume is not None and a.max_seconds <= 540 for a in parsed[1:])
+    assert {a.only for a in parsed} == set(transfer.PARTS)
