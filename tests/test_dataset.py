@@ -144,6 +144,18 @@ def test_sweep_measures_each_pair_once_and_exports_a_row_per_pair(tmp_path):
         write_rows([], tmp_path / "d.txt")
 
 
+def test_a_sweep_told_to_stop_returns_between_chunks_and_a_second_run_measures_only_the_rest(tmp_path):
+    store, problems, specs = Store(tmp_path / "s.db"), resolve_shapes("48x80x96,64x96x128"), sample(6)
+    log = tmp_path / "log"
+    asked = []
+    first = run_sweep(problems, specs, RecordedRunner(log=log), store, chunk=2,
+                      stop=lambda: asked.append(1) or len(asked) > 4)  # four chunks, then stop
+    assert first.stopped and first.measured == 8 and len(store.kernels()) == 8
+    rest = run_sweep(problems, specs, RecordedRunner(log=log), store, chunk=2)
+    assert not rest.stopped and (rest.measured, rest.already) == (4, 8)
+    assert len(specs_measured(log)) == 12 == len(set(specs_measured(log)))
+
+
 SWEEP = textwrap.dedent("""
     import sys
     from cudal2.dataset import resolve_shapes, run_sweep

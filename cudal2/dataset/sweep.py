@@ -39,6 +39,7 @@ class SweepSummary:
     correct: int = 0  # of which ran correctly and were timed
     already: int = 0  # pairs the store held before this run
     skipped: list[str] = field(default_factory=list)  # "shape: why", for shapes not measured
+    stopped: bool = False  # `stop` said so before a chunk: the pairs left are measured by a second run
 
 
 def resolve_shapes(text: str, dtype: str = "float16") -> list[GemmProblem]:
@@ -86,9 +87,12 @@ def draw_shapes(problems: Sequence[GemmProblem], count: int, seed: int = 2026112
 
 def run_sweep(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], runner, store: Store,
               modes: tuple[str, ...] = ("layer",), chunk: int = CHUNK,
-              on_pairs: Callable[[int, str], None] = lambda n, label: None) -> SweepSummary:
+              on_pairs: Callable[[int, str], None] = lambda n, label: None,
+              stop: Callable[[], bool] = lambda: False) -> SweepSummary:
     """Measure every spec on every problem that the store does not hold yet. on_pairs(n, label) is
-    told of each n pairs done (measured or found in the store) and the shape they were on. Raises
+    told of each n pairs done (measured or found in the store) and the shape they were on. stop() is
+    asked before each chunk; when it says True the sweep returns (summary.stopped), every chunk
+    measured so far in the store, so that a run under a time limit ends cleanly. Raises
     StoreError, before measuring, if the store holds timings of another GPU model. One process, one
     runner; over the GPUs of a Dask cluster: cluster_sweep.run_sweep_on_cluster."""
     summary = SweepSummary()
@@ -110,6 +114,9 @@ def run_sweep(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], runn
             m in b.timing for b in baselines.values() if b.available for m in modes)
         left = len(todo)
         for part in chunked(todo, chunk):
+            if stop():
+                summary.stopped = True
+                return summary
             try:
                 results = runner.evaluate(problem, part, modes, with_baselines=fresh_baselines)
             except SpecError as e:  # the problem does not fit the GPU: every chunk would say so
