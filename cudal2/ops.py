@@ -4,11 +4,11 @@ Never slower: a tuned kernel is used only where the table records a measured spe
 torch.matmul above 1 on this GPU and, for an eager call, a saving above its backend's launch cost on
 this host (measured at that backend's first launch: cudal2.bench.launch_cost; less, and the op's host
 time would cost a host-bound model more than the kernel saves). CuTe DSL and Triton kernels are
-launched (op_backends). Everything else (CPU
-tensors, dtypes other than fp16/bf16, batched or strided operands, shapes never tuned, shapes the IR
-refuses, operands not 16-byte aligned) runs torch.matmul / torch.nn.functional.linear. Shapes called without a tuned kernel are
-remembered (untuned_problems()); cudal2.tune_untuned() measures the learned model's pick for each and
-the table then serves those where it won.
+launched (op_backends). Everything else (CPU tensors, dtypes other than fp16/bf16, batched or strided
+operands, shapes never tuned, shapes the IR refuses, operands not 16-byte aligned) runs torch.matmul /
+torch.nn.functional.linear. Shapes called without a tuned kernel are remembered (untuned_problems());
+cudal2.tune_untuned() measures the learned model's pick for each and the table then serves those where
+it won.
 
 Per-call cost. The first call of a (shape, strides, dtype, device, bias) builds a launcher (table
 lookup, compile or disk-cache load, workspace) and keeps it in a dict; every later call is that
@@ -69,19 +69,17 @@ _untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no t
 # entry serves, or a row count no served entry of that shape has, runs torch without building its call
 # key (which costs more than the rest of the op's Python): _plans, and before them _torch_counts. Its
 # first call still goes through _bind, which records an untuned problem.
-# "mm": {(k, n): fewest rows m served}, "linear": {(n, k): fewest rows}, of servable entries; "mm_graph" and
-# "linear_graph": the same at GRAPH_MIN_SAVING_US, for calls while a CUDA graph captures; {} = not read yet;
-# "served_numels": {B's element count (k * n): A's element counts (m * k)} of every servable entry, eager or
-# while a CUDA graph captures (_torch_counts' guard)
+# "linear": {(n, k): fewest rows m served} of servable entries (route_linears' row test), "linear_graph": the
+# same at GRAPH_MIN_SAVING_US, for calls while a CUDA graph captures; "mm_numels", "linear_numels" and their
+# "_graph" twins: {B's shape: A's element counts (m * k) served}; "served_numels": {B's element count (k * n):
+# A's element counts} of every servable entry, eager or while a CUDA graph captures (_torch_counts' guard);
+# {} = not read yet
 _b_shapes: dict[str, dict] = {}
-# The eager paths' plan per B operand shape (b.shape, weight.shape), read off _b_shapes on its first call:
-# [element counts of A that a kernel serves eager calls of, ... calls made while a CUDA graph captures,
-# counts served in neither and bound once, counts served only in graphs and bound once, counts any
-# servable entry of this B element count has (served_numels), this B element count's _torch_counts set].
-# A's element count is m * k, one int per row count, cheaper to read than a.shape. A call of a count
-# served in neither runs torch without a call key or problem once its first call was bound (which records
-# a GPU call without a tuned kernel: untuned_problems); one served only in graphs also asks whether a
-# capture is underway.
+# The eager paths' plan per B operand shape (b.shape, weight.shape), read off _b_shapes on its first call
+# (_Plan). A's element count is m * k, one int per row count, cheaper to read than a.shape. A call of a
+# count served in neither mode runs torch without a call key or problem once its first call was bound
+# (which records a GPU call without a tuned kernel: untuned_problems); one served only in graphs also asks
+# whether a capture is underway.
 _plans: dict[str, dict] = {"mm": {}, "linear": {}}
 _mm_plans, _linear_plans = _plans["mm"], _plans["linear"]  # (the same dicts, bound for the eager paths)
 # The miss path, in matmul() and linear() themselves: B's element count (b.numel(), weight.numel()) -> the
@@ -148,7 +146,6 @@ def _table_b_shapes() -> dict[str, dict]:
             problems = sorted(_servable_problems(margin), key=lambda p: -p.m)  # (the fewest rows last: they win)
             for p in problems:
                 found["served_numels"].setdefault(p.k * p.n, set()).add(p.m * p.k)
-            found["mm" + name] = {(p.k, p.n): p.m for p in problems}
             found["linear" + name] = {(p.n, p.k): p.m for p in problems}
             for op, b_shape in (("mm", lambda p: (p.k, p.n)), ("linear", lambda p: (p.n, p.k))):
                 numels: dict[tuple, set] = {}  # B shape -> A's element counts served (m * k)
@@ -442,13 +439,27 @@ def _linear_key(x, weight, bias) -> tuple:
             weight.get_device(), None if bias is None else (bias.shape, bias.stride(), bias.dtype, bias.get_device()))
 
 
-def _plan(op: str, b_shape) -> list:
+class _Plan:
+    """What the eager paths know of one B operand shape, by A's element count (m * k)."""
+
+    __slots__ = ("eager", "graph", "bound", "bound_graph_only", "served", "to_torch")
+
+    def __init__(self, eager, graph, served, to_torch: set):
+        self.eager = eager  # counts a kernel serves eager calls of
+        self.graph = graph  # counts a kernel serves calls of while a CUDA graph captures
+        self.bound: set = set()  # counts served in neither mode, their first call bound
+        self.bound_graph_only: set = set()  # counts served only in graphs, a call outside a capture bound
+        self.served = served  # counts any servable entry of this B element count has (served_numels)
+        self.to_torch = to_torch  # this B element count's _torch_counts set
+
+
+def _plan(op: str, b_shape) -> _Plan:
     """The eager paths' plan for B operands of b_shape (see _plans), made on its first call."""
     shapes = _b_shapes or _table_b_shapes()
     key = tuple(b_shape)
     b_numel = key[0] * key[1]
-    plan = [shapes[op + "_numels"].get(key, frozenset()), shapes[op + "_numels_graph"].get(key, frozenset()), set(),
-            set(), shapes["served_numels"].get(b_numel, frozenset()), _torch_counts[op].setdefault(b_numel, set())]
+    plan = _Plan(shapes[op + "_numels"].get(key, frozenset()), shapes[op + "_numels_graph"].get(key, frozenset()),
+                 shapes["served_numels"].get(b_numel, frozenset()), _torch_counts[op].setdefault(b_numel, set()))
     _plans[op][b_shape] = plan
     return plan
 
@@ -456,24 +467,24 @@ def _plan(op: str, b_shape) -> list:
 def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     plan = _mm_plans.get(b.shape) or _plan("mm", b.shape)
     numel = a.numel()
-    if numel not in plan[0]:  # no kernel serves an eager call of this many rows
-        bound = plan[2]
-        if numel in plan[1]:
+    if numel not in plan.eager:  # no kernel serves an eager call of this many rows
+        bound = plan.bound
+        if numel in plan.graph:
             if _captured_now(a):
                 return _captured(_matmul_key(a, b), lambda: _matmul_class(a, b), (a, b, None),
                                  (a.shape[0], b.shape[1]), lambda: torch.matmul(a, b))
-            bound = plan[3]
+            bound = plan.bound_graph_only
         if numel in bound:
             return torch.matmul(a, b)
         bound.add(numel)
-        if bound is plan[2] and numel not in plan[4]:  # from now on matmul() sends it to torch (_torch_counts)
-            plan[5].add(numel)
+        if bound is plan.bound and numel not in plan.served:  # matmul() sends it to torch from now on
+            plan.to_torch.add(numel)
     key = _matmul_key(a, b)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
         launch = _bind(key, _problem_of(_matmul_class(a, b)), (a.shape[0], b.shape[1]), a.device, (a, b, None),
                        lambda: torch.matmul(a, b))
-    if launch is None and numel in plan[1] and _captured_now(a):  # no eager kernel (its launch costs more than
+    if launch is None and numel in plan.graph and _captured_now(a):  # no eager kernel (its launch costs more than
         # it saves), but a capture pays the launch once
         return _captured(key, lambda: _matmul_class(a, b), (a, b, None), (a.shape[0], b.shape[1]),
                          lambda: torch.matmul(a, b))
@@ -484,24 +495,25 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     plan = _linear_plans.get(weight.shape) or _plan("linear", weight.shape)
     numel = x.numel()
-    if numel not in plan[0]:  # no kernel serves an eager call of this many rows
-        bound = plan[2]
-        if numel in plan[1]:
+    if numel not in plan.eager:  # no kernel serves an eager call of this many rows
+        bound = plan.bound
+        if numel in plan.graph:
             if _captured_now(x):
                 return _captured(_linear_key(x, weight, bias), lambda: _linear_class(x, weight, bias),
-                                 (x, weight, bias), (*x.shape[:-1], weight.shape[0]), lambda: _F_linear(x, weight, bias))
-            bound = plan[3]
+                                 (x, weight, bias), (*x.shape[:-1], weight.shape[0]),
+                                 lambda: _F_linear(x, weight, bias))
+            bound = plan.bound_graph_only
         if numel in bound:
             return _F_linear(x, weight, bias)
         bound.add(numel)
-        if bound is plan[2] and numel not in plan[4]:  # from now on linear() sends it to torch (_torch_counts)
-            plan[5].add(numel)
+        if bound is plan.bound and numel not in plan.served:  # linear() sends it to torch from now on
+            plan.to_torch.add(numel)
     key = _linear_key(x, weight, bias)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
         launch = _bind(key, _problem_of(_linear_class(x, weight, bias)), (*x.shape[:-1], weight.shape[0]), x.device,
                        (x, weight, bias), lambda: _F_linear(x, weight, bias))
-    if launch is None and numel in plan[1] and _captured_now(x):  # as in _run_matmul
+    if launch is None and numel in plan.graph and _captured_now(x):  # as in _run_matmul
         return _captured(key, lambda: _linear_class(x, weight, bias), (x, weight, bias),
                          (*x.shape[:-1], weight.shape[0]), lambda: _F_linear(x, weight, bias))
     out = launch(x, weight, bias) if launch is not None else None
