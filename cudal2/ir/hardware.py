@@ -15,6 +15,7 @@ bound: a problem is refused there only if no part of the target arch could hold 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Mapping, TypeVar
 
 
 @dataclass(frozen=True)
@@ -164,12 +165,21 @@ PART_PEAKS: dict[str, Peak] = {
 UNKNOWN_PART = Peak(3000.0, 10.0)  # faster than any GPU of this generation: only gross cheats trip it
 
 
+_Figures = TypeVar("_Figures")
+
+
+def _by_part(table: Mapping[str, _Figures], gpu_name: str | None) -> _Figures | None:
+    """The value of the most specific (longest) key of table that gpu_name contains, or None."""
+    name = (gpu_name or "").lower()
+    for key in sorted(table, key=len, reverse=True):
+        if key.lower() in name:
+            return table[key]
+    return None
+
+
 def part_peak(gpu_name: str) -> Peak:
     """The peaks of the part whose name contains a PART_PEAKS key (most specific first)."""
-    for key in sorted(PART_PEAKS, key=len, reverse=True):
-        if key.lower() in gpu_name.lower():
-            return PART_PEAKS[key]
-    return UNKNOWN_PART
+    return _by_part(PART_PEAKS, gpu_name) or UNKNOWN_PART
 
 
 @dataclass(frozen=True)
@@ -205,10 +215,7 @@ REFERENCE_PARTS = {"sm_80": "A100-SXM4-80GB", "sm_90": "H100", "sm_90a": "H100"}
 
 def known_part(gpu_name: str) -> PartFigures | None:
     """The published figures of the part whose name contains a KNOWN_PARTS key (most specific first)."""
-    for key in sorted(KNOWN_PARTS, key=len, reverse=True):
-        if key.lower() in (gpu_name or "").lower():
-            return KNOWN_PARTS[key]
-    return None
+    return _by_part(KNOWN_PARTS, gpu_name)
 
 
 def _positive(value) -> float | None:
@@ -273,8 +280,8 @@ class DeviceProfile:
         part = known_part(gpu_name)
         if part is None:
             return base
-        return replace(base, sm_count=part.sm_count or base.sm_count, dram_tbps=part.dram_tbps, mem_bytes=int(part.mem_gib * 2**30), clock_mhz=part.clock_mhz,
-                       power_w=part.power_w)
+        return replace(base, sm_count=part.sm_count or base.sm_count, dram_tbps=part.dram_tbps,
+                       mem_bytes=int(part.mem_gib * 2**30), clock_mhz=part.clock_mhz, power_w=part.power_w)
 
     @classmethod
     def from_properties(cls, props, arch: str, power_w: float | None = None) -> "DeviceProfile":
