@@ -39,6 +39,7 @@ import json
 import sys
 import tempfile
 import time
+from functools import lru_cache
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -125,9 +126,11 @@ def markdown(out: dict) -> str:
 
 # ---- on the GPU -------------------------------------------------------------------------------------
 
+@lru_cache(maxsize=None)
 def _stream_kernel():
     """A Triton kernel that reads a buffer once (16-byte loads, an fp32 sum per block): the floor
-    of any kernel that must read the same bytes."""
+    of any kernel that must read the same bytes; and an empty one. Made once per process (each
+    definition is a JIT function of its own, compiled again)."""
     import triton
     import triton.language as tl
 

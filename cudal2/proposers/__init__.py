@@ -21,6 +21,7 @@ import importlib
 
 from cudal2.proposers.proposal import Proposal, Proposer, ProposerUnavailable
 from .fallback import FallbackProposer
+from .model_files import find_model
 from ..ir.hardware import DEFAULT_ARCH
 
 PROPOSERS: dict[str, str] = {
@@ -42,9 +43,8 @@ DEFAULT_FALLBACK = {"llm": "rules", "llm+learned": "learned"}
 
 def default_proposer(arch: str) -> str:
     """"learned" where a cost model for arch is at hand (one ships for sm_90a; $CUDAL2_COST_MODEL
-    or the user's model for the live GPU is another: model_files.find_model), else "rules". What "auto", the default of cudal2.search and the CLI, means."""
-    from .model_files import find_model
-
+    or the user's model for the live GPU is another: model_files.find_model), else "rules". What "auto",
+    the default of cudal2.search and the CLI, means."""
     return "learned" if find_model(arch) is not None else "rules"
 
 

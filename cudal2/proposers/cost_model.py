@@ -27,7 +27,7 @@ from ..ir import GemmProblem, KernelSpec
 from ..ir import DeviceProfile
 from .features import FEATURE_VERSION, feature_names, matrix
 from .sample import Sample, provenance
-from ..ir.hardware import DEFAULT_ARCH
+from ..ir.hardware import DEFAULT_ARCH, known_part
 
 MODEL_FORMAT = "cudal2-cost-model"
 # Feature versions whose every feature is one of this version's, under the same name and with the
@@ -229,8 +229,6 @@ def _short(x: float) -> float:
 def sample_device(sample: Sample, default: DeviceProfile) -> DeviceProfile:
     """The GPU a sample was measured on as the features see it: the known part its GPU name names
     (DeviceProfile.of_part), else `default` (a sample with no GPU name, or the recorded runner's)."""
-    from ..ir.hardware import known_part
-
     if sample.gpu and known_part(sample.gpu) is not None:
         return DeviceProfile.of_part(sample.gpu, default.arch)
     return default

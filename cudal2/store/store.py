@@ -27,6 +27,7 @@ from dataclasses import asdict, fields
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Callable, Iterator
+from urllib.parse import parse_qsl
 
 from cudal2.settings import settings
 from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
@@ -81,8 +82,6 @@ def url_secrets(url: str) -> list[str]:
     """What of a store URL must never be printed: the password SQLAlchemy parses, and, where it holds an
     unencoded '@' or '/', everything between the user name and the host and each piece of it of three
     characters or more (a driver that reads the rest as the host name quotes that back in its error)."""
-    from urllib.parse import parse_qsl
-
     found = []
     rest, _, query = url.partition("://")[2].partition("?")
     userinfo = rest.rpartition("@")[0]

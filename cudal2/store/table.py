@@ -10,6 +10,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Collection, Iterator
@@ -237,8 +238,6 @@ def _within(seconds: float, read, store: Store):
     """read() in a worker thread, waited for at most seconds: a driver blocked on a socket cannot be
     interrupted, so a store that never answers is left to its thread (a daemon: it never holds the
     process at exit) and its caller goes on without it."""
-    import threading
-
     done: dict[str, Any] = {}
 
     def run() -> None:

@@ -8,6 +8,7 @@ import copy
 import datetime as _dt
 import os
 import socket
+import threading
 import warnings
 from typing import Any, Callable, Sequence
 
@@ -157,8 +158,6 @@ class Heartbeat:
     (batches asked ahead during the measurement join them)."""
 
     def __init__(self, storage, trial_ids: Callable[[], list[int]], every_s: float = 30.0):
-        import threading
-
         self._done = threading.Event()
 
         def beat() -> None:
