@@ -69,17 +69,27 @@ def _grads(run, tensors: list[torch.Tensor], seed: int):
     return y, [None if t.grad is None else t.grad.clone() for t in tensors]
 
 
-def _compare(ours, theirs, tensors: list[torch.Tensor], seed: int) -> None:
+def _outcomes(ours, theirs):
+    """What ours() and theirs() each returned, or the exception each raised; None where either raised
+    (after checking that both raised the same type): the case is settled."""
     outcome = []
     for run in (ours, theirs):
         try:
-            outcome.append(_grads(run, tensors, seed))
+            outcome.append(run())
         except Exception as e:  # noqa: BLE001 - compared below
             outcome.append(e)
     got, want = outcome
     if isinstance(want, Exception) or isinstance(got, Exception):
         assert type(got) is type(want), (got, want)
+        return None
+    return got, want
+
+
+def _compare(ours, theirs, tensors: list[torch.Tensor], seed: int) -> None:
+    both = _outcomes(lambda: _grads(ours, tensors, seed), lambda: _grads(theirs, tensors, seed))
+    if both is None:
         return
+    got, want = both
     (y, grads), (y_torch, grads_torch) = got, want
     assert y.dtype == y_torch.dtype and y.shape == y_torch.shape
     torch.testing.assert_close(y.detach(), y_torch.detach(), rtol=0, atol=0)
@@ -147,18 +157,14 @@ def test_matmul_out_is_torch_matmuls(case, out_kind):
             return torch.full((*shape[:-1], 2 * shape[-1]) if shape else (2,), 7, dtype=result)[..., ::2]
         return torch.full(shape, 7, dtype=result)
 
-    outcome = []
-    for run in (cudal2.matmul, torch.matmul):
+    def into_out(run):
         out = fresh_out()
-        try:
-            got = run(a, b, out=out)
-            outcome.append((got is out, out.detach().clone()))
-        except Exception as e:  # noqa: BLE001 - compared below
-            outcome.append(e)
-    got, want = outcome
-    if isinstance(want, Exception) or isinstance(got, Exception):
-        assert type(got) is type(want), (got, want)
+        return run(a, b, out=out) is out, out.detach().clone()
+
+    both = _outcomes(lambda: into_out(cudal2.matmul), lambda: into_out(torch.matmul))
+    if both is None:
         return
+    got, want = both
     assert got[0] and want[0]  # the out tensor itself is returned
     assert got[1].shape == want[1].shape and got[1].stride() == want[1].stride()
     torch.testing.assert_close(got[1], want[1], rtol=0, atol=0)
