@@ -36,8 +36,6 @@ from cudal2.proposers.catalog import names_for
 from cudal2.proposers.cost_model import ModelError, TreeModel
 from cudal2.proposers.model_files import find_model
 
-ENV_MODEL = "CUDAL2_COST_MODEL"  # a model file of 'cudal2 train' to use instead of the shipped one
-
 
 def load_model(model=None, arch: str = DEFAULT_ARCH, device: DeviceProfile | None = None):
     """A TreeModel: the one given, read from a path, or the one find_model picks for arch on device
