@@ -126,6 +126,8 @@ def test_layer_mode_times_each_call_alone_after_the_prelude_and_leaves_a_unchang
     res = measure(contenders, 2, "layer", TimingConfig(groups=20), "cuda", LayerPrelude("cuda", l2, a))
     once, twice = res["once"].timing, res["twice"].timing
     assert once.method == "cuda-graph" and twice.method == "cuda-graph" and once.groups == 20
+    # a group cycles over the sets for about target_group_ms (2 ms), not one pass of 2 calls
+    assert res["once"].calls_per_group > 2 * 2 and res["once"].calls_per_group % 2 == 0, res["once"]
     assert 1.5 < twice.kernel_ms / once.kernel_ms < 2.5, (once, twice)
     assert all(torch.equal(x, y) for x, y in zip(a, before))
 

@@ -87,6 +87,7 @@ class Measured:
     timing: Timing | None
     error: str = ""
     replay: Callable[[], Any] | None = None  # re-runs the timed path (the captured graph) once
+    calls_per_group: int = 0  # layer mode: the calls (each after its prelude) one group's figure averages
 
 
 # ~25 us at H100 clocks: longer than the host needs to enqueue two events and one call.
@@ -276,8 +277,9 @@ def _l2_bytes(device) -> int:
 
 
 def _capture_layer(call: Call, prelude, indices: list[int], device):
-    """A CUDA graph of prelude(i), then call(i) between two timing events, for i in indices; the
-    events (external nodes, so each replay records them) and the error if capture fails."""
+    """A CUDA graph of prelude(i), then call(i) between two timing events, for i in indices (an index
+    may repeat: a group cycles over the input sets); the events (external nodes, so each replay
+    records them) and the error if capture fails."""
     import torch
 
     starts = [torch.cuda.Event(enable_timing=True, external=True) for _ in indices]
@@ -295,9 +297,9 @@ def _capture_layer(call: Call, prelude, indices: list[int], device):
 
 
 def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
-    """Layer mode (see the module's docstring): per contender a graph of every input set's prelude
-    and call, replayed once per group, contenders in a new order each group; a group's figure is
-    the mean of its calls' own times. A contender whose capture fails is timed the same way with
+    """Layer mode (see the module's docstring): per contender a graph of prelude and call cycling over
+    the input sets for about target_group_ms (at least one pass), replayed once per group,
+    contenders in a new order each group; a group's figure is the mean of its calls' own times. A contender whose capture fails is timed the same way with
     plain launches, the prelude keeping the GPU busy while the host enqueues the call."""
     import torch
 
@@ -312,8 +314,19 @@ def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
             out[name] = Measured(None, f"warm-up failed: {type(e).__name__}: {e}")
             continue
         captured, why = _capture_layer(call, prelude, list(range(n_sets)), device)
+        calls = n_sets
+        if captured[0] is not None:
+            # One pass over the input sets is 2 to 4 calls on most shapes: a group of one pass left the
+            # median of a round at the mercy of a few calls' DRAM luck (a winner's ratio over torch moved
+            # 1.3-1.8% between runs). Size the group as offline does, from one replay at the GPU's pace,
+            # the preludes included, so that it lasts about target_group_ms.
+            more = _calls_per_group(_replay_ms(captured[0]) / n_sets, n_sets, cfg)
+            if more > n_sets:
+                bigger, _ = _capture_layer(call, prelude, [j % n_sets for j in range(more)], device)
+                if bigger[0] is not None:  # (else the one-pass graph serves)
+                    captured, calls = bigger, more
         live[name] = {"graph": captured if captured[0] is not None else None, "why": why, "k": [], "c": [],
-                      "plain": _calls_per_group(est, n_sets, cfg)}
+                      "plain": _calls_per_group(est, n_sets, cfg), "calls": calls}
     for g in range(cfg.groups):
         order = list(live)
         rng.shuffle(order)
@@ -356,7 +369,8 @@ def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
                                          "launches after the prelude",
             # the replay holds the events too: the graph's event nodes name them, and replaying it
             # after they were destroyed crashes the process
-            (lambda captured=graph: captured[0].replay()) if graph is not None else None)
+            (lambda captured=graph: captured[0].replay()) if graph is not None else None,
+            calls_per_group=st["calls"])
     return {n: out[n] for n in contenders if n in out}
 
 
