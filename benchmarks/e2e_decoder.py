@@ -219,6 +219,101 @@ def gemm_rows(t: int, plain, rounds: int, calls: int) -> list[dict]:
     return rows
 
 
+GROUPS = (("q", "o"), ("k", "v"), ("gate", "up"), ("down",))  # the projections that share a weight shape
+
+
+def layer_mode_saving_us(t: int, lin, calls: int) -> float:
+    """GPU time cudal2.linear saves against F.linear on this projection's shape now, timed as the
+    table's figures are (cudal2.bench.timing.measure in layer mode, the confirmation's timing): the
+    prediction measured again, free of the search's draw."""
+    import torch
+    from torch.nn import functional as F
+
+    import cudal2
+    from cudal2.bench.timing import LayerPrelude, TimingConfig, measure
+
+    n, k = lin.weight.shape
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    copies = max(2, min(calls, -(-2 * l2 // ((t + n) * k * 2))))
+    xs = [torch.randn(t, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+    ws = [lin.weight.clone() for _ in range(copies)]
+    got = measure({"torch": lambda i: F.linear(xs[i], ws[i]), "cudal2": lambda i: cudal2.linear(xs[i], ws[i])},
+                  copies, "layer", TimingConfig.confirmation(), torch.device("cuda"),
+                  LayerPrelude(torch.device("cuda"), l2, xs))
+    return (got["torch"].timing.kernel_ms - got["cudal2"].timing.kernel_ms) * 1e3
+
+
+def stream_savings_us(t: int, lin, rounds: int, calls: int) -> dict[str, float]:
+    """What cudal2.linear saves the GPU's stream against F.linear on this projection's shape, the whole
+    replay of a graph timed (no events between the calls, so a call's overlap with its neighbours
+    counts): each call after LayerPrelude ("after prelude"), or after a GEMM of a cold 4096x4096
+    weight, as k follows q in the layer ("after a GEMM"). Median of the per-round differences, us."""
+    import torch
+    from torch.nn import functional as F
+
+    import cudal2
+    from cudal2.bench.timing import LayerPrelude
+
+    n, k = lin.weight.shape
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    copies = max(2, min(calls, -(-2 * l2 // ((t + n) * k * 2))))
+    xs = [torch.randn(t, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
+    ws = [lin.weight.clone() for _ in range(copies)]
+    before = [torch.randn(HIDDEN, HIDDEN, device="cuda", dtype=torch.float16) for _ in range(copies)]
+    hs = [torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16) for _ in range(copies)]
+    prelude = LayerPrelude(torch.device("cuda"), l2, xs)
+    out = {}
+    for regime, work in (("after prelude", prelude), ("after a GEMM", lambda i: F.linear(hs[i], before[i]))):
+        def cycling(op, work=work):
+            turn = itertools.cycle(range(copies))
+
+            def one():
+                i = next(turn)
+                work(i)
+                op(xs[i], ws[i])
+            return one
+
+        both = interleaved({"torch": graph_timer(cycling(F.linear), calls),
+                            "cudal2": graph_timer(cycling(cudal2.linear), calls)}, rounds)
+        out[regime] = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))[0]
+    return out
+
+
+def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int) -> list[dict]:
+    """Per served group of projections: what the table predicts it saves a layer call, the same measured
+    again in layer mode now, and the layer's own saving in graph mode with only that group served (the
+    other routed projections put back to nn.Linear for the measurement): which GEMM the table's
+    prediction misses, and whether the miss is the table's draw or the regime."""
+    import torch
+
+    from cudal2.ops import RoutedLinear
+
+    x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16)
+    routed = {name: m for name, m in ours.named_children() if type(m) is RoutedLinear}
+    out = []
+    for group in GROUPS:
+        row = next(g for g in gemms if g["gemm"] == ", ".join(group))
+        if not row["served"] or not all(name in routed for name in group):
+            continue
+        for name, m in routed.items():
+            if name not in group:
+                m.__class__ = torch.nn.Linear
+        try:
+            both = interleaved({"torch": graph_timer(lambda: plain(x), calls),
+                                "cudal2": graph_timer(lambda: ours(x), calls)}, rounds)
+        finally:
+            for m in routed.values():
+                m.__class__ = RoutedLinear
+        saving, q1, q3 = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
+        now = layer_mode_saving_us(t, getattr(plain, group[0]), calls)
+        stream = stream_savings_us(t, getattr(plain, group[0]), rounds, calls)
+        out.append({"stream_after_prelude_us": stream["after prelude"] * len(group),
+                    "stream_after_gemm_us": stream["after a GEMM"] * len(group),"gemms": row["gemm"], "shape": row["shape"], "predicted_us": row["predicted_saving_us"] * len(group),
+                    "layer_mode_now_us": now * len(group), "layer_saving_us": saving, "layer_saving_q1_us": q1,
+                    "layer_saving_q3_us": q3})
+    return out
+
+
 def measure(t: int, plain, ours, rounds: int, calls: int, modes=("eager", "compile", "graph")) -> dict:
     import torch
 
@@ -246,6 +341,9 @@ def measure(t: int, plain, ours, rounds: int, calls: int, modes=("eager", "compi
     row["predicted_saving_us"] = sum(g["predicted_saving_us"] * g["count"] for g in row["gemms"])
     graph = row["modes"]["graph"]
     row["measured_saving_us"] = graph["torch"]["us"] - graph["cudal2"]["us"]
+    with torch.no_grad():
+        cudal2.route_linears(ours, graphs=True)
+        row["served_alone"] = served_alone(t, plain, ours, row["gemms"], rounds, calls)
     return row
 
 
@@ -292,6 +390,19 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
         p, m = row["predicted_saving_us"], row["measured_saving_us"]
         agree = "yes" if abs(p - m) <= 0.25 * abs(m) else "no"
         lines.append(f"| {row['tokens']} | {modes} | {p:.2f} | {m:.2f} | {agree} |")
+    alone = [(row["tokens"], g) for row in rows for g in row.get("served_alone", [])]
+    if alone:
+        lines += ["", "Each served group alone: the table's prediction, the same GEMMs timed again in layer mode now "
+                  "(cudal2.bench.timing.measure, F.linear against cudal2.linear), and the layer's saving in graph mode "
+                  "with only that group served (median of the per-round differences, quartiles):", "",
+                  "| tokens | GEMMs | shape | predicted us | layer mode now us | stream after prelude us "
+                  "| stream after a GEMM us | layer's saving us (25% to 75%) |",
+                  "|---:|---|---|---:|---:|---:|---:|---:|"]
+        cell = lambda g, key: f"{g[key]:.2f}" if key in g else "-"  # noqa: E731
+        for t, g in alone:
+            lines.append(f"| {t} | {g['gemms']} | {g['shape']} | {g['predicted_us']:.2f} | {g['layer_mode_now_us']:.2f} "
+                         f"| {cell(g, 'stream_after_prelude_us')} | {cell(g, 'stream_after_gemm_us')} "
+                         f"| {g['layer_saving_us']:.2f} ({g['layer_saving_q1_us']:.2f} to {g['layer_saving_q3_us']:.2f}) |")
     lines += ["", "Relative error of the cudal2 layer's output: " +
               ", ".join(f"{r['tokens']}: {r['rel_error']:.1e}" for r in rows)]
     return "\n".join(lines) + "\n"

@@ -118,3 +118,13 @@ def test_the_report_sets_the_tables_predicted_saving_against_the_layers_measured
     assert "| 1 | layer | 90.00 | 100.00 | yes |" in md and "| 16 | layer | 40.00 | 100.00 | no |" in md
     old = e2e_decoder.report([_row(1)], {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
     assert "What the table predicts" not in old  # results written before the prediction was kept
+
+
+def test_the_report_shows_each_served_group_alone():
+    row = _row(1)
+    row["served_alone"] = [{"gemms": "k, v", "shape": "1x1024x4096", "predicted_us": 0.96, "layer_mode_now_us": 1.1,
+                            "layer_saving_us": 1.6, "layer_saving_q1_us": 1.5, "layer_saving_q3_us": 1.7}]
+    md = e2e_decoder.report([row], {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
+    assert "| 1 | k, v | 1x1024x4096 | 0.96 | 1.10 | - | - | 1.60 (1.50 to 1.70) |" in md
+    assert "Each served group alone" not in e2e_decoder.report([_row(1)], {}, {"date": "2026-01-01"}, "cmd", 3, 20,
+                                                                 [], [])
