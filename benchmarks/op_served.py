@@ -47,16 +47,14 @@ import argparse
 import itertools
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
-sys.path.insert(0, str(ROOT / "benchmarks"))  # _rounds, e2e_decoder, crosscheck_winners
+sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
 
-from _rounds import interleaved, spread  # noqa: E402
 from crosscheck_winners import gpu_uuid, harness_timers, problem_of  # noqa: E402
 from e2e_decoder import compare, wall_timer  # noqa: E402
 
@@ -175,9 +173,9 @@ def graph_figures(x, w, rounds: int, calls: int) -> dict:
     with torch.no_grad():
         if x.is_cuda:
             ops_of = {"torch": F.linear, "cudal2": cudal2.linear}
-            timers = harness_timers({name: lambda i, op=op: op(*sets[i % copies]) for name, op in ops_of.items()},
-                                    [sets[i % copies][0] for i in range(calls)])
-            times = interleaved({name: lambda t=t: t() * 1e3 for name, t in timers.items()}, rounds)
+            in_ms = harness_timers({name: lambda i, op=op: op(*sets[i % copies]) for name, op in ops_of.items()},
+                                   [sets[i % copies][0] for i in range(calls)])
+            timers = {name: lambda t=t: t() * 1e3 for name, t in in_ms.items()}
         else:
             buf = torch.ones(l2, dtype=torch.float16)
 
@@ -185,11 +183,9 @@ def graph_figures(x, w, rounds: int, calls: int) -> dict:
                 turn = itertools.cycle(sets)
                 return lambda: (torch.sum(buf, dtype=torch.float32), op(*next(turn)))
 
-            times = interleaved({"torch": cpu_timer(pattern(F.linear), calls),
-                                 "cudal2": cpu_timer(pattern(cudal2.linear), calls)}, rounds)
-    ratio, q1, q3 = spread(t / o for t, o in zip(times["torch"], times["cudal2"]))
-    out = {name: {"us": statistics.median(r), "rounds_us": r} for name, r in times.items()}
-    return {**out, "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3, "calls": calls, "operand_sets": copies}
+            timers = {"torch": cpu_timer(pattern(F.linear), calls), "cudal2": cpu_timer(pattern(cudal2.linear), calls)}
+        both = compare(timers, rounds)
+    return {**both, "calls": calls, "operand_sets": copies}
 
 
 def route(problem, gpu: str, x, w) -> dict:
