@@ -1,6 +1,7 @@
-"""Interleaved rounds, shared by benchmarks/op_overhead.py and benchmarks/e2e_decoder.py: the paths
-being compared take turns round by round, so a drift of the host or of the GPU clock falls on all of
-them alike, and a comparison is made within each round before taking a median over the rounds."""
+"""Interleaved rounds, shared by the benchmarks that compare paths (op_overhead, e2e_decoder,
+crosscheck_winners, op_served): the paths being compared take turns round by round, so a drift of
+the host or of the GPU clock falls on all of them alike, and a comparison is made within each round
+before taking a median over the rounds."""
 
 from __future__ import annotations
 

@@ -35,7 +35,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))  # _rounds
 
+from _rounds import interleaved  # noqa: E402
 from cudal2 import GemmProblem  # noqa: E402
 from cudal2.tuner.aggregates import aggregate  # noqa: E402
 
@@ -54,13 +56,21 @@ def shapes(n: int, part: int = 0, parts: int = 1) -> list[GemmProblem]:
 def harness_ms(calls: dict, a_operands: list, rounds: int = 25) -> dict[str, float]:
     """name -> median ms per call: one graph per contender of [read 2x L2; A *= 1; event; call(i);
     event] for each input set i, graphs replayed alternately (order flipped every round)."""
+    times = interleaved(harness_timers(calls, a_operands), rounds)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def harness_timers(calls: dict, a_operands: list) -> dict:
+    """name -> timer of one round (for _rounds.interleaved): one replay of the contender's graph of
+    [read 2x L2; A *= 1; event; call(i); event] for each input set i, returning the mean ms per call
+    between the events. Each call runs once before its capture (which builds what it launches)."""
     import torch
 
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     stream_buf = torch.ones(l2, dtype=torch.float16, device="cuda")  # 2x L2 bytes
     out_scalar = torch.empty((), dtype=torch.float32, device="cuda")
     n = len(a_operands)
-    graphs, marks = {}, {}
+    timers = {}
     for name, call in calls.items():
         for i in range(n):
             call(i)
@@ -75,15 +85,14 @@ def harness_ms(calls: dict, a_operands: list, rounds: int = 25) -> dict[str, flo
                 ev[i][0].record()
                 call(i)
                 ev[i][1].record()
-        graphs[name], marks[name] = g, ev
-    samples: dict[str, list[float]] = {k: [] for k in calls}
-    names = list(calls)
-    for r in range(rounds):
-        for name in (names if r % 2 == 0 else names[::-1]):
-            graphs[name].replay()
+
+        def one_round(g=g, ev=ev) -> float:
+            g.replay()
             torch.cuda.synchronize()
-            samples[name].append(statistics.fmean(a.elapsed_time(b) for a, b in marks[name]))
-    return {k: statistics.median(v) for k, v in samples.items()}
+            return statistics.fmean(a.elapsed_time(b) for a, b in ev)
+
+        timers[name] = one_round
+    return timers
 
 
 def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, ...]) -> dict:

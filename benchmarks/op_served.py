@@ -1,0 +1,373 @@
+"""cudal2.linear through the op against F.linear, shape by shape, with an earlier search's winners in the
+op's table: is the op at least 0.99x F.linear everywhere, eager and in CUDA graphs, and, where it serves
+a kernel in a graph, within 0.02 of the speedup the search confirmed?
+
+    python benchmarks/op_served.py OUT.md --winners RUN.json [--shapes 30] [--max-seconds 540]
+        [--rounds 25] [--resume EARLIER.json]
+    python benchmarks/op_served.py OUT.md --smoke [--winners TINY.json]
+
+No search: RUN.json is what benchmarks/crosscheck_winners.py wrote (rows of "shape", "spec_json",
+"search" = the search's confirmed speedup over torch.matmul, "eval_layer_kernel_ms" and
+"eval_layer_torch_ms" = the evaluator's layer-mode times of the winner and torch.matmul).
+1. The op's table is built as the store would hold those winners: one TunedEntry per shape with a
+   winner (every row of RUN.json, not only the shapes timed), in layer mode, kernel_ms and
+   baselines_ms {"torch": ...} the row's layer figures, gpu this GPU's name; installed with
+   cudal2.set_table. A row without a winner has no entry: the op runs torch there.
+2. Per shape (fp16, layout NT: x (M, K), weight (N, K)), the first --shapes rows of RUN.json, F.linear
+   and cudal2.linear in --rounds interleaved rounds (order reversed every other round), two paths:
+   - eager: wall time per call of back-to-back calls from Python, from a synchronized GPU to a
+     synchronized GPU (op_overhead.py's "wall us"; e2e_decoder.wall_timer), as many calls a round as
+     fill about EAGER_ROUND_US of torch's GPU time (EAGER_CALLS between);
+   - graph: the model's call pattern in one CUDA graph per contender: per call, a read of twice the L2
+     (torch.sum over a buffer), an in-place pass over x, then the linear between two events
+     (crosscheck_winners.harness_timers), the calls cycling over enough copies of (x, weight) to fill
+     twice the L2 (as e2e_decoder.gemm_rows), so that the weight is read from DRAM as in a model. Time
+     per call: between the events only, so the L2 read does not dilute the ratio.
+   Ratio: the median over the rounds of the per-round ratio F.linear time / cudal2.linear time (with
+   its quartiles). Route: what the op ran for the call, read off its launchers after the timing
+   (ops._launchers for eager calls, which captured calls also take; ops._graph_launchers for a kernel
+   served in graphs only): the tuned kernel's backend, or "torch"; and the table entry the op's
+   lookup names for each path (ops._op_entry at the eager margin and at GRAPH_MIN_SAVING_US). These
+   are the op's private state: it has no public way to say which kernel served a call.
+   Verdicts: ratio >= MIN_RATIO in each path; where the graph path ran the kernel, ratio >= the
+   search's speedup - SEARCHED_SLACK.
+3. OUT.md (the table, and a header with the GPU's name and UUID, torch and Triton versions, the date
+   and the command) and OUT.json (every figure, every round), written after each shape. --resume
+   EARLIER.json keeps its rows and times only the shapes it lacks; --max-seconds starts no shape after
+   that many seconds.
+--smoke runs on the CPU, with tiny shapes from a tiny winners file (--winners, else SMOKE_ROWS,
+written next to OUT.md): the table, the routing record and the report, without CUDA graphs (the graph
+path is the same call pattern timed from Python) and without any timing claim. On the CPU the op runs
+torch whatever the table says.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
+
+from crosscheck_winners import gpu_uuid, harness_timers, problem_of  # noqa: E402
+from e2e_decoder import compare, wall_timer  # noqa: E402
+
+MIN_RATIO = 0.99  # F.linear time / cudal2.linear time, in each path
+SEARCHED_SLACK = 0.02  # a kernel served in a graph: ratio at least the search's speedup minus this
+EAGER_ROUND_US, EAGER_CALLS = 20_000.0, (10, 200)
+GRAPH_ROUND_US, GRAPH_CALLS = 2_000.0, (1, 20)
+SMOKE_GPU = "CPU (smoke)"
+_TINY_TRITON = {"backend": "triton", "block_m": 16, "block_n": 16, "block_k": 16, "stages": 2}
+# (shape, winner spec or None, search, eval layer kernel ms, torch ms): a kernel the eager margin takes
+# (it saves 20 us), one only graphs take (0.5 us), a shape without a winner
+SMOKE_ROWS = (("16x64x32-float16-NT", _TINY_TRITON, 1.9, 0.020, 0.040),
+              ("4x48x32-float16-NT", _TINY_TRITON, 1.06, 0.0100, 0.0105),
+              ("8x40x32-float16-NT", None, None, None, None))
+
+
+def fail(message: str) -> None:
+    """A user error: one line on stderr, exit 2 (docs/faults.md)."""
+    print(f"error: {message}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own errors, in the same one-line form
+        fail(f"{message}; see 'python benchmarks/op_served.py --help'")
+
+
+# ---- the op's table from the winners ------------------------------------------------------------
+def entry_of(row: dict, gpu: str, created: str = ""):
+    """The TunedEntry a store would hold for a winners row (layer mode, the evaluator's layer times of
+    the winner and torch.matmul), or None for a row without a winner."""
+    from cudal2.ir import KernelSpec
+    from cudal2.store.table import TunedEntry
+
+    if not all(k in row for k in ("spec_json", "eval_layer_kernel_ms", "eval_layer_torch_ms")):
+        return None
+    return TunedEntry(problem=problem_of(row["shape"]), spec=KernelSpec.from_json(row["spec_json"]),
+                      kernel_ms=row["eval_layer_kernel_ms"], baselines_ms={"torch": row["eval_layer_torch_ms"]},
+                      gpu=gpu, created=created, mode="layer")
+
+
+def table_of(rows: list[dict], gpu: str, created: str = ""):
+    from cudal2.store.table import TunedTable
+
+    return TunedTable([e for e in (entry_of(r, gpu, created) for r in rows) if e is not None])
+
+
+def smoke_winners() -> dict:
+    """A winners file of SMOKE_ROWS, as crosscheck_winners.py writes one."""
+    from cudal2.ir import KernelSpec
+
+    rows = []
+    for shape, spec, search, kernel_ms, torch_ms in SMOKE_ROWS:
+        if spec is None:
+            rows.append({"shape": shape, "status": "no winner"})
+            continue
+        spec = KernelSpec(**spec)
+        rows.append({"shape": shape, "spec": spec.summary(), "backend": spec.backend, "spec_json": spec.to_json(),
+                     "search": search, "search_mode": "layer", "eval_layer_kernel_ms": kernel_ms,
+                     "eval_layer_torch_ms": torch_ms, "eval_layer": torch_ms / kernel_ms})
+    return {"gpu": SMOKE_GPU, "date": time.strftime("%Y-%m-%d"), "command": "op_served.smoke_winners()",
+            "gpu_uuid": "?", "rows": rows}
+
+
+# ---- timing --------------------------------------------------------------------------------------
+def calls_for(torch_ms: float | None, round_us: float, bounds: tuple[int, int]) -> int:
+    """Calls a round: as many as fill round_us of torch's time (the row's layer figure), within bounds."""
+    lo, hi = bounds
+    if not torch_ms:
+        return hi
+    return max(lo, min(hi, math.ceil(round_us / (torch_ms * 1e3))))
+
+
+def operand_copies(m: int, n: int, k: int, l2_bytes: int, most: int) -> int:
+    """Copies of (x, weight) that fill twice the L2 together, at most `most` (e2e_decoder.gemm_rows')."""
+    return max(1, min(most, -(-2 * l2_bytes // ((m + n) * k * 2))))
+
+
+def cpu_timer(fn, calls: int):
+    """The smoke path's timer of one round: us per call of `calls` back-to-back calls on the CPU."""
+    def one_round() -> float:
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        return (time.perf_counter() - start) / calls * 1e6
+
+    return one_round
+
+
+def eager_figures(x, w, rounds: int, calls: int) -> dict:
+    import torch
+    from torch.nn import functional as F
+
+    import cudal2
+
+    timer = wall_timer if x.is_cuda else cpu_timer
+    with torch.no_grad():
+        both = compare({"torch": timer(lambda: F.linear(x, w), calls),
+                        "cudal2": timer(lambda: cudal2.linear(x, w), calls)}, rounds)
+    return {**both, "calls": calls}
+
+
+def graph_figures(x, w, rounds: int, calls: int) -> dict:
+    """The graph path: CUDA graphs of the call pattern on a GPU (harness_timers); on the CPU, the same
+    calls timed from Python, the buffer read included."""
+    import torch
+    from torch.nn import functional as F
+
+    import cudal2
+
+    m, k = x.shape
+    l2 = torch.cuda.get_device_properties(x.device).L2_cache_size if x.is_cuda else 1 << 16
+    copies = operand_copies(m, w.shape[0], k, l2, GRAPH_CALLS[1])
+    calls = max(calls, copies)
+    sets = [(torch.randn_like(x), w.clone()) for _ in range(copies)]
+    with torch.no_grad():
+        if x.is_cuda:
+            ops_of = {"torch": F.linear, "cudal2": cudal2.linear}
+            in_ms = harness_timers({name: lambda i, op=op: op(*sets[i % copies]) for name, op in ops_of.items()},
+                                   [sets[i % copies][0] for i in range(calls)])
+            timers = {name: lambda t=t: t() * 1e3 for name, t in in_ms.items()}
+        else:
+            buf = torch.ones(l2, dtype=torch.float16)
+
+            def pattern(op):
+                turn = itertools.cycle(sets)
+                return lambda: (torch.sum(buf, dtype=torch.float32), op(*next(turn)))
+
+            timers = {"torch": cpu_timer(pattern(F.linear), calls), "cudal2": cpu_timer(pattern(cudal2.linear), calls)}
+        both = compare(timers, rounds)
+    return {**both, "calls": calls, "operand_sets": copies}
+
+
+def route(problem, gpu: str, x, w) -> dict:
+    """What the op's table names for problem in each path, and what the op ran for the call (x, w):
+    the kernel's backend or "torch" (see the module's docstring: the op's private state)."""
+    from cudal2 import ops
+
+    key = ops._linear_key(x, w, None)
+    eager = ops._launchers.get(key)
+    graph = eager if eager is not None else ops._graph_launchers.get(key)
+    ran = lambda launch: "torch" if launch is None else (getattr(launch, "backend", None) or "kernel")  # noqa: E731
+    table = lambda margin: ops._op_entry(problem, gpu, margin)  # noqa: E731
+    eager_entry, graph_entry = table(None), table(ops.GRAPH_MIN_SAVING_US)
+    return {"table_eager": eager_entry.spec.summary() if eager_entry else None,
+            "table_graph": graph_entry.spec.summary() if graph_entry else None,
+            "served_eager": ran(eager), "served_graph": ran(graph)}
+
+
+def measure(row: dict, gpu: str, device: str, rounds: int) -> dict:
+    import torch
+
+    import cudal2
+
+    problem = problem_of(row["shape"])
+    m, n, k = problem.shape
+    out = {key: row[key] for key in ("shape", "spec", "backend", "search", "eval_layer") if key in row}
+    torch.manual_seed(0)
+    x = torch.randn(m, k, device=device, dtype=torch.float16)
+    w = torch.randn(n, k, device=device, dtype=torch.float16) / k ** 0.5
+    with torch.no_grad():
+        want = x.float() @ w.float().t()
+        out["rel_error"] = float((cudal2.linear(x, w).float() - want).norm() / want.norm())
+    torch_ms = row.get("eval_layer_torch_ms")
+    out["eager"] = eager_figures(x, w, rounds, calls_for(torch_ms, EAGER_ROUND_US, EAGER_CALLS))
+    out["graph"] = graph_figures(x, w, rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS))
+    out.update(route(problem, gpu, x, w))
+    out["verdicts"] = verdicts(out)
+    return out
+
+
+# ---- verdicts and the report -----------------------------------------------------------------------
+def verdicts(row: dict) -> dict:
+    """eager and graph: ratio >= MIN_RATIO; searched: where the graph path ran the kernel, ratio >= the
+    search's speedup - SEARCHED_SLACK (None where it ran torch); passed: all of them."""
+    out = {"eager": row["eager"]["ratio"] >= MIN_RATIO, "graph": row["graph"]["ratio"] >= MIN_RATIO,
+           "searched": None}
+    if row.get("served_graph", "torch") != "torch" and row.get("search") is not None:
+        out["searched"] = row["graph"]["ratio"] >= row["search"] - SEARCHED_SLACK
+    out["passed"] = out["eager"] and out["graph"] and out["searched"] is not False
+    return out
+
+
+def _cell(ok: bool | None) -> str:
+    return "-" if ok is None else ("pass" if ok else "**FAIL**")
+
+
+def _ratio(path: dict) -> str:
+    return f"{path['ratio']:.3f} ({path['ratio_q1']:.3f} to {path['ratio_q3']:.3f})"
+
+
+def markdown(out: dict) -> str:
+    rows = out["rows"]
+    passed = sum(bool(verdicts(r)["passed"]) for r in rows)
+    winners = out.get("winners_run", {})
+    lines = [f"# cudal2.linear through the op against F.linear, with a search's winners served "
+             f"({out['gpu']}, {out['date']})", "",
+             f"`{out['command']}`", "",
+             f"GPU {out['gpu']}, UUID {out['gpu_uuid']}; {out['versions']}. Winners: {out['winners']} "
+             f"({winners.get('gpu', '?')}, {winners.get('date', '?')}, GPU {winners.get('gpu_uuid', '?')}).", ""]
+    if out.get("smoke"):
+        lines += ["Smoke run on the CPU: the table, the routing record and the report only; the times are "
+                  "not measurements of anything the op serves (on the CPU it runs torch).", ""]
+    lines += [f"fp16, layout NT (x (M, K), weight (N, K)). Ratio: F.linear time / cudal2.linear time, the median "
+              f"of the per-round ratios (quartiles) over {out['rounds']} interleaved rounds. Eager: wall time per "
+              "call of back-to-back calls. Graph: one CUDA graph per contender of, per call, a read of twice the L2, "
+              "an in-place pass over x and the linear between two events, cycling over copies of (x, weight) that "
+              "fill twice the L2. Served: what the op ran (the kernel's backend, or torch). Verdicts: ratio >= "
+              f"{MIN_RATIO} in each path; where the graph path ran the kernel, ratio >= searched - "
+              f"{SEARCHED_SLACK}.", "",
+              f"**{passed} of {len(rows)} shapes pass every verdict.**", "",
+              "| shape | winner | served eager | served graph | ratio eager | ratio graph | searched | eval layer "
+              f"| eager >= {MIN_RATIO} | graph >= {MIN_RATIO} | graph >= searched - {SEARCHED_SLACK} |",
+              "|---|---|---|---|---:|---:|---:|---:|---|---|---|"]
+    for r in rows:
+        v = verdicts(r)
+        num = lambda key: f"{r[key]:.3f}" if r.get(key) is not None else "-"  # noqa: E731
+        lines.append(f"| {r['shape']} | `{r.get('spec') or 'none'}` | {r['served_eager']} | {r['served_graph']} | "
+                     f"{_ratio(r['eager'])} | {_ratio(r['graph'])} | {num('search')} | {num('eval_layer')} | "
+                     f"{_cell(v['eager'])} | {_cell(v['graph'])} | {_cell(v['searched'])} |")
+    lines += ["", "| shape | F.linear us eager / graph | cudal2.linear us eager / graph | calls eager / graph "
+              "| operand sets | table names eager / graph | rel. error |", "|---|---|---|---|---:|---|---:|"]
+    for r in rows:
+        e, g = r["eager"], r["graph"]
+        lines.append(f"| {r['shape']} | {e['torch']['us']:.2f} / {g['torch']['us']:.2f} | "
+                     f"{e['cudal2']['us']:.2f} / {g['cudal2']['us']:.2f} | {e['calls']} / {g['calls']} | "
+                     f"{g['operand_sets']} | {r['table_eager'] or 'torch'} / {r['table_graph'] or 'torch'} | "
+                     f"{r['rel_error']:.1e} |")
+    return "\n".join(lines) + "\n"
+
+
+def _read_json(path: Path, what: str, fix: str) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except FileNotFoundError:
+        fail(f"{what} {path} does not exist; {fix}")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        fail(f"{what} {path} cannot be read ({str(e).splitlines()[0]}); {fix}")
+    if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
+        fail(f"{what} {path} has no \"rows\" list; {fix}")
+    return data
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = _Parser(description=__doc__.splitlines()[0])
+    ap.add_argument("out", type=Path)
+    ap.add_argument("--winners", type=Path, default=None, help="a benchmarks/crosscheck_winners.py run's .json")
+    ap.add_argument("--shapes", type=int, default=30, help="time the first N rows of the winners")
+    ap.add_argument("--max-seconds", type=float, default=540, help="start no shape after this many seconds")
+    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per path (default 25; smoke 3)")
+    ap.add_argument("--resume", type=Path, default=None,
+                    help="an interrupted run's .json: keep its rows and time only the shapes it lacks")
+    ap.add_argument("--smoke", action="store_true", help="on the CPU, tiny shapes, no timing claims")
+    args = ap.parse_args(argv)
+    if args.shapes < 1 or (args.rounds is not None and args.rounds < 1):
+        fail("--shapes and --rounds take a number of at least 1")
+    rounds = args.rounds or (3 if args.smoke else 25)
+    fix = "pass the .json a benchmarks/crosscheck_winners.py run wrote"
+    if args.winners is None and not args.smoke:
+        fail(f"--winners is required (the winners to serve); {fix}")
+
+    if args.winners is None:  # the smoke run's own winners, kept next to its report
+        args.winners = args.out.with_suffix(".winners.json")
+        args.winners.write_text(json.dumps(smoke_winners(), indent=1))
+    winners = _read_json(args.winners, "winners file", fix)
+
+    import torch
+
+    import cudal2
+
+    if not args.smoke and not torch.cuda.is_available():
+        fail("op_served.py times the op on a CUDA GPU, and torch sees none here; run it on one, or pass --smoke "
+             "to try it on the CPU")
+    device, gpu = ("cpu", SMOKE_GPU) if args.smoke else ("cuda", torch.cuda.get_device_name())
+    try:
+        import triton
+
+        versions = f"torch {torch.__version__}, triton {triton.__version__}"
+    except ImportError:
+        versions = f"torch {torch.__version__}, no triton"
+    out = {"gpu": gpu, "gpu_uuid": "?" if args.smoke else gpu_uuid(), "date": time.strftime("%Y-%m-%d"),
+           "command": "python benchmarks/op_served.py " + " ".join(sys.argv[1:] if argv is None else argv),
+           "versions": versions, "winners": str(args.winners), "smoke": args.smoke, "rounds": rounds,
+           "winners_run": {k: winners.get(k) for k in ("gpu", "date", "command", "gpu_uuid")}, "rows": []}
+    done: set[str] = set()
+    if args.resume is not None:
+        out["rows"] = _read_json(args.resume, "--resume file", "pass the .json an earlier op_served.py run wrote")["rows"]
+        done = {r["shape"] for r in out["rows"]}
+        out["command"] += f" (continuing {args.resume.name}, {len(done)} shapes)"
+    # every winner in the table, as the store would hold them, whichever shapes are timed
+    try:
+        for row in winners["rows"]:
+            problem_of(row["shape"])
+        cudal2.set_table(table_of(winners["rows"], gpu, winners.get("date", "")))
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # (SpecError is a ValueError)
+        fail(f"winners file {args.winners} has a malformed row ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
+             f"{fix}")
+    start = time.time()
+    for row in winners["rows"][:args.shapes]:
+        if row["shape"] in done:
+            continue
+        if time.time() - start >= args.max_seconds:
+            break
+        out["rows"].append(measure(row, gpu, device, rounds))
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        print(json.dumps({k: v for k, v in out["rows"][-1].items() if k not in ("eager", "graph")}), flush=True)
+        args.out.write_text(markdown(out))
+        args.out.with_suffix(".json").write_text(json.dumps(out, indent=1))
+    args.out.write_text(markdown(out))
+    args.out.with_suffix(".json").write_text(json.dumps(out, indent=1))
+    print(args.out.read_text())
+
+
+if __name__ == "__main__":
+    main()

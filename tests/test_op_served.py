@@ -1,0 +1,132 @@
+"""benchmarks/op_served.py on the CPU: the op's table built from a winners file, the routing record, the
+report and its verdicts (the smoke path, and rows as a GPU run writes them)."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import op_served  # noqa: E402
+
+WINNERS = ROOT / "benchmarks" / "results" / "crosscheck_winners_confirm_g60_h200_2026-11-29.json"
+
+
+@pytest.fixture(autouse=True)
+def _default_table():
+    from cudal2 import ops
+
+    yield
+    ops.set_table(None)  # the smoke run installed its own table
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    out = tmp_path_factory.mktemp("smoke") / "served.md"
+    op_served.main([str(out), "--smoke", "--rounds", "2"])
+    return out, json.loads(out.with_suffix(".json").read_text())
+
+
+def _row(shape="1x3072x3072-float16-NT", served="triton", eager=1.05, graph=1.05, search=1.07):
+    path = lambda ratio: {"ratio": ratio, "ratio_q1": ratio, "ratio_q3": ratio, "calls": 20,  # noqa: E731
+                          "operand_sets": 6, "torch": {"us": 10.0 * ratio}, "cudal2": {"us": 10.0}}
+    return {"shape": shape, "spec": "16x32x64 w4 s5 pointer", "search": search, "eval_layer": 1.06,
+            "served_eager": served, "served_graph": served, "table_eager": "s", "table_graph": "s",
+            "eager": path(eager), "graph": path(graph), "rel_error": 1e-4}
+
+
+def test_the_table_holds_each_winner_as_the_store_would_in_layer_mode():
+    rows = json.loads(WINNERS.read_text())["rows"]
+    table = op_served.table_of(rows + [{"shape": "8x40x32-float16-NT", "status": "no winner"}], "NVIDIA H100")
+    assert len(table) == len(rows) == 30  # one entry per winner; a row without one routes to torch
+    entry = table.lookup(op_served.problem_of(rows[0]["shape"]), gpu="NVIDIA H100")
+    assert entry.mode == "layer" and entry.gpu == "NVIDIA H100" and entry.spec.summary() == rows[0]["spec"]
+    assert entry.kernel_ms == rows[0]["eval_layer_kernel_ms"]
+    assert entry.baselines_ms == {"torch": rows[0]["eval_layer_torch_ms"]}
+
+
+def test_smoke_run_records_what_the_table_names_and_what_the_op_ran(smoke):
+    md, out = smoke
+    rows = {r["shape"]: r for r in out["rows"]}
+    assert list(rows) == [shape for shape, *_ in op_served.SMOKE_ROWS]
+    eager_win, graph_win, none = rows.values()
+    assert eager_win["table_eager"] == eager_win["table_graph"] == eager_win["spec"]  # saves 20 us: both paths
+    assert graph_win["table_eager"] is None and graph_win["table_graph"] == graph_win["spec"]  # saves 0.5 us
+    assert none["table_eager"] is None and none["table_graph"] is None and "spec" not in none
+    for r in rows.values():  # CPU tensors: the op runs torch whatever the table says
+        assert r["served_eager"] == r["served_graph"] == "torch" and r["rel_error"] < 1e-2
+        for path in ("eager", "graph"):
+            assert len(r[path]["torch"]["rounds_us"]) == len(r[path]["cudal2"]["rounds_us"]) == 2
+    assert out["smoke"] and out["gpu_uuid"] == "?" and "torch" in out["versions"]
+
+
+def test_smoke_report_has_the_columns_and_the_header(smoke):
+    md, out = smoke
+    text = md.read_text()
+    assert "Smoke run on the CPU" in text and "UUID ?" in text and "--smoke" in text and out["date"] in text
+    header = next(line for line in text.splitlines() if line.startswith("| shape | winner"))
+    for column in ("served eager", "served graph", "ratio eager", "ratio graph", "searched", "eval layer",
+                   "eager >= 0.99", "graph >= 0.99", "graph >= searched - 0.02"):
+        assert f"| {column} |" in header
+    assert "| 8x40x32-float16-NT | `none` | torch | torch |" in text
+
+
+def test_verdicts_hold_each_path_to_099_and_a_kernel_served_in_a_graph_to_its_searched_speedup():
+    v = op_served.verdicts
+    assert v(_row()) == {"eager": True, "graph": True, "searched": True, "passed": True}  # 1.05 >= 1.07 - 0.02
+    assert v(_row(eager=0.985))["eager"] is False and not v(_row(eager=0.985))["passed"]
+    assert v(_row(graph=0.985))["graph"] is False
+    low = v(_row(graph=1.04))  # served in the graph, below 1.07 - 0.02
+    assert low["graph"] is True and low["searched"] is False and not low["passed"]
+    torch_served = v(_row(served="torch", graph=1.0, eager=0.99))  # torch ran: no searched bar
+    assert torch_served["searched"] is None and torch_served["passed"]
+
+
+def test_report_marks_each_failed_verdict():
+    out = {"gpu": "NVIDIA H200", "gpu_uuid": "GPU-x", "date": "2026-11-30", "command": "python x", "rounds": 25,
+           "versions": "torch 2.11", "winners": "w.json", "winners_run": {}, "smoke": False,
+           "rows": [_row(), _row("33x3072x3072-float16-NT", eager=0.985), _row("7x1x1-float16-NT", graph=1.04)]}
+    text = op_served.markdown(out)
+    assert "**1 of 3 shapes pass every verdict.**" in text and "GPU-x" in text
+    lines = {line.split(" | ")[0][2:]: line.split(" | ")[-3:] for line in text.splitlines()
+             if line.startswith("| ") and "-float16-NT" in line and "`" in line}
+    assert lines["1x3072x3072-float16-NT"] == ["pass", "pass", "pass |"]
+    assert lines["33x3072x3072-float16-NT"] == ["**FAIL**", "pass", "pass |"]
+    assert lines["7x1x1-float16-NT"] == ["pass", "pass", "**FAIL** |"]
+
+
+def test_resume_keeps_the_earlier_rows_and_max_seconds_bounds_the_run(smoke, tmp_path):
+    _, out = smoke
+    earlier = {**out, "rows": [{**r, "kept": True} for r in out["rows"][:2]]}
+    (tmp_path / "earlier.json").write_text(json.dumps(earlier))
+    again = tmp_path / "again.md"
+    op_served.main([str(again), "--smoke", "--rounds", "1", "--resume", str(tmp_path / "earlier.json")])
+    rows = json.loads(again.with_suffix(".json").read_text())["rows"]
+    assert [r.get("kept", False) for r in rows] == [True, True, False]  # only the shape it lacked was timed
+    assert "continuing earlier.json, 2 shapes" in again.read_text()
+    op_served.main([str(tmp_path / "none.md"), "--smoke", "--max-seconds", "0"])
+    assert json.loads((tmp_path / "none.json").read_text())["rows"] == []
+
+
+@pytest.mark.parametrize("args, says", [(["--winners", "missing.json"], "winners file missing.json does not exist"),
+                                        ([], "--winners is required"),
+                                        (["--smoke", "--shapes", "0"], "--shapes and --rounds"),
+                                        (["--smoke", "--nosuch"], "unrecognized arguments")])
+def test_a_user_error_is_one_line_and_exit_2(args, says, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        op_served.main(["out.md", *args])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: ") and says in err and err.count("\n") == 1
+
+
+def test_a_malformed_winners_row_is_one_line_and_exit_2(tmp_path, capsys):
+    (tmp_path / "w.json").write_text(json.dumps({"rows": [{"shape": "1x2-float16-NT"}]}))
+    with pytest.raises(SystemExit) as e:
+        op_served.main([str(tmp_path / "out.md"), "--smoke", "--winners", str(tmp_path / "w.json")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.startswith("error: winners file") and "malformed row" in err
+    assert err.count("\n") == 1
