@@ -189,6 +189,30 @@ def read_crosscheck_winners(path: Path) -> tuple[str, list[str], str]:
     return head, body, f"{d['gpu']}, {d['versions']}"
 
 
+def read_op_served(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/op_served.py: cudal2.linear through the op against F.linear with a search's winners served."""
+    d = json.loads(path.read_text())
+    rows = d["rows"]
+    count = lambda key: sum(1 for r in rows if r["verdicts"].get(key, True))  # noqa: E731
+    served = [r for r in rows if r.get("served_graph") not in (None, "torch")]
+    close = sum(1 for r in served if r["verdicts"].get("searched"))
+    head = (f"{count('passed')} of {len(rows)} shapes pass every verdict: eager >= 0.99 on {count('eager')}, graph "
+            f">= 0.99 on {count('graph')}; {len(served)} served a kernel in graphs, {close} of them within 0.02 of the "
+            "searched speedup")
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    return head, [f"- GPU {d.get('gpu_uuid', '?')}", "", *table], f"{d['gpu']}, {d['versions']}"
+
+
+def read_e2e_model(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/e2e_model.py: a transformers Llama's tokens/s, cudal2 over untouched, per mode and phase."""
+    d = json.loads(path.read_text())
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    cells = [ln.split("|") for ln in table[2:]]
+    head = "cudal2 / untouched tokens/s: " + "; ".join(f"{c[1].strip()} {c[2].strip()} {c[5].split()[0]}"
+                                                        for c in cells)
+    return head, table, _env_line(d.get("env"))
+
+
 def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[str], str]:
     _benchmarks_importable()
     from tune_speed import search_own_s  # benchmarks/, beside this file
@@ -416,7 +440,7 @@ def read_quack_vs_sweep(path: Path) -> tuple[str, list[str], str]:
 
 
 READERS = {"op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
-           "crosscheck_winners": read_crosscheck_winners,
+           "crosscheck_winners": read_crosscheck_winners, "op_served": read_op_served, "e2e_model": read_e2e_model,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
            "sm80_backends": read_sm80_backends, "scale_out": read_scale_out, "quack_vs_sweep": read_quack_vs_sweep}
@@ -810,6 +834,37 @@ EXPERIMENTS: list[Experiment] = [
                "confirmation does (20 groups a round)."),
     Experiment("As above with 60 groups a round, H200", "crosscheck_winners_confirm_g60_h200_2026-11-29.json",
                "crosscheck_winners", "`--recheck --rounds 100 --groups 60`, the same machine, right after."),
+    Experiment("Search winners, layer-mode groups of about 2 ms, checked again, H200",
+               "crosscheck_winners_groups_h200_2026-11-29.json", "crosscheck_winners",
+               "`--recheck` of the first run's winners with `--rounds 100`, after a layer-mode group came to cycle "
+               "over the input sets for about target_group_ms (it was one pass of 2-4 calls)."),
+    Experiment("As above, again on the same machine, H200", "crosscheck_winners_groups_again_h200_2026-11-29.json",
+               "crosscheck_winners", "The same command right after, in the same call."),
+    Experiment("Search winners searched and checked on one machine, harness of 25 rounds, H200",
+               "crosscheck_winners_search_h200_2026-11-29.json", "crosscheck_winners",
+               "`benchmarks/crosscheck_winners.py OUT.md --shapes 30 --budget 4` with the sized groups; the harness "
+               "still took 25 rounds with no warm-up, right after each search."),
+    Experiment("Search winners searched and checked on one machine, harness warmed up, 100 rounds, H200",
+               "crosscheck_winners_search2_h200_2026-11-29.json", "crosscheck_winners",
+               "The same command on another machine after the harness warmed up 0.5 s and took 100 rounds."),
+    Experiment("cudal2.linear with those winners served, against F.linear, H200",
+               "op_served_same_machine_h200_2026-11-29.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners RUN.json`, on the machine that searched them (the run two "
+               "above), before the op's 1.01 margin: eager wall time of back-to-back calls and a CUDA graph of the "
+               "model's call pattern."),
+    Experiment("cudal2.linear with re-timed winners served, another machine, H200", "op_served_h200_2026-11-29.json",
+               "op_served", "`benchmarks/op_served.py` with the winners of the sized-groups recheck, served on another "
+               "machine than the one that measured them, before the op's 1.01 margin."),
+    Experiment("The decoder layer, sized layer-mode groups, each served group alone, H200",
+               "e2e_decoder_groups_h200_2026-11-29.json", "e2e_decoder",
+               "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes graph --budget 4 --max-tune-seconds "
+               "240`: the table's predicted saving against the layer's, and each served group alone."),
+    Experiment("As above, the same store on another machine, with whole-replay timings", "e2e_decoder_stream_h200_2026-11-29.json",
+               "e2e_decoder", "`--budget 0`: each served group's prediction also timed as the whole replay of a graph "
+               "after the prelude and after a GEMM."),
+    Experiment("A transformers Llama (2 layers) in eager, compiled and graph modes, H200", "e2e_model_all_modes_h200_2026-11-29.json",
+               "e2e_model", "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes eager,compile,graph --rounds 21` "
+               "(Triton only), before the op's 1.01 margin."),
     Experiment("The decoder layer at 1 to 1024 tokens, layer-mode table, H200", "e2e_decoder_layer_h200_2026-11-29.json",
                "e2e_decoder", "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes eager,graph --budget 4 "
                "--max-tune-seconds 220`: the op routed none of the searched GEMMs, so the table's predicted saving "
