@@ -2,13 +2,15 @@
 layout, swizzle, vector widths), shape-generic rendering, operand checks, the rules proposer with it,
 and a covering set of kernels compiled for sm_80 with nvcc whose PTX, SASS (nvdisasm) and ptxas
 report must show what each spec asked for. The covering set holds every declared value of every
-field, and every (layout, dtype) and (epilogue path, split-K) pair, in eight kernels compiled in
-parallel (about 20-45 s of nvcc each); tests/test_gpu_cuda_cpp.py runs the same kernels on a GPU."""
+field, and every (layout, dtype) and (epilogue path, split-K) pair, in eight kernels (about 15-45 s
+of nvcc each), each compiled once per run however the tests are spread over pytest-xdist workers;
+tests/test_gpu_cuda_cpp.py runs the same kernels on a GPU."""
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -238,6 +240,39 @@ def test_compile_error_comes_back_with_the_first_compiler_lines(tmp_path):
     assert "CompileError" in type(e.value).__name__  # the evaluator files it as a compile error
 
 
+FAKE_NVCC = """#!{python}
+import pathlib, sys, time
+args = sys.argv[1:]
+if args == ["--version"]:
+    sys.exit(print("Cuda compilation tools, release 13.0, V13.0.88"))
+with open({runs!r}, "a") as f:
+    f.write("run\\n")
+time.sleep(1.0)  # long enough that the other compile asks for the same unit meanwhile
+out = pathlib.Path(args[args.index("-o") + 1])
+out.write_bytes(b"cubin")
+(pathlib.Path(args[args.index("--keep-dir") + 1]) / "kernel.ptx").write_text("// ptx")
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the compile lock is a POSIX file lock")
+def test_one_unit_wanted_by_two_compiles_at_once_runs_nvcc_once(tmp_path, monkeypatch):
+    runs = tmp_path / "runs.txt"
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text(FAKE_NVCC.format(python=sys.executable, runs=str(runs)))
+    nvcc.chmod(0o755)
+    include = tmp_path / "include"
+    (include / "cute").mkdir(parents=True)
+    (include / "cute" / "tensor.hpp").write_text("")
+    monkeypatch.setenv("CUDAL2_NVCC", str(nvcc))
+    monkeypatch.setenv("CUDAL2_CUTLASS_INCLUDE", str(include))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two workers that share a cache folder
+        both = list(pool.map(lambda _: toolchain.compile_cuda("__global__ void k() {}", "sm_80", tmp_path / "cache"),
+                             range(2)))
+    assert runs.read_text().count("run") == 1
+    assert sorted(b.from_cache for b in both) == [False, True] and both[0].cubin == both[1].cubin == b"cubin"
+
+
 def test_every_declared_value_is_in_the_covering_set():
     specs = [covering_case(name)[1] for name, _, _ in COVERING]
     problems = [covering_case(name)[0] for name, _, _ in COVERING]
@@ -260,18 +295,37 @@ def test_every_declared_value_is_in_the_covering_set():
         assert get_backend("cuda_cpp").supports(p, s), name
 
 
-@pytest.fixture(scope="module")
-def compiled(tmp_path_factory):
-    """{name: (problem, spec, Binary)} for the covering set, compiled for sm_80 in parallel."""
-    be = get_backend("cuda_cpp")
-    root = tmp_path_factory.mktemp("cuda_cpp_cubins")
+class CompiledCovering(dict):
+    """{name: (problem, spec, Binary)} for the covering set, each kernel compiled for sm_80 when a test
+    first asks for it, into a cache folder that every pytest-xdist worker shares: a kernel is compiled
+    once in a run, by whichever worker gets its tests first (compile_cuda's lock makes the others wait
+    for it and read its cubin)."""
 
-    def build(name):
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+
+    def __missing__(self, name):
         p, s = covering_case(name)
-        return name, (p, s, toolchain.compile_cuda(be.render(p, s).text, "sm_80", root))
+        self[name] = (p, s, toolchain.compile_cuda(get_backend("cuda_cpp").render(p, s).text, "sm_80", self.root))
+        return self[name]
 
-    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(pool.map(build, [n for n, _, _ in COVERING]))
+
+@pytest.fixture(scope="session")
+def compiled(tmp_path_factory):
+    base = tmp_path_factory.getbasetemp()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    kernels = CompiledCovering((base.parent if worker else base) / "cuda_cpp_cubins")
+    if not worker:  # one process runs every test: compile the whole set up front, in parallel
+        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+            list(pool.map(kernels.__getitem__, [n for n, _, _ in COVERING]))
+    return kernels
+
+
+def per_kernel(name):
+    """A covering kernel's tests form one xdist group, so that with `--dist loadgroup` (tools/test.sh)
+    one worker compiles it and runs them all, while the other kernels compile on other workers."""
+    return pytest.param(name, marks=pytest.mark.xdist_group(f"cuda_cpp-{name}"))
 
 
 def _expected_ptx(p: GemmProblem, s: KernelSpec) -> list[str]:
@@ -299,7 +353,7 @@ def _expected_ptx(p: GemmProblem, s: KernelSpec) -> list[str]:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", [n for n, _, _ in COVERING])
+@pytest.mark.parametrize("name", [per_kernel(n) for n, _, _ in COVERING])
 def test_covering_kernel_ptx_holds_what_the_spec_asked_for(compiled, name):
     p, s, binary = compiled[name]
     for needle in _expected_ptx(p, s):
@@ -310,7 +364,7 @@ def test_covering_kernel_ptx_holds_what_the_spec_asked_for(compiled, name):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", [n for n, _, _ in COVERING])
+@pytest.mark.parametrize("name", [per_kernel(n) for n, _, _ in COVERING])
 def test_covering_kernel_registers_and_no_spills(compiled, name):
     p, s, binary = compiled[name]
     res = binary.resources["cudal2_gemm"]
@@ -322,7 +376,7 @@ def test_covering_kernel_registers_and_no_spills(compiled, name):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", [n for n, _, _ in COVERING])
+@pytest.mark.parametrize("name", [per_kernel(n) for n, _, _ in COVERING])
 def test_covering_kernel_sass_holds_the_instructions(compiled, name):
     p, s, binary = compiled[name]
     sass = toolchain.disassemble(binary)
@@ -342,6 +396,7 @@ def test_covering_kernel_sass_holds_the_instructions(compiled, name):
 
 
 @needs_nvcc
+@pytest.mark.xdist_group("cuda_cpp-nt-f16-128x128")
 def test_binaries_are_cached_by_source_and_target(compiled, tmp_path):
     p, s, binary = compiled["nt-f16-128x128"]
     again = toolchain.compile_cuda(get_backend("cuda_cpp").render(p, s).text, "sm_80", binary.path.parent)
