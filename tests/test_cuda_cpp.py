@@ -3,7 +3,7 @@ layout, swizzle, vector widths), shape-generic rendering, operand checks, the ru
 and a covering set of kernels compiled for sm_80 with nvcc whose PTX, SASS (nvdisasm) and ptxas
 report must show what each spec asked for. The covering set holds every declared value of every
 field, and every (layout, dtype) and (epilogue path, split-K) pair, in eight kernels (about 15-45 s
-of nvcc each), each compiled once per run however the tests are spread over pytest-xdist workers;
+of nvcc each) compiled in parallel, once per run however many pytest-xdist workers run their tests;
 tests/test_gpu_cuda_cpp.py runs the same kernels on a GPU."""
 
 from __future__ import annotations
@@ -295,37 +295,26 @@ def test_every_declared_value_is_in_the_covering_set():
         assert get_backend("cuda_cpp").supports(p, s), name
 
 
-class CompiledCovering(dict):
-    """{name: (problem, spec, Binary)} for the covering set, each kernel compiled for sm_80 when a test
-    first asks for it, into a cache folder that every pytest-xdist worker shares: a kernel is compiled
-    once in a run, by whichever worker gets its tests first (compile_cuda's lock makes the others wait
-    for it and read its cubin)."""
-
-    def __init__(self, root):
-        super().__init__()
-        self.root = root
-
-    def __missing__(self, name):
-        p, s = covering_case(name)
-        self[name] = (p, s, toolchain.compile_cuda(get_backend("cuda_cpp").render(p, s).text, "sm_80", self.root))
-        return self[name]
-
-
 @pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
+    """{name: (problem, spec, Binary)} for the covering set, compiled for sm_80 in parallel into a cache
+    folder that every pytest-xdist worker shares. Each kernel is compiled once in a run: a worker that
+    wants one another is compiling waits for it (compile_cuda's lock) and reads its cubin, and odd
+    workers take the set in reverse, so that two workers that start together split it."""
     base = tmp_path_factory.getbasetemp()
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    kernels = CompiledCovering((base.parent if worker else base) / "cuda_cpp_cubins")
-    if not worker:  # one process runs every test: compile the whole set up front, in parallel
-        with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-            list(pool.map(kernels.__getitem__, [n for n, _, _ in COVERING]))
-    return kernels
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ...
+    root = (base.parent if worker else base) / "cuda_cpp_cubins"
+    names = [n for n, _, _ in COVERING]
+    if worker and int(worker.removeprefix("gw") or 0) % 2:
+        names.reverse()
+    be = get_backend("cuda_cpp")
 
+    def build(name):
+        p, s = covering_case(name)
+        return name, (p, s, toolchain.compile_cuda(be.render(p, s).text, "sm_80", root))
 
-def per_kernel(name):
-    """A covering kernel's tests form one xdist group, so that with `--dist loadgroup` (tools/test.sh)
-    one worker compiles it and runs them all, while the other kernels compile on other workers."""
-    return pytest.param(name, marks=pytest.mark.xdist_group(f"cuda_cpp-{name}"))
+    with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
+        return dict(pool.map(build, names))
 
 
 def _expected_ptx(p: GemmProblem, s: KernelSpec) -> list[str]:
@@ -353,7 +342,7 @@ def _expected_ptx(p: GemmProblem, s: KernelSpec) -> list[str]:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", [per_kernel(n) for n, _, _ in COVERING])
+@pytest.mark.parametrize("name", [n for n, _, _ in COVERING])
 def test_covering_kernel_ptx_holds_what_the_spec_asked_for(compiled, name):
     p, s, binary = compiled[name]
     for needle in _expected_ptx(p, s):
@@ -364,7 +353,7 @@ def test_covering_kernel_ptx_holds_what_the_spec_asked_for(compiled, name):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", [per_kernel(n) for n, _, _ in COVERING])
+@pytest.mark.parametrize("name", [n for n, _, _ in COVERING])
 def test_covering_kernel_registers_and_no_spills(compiled, name):
     p, s, binary = compiled[name]
     res = binary.resources["cudal2_gemm"]
@@ -376,7 +365,7 @@ def test_covering_kernel_registers_and_no_spills(compiled, name):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", [per_kernel(n) for n, _, _ in COVERING])
+@pytest.mark.parametrize("name", [n for n, _, _ in COVERING])
 def test_covering_kernel_sass_holds_the_instructions(compiled, name):
     p, s, binary = compiled[name]
     sass = toolchain.disassemble(binary)
@@ -396,7 +385,6 @@ def test_covering_kernel_sass_holds_the_instructions(compiled, name):
 
 
 @needs_nvcc
-@pytest.mark.xdist_group("cuda_cpp-nt-f16-128x128")
 def test_binaries_are_cached_by_source_and_target(compiled, tmp_path):
     p, s, binary = compiled["nt-f16-128x128"]
     again = toolchain.compile_cuda(get_backend("cuda_cpp").render(p, s).text, "sm_80", binary.path.parent)
