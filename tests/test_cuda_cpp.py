@@ -299,8 +299,8 @@ def test_every_declared_value_is_in_the_covering_set():
 def compiled(tmp_path_factory):
     """{name: (problem, spec, Binary)} for the covering set, compiled for sm_80 in parallel into a cache
     folder that every pytest-xdist worker shares. Each kernel is compiled once in a run: a worker that
-    wants one another is compiling waits for it (compile_cuda's lock) and reads its cubin, and odd
-    workers take the set in reverse, so that two workers that start together split it."""
+    wants a kernel another worker is compiling waits for it (compile_cuda's lock) and reads its cubin,
+    and odd workers take the set in reverse, so that two workers that start together split it."""
     base = tmp_path_factory.getbasetemp()
     worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ...
     root = (base.parent if worker else base) / "cuda_cpp_cubins"

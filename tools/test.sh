@@ -44,7 +44,7 @@ trap - EXIT
 .venv/bin/uv pip list --python .venv-lowest/bin/python 2>/dev/null \
     | grep -i -E '^(torch|pydantic|jinja2|numpy|optuna|sqlalchemy|typer|click|rich|httpx|matplotlib|platformdirs|pytest|pytest-timeout|pytest-xdist|import-linter|triton|openai|anthropic|hypothesis|lightgbm|psycopg|dask|distributed|transformers) ' \
     | awk '{printf "%s==%s  ", $1, $2} END {print ""}' || true
-echo "== set up beside the first run, $((SECONDS - start)) s after it started; pytest's closing line gives the tests' time =="
+echo "== set up beside the first run ($((SECONDS - start)) s); pytest's closing line gives the tests' time =="
 . .venv-lowest/bin/activate  # a test that runs `cudal2` or `python` finds this environment's
 # the tests whose code calls each direct dependency: pydantic and hypothesis (IR), optuna and sqlalchemy
 # (store, refiner), typer, click and rich (CLI), httpx, openai and anthropic (LLM), matplotlib (compare),
