@@ -2,13 +2,15 @@
 layout, swizzle, vector widths), shape-generic rendering, operand checks, the rules proposer with it,
 and a covering set of kernels compiled for sm_80 with nvcc whose PTX, SASS (nvdisasm) and ptxas
 report must show what each spec asked for. The covering set holds every declared value of every
-field, and every (layout, dtype) and (epilogue path, split-K) pair, in eight kernels compiled in
-parallel (about 20-45 s of nvcc each); tests/test_gpu_cuda_cpp.py runs the same kernels on a GPU."""
+field, and every (layout, dtype) and (epilogue path, split-K) pair, in eight kernels (about 15-45 s
+of nvcc each) compiled in parallel, once per run however many pytest-xdist workers run their tests;
+tests/test_gpu_cuda_cpp.py runs the same kernels on a GPU."""
 
 from __future__ import annotations
 
 import os
 import re
+import sys
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -238,6 +240,39 @@ def test_compile_error_comes_back_with_the_first_compiler_lines(tmp_path):
     assert "CompileError" in type(e.value).__name__  # the evaluator files it as a compile error
 
 
+FAKE_NVCC = """#!{python}
+import pathlib, sys, time
+args = sys.argv[1:]
+if args == ["--version"]:
+    sys.exit(print("Cuda compilation tools, release 13.0, V13.0.88"))
+with open({runs!r}, "a") as f:
+    f.write("run\\n")
+time.sleep(1.0)  # long enough that the other compile asks for the same unit meanwhile
+out = pathlib.Path(args[args.index("-o") + 1])
+out.write_bytes(b"cubin")
+(pathlib.Path(args[args.index("--keep-dir") + 1]) / "kernel.ptx").write_text("// ptx")
+"""
+
+
+@pytest.mark.skipif(os.name != "posix", reason="the compile lock is a POSIX file lock")
+def test_one_unit_wanted_by_two_compiles_at_once_runs_nvcc_once(tmp_path, monkeypatch):
+    runs = tmp_path / "runs.txt"
+    nvcc = tmp_path / "bin" / "nvcc"
+    nvcc.parent.mkdir()
+    nvcc.write_text(FAKE_NVCC.format(python=sys.executable, runs=str(runs)))
+    nvcc.chmod(0o755)
+    include = tmp_path / "include"
+    (include / "cute").mkdir(parents=True)
+    (include / "cute" / "tensor.hpp").write_text("")
+    monkeypatch.setenv("CUDAL2_NVCC", str(nvcc))
+    monkeypatch.setenv("CUDAL2_CUTLASS_INCLUDE", str(include))
+    with ThreadPoolExecutor(max_workers=2) as pool:  # two workers that share a cache folder
+        both = list(pool.map(lambda _: toolchain.compile_cuda("__global__ void k() {}", "sm_80", tmp_path / "cache"),
+                             range(2)))
+    assert runs.read_text().count("run") == 1
+    assert sorted(b.from_cache for b in both) == [False, True] and both[0].cubin == both[1].cubin == b"cubin"
+
+
 def test_every_declared_value_is_in_the_covering_set():
     specs = [covering_case(name)[1] for name, _, _ in COVERING]
     problems = [covering_case(name)[0] for name, _, _ in COVERING]
@@ -260,18 +295,26 @@ def test_every_declared_value_is_in_the_covering_set():
         assert get_backend("cuda_cpp").supports(p, s), name
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def compiled(tmp_path_factory):
-    """{name: (problem, spec, Binary)} for the covering set, compiled for sm_80 in parallel."""
+    """{name: (problem, spec, Binary)} for the covering set, compiled for sm_80 in parallel into a cache
+    folder that every pytest-xdist worker shares. Each kernel is compiled once in a run: a worker that
+    wants a kernel another worker is compiling waits for it (compile_cuda's lock) and reads its cubin,
+    and odd workers take the set in reverse, so that two workers that start together split it."""
+    base = tmp_path_factory.getbasetemp()
+    worker = os.environ.get("PYTEST_XDIST_WORKER")  # gw0, gw1, ...
+    root = (base.parent if worker else base) / "cuda_cpp_cubins"
+    names = [n for n, _, _ in COVERING]
+    if worker and int(worker.removeprefix("gw") or 0) % 2:
+        names.reverse()
     be = get_backend("cuda_cpp")
-    root = tmp_path_factory.mktemp("cuda_cpp_cubins")
 
     def build(name):
         p, s = covering_case(name)
         return name, (p, s, toolchain.compile_cuda(be.render(p, s).text, "sm_80", root))
 
     with ThreadPoolExecutor(max_workers=max(2, os.cpu_count() or 2)) as pool:
-        return dict(pool.map(build, [n for n, _, _ in COVERING]))
+        return dict(pool.map(build, names))
 
 
 def _expected_ptx(p: GemmProblem, s: KernelSpec) -> list[str]:

@@ -6,7 +6,8 @@
   headers want the host compiler's C++ library, and neither this project's CPU machines nor the GPU
   machine ship libnvrtc, while both have nvcc.
 - Cache: one folder per (source, target arch, nvcc version, flags, headers), holding the cubin,
-  the PTX and ptxas's resource report (`-Xptxas -v`: registers, spills, stack per kernel).
+  the PTX and ptxas's resource report (`-Xptxas -v`: registers, spills, stack per kernel). A unit
+  that several processes want at once is compiled by one of them (a lock file per folder).
 - Errors: a failed compile raises CudaCompileError with the first compiler lines; the search
   records it as a compile error of that candidate.
 - Loading and launching: the CUDA driver API through cuda-python (`cuda.bindings.driver`), per
@@ -24,10 +25,12 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
+from typing import Iterator
 
 from cudal2.settings import settings
 
@@ -177,6 +180,34 @@ def compile_cuda(text: str, target: str, cache_root: Path, flags: tuple[str, ...
     cached = _read_cached(folder, target)
     if cached is not None:
         return cached
+    with _compiling(folder):
+        cached = _read_cached(folder, target)  # another process compiled it while this one waited
+        if cached is not None:
+            return cached
+        binary = _run_nvcc(text, target, nvcc, include, flags)
+        _write_cached(folder, binary)
+    return binary
+
+
+@contextmanager
+def _compiling(folder: Path) -> Iterator[None]:
+    """Held while `folder`'s unit compiles: processes (and threads) that want the same unit at the same
+    time wait for one nvcc run and read its cache, instead of each running nvcc for minutes."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: each compiles, and the rename in _write_cached keeps one copy
+        yield
+        return
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with open(folder.with_name(folder.name + ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def _run_nvcc(text: str, target: str, nvcc: Path, include: Path, flags: tuple[str, ...]) -> Binary:
     with tempfile.TemporaryDirectory(prefix="cudal2-nvcc-") as tmp:
         work = Path(tmp)
         (work / "kernel.cu").write_text(text)
@@ -191,10 +222,8 @@ def compile_cuda(text: str, target: str, cache_root: Path, flags: tuple[str, ...
         if run.returncode != 0 or not (work / "kernel.cubin").is_file():
             raise CudaCompileError(f"nvcc failed for {target} (exit {run.returncode}):\n{first_errors(log)}", log)
         ptx = next(iter(sorted(work.glob("*.ptx"))), None)
-        binary = Binary(target=target, cubin=(work / "kernel.cubin").read_bytes(),
-                        ptx=ptx.read_text() if ptx else "", resources=parse_ptxas(log), log=log)
-    _write_cached(folder, binary)
-    return binary
+        return Binary(target=target, cubin=(work / "kernel.cubin").read_bytes(),
+                      ptx=ptx.read_text() if ptx else "", resources=parse_ptxas(log), log=log)
 
 
 def first_errors(log: str, n: int = ERROR_LINES) -> str:
