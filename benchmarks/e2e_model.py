@@ -12,6 +12,9 @@ cudal2.route_linears: prefill and decode tokens/s in eager mode, under torch.com
    each, the store resuming earlier runs (--budget 0: the store's results as they are). route_linears
    then sends each layer whose weight shape the table serves through cudal2.linear (in graph mode:
    route_linears(graphs=True), also the layers a kernel serves only in captured graphs).
+   Before each mode is timed, cudal2.check_routes times each group of routed layers (one weight shape)
+   inside the model, in that mode (eager wall time, or a CUDA graph), on the prefill and then on the
+   decode step: a group stays routed only where it saves time in both (--no-check-routes: skip).
 2. Prefill: one forward of (batch, prompt) tokens, no cache, logits of the last token only (as
    generation computes them). Decode: one step of one token per sequence into a StaticCache that a
    prefill filled, at position --prompt, every call writing the same slot (so a CUDA graph replays it).
@@ -143,21 +146,54 @@ def cpu_timer(fn, calls: int):
     return one_round
 
 
-def measure(plain, ours, ids, prompt: int, modes, rounds: int, calls: int, on_gpu: bool) -> dict:
+def checked_routes(ours, ids, prompt: int, graphs: bool, rounds: int, calls: int, timer=None) -> list[dict]:
+    """cudal2.check_routes on the model's prefill, then on its decode step: a group of routed layers stays
+    routed only where it wins inside the model in both phases (a model serves both with one routing)."""
+    import dataclasses
+
+    import torch
+
+    import cudal2
+
+    class Step(torch.nn.Module):  # the model (its layers) and one phase's call
+        def __init__(self, model, fn):
+            super().__init__()
+            self.model, self.fn = model, fn
+
+        def forward(self):
+            return self.fn()
+
+    out = []
+    for phase, fn in (("prefill", prefill_call(ours, ids)), ("decode", decode_call(ours, ours, ids, prompt))):
+        for check in cudal2.check_routes(Step(ours, fn), graphs=graphs, rounds=rounds, calls=calls, timer=timer):
+            row = dataclasses.asdict(check)
+            row["layers"] = [name.removeprefix("model.") for name in check.layers]  # (names in ours, not in Step)
+            out.append({"phase": phase, **row})
+    return out
+
+
+def measure(plain, ours, ids, prompt: int, modes, rounds: int, calls: int, on_gpu: bool,
+            check: bool = True) -> dict:
     """Both models' tokens/s per mode and phase. On the CPU (--smoke) every layer a kernel serves anywhere
-    is routed, so that the routed forward runs (the op runs torch there)."""
+    is routed, so that the routed forward runs (the op runs torch there). check: before a mode is timed,
+    cudal2.check_routes keeps only the routed layers that win inside the model (eager and graph modes;
+    compiled calls follow the eager check)."""
     import torch
 
     import cudal2
 
     wall, graph = (wall_timer, graph_timer) if on_gpu else (cpu_timer, None)
     tokens = {"prefill": ids.numel(), "decode": ids.shape[0]}
-    rows, routed = {}, {}
+    rows, routed, checks = {}, {}, {}
     with torch.no_grad():
         want, got = prefill_call(plain, ids)().float(), prefill_call(ours, ids)().float()
         rel_error = float((got - want).norm() / want.norm())
         for mode in modes:
-            routed[mode] = cudal2.route_linears(ours, graphs=mode == "graph" or not on_gpu)
+            cudal2.route_linears(ours, graphs=mode == "graph" or not on_gpu)
+            if check:
+                checks[mode] = checked_routes(ours, ids, prompt, mode == "graph", rounds, calls,
+                                              None if on_gpu else cpu_timer)
+            routed[mode] = sorted(name for name, m in ours.named_modules() if type(m).__name__ == "RoutedLinear")
             for phase in ("prefill", "decode"):
                 timers = {}
                 for name, model in (("torch", plain), ("cudal2", ours)):
@@ -168,7 +204,7 @@ def measure(plain, ours, ids, prompt: int, modes, rounds: int, calls: int, on_gp
                 for name in timers:
                     both[name]["tokens_per_s"] = tokens[phase] / both[name]["us"] * 1e6
     cudal2.route_linears(ours)
-    return {"rel_error": rel_error, "modes": rows, "routed_per_mode": routed}
+    return {"rel_error": rel_error, "modes": rows, "routed_per_mode": routed, "route_checks": checks}
 
 
 def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, list[str]]) -> str:
@@ -193,6 +229,18 @@ def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, 
         for phase, both in phases.items():
             lines.append(f"| {mode} | {phase} | {both['torch']['tokens_per_s']:.1f} | "
                          f"{both['cudal2']['tokens_per_s']:.1f} | {ratio(both)} |")
+    checks = [(mode, c) for mode, cs in result.get("route_checks", {}).items() for c in cs]
+    if checks:
+        lines += ["", "Each group of routed layers timed inside the model (cudal2.check_routes: the forward with only "
+                  "that group served against none, median us saved a call, quartiles); a group stays routed only "
+                  "where it saves time in both phases:", "",
+                  "| mode | phase | weight | layers | saving us (25% to 75%) | kept |", "|---|---|---|---|---:|---|"]
+        for mode, c in checks:
+            lines.append(f"| {mode} | {c['phase']} | {c['weight_shape'][0]}x{c['weight_shape'][1]} | "
+                         f"{len(c['layers'])} | {c['saving_us']:.2f} ({c['saving_q1_us']:.2f} to "
+                         f"{c['saving_q3_us']:.2f}) | {'yes' if c['kept'] else 'no'} |")
+        lines += ["", "Routed while timed, per mode: " + "; ".join(
+            f"{mode}: {', '.join(names) or 'none'}" for mode, names in result["routed_per_mode"].items())]
     lines += ["", f"Relative error of cudal2's prefill logits: {result['rel_error']:.1e}"]
     return "\n".join(lines) + "\n"
 
@@ -209,6 +257,8 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--modes", default="eager,compile,graph")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--smoke", action="store_true", help="CPU, a tiny config, the recorded runner, eager, 3 rounds")
+    ap.add_argument("--no-check-routes", action="store_true",
+                    help="time the routing route_linears sets, without cudal2.check_routes' check inside the model")
     args = ap.parse_args(argv)
 
     import torch
@@ -238,7 +288,8 @@ def main(argv: list[str] | None = None) -> Path:
     ids = torch.randint(0, plain.config.vocab_size, (args.batch, args.prompt), device=device,
                         generator=torch.Generator(device).manual_seed(0))
     routed = tune(ours, ids, args.budget, store, runner)
-    result = measure(plain, ours, ids, args.prompt, modes, args.rounds, args.calls, on_gpu=not args.smoke)
+    result = measure(plain, ours, ids, args.prompt, modes, args.rounds, args.calls, on_gpu=not args.smoke,
+                     check=not args.no_check_routes)
     env = record() if not args.smoke else {"date": _dt.date.today().isoformat(), "torch": torch.__version__}
     import transformers
 

@@ -14,6 +14,7 @@ _LAZY = {
     "precompile": ("cudal2.api", "precompile"),
     "set_table": ("cudal2.ops", "set_table"),
     "route_linears": ("cudal2.ops", "route_linears"),
+    "check_routes": ("cudal2.route_check", "check_routes"),
     "tune_model": ("cudal2.model_tuning", "tune_model"),
     "tune_untuned": ("cudal2.model_tuning", "tune_untuned"),
     "untuned_problems": ("cudal2.ops", "untuned_problems"),
@@ -39,5 +40,5 @@ def __dir__():
 
 
 __all__ = ["Epilogue", "GemmProblem", "KernelSpec", "SearchResult", "SpecError", "Store", "TunedTable",
-           "__version__", "available_backends", "get_backend", "linear", "matmul", "precompile", "route_linears", "search",
+           "__version__", "available_backends", "check_routes", "get_backend", "linear", "matmul", "precompile", "route_linears", "search",
            "set_table", "tune_model", "tune_untuned", "untuned_problems"]

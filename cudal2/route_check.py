@@ -1,0 +1,137 @@
+"""Keep a routed layer only where it wins inside the model: `cudal2.check_routes(model, *inputs)`.
+
+The table's figure for a GEMM is measured alone, in the model's call pattern (layer mode). Inside a
+model the kernel also changes the time of the kernels around it: in a decoder layer on an H200, a
+q/o kernel that saved 1.3 to 2.3 us a layer call in every isolated regime cost the layer 0.7 to
+1.7 us at 128 tokens (docs/evaluation.md, "The decoder layer"). So after route_linears, each group
+of routed layers that share a weight shape is timed in the model itself: the model's forward with
+only that group served against the model with none, in interleaved rounds (the order reversed every
+other round). A group whose median saving a forward is not above zero goes back to nn.Linear.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+import warnings
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+
+from . import ops
+
+Timer = Callable[[Callable[[], Any], int], Callable[[], float]]  # (forward, calls) -> one round's us a call
+
+
+@dataclass(frozen=True)
+class RouteCheck:
+    """One group of routed layers (one weight shape) timed inside the model."""
+
+    weight_shape: tuple[int, int]  # (out_features, in_features)
+    layers: tuple[str, ...]
+    saving_us: float  # the median over the rounds of (forward with none served) - (with this group served)
+    saving_q1_us: float
+    saving_q3_us: float
+    kept: bool  # still routed: saving_us > 0
+
+
+def wall_timer(forward: Callable[[], Any], calls: int) -> Callable[[], float]:
+    """us a call of `calls` back-to-back forwards, from a synchronized GPU to a synchronized GPU (eager)."""
+    sync = torch.cuda.synchronize if torch.cuda.is_available() else (lambda: None)
+    for _ in range(3):
+        forward()
+    sync()
+
+    def one_round() -> float:
+        sync()
+        start = time.perf_counter()
+        for _ in range(calls):
+            forward()
+        sync()
+        return (time.perf_counter() - start) / calls * 1e6
+
+    return one_round
+
+
+def graph_timer(forward: Callable[[], Any], calls: int) -> Callable[[], float]:
+    """us a call of one replay of a CUDA graph of `calls` forwards, between CUDA events (after three
+    warm-up forwards on a side stream, which build the op's launchers outside the capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(3):
+            forward()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(calls):
+            forward()
+    graph.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+
+    def one_round() -> float:
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        return start.elapsed_time(end) * 1e3 / calls
+
+    return one_round
+
+
+def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, rounds: int = 21, calls: int = 10,
+                 timer: Timer | None = None, **example_kwargs) -> list[RouteCheck]:
+    """Time each group of model's routed layers (ops.RoutedLinear, as route_linears left them) inside the
+    model on the example inputs, and put back to nn.Linear every group whose median saving a forward is
+    not above zero. graphs: time the forward inside a CUDA graph (for a model that runs in CUDA graphs;
+    route_linears(model, graphs=True) first), else eager wall time. timer: (forward, calls) -> a timer of
+    one round in us a call (default: graph_timer or wall_timer). Returns one RouteCheck per group. Where
+    a timer cannot be built (a forward that cannot be captured, say), warns once and changes nothing."""
+    routed: dict[tuple[int, int], list[tuple[str, torch.nn.Module]]] = {}
+    for name, m in model.named_modules():
+        if type(m) is ops.RoutedLinear:
+            routed.setdefault((m.out_features, m.in_features), []).append((name, m))
+    if not routed:
+        return []
+    timer = timer or (graph_timer if graphs else wall_timer)
+    every = [m for group in routed.values() for _, m in group]
+
+    def serving(group: list) -> None:
+        """Route only the group's layers (an empty group: none)."""
+        for m in every:
+            m.__class__ = torch.nn.Linear
+        for _, m in group:
+            m.__class__ = ops.RoutedLinear
+
+    def forward():
+        return model(*example_inputs, **example_kwargs)
+
+    checks = []
+    try:
+        with torch.no_grad():
+            for shape, group in routed.items():
+                sides = {"none": [], "group": group}
+                timers = {}
+                for side, layers in sides.items():  # (a graph captures the routing of its capture)
+                    serving(layers)
+                    timers[side] = timer(forward, calls)
+                diffs = []
+                for r in range(rounds):
+                    got = {}
+                    for side in (("none", "group") if r % 2 == 0 else ("group", "none")):
+                        serving(sides[side])
+                        got[side] = timers[side]()
+                    diffs.append(got["none"] - got["group"])
+                mid = statistics.median(diffs)
+                q1, _, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (mid, mid, mid)
+                checks.append(RouteCheck(shape, tuple(name for name, _ in group), mid, q1, q3, mid > 0))
+    except Exception as e:  # noqa: BLE001 - a model that cannot be timed this way keeps its routes
+        serving([pair for group in routed.values() for pair in group])
+        warnings.warn(f"cudal2.check_routes: the model could not be timed ({type(e).__name__}: {e}); "
+                      "its routed layers are left as route_linears set them", stacklevel=2)
+        return []
+    kept = [pair for check, group in zip(checks, routed.values()) if check.kept for pair in group]
+    serving(kept)
+    return checks

@@ -1,0 +1,76 @@
+"""cudal2.check_routes (cudal2/route_check.py) on the CPU, with a fake timer that reads which layers are
+routed when a round is timed: a group whose layers win inside the model stays routed, one that loses goes
+back to nn.Linear, the two sides take turns, and a model that cannot be timed keeps its routes."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from cudal2 import ops
+from cudal2.route_check import check_routes
+
+
+class Model(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.b, self.c = torch.nn.Linear(8, 16), torch.nn.Linear(16, 8), torch.nn.Linear(8, 16)
+        self.plain = torch.nn.Linear(8, 8)  # never routed: not checked, never touched
+
+    def forward(self, x):
+        return self.b(self.a(x) + self.c(x)) + self.plain(x)
+
+
+def _routed(model, *names):
+    for name in names:
+        getattr(model, name).__class__ = ops.RoutedLinear
+    return model
+
+
+def _timer(model, log, effect):
+    """A timer whose rounds read the model's routing: 100 us, less each routed layer's effect."""
+    def make(forward, calls):
+        forward()  # the forward runs as routed now
+        return lambda: log.append(tuple(n for n in effect if type(getattr(model, n)) is ops.RoutedLinear)) or \
+            100.0 - sum(e for n, e in effect.items() if type(getattr(model, n)) is ops.RoutedLinear)
+    return make
+
+
+def test_a_group_that_loses_inside_the_model_goes_back_to_nn_linear():
+    model, log = _routed(Model(), "a", "b", "c"), []
+    # a and c (weight 16x8) save 1 us each; b (8x16) saves in the table but costs the model 3 us
+    checks = check_routes(model, torch.randn(2, 8), rounds=4, timer=_timer(model, log, {"a": 1.0, "b": -3.0, "c": 1.0}))
+    by_shape = {c.weight_shape: c for c in checks}
+    assert by_shape[(16, 8)].layers == ("a", "c") and by_shape[(16, 8)].saving_us == pytest.approx(2.0)
+    assert by_shape[(16, 8)].kept and not by_shape[(8, 16)].kept and by_shape[(8, 16)].saving_us == pytest.approx(-3.0)
+    assert type(model.a) is ops.RoutedLinear and type(model.c) is ops.RoutedLinear
+    assert type(model.b) is torch.nn.Linear and type(model.plain) is torch.nn.Linear
+    # each group against none, the order reversed every other round
+    rounds = [x for x in log if x in ((), ("a", "c"))]
+    assert rounds[:4] == [(), ("a", "c"), ("a", "c"), ()]
+
+
+def test_a_model_that_cannot_be_timed_keeps_its_routes():
+    model = _routed(Model(), "a", "b")
+
+    def broken(forward, calls):
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    with pytest.warns(UserWarning, match="could not be timed.*left as route_linears set them"):
+        assert check_routes(model, torch.randn(2, 8), timer=broken) == []
+    assert type(model.a) is ops.RoutedLinear and type(model.b) is ops.RoutedLinear
+
+
+def test_nothing_routed_times_nothing():
+    def never(forward, calls):
+        raise AssertionError("timed")
+
+    assert check_routes(Model(), torch.randn(2, 8), timer=never) == []
+
+
+def test_the_eager_timer_times_the_forward():
+    from cudal2.route_check import wall_timer
+
+    calls = []
+    one_round = wall_timer(lambda: calls.append(1), 5)
+    assert len(calls) == 3 and one_round() > 0 and len(calls) == 8
