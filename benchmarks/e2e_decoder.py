@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # _rounds
 
 from _rounds import interleaved, spread  # noqa: E402
+from cudal2.route_check import graph_timer, wall_timer  # noqa: E402  (what check_routes times a model with)
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER = 4096, 32, 8, 128, 14336
 ROUNDS, CALLS = 21, 20
@@ -103,56 +104,6 @@ def layers():
     for p in ours.parameters():
         p.requires_grad_(False)
     return plain, ours
-
-
-def wall_timer(fn, calls: int):
-    """Warms fn up (3 calls), then returns a timer of one round: us per call of `calls` back-to-back
-    calls, wall time from a synchronized GPU to a synchronized GPU."""
-    import torch
-
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-
-    def one_round() -> float:
-        torch.cuda.synchronize()
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-        return (time.perf_counter() - start) / calls * 1e6
-
-    return one_round
-
-
-def graph_timer(fn, calls: int):
-    """Captures `calls` calls of fn in a CUDA graph (after 3 warm-up calls on a side stream, which build
-    the op's launchers outside the capture, and one replay) and returns a timer of one round: us per
-    call of one replay, between CUDA events."""
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(calls):
-            fn()
-    graph.replay()
-    torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-
-    def one_round() -> float:
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        return start.elapsed_time(end) * 1e3 / calls
-
-    return one_round
 
 
 def compare(timers: dict, rounds: int) -> dict:

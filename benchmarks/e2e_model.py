@@ -18,7 +18,7 @@ cudal2.route_linears: prefill and decode tokens/s in eager mode, under torch.com
 2. Prefill: one forward of (batch, prompt) tokens, no cache, logits of the last token only (as
    generation computes them). Decode: one step of one token per sequence into a StaticCache that a
    prefill filled, at position --prompt, every call writing the same slot (so a CUDA graph replays it).
-3. Both models are timed as benchmarks/e2e_decoder.py times its layers (its wall_timer, graph_timer
+3. Both models are timed as benchmarks/e2e_decoder.py times its layers (cudal2.route_check's wall_timer, graph_timer
    and compare): --rounds interleaved rounds of --calls back-to-back calls, the order reversed every
    other round; tokens/s from each model's median, and the median of the per-round ratios untouched
    time / cudal2 time (above 1: cudal2 faster) with its quartiles.
@@ -35,14 +35,14 @@ import copy
 import datetime as _dt
 import json
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from e2e_decoder import compare, graph_timer, wall_timer  # noqa: E402
+from e2e_decoder import compare  # noqa: E402
+from cudal2.route_check import graph_timer, wall_timer  # noqa: E402
 
 # Llama-3-8B (meta-llama/Meta-Llama-3-8B's config.json)
 LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
@@ -132,20 +132,6 @@ def tune(ours, ids, budget: int, store: str, runner) -> dict[str, list[str]]:
     return routed
 
 
-def cpu_timer(fn, calls: int):
-    """wall_timer's round on the CPU (nothing to synchronize): us per call of `calls` calls."""
-    for _ in range(2):
-        fn()
-
-    def one_round() -> float:
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        return (time.perf_counter() - start) / calls * 1e6
-
-    return one_round
-
-
 def checked_routes(ours, ids, prompt: int, graphs: bool, rounds: int, calls: int, timer=None) -> list[dict]:
     """cudal2.check_routes on the model's prefill, then on its decode step: a group of routed layers stays
     routed only where it wins inside the model in both phases (a model serves both with one routing)."""
@@ -182,7 +168,7 @@ def measure(plain, ours, ids, prompt: int, modes, rounds: int, calls: int, on_gp
 
     import cudal2
 
-    wall, graph = (wall_timer, graph_timer) if on_gpu else (cpu_timer, None)
+    wall, graph = wall_timer, graph_timer if on_gpu else None  # (wall_timer has nothing to synchronize on the CPU)
     tokens = {"prefill": ids.numel(), "decode": ids.shape[0]}
     rows, routed, checks = {}, {}, {}
     with torch.no_grad():
@@ -192,7 +178,7 @@ def measure(plain, ours, ids, prompt: int, modes, rounds: int, calls: int, on_gp
             cudal2.route_linears(ours, graphs=mode == "graph" or not on_gpu)
             if check:
                 checks[mode] = checked_routes(ours, ids, prompt, mode == "graph", rounds, calls,
-                                              None if on_gpu else cpu_timer)
+                                              None if on_gpu else wall_timer)
             routed[mode] = sorted(name for name, m in ours.named_modules() if type(m).__name__ == "RoutedLinear")
             for phase in ("prefill", "decode"):
                 timers = {}

@@ -56,7 +56,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
 
 from crosscheck_winners import gpu_uuid, harness_timers, problem_of  # noqa: E402
-from e2e_decoder import compare, wall_timer  # noqa: E402
+from e2e_decoder import compare  # noqa: E402
+from cudal2.route_check import wall_timer  # noqa: E402
 
 MIN_RATIO = 0.99  # F.linear time / cudal2.linear time, in each path
 SEARCHED_SLACK = 0.02  # a kernel served in a graph: ratio at least the search's speedup minus this
@@ -133,24 +134,13 @@ def operand_copies(m: int, n: int, k: int, l2_bytes: int, most: int) -> int:
     return max(1, min(most, -(-2 * l2_bytes // ((m + n) * k * 2))))
 
 
-def cpu_timer(fn, calls: int):
-    """The smoke path's timer of one round: us per call of `calls` back-to-back calls on the CPU."""
-    def one_round() -> float:
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        return (time.perf_counter() - start) / calls * 1e6
-
-    return one_round
-
-
 def eager_figures(x, w, rounds: int, calls: int) -> dict:
     import torch
     from torch.nn import functional as F
 
     import cudal2
 
-    timer = wall_timer if x.is_cuda else cpu_timer
+    timer = wall_timer  # (on the CPU it has nothing to synchronize)
     with torch.no_grad():
         both = compare({"torch": timer(lambda: F.linear(x, w), calls),
                         "cudal2": timer(lambda: cudal2.linear(x, w), calls)}, rounds)
@@ -183,7 +173,7 @@ def graph_figures(x, w, rounds: int, calls: int) -> dict:
                 turn = itertools.cycle(sets)
                 return lambda: (torch.sum(buf, dtype=torch.float32), op(*next(turn)))
 
-            timers = {"torch": cpu_timer(pattern(F.linear), calls), "cudal2": cpu_timer(pattern(cudal2.linear), calls)}
+            timers = {"torch": wall_timer(pattern(F.linear), calls), "cudal2": wall_timer(pattern(cudal2.linear), calls)}
         both = compare(timers, rounds)
     return {**both, "calls": calls, "operand_sets": copies}
 

@@ -28,7 +28,9 @@ if [ "$LOWEST" != "0" ]; then
     # built while the first run's tests run: most of its time is spent waiting on downloads
     rm -rf .venv-lowest .venv-lowest.log
     start=$SECONDS
-    lowest_environment > .venv-lowest.log 2>&1 &
+    # at the lowest CPU priority: it takes the time the tests leave (their waits on processes and files),
+    # not theirs (at the same priority it slowed the first run by 30 s on 2 cores)
+    ( renice -n 19 -p "$BASHPID" > /dev/null 2>&1 || true; lowest_environment ) > .venv-lowest.log 2>&1 &
     building=$!
     trap 'kill "$building" 2>/dev/null || true' EXIT
 fi
@@ -53,9 +55,15 @@ echo "== set up beside the first run ($((SECONDS - start)) s); pytest's closing 
 # transformers (the end-to-end model). torch is the same build in both runs: the first runs its tests.
 BOUNDS_TESTS=(tests/test_ir.py tests/test_fuzz_boundary.py tests/test_store_resume.py tests/test_store_kill.py
               tests/test_journal_disk_faults.py tests/test_store_url_secrets.py tests/test_search_refiner.py
-              tests/test_cli.py tests/test_cli_errors.py tests/test_llm_faults.py tests/test_proposer_llm.py
+              tests/test_cli.py tests/test_cli_errors.py tests/test_proposer_llm.py
               tests/test_compare_report.py tests/test_learn.py tests/test_scale_out.py tests/test_triton_golden.py
               tests/test_triton_backend.py tests/test_isolation.py tests/test_layers.py
               tests/test_op_store_wait.py tests/test_e2e_model.py)
-[ $# -eq 0 ] && set -- "${BOUNDS_TESTS[@]}"
+# Left out of this run, as they call the same dependencies as the tests above, at more length: the LLM
+# proposer's endpoint faults (a CLI process each: httpx, openai and anthropic run in test_proposer_llm),
+# one dynamic Triton kernel over every shape of twelve classes (Triton runs in the other tests of its
+# file), and Ctrl-C on a local Dask cluster (Dask runs in the other scale-out tests).
+SAME_CALLS=(--deselect "tests/test_triton_backend.py::test_one_dynamic_kernel_serves_every_shape_of_its_class"
+            --deselect "tests/test_scale_out.py::test_ctrl_c_on_a_local_cluster_sweep_is_one_line_and_leaves_no_process")
+[ $# -eq 0 ] && set -- "${BOUNDS_TESTS[@]}" "${SAME_CALLS[@]}"
 python -m pytest -n "$WORKERS" "$@"
