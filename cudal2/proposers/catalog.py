@@ -20,9 +20,13 @@ ranks the catalogs its model was trained on (cudal2.proposers.sample.provenance 
 
 from __future__ import annotations
 
+import gzip
+import hashlib
 import itertools
+import json
 import random
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from ..ir import KernelSpec, SpecError, capabilities
@@ -141,8 +145,55 @@ def names_for(backend: str) -> list[str]:
     return [name for name, axes in CATALOGS.items() if backend in axes]
 
 
+# The catalogs of DEFAULT_ARCH as _build makes them, kept beside the code. Building them validates about
+# 22,000 combinations of axes: 1.8 s a process on a 2-core CPU, over half of a recorded CLI search's
+# 5.3 s; loading them takes a tenth of a second. The file is used only while the code that decides a
+# catalog (this module, the IR, the backends) is what made it (inputs_digest); a CPU test checks that
+# it is current, and `python -m cudal2.proposers.catalog` writes it again.
+SHIPPED = Path(__file__).resolve().parent.parent / "data" / "catalogs.json.gz"
+_PACKAGE = Path(__file__).resolve().parent.parent
+
+
+def inputs_digest() -> str:
+    """A digest of the source that decides the catalogs: this module, cudal2/ir and cudal2/codegen."""
+    h = hashlib.sha256()
+    files = [Path(__file__).resolve(), *(_PACKAGE / "ir").rglob("*.py"), *(_PACKAGE / "codegen").rglob("*.py")]
+    for path in sorted(files):
+        h.update(path.relative_to(_PACKAGE).as_posix().encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()[:20]
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> dict[str, list[dict]]:
+    """The shipped catalogs by "backend/arch/name", or nothing where the file is missing, unreadable or
+    made by other code (then each catalog is built)."""
+    try:
+        data = json.loads(gzip.decompress(SHIPPED.read_bytes()))
+        return data["catalogs"] if data.get("digest") == inputs_digest() else {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, EOFError):
+        return {}
+
+
+def write_shipped(path: Path = SHIPPED) -> Path:
+    """Build every catalog of DEFAULT_ARCH and write them, with the digest of the code that built them."""
+    catalogs = {f"{backend}/{DEFAULT_ARCH}/{name}": [spec.to_dict() for spec in _build(backend, DEFAULT_ARCH, name)]
+                for name, axes in CATALOGS.items() for backend in axes}
+    text = json.dumps({"digest": inputs_digest(), "catalogs": catalogs}, sort_keys=True, separators=(",", ":"))
+    path.write_bytes(gzip.compress(text.encode(), mtime=0))
+    return path
+
+
 @lru_cache(maxsize=None)
 def _catalog(backend: str, arch: str, name: str) -> tuple[KernelSpec, ...]:
+    rows = _shipped().get(f"{backend}/{arch}/{name}")
+    if rows is None:
+        return _build(backend, arch, name)
+    # built and validated by _build from this very code (the digest): constructed without validating again
+    return tuple(KernelSpec.model_construct(**row) for row in rows)
+
+
+def _build(backend: str, arch: str, name: str) -> tuple[KernelSpec, ...]:
     axes = dict(CATALOGS[name][backend])
     caps = capabilities.resolve(backend)
     be = get_backend(backend)
@@ -183,3 +234,7 @@ def sample(count: int | str, backend: str = "triton", arch: str = DEFAULT_ARCH, 
     order = list(range(len(specs)))
     random.Random(seed).shuffle(order)
     return [specs[i] for i in order[:n]]
+
+
+if __name__ == "__main__":
+    print(f"wrote {write_shipped()}")
