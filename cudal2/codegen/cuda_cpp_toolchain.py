@@ -32,6 +32,7 @@ from importlib.util import find_spec
 from pathlib import Path
 from typing import Iterator
 
+from cudal2.file_lock import exclusive
 from cudal2.settings import settings
 
 NVCC_FLAGS = ("-O3", "-std=c++17", "--expt-relaxed-constexpr", "-Xptxas", "-v", "-lineinfo",
@@ -193,18 +194,9 @@ def compile_cuda(text: str, target: str, cache_root: Path, flags: tuple[str, ...
 def _compiling(folder: Path) -> Iterator[None]:
     """Held while `folder`'s unit compiles: processes (and threads) that want the same unit at the same
     time wait for one nvcc run and read its cache, instead of each running nvcc for minutes."""
-    try:
-        import fcntl
-    except ImportError:  # not POSIX: each compiles, and the rename in _write_cached keeps one copy
+    # (without flock, not POSIX, each compiles, and the rename in _write_cached keeps one copy)
+    with exclusive(folder.with_name(folder.name + ".lock")):
         yield
-        return
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with open(folder.with_name(folder.name + ".lock"), "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def _run_nvcc(text: str, target: str, nvcc: Path, include: Path, flags: tuple[str, ...]) -> Binary:

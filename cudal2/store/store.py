@@ -32,6 +32,7 @@ from urllib.parse import parse_qsl
 from cudal2.settings import settings
 from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult, Correctness, Environment, Timing
 from ..disk_faults import refused_write, the_fix
+from ..file_lock import exclusive
 from ..redact import Redactor, shown_url
 from ..ir import GemmProblem, KernelSpec
 from ..paths import cache_dir
@@ -401,14 +402,8 @@ class Store:
         if path is None:
             yield
             return
-        import fcntl
-
-        with open(path.with_name(path.name + ".lock"), "a") as f:
-            fcntl.flock(f, fcntl.LOCK_EX)
-            try:
-                yield
-            finally:
-                fcntl.flock(f, fcntl.LOCK_UN)
+        with exclusive(path.with_name(path.name + ".lock")):
+            yield
 
     def studies_at(self) -> str:
         """Where the studies are, as optuna-dashboard takes it: a SQLite store's journal file, else
