@@ -13,7 +13,8 @@ sizes; --part i/n takes every n-th of them from the i-th, so that two calls shar
    (a second reading of the same regime) and "eval offline" (back to back).
 3. An independent harness, written here without cudal2's timing code, in the same regime: per input
    set, a read of a buffer twice the L2, an in-place pass over A, then the call between two events,
-   all in one CUDA graph per contender; the two graphs replayed alternately, 0.5 s of warm-up, then 100 rounds, median.
+   all in one CUDA graph per contender; the two graphs replayed alternately, 0.5 s of warm-up, then
+   100 rounds, median.
 Agreement: the evaluator's layer ratio (step 2) within 2% of the harness's.
 
 --retime EARLIER.json times the winners of an earlier run again with the evaluator in layer mode (no

@@ -106,6 +106,14 @@ def layers():
     return plain, ours
 
 
+def operand_copies(m: int, n: int, k: int, l2_bytes: int, most: int) -> int:
+    """Copies of (x, weight) of an (m, n, k) fp16 linear that fill twice the L2 together, at most `most`:
+    in the layer each weight is read once per pass, from DRAM (a layer's weights are 0.4 GB), while a
+    small weight called alone would stay in L2 from one call to the next; so timed calls cycle through
+    copies, as the evaluator's rotated inputs do."""
+    return max(1, min(most, -(-2 * l2_bytes // ((m + n) * k * 2))))
+
+
 def compare(timers: dict, rounds: int) -> dict:
     """The "torch" and "cudal2" timers in interleaved rounds (alternating order): per path its median
     us and every round's, and the per-round ratio torch us / cudal2 us (median and quartiles)."""
@@ -146,10 +154,7 @@ def gemm_rows(t: int, plain, rounds: int, calls: int) -> list[dict]:
         # (timed in CUDA graphs: the kernel a captured call takes)
         entry = ops._op_entry(GemmProblem(m=t, n=n, k=k, layout="NT"), torch.cuda.get_device_name(),
                               ops.GRAPH_MIN_SAVING_US)
-        # In the layer each weight is read once per pass, from DRAM (a layer's weights are 0.4 GB). Called
-        # alone, a small weight would stay in L2 from one call to the next; so the calls cycle through
-        # copies of (x, weight) that together fill twice the L2, as the evaluator's rotated inputs do.
-        copies = max(1, min(calls, -(-2 * l2 // ((t + n) * k * 2))))
+        copies = operand_copies(t, n, k, l2, calls)
         sets = [(torch.randn(t, k, device="cuda", dtype=torch.float16), lin.weight.clone()) for _ in range(copies)]
 
         def cycling(op, sets=sets):
@@ -173,6 +178,17 @@ def gemm_rows(t: int, plain, rounds: int, calls: int) -> list[dict]:
 GROUPS = (("q", "o"), ("k", "v"), ("gate", "up"), ("down",))  # the projections that share a weight shape
 
 
+def rotated_operands(t: int, lin, calls: int) -> tuple[list, list, int]:
+    """(xs, weights, L2 bytes): at least two copies of a t-row input and of lin's weight (operand_copies)."""
+    import torch
+
+    n, k = lin.weight.shape
+    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
+    copies = max(2, operand_copies(t, n, k, l2, calls))
+    return ([torch.randn(t, k, device="cuda", dtype=torch.float16) for _ in range(copies)],
+            [lin.weight.clone() for _ in range(copies)], l2)
+
+
 def layer_mode_saving_us(t: int, lin, calls: int) -> float:
     """GPU time cudal2.linear saves against F.linear on this projection's shape now, timed as the
     table's figures are (cudal2.bench.timing.measure in layer mode, the confirmation's timing): the
@@ -183,13 +199,9 @@ def layer_mode_saving_us(t: int, lin, calls: int) -> float:
     import cudal2
     from cudal2.bench.timing import LayerPrelude, TimingConfig, measure
 
-    n, k = lin.weight.shape
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    copies = max(2, min(calls, -(-2 * l2 // ((t + n) * k * 2))))
-    xs = [torch.randn(t, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
-    ws = [lin.weight.clone() for _ in range(copies)]
+    xs, ws, l2 = rotated_operands(t, lin, calls)
     got = measure({"torch": lambda i: F.linear(xs[i], ws[i]), "cudal2": lambda i: cudal2.linear(xs[i], ws[i])},
-                  copies, "layer", TimingConfig.confirmation(), torch.device("cuda"),
+                  len(xs), "layer", TimingConfig.confirmation(), torch.device("cuda"),
                   LayerPrelude(torch.device("cuda"), l2, xs))
     return (got["torch"].timing.kernel_ms - got["cudal2"].timing.kernel_ms) * 1e3
 
@@ -205,11 +217,8 @@ def stream_savings_us(t: int, lin, rounds: int, calls: int) -> dict[str, float]:
     import cudal2
     from cudal2.bench.timing import LayerPrelude
 
-    n, k = lin.weight.shape
-    l2 = torch.cuda.get_device_properties(torch.cuda.current_device()).L2_cache_size
-    copies = max(2, min(calls, -(-2 * l2 // ((t + n) * k * 2))))
-    xs = [torch.randn(t, k, device="cuda", dtype=torch.float16) for _ in range(copies)]
-    ws = [lin.weight.clone() for _ in range(copies)]
+    xs, ws, l2 = rotated_operands(t, lin, calls)
+    copies = len(xs)
     before = [torch.randn(HIDDEN, HIDDEN, device="cuda", dtype=torch.float16) for _ in range(copies)]
     hs = [torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16) for _ in range(copies)]
     prelude = LayerPrelude(torch.device("cuda"), l2, xs)
@@ -258,10 +267,11 @@ def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int
         saving, q1, q3 = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
         now = layer_mode_saving_us(t, getattr(plain, group[0]), calls)
         stream = stream_savings_us(t, getattr(plain, group[0]), rounds, calls)
-        out.append({"stream_after_prelude_us": stream["after prelude"] * len(group),
-                    "stream_after_gemm_us": stream["after a GEMM"] * len(group),"gemms": row["gemm"], "shape": row["shape"], "predicted_us": row["predicted_saving_us"] * len(group),
-                    "layer_mode_now_us": now * len(group), "layer_saving_us": saving, "layer_saving_q1_us": q1,
-                    "layer_saving_q3_us": q3})
+        count = len(group)
+        out.append({"gemms": row["gemm"], "shape": row["shape"], "predicted_us": row["predicted_saving_us"] * count,
+                    "layer_mode_now_us": now * count, "stream_after_prelude_us": stream["after prelude"] * count,
+                    "stream_after_gemm_us": stream["after a GEMM"] * count, "layer_saving_us": saving,
+                    "layer_saving_q1_us": q1, "layer_saving_q3_us": q3})
     return out
 
 

@@ -18,10 +18,11 @@ cudal2.route_linears: prefill and decode tokens/s in eager mode, under torch.com
 2. Prefill: one forward of (batch, prompt) tokens, no cache, logits of the last token only (as
    generation computes them). Decode: one step of one token per sequence into a StaticCache that a
    prefill filled, at position --prompt, every call writing the same slot (so a CUDA graph replays it).
-3. Both models are timed as benchmarks/e2e_decoder.py times its layers (cudal2.route_check's wall_timer, graph_timer
-   and compare): --rounds interleaved rounds of --calls back-to-back calls, the order reversed every
-   other round; tokens/s from each model's median, and the median of the per-round ratios untouched
-   time / cudal2 time (above 1: cudal2 faster) with its quartiles.
+3. Both models are timed as benchmarks/e2e_decoder.py times its layers (cudal2.route_check's
+   wall_timer and graph_timer, e2e_decoder's compare): --rounds interleaved rounds of --calls
+   back-to-back calls, the order reversed every other round; tokens/s from each model's median, and
+   the median of the per-round ratios untouched time / cudal2 time (above 1: cudal2 faster) with its
+   quartiles.
 Both models' logits are compared (relative error) before timing. Written: OUT-DIR/e2e_model_<gpu>_<date>.md
 and .json (every round's time, the routed layers, the environment, the command).
 --smoke runs the same path on the CPU in eager mode with a tiny config (2 layers, hidden 64), the

@@ -56,7 +56,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
 
 from crosscheck_winners import gpu_uuid, harness_timers, problem_of  # noqa: E402
-from e2e_decoder import compare  # noqa: E402
+from e2e_decoder import compare, operand_copies  # noqa: E402
 from cudal2.route_check import wall_timer  # noqa: E402
 
 MIN_RATIO = 0.99  # F.linear time / cudal2.linear time, in each path
@@ -127,11 +127,6 @@ def calls_for(torch_ms: float | None, round_us: float, bounds: tuple[int, int]) 
     if not torch_ms:
         return hi
     return max(lo, min(hi, math.ceil(round_us / (torch_ms * 1e3))))
-
-
-def operand_copies(m: int, n: int, k: int, l2_bytes: int, most: int) -> int:
-    """Copies of (x, weight) that fill twice the L2 together, at most `most` (e2e_decoder.gemm_rows')."""
-    return max(1, min(most, -(-2 * l2_bytes // ((m + n) * k * 2))))
 
 
 def eager_figures(x, w, rounds: int, calls: int) -> dict:

@@ -25,7 +25,7 @@ lowest_environment() {
     .venv/bin/uv pip install -q --python .venv-lowest/bin/python --resolution lowest-direct -e ".[test]" "$TORCH"
 }
 if [ "$LOWEST" != "0" ]; then
-    # built while the first run's tests run: most of its time is spent waiting on downloads
+    # built while the first run's tests run
     rm -rf .venv-lowest .venv-lowest.log
     start=$SECONDS
     # at the lowest CPU priority: it takes the time the tests leave (their waits on processes and files),

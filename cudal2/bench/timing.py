@@ -299,8 +299,9 @@ def _capture_layer(call: Call, prelude, indices: list[int], device):
 def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
     """Layer mode (see the module's docstring): per contender a graph of prelude and call cycling over
     the input sets for about target_group_ms (at least one pass), replayed once per group,
-    contenders in a new order each group; a group's figure is the mean of its calls' own times. A contender whose capture fails is timed the same way with
-    plain launches, the prelude keeping the GPU busy while the host enqueues the call."""
+    contenders in a new order each group; a group's figure is the mean of its calls' own times. A
+    contender whose capture fails is timed the same way with plain launches, the prelude keeping the
+    GPU busy while the host enqueues the call."""
     import torch
 
     rng = random.Random(cfg.seed)

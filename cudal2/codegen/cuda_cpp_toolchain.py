@@ -25,12 +25,10 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from functools import lru_cache
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Iterator
 
 from cudal2.file_lock import exclusive
 from cudal2.settings import settings
@@ -181,22 +179,16 @@ def compile_cuda(text: str, target: str, cache_root: Path, flags: tuple[str, ...
     cached = _read_cached(folder, target)
     if cached is not None:
         return cached
-    with _compiling(folder):
+    # One process compiles a unit that several want at once; the others wait for it and read its cache
+    # instead of each running nvcc for minutes (without flock, not POSIX, each compiles, and the rename
+    # in _write_cached keeps one copy).
+    with exclusive(folder.with_name(folder.name + ".lock")):
         cached = _read_cached(folder, target)  # another process compiled it while this one waited
         if cached is not None:
             return cached
         binary = _run_nvcc(text, target, nvcc, include, flags)
         _write_cached(folder, binary)
     return binary
-
-
-@contextmanager
-def _compiling(folder: Path) -> Iterator[None]:
-    """Held while `folder`'s unit compiles: processes (and threads) that want the same unit at the same
-    time wait for one nvcc run and read its cache, instead of each running nvcc for minutes."""
-    # (without flock, not POSIX, each compiles, and the rename in _write_cached keeps one copy)
-    with exclusive(folder.with_name(folder.name + ".lock")):
-        yield
 
 
 def _run_nvcc(text: str, target: str, nvcc: Path, include: Path, flags: tuple[str, ...]) -> Binary:

@@ -150,8 +150,8 @@ def names_for(backend: str) -> list[str]:
 # 5.3 s; loading them takes a tenth of a second. The file is used only while the code that decides a
 # catalog (this module, the IR, the backends) is what made it (inputs_digest); a CPU test checks that
 # it is current, and `python -m cudal2.proposers.catalog` writes it again.
-SHIPPED = Path(__file__).resolve().parent.parent / "data" / "catalogs.json.gz"
 _PACKAGE = Path(__file__).resolve().parent.parent
+SHIPPED = _PACKAGE / "data" / "catalogs.json.gz"
 
 
 def inputs_digest() -> str:
