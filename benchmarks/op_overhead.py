@@ -2,11 +2,12 @@
 layout NT (x @ W^T), back-to-back calls from Python, eager and under torch.compile.
 
     python benchmarks/op_overhead.py OUT.md [--shapes 1x4096x4096,16x14336x4096] [--budget 8]
-        [--backends cute_dsl] [--store PATH] [--min-saving-us US]
+        [--backends cute_dsl] [--store PATH] [--min-saving-us US] [--rounds 21] [--calls 200]
 
 1. Each shape is searched (cudal2.search at --budget, layout NT) and the store's table is loaded into
    the op, as a user's tuned table would be: the op serves a shape only where the search's kernel
-   beat torch.matmul.
+   beat torch.matmul. --budget 0 searches nothing: with a fresh store the op serves nothing, and the
+   figures are its fallback's cost.
 2. Per shape and path, two figures, each the median of 21 rounds of 200 calls, the paths of a shape
    taking turns round by round (the overhead is the median of the per-round differences):
    - host us: Python time per call with the GPU left to run behind (no synchronization inside the
@@ -201,12 +202,15 @@ def report(rows: list[dict], env: dict, command: str) -> str:
 
 
 def main() -> None:
+    global ROUNDS, CALLS
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
     ap.add_argument("--shapes", default="1x4096x4096,16x14336x4096")
     ap.add_argument("--budget", type=int, default=8)
     ap.add_argument("--backends", default="cute_dsl")
     ap.add_argument("--store", default=None, help="store for the searches (default: a file next to OUT)")
+    ap.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds per path")
+    ap.add_argument("--calls", type=int, default=CALLS, help="back-to-back calls per round")
     ap.add_argument("--min-saving-us", type=float, default=None,
                     help="the op's EAGER_MIN_SAVING_US and TRACED_MIN_SAVING_US (default: its own)")
     args = ap.parse_args()
@@ -227,7 +231,8 @@ def main() -> None:
             setattr(torch._dynamo.config, limit, 64)
     store = args.store or str(args.out.with_suffix(".db"))
     shapes = [tuple(int(v) for v in s.split("x")) for s in args.shapes.split(",")]
-    for m, n, k in shapes:
+    ROUNDS, CALLS = args.rounds, args.calls
+    for m, n, k in shapes if args.budget > 0 else []:
         cudal2.search((m, n, k), layout="NT", backends=args.backends.split(","), budget=args.budget, store=store,
                       progress=False)
     ops.set_table(TunedTable.from_store(store))
