@@ -158,3 +158,15 @@ def test_an_unknown_triton_api_keeps_the_jit(why, monkeypatch):
 def test_known_versions():
     assert [triton_launch.known_version(v) for v in ("3.5.1", "3.6.0", "3.7.0+git", "3.9.0", "3.10.0", "4.0.0")] \
         == [False, True, True, True, False, False]
+
+
+def test_no_launch_metadata_is_built_for_an_empty_enter_hook_chain(monkeypatch):
+    empty, chain = SimpleNamespace(calls=[]), SimpleNamespace(calls=[print])  # as triton.knobs.HookChain
+    for enter, metadata in ((empty, None), (chain, "built")):
+        state, runtime = _runtime()
+        runtime.knobs.launch_enter_hook = enter
+        problem, run, log = _bound("plain", monkeypatch, runtime)
+        run(*_operands(problem))
+        run(*_operands(problem))
+        assert log[-1][0] == "direct" and log[-1][7] is enter
+        assert (log[-1][6] and "built") == metadata

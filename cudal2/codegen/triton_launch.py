@@ -56,7 +56,7 @@ def triton_runtime() -> Optional[Runtime]:
 
 def specialization(operands: Sequence) -> tuple:
     """What Triton specializes a pointer argument on: None, or its dtype and 16-byte alignment."""
-    return tuple(None if t is None else (t.dtype, t.data_ptr() % 16 == 0) for t in operands)
+    return tuple([None if t is None else (t.dtype, t.data_ptr() % 16 == 0) for t in operands])
 
 
 class _Step(NamedTuple):
@@ -117,12 +117,14 @@ class CompiledLaunches:
             return False
         stream = runtime.current_stream(device)
         enter, leave = runtime.knobs.launch_enter_hook, runtime.knobs.launch_exit_hook
+        # the launch metadata is for the enter hook alone: not built where its chain is empty
+        hooked = getattr(enter, "calls", True) != []
         for step in self.steps:
             args = step.args.copy()
             for i, j in step.slots:
                 args[i] = operands[j]
             gx, gy, gz = step.grid_xyz
-            metadata = step.compiled.launch_metadata(step.grid, stream, *args)
+            metadata = step.compiled.launch_metadata(step.grid, stream, *args) if hooked else None
             step.launcher(gx, gy, gz, stream, step.function, step.packed_metadata, metadata, enter, leave, *args)
         self.launches += 1
         return True
