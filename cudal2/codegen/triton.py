@@ -33,6 +33,7 @@ from ..ir import ARCHS, Capabilities, GemmProblem, KernelSpec, options
 from .base import Backend, Source
 from .operands import call_extents, operand_errors, operand_strides, torch_dtype
 from .workspace import Workspace
+from . import triton_launch
 from .. import paths
 
 _ALL_BLOCKS = [16, 32, 64, 128, 256]
@@ -429,6 +430,7 @@ class TritonKernel:
         self.spec = source.spec
         self.dynamic = source.spec.shape_specialization == "dynamic"
         self._launch = module.launch
+        self._launches = module.launches
         self._torch = torch
         self._out_dtype = torch_dtype(p.c_dtype)
         self._split = self.spec.split_k if self.spec.decomposition == "split_k" else 1
@@ -486,7 +488,10 @@ class TritonKernel:
     def bind(self, m: int, n: int, k: int, device):
         """A launcher for calls of exactly m x n x k on device: run(a, b, d, bias) enqueues the GEMM
         into d on the current stream. The caller vouches once for what __call__ checks each time (see
-        CuteDslKernel.bind); a and b may be any view of the operands' memory in the problem's layout."""
+        CuteDslKernel.bind); a and b may be any view of the operands' memory in the problem's layout.
+        The first call launches through Triton's JIT; later ones relaunch the compiled kernels it got
+        (triton_launch.CompiledLaunches), or take the JIT again where Triton would specialize them
+        apart. run.compiled is those kept kernels once kept (None before, False where unavailable)."""
         p = self.problem
         if not self.dynamic and (m, n, k) != p.shape:
             raise ValueError(f"triton kernel for {p.label()} cannot run {m}x{n}x{k}: it was compiled for its shape")
@@ -494,13 +499,22 @@ class TritonKernel:
         if self.num_sms is None:
             self.num_sms = self._torch.cuda.get_device_properties(device).multi_processor_count
         a_strides, b_strides = operand_strides(p, m, n, k)
-        launch, num_sms, set_allocator = self._launch, self.num_sms, self._set_allocator
+        launches, num_sms, set_allocator = self._launches, self.num_sms, self._set_allocator
+        runtime = None if self._interpreted else triton_launch.triton_runtime()
         self._device = device
 
         def run(a, b, d, bias):
             if set_allocator is not None:
                 set_allocator(self._tma_scratch)
-            launch(a.as_strided((m, k), a_strides), b.as_strided((k, n), b_strides), d.view(m, n), bias, ws, num_sms)
+            # the launchers read the operands' addresses only: a, b, d have the views' own
+            if run.compiled and run.compiled.launch((a, b, d, bias)):
+                return
+            operands = (a.as_strided((m, k), a_strides), b.as_strided((k, n), b_strides), d.view(m, n), bias)
+            plans = launches(*operands, ws, num_sms)
+            compiled = [kernel[grid](*args, **kwargs) for kernel, grid, args, kwargs in plans]
+            if run.compiled is None:
+                run.compiled = triton_launch.CompiledLaunches.keep(plans, compiled, operands, runtime) or False
+        run.compiled = None
         return run
 
     def _shape_of(self, a, b) -> tuple[int, int, int]:

@@ -145,8 +145,9 @@ def divisors(M, N):
     return (*divisor(group), *divisor(last))
 
 
-def launch(a, b, c, bias, workspace, num_sms):
-    """Enqueue the GEMM on the current stream; no allocation, no synchronization.
+def launches(a, b, c, bias, workspace, num_sms):
+    """The GEMM's kernel launches in order, each (kernel, grid, arguments, keyword arguments); a
+    caller that relaunches them can skip the JIT's per-call dispatch (TritonKernel.bind).
     a, b, c, bias are checked by the caller; workspace is unused (None)."""
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     wide = max(M * K, K * N, M * N * 1) >= WIDE_FROM  # the kernel's offsets need 64 bits
@@ -154,8 +155,16 @@ def launch(a, b, c, bias, workspace, num_sms):
     divs = divisors(M, N)
     num_tiles = triton.cdiv(M, 32) * triton.cdiv(N, 32)
     grid = (num_tiles,)  # work units: output tiles
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, *divs, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k, num_warps=NUM_WARPS,
-                        num_stages=NUM_STAGES)
+    matmul = (matmul_kernel, grid, (a, b, c, bias, workspace, M, N, K, *divs),
+              dict(num_warps=NUM_WARPS, num_stages=NUM_STAGES, EVEN_M=M % 32 == 0, EVEN_N=N % 32 == 0, EVEN_K=K % 32 == 0, WIDE=wide, ONE_K=one_k))
+    return [matmul]
+
+
+def launch(a, b, c, bias, workspace, num_sms):
+    """Enqueue the GEMM on the current stream through Triton's JIT; no allocation, no
+    synchronization. Returns c."""
+    for kernel, grid, args, kwargs in launches(a, b, c, bias, workspace, num_sms):
+        kernel[grid](*args, **kwargs)
     return c
 
 

@@ -126,15 +126,23 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M: tl.constexpr, N: tl.
         mainloop(work_id, a_ptr, b_ptr, c_ptr, bias_ptr, ws_ptr, M, N, K)
 
 
-def launch(a, b, c, bias, workspace, num_sms):
-    """Enqueue the GEMM on the current stream; no allocation, no synchronization.
+def launches(a, b, c, bias, workspace, num_sms):
+    """The GEMM's kernel launches in order, each (kernel, grid, arguments, keyword arguments); a
+    caller that relaunches them can skip the JIT's per-call dispatch (TritonKernel.bind).
     a, b, c, bias are checked by the caller; workspace is fp32 [8, 512, 128]: one partial sum per K slice."""
     M, N, K = 512, 128, 8192
     num_tiles = triton.cdiv(M, 64) * triton.cdiv(N, 64)
     grid = (min(num_sms, num_tiles * 8),)  # persistent: at most one block per SM, each loops over work
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, num_warps=NUM_WARPS,
-                        num_stages=NUM_STAGES)
-    splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, num_warps=4)
+    matmul = (matmul_kernel, grid, (a, b, c, bias, workspace, M, N, K),
+              dict(num_warps=NUM_WARPS, num_stages=NUM_STAGES))
+    return [matmul, (splitk_epilogue_kernel, (num_tiles,), (c, bias, workspace, M, N), dict(num_warps=4))]
+
+
+def launch(a, b, c, bias, workspace, num_sms):
+    """Enqueue the GEMM on the current stream through Triton's JIT; no allocation, no
+    synchronization. Returns c."""
+    for kernel, grid, args, kwargs in launches(a, b, c, bias, workspace, num_sms):
+        kernel[grid](*args, **kwargs)
     return c
 
 

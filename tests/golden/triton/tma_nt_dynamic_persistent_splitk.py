@@ -159,17 +159,25 @@ def divisors(M, N):
     return (*divisor(group), *divisor(last), *divisor(tiles_m * tiles_n))
 
 
-def launch(a, b, c, bias, workspace, num_sms):
-    """Enqueue the GEMM on the current stream; no allocation, no synchronization.
+def launches(a, b, c, bias, workspace, num_sms):
+    """The GEMM's kernel launches in order, each (kernel, grid, arguments, keyword arguments); a
+    caller that relaunches them can skip the JIT's per-call dispatch (TritonKernel.bind).
     a, b, c, bias are checked by the caller; workspace is fp32 [4, M, N]: one partial sum per K slice."""
     M, N, K = a.shape[0], b.shape[1], a.shape[1]
     wide = max(M * K, K * N, M * N * 4) >= WIDE_FROM  # the kernel's offsets need 64 bits
     divs = divisors(M, N)
     num_tiles = triton.cdiv(M, 64) * triton.cdiv(N, 128)
     grid = (min(num_sms, num_tiles * 4),)  # persistent: at most one block per SM, each loops over work
-    matmul_kernel[grid](a, b, c, bias, workspace, M, N, K, *divs, WIDE=wide, num_warps=NUM_WARPS,
-                        num_stages=NUM_STAGES)
-    splitk_epilogue_kernel[(num_tiles,)](c, bias, workspace, M, N, *divs, WIDE=wide, num_warps=4)
+    matmul = (matmul_kernel, grid, (a, b, c, bias, workspace, M, N, K, *divs),
+              dict(num_warps=NUM_WARPS, num_stages=NUM_STAGES, WIDE=wide))
+    return [matmul, (splitk_epilogue_kernel, (num_tiles,), (c, bias, workspace, M, N, *divs), dict(num_warps=4, WIDE=wide))]
+
+
+def launch(a, b, c, bias, workspace, num_sms):
+    """Enqueue the GEMM on the current stream through Triton's JIT; no allocation, no
+    synchronization. Returns c."""
+    for kernel, grid, args, kwargs in launches(a, b, c, bias, workspace, num_sms):
+        kernel[grid](*args, **kwargs)
     return c
 
 
