@@ -72,7 +72,8 @@ _untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no t
 # "linear": {(n, k): fewest rows m served} of servable entries (route_linears' row test), "linear_graph": the
 # same at GRAPH_MIN_SAVING_US, for calls while a CUDA graph captures; "mm_numels", "linear_numels" and their
 # "_graph" twins: {B's shape: A's element counts (m * k) served}; "served_numels": {B's element count (k * n):
-# A's element counts} of every servable entry, eager or while a CUDA graph captures (_torch_counts' guard);
+# A's element counts} of every servable entry, eager or while a CUDA graph captures (_torch_counts' guard),
+# "eager_numels" the same of those an eager call may take (_graph_only_counts' guard);
 # {} = not read yet
 _b_shapes: dict[str, dict] = {}
 # The eager paths' plan per B operand shape (b.shape, weight.shape), read off _b_shapes on its first call
@@ -90,6 +91,12 @@ _mm_plans, _linear_plans = _plans["mm"], _plans["linear"]  # (the same dicts, bo
 # torch from its first call, without being recorded in untuned_problems.
 _torch_counts: dict[str, dict[int, set]] = {"mm": {}, "linear": {}}
 _mm_torch_counts, _linear_torch_counts = _torch_counts["mm"], _torch_counts["linear"]
+# The same for calls a kernel serves only while a CUDA graph captures: B's element count -> A's element
+# counts whose calls run torch unless a capture is underway, each added at the first call of its pair. A
+# pair is added only where no entry an eager call may take has it (eager_numels), so no call a kernel
+# serves eagerly is sent to torch here.
+_graph_only_counts: dict[str, dict[int, set]] = {"mm": {}, "linear": {}}
+_mm_graph_only_counts, _linear_graph_only_counts = _graph_only_counts["mm"], _graph_only_counts["linear"]
 # each backend's launch cost on this host (cudal2.bench.launch_cost): an eager call takes a kernel only where
 # its saving exceeds its backend's cost, measured at the first launch of that backend
 _launch_costs = LaunchCosts()
@@ -131,8 +138,8 @@ def _forget_plans() -> None:
     _b_shapes.clear()
     _plans["mm"].clear()
     _plans["linear"].clear()
-    _torch_counts["mm"].clear()
-    _torch_counts["linear"].clear()
+    for counts in (*_torch_counts.values(), *_graph_only_counts.values()):
+        counts.clear()
 
 
 def _table_b_shapes() -> dict[str, dict]:
@@ -141,11 +148,13 @@ def _table_b_shapes() -> dict[str, dict]:
     graph captures."""
     shapes = _b_shapes
     if not shapes:
-        found: dict[str, dict] = {"served_numels": {}}
+        found: dict[str, dict] = {"served_numels": {}, "eager_numels": {}}
         for name, margin in (("", None), ("_graph", GRAPH_MIN_SAVING_US)):
             problems = sorted(_servable_problems(margin), key=lambda p: -p.m)  # (the fewest rows last: they win)
             for p in problems:
                 found["served_numels"].setdefault(p.k * p.n, set()).add(p.m * p.k)
+                if not name:
+                    found["eager_numels"].setdefault(p.k * p.n, set()).add(p.m * p.k)
             found["linear" + name] = {(p.n, p.k): p.m for p in problems}
             for op, b_shape in (("mm", lambda p: (p.k, p.n)), ("linear", lambda p: (p.n, p.k))):
                 numels: dict[tuple, set] = {}  # B shape -> A's element counts served (m * k)
@@ -448,15 +457,18 @@ def _linear_key(x, weight, bias) -> tuple:
 class _Plan:
     """What the eager paths know of one B operand shape, by A's element count (m * k)."""
 
-    __slots__ = ("eager", "graph", "bound", "bound_graph_only", "served", "to_torch")
+    __slots__ = ("eager", "graph", "bound", "bound_graph_only", "served", "to_torch", "eager_served",
+                 "to_torch_eager")
 
-    def __init__(self, eager, graph, served, to_torch: set):
+    def __init__(self, eager, graph, served, to_torch: set, eager_served=frozenset(), to_torch_eager: set = None):
         self.eager = eager  # counts a kernel serves eager calls of
         self.graph = graph  # counts a kernel serves calls of while a CUDA graph captures
         self.bound: set = set()  # counts served in neither mode, their first call bound
         self.bound_graph_only: set = set()  # counts served only in graphs, a call outside a capture bound
         self.served = served  # counts any servable entry of this B element count has (served_numels)
         self.to_torch = to_torch  # this B element count's _torch_counts set
+        self.eager_served = eager_served  # counts an eager call's entry of this B element count has
+        self.to_torch_eager = to_torch_eager  # this B element count's _graph_only_counts set
 
 
 def _plan(op: str, b_shape) -> _Plan:
@@ -465,7 +477,8 @@ def _plan(op: str, b_shape) -> _Plan:
     key = tuple(b_shape)
     b_numel = key[0] * key[1]
     plan = _Plan(shapes[op + "_numels"].get(key, frozenset()), shapes[op + "_numels_graph"].get(key, frozenset()),
-                 shapes["served_numels"].get(b_numel, frozenset()), _torch_counts[op].setdefault(b_numel, set()))
+                 shapes["served_numels"].get(b_numel, frozenset()), _torch_counts[op].setdefault(b_numel, set()),
+                 shapes["eager_numels"].get(b_numel, frozenset()), _graph_only_counts[op].setdefault(b_numel, set()))
     _plans[op][b_shape] = plan
     return plan
 
@@ -485,6 +498,8 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
         bound.add(numel)
         if bound is plan.bound and numel not in plan.served:  # matmul() sends it to torch from now on
             plan.to_torch.add(numel)
+        elif bound is plan.bound_graph_only and numel not in plan.eager_served:  # ... unless it captures
+            plan.to_torch_eager.add(numel)
     key = _matmul_key(a, b)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
@@ -514,6 +529,8 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
         bound.add(numel)
         if bound is plan.bound and numel not in plan.served:  # linear() sends it to torch from now on
             plan.to_torch.add(numel)
+        elif bound is plan.bound_graph_only and numel not in plan.eager_served:  # ... unless it captures
+            plan.to_torch_eager.add(numel)
     key = _linear_key(x, weight, bias)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
@@ -853,6 +870,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
     counts = _mm_torch_counts.get(b.numel())
     if counts is not None and a.numel() in counts:  # served in no mode, bound once (see _torch_counts)
         return _torch_matmul(a, b)
+    counts = _mm_graph_only_counts.get(b.numel())
+    if counts is not None and a.numel() in counts and not _captured_now(a):  # (see _graph_only_counts)
+        return _torch_matmul(a, b)
     if a.dim() != 2 or b.dim() != 2:
         return torch.matmul(a, b)
     return _run_matmul(a, b)
@@ -876,6 +896,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
             and _autograd_takes(x, weight, bias) else _F_linear(x, weight, bias)
     counts = _linear_torch_counts.get(weight.numel())
     if counts is not None and x.numel() in counts:  # served in no mode, bound once (see _torch_counts)
+        return _F_linear(x, weight, bias)
+    counts = _linear_graph_only_counts.get(weight.numel())
+    if counts is not None and x.numel() in counts and not _captured_now(x):  # (see _graph_only_counts)
         return _F_linear(x, weight, bias)
     if weight.dim() != 2 or x.dim() == 0:
         return _F_linear(x, weight, bias)

@@ -348,6 +348,49 @@ def test_a_call_captured_in_a_cuda_graph_takes_a_kernel_too_small_a_win_for_eage
     assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w)) and not ops._graph_runs
 
 
+@pytest.mark.parametrize("op", ["linear", "matmul"])
+def test_an_eager_call_of_a_shape_served_only_in_graphs_runs_torch_without_the_full_path(cpu_as_gpu, monkeypatch, op):
+    """Once its first eager call built the graph path, an eager call of a shape a kernel serves only while
+    a CUDA graph captures goes to torch after the capture test, without entering _run_linear / _run_matmul;
+    while a capture is underway it takes the full path (and its kernel)."""
+    problem = GemmProblem(m=24, n=48, k=64, layout="NT")
+    saving_ms = ops.EAGER_MIN_SAVING_US / 4e3  # too small a win for eager calls
+    ops.set_table(TunedTable([_entry(problem=problem, ms=saving_ms, torch_ms=2 * saving_ms, gpu="")]))
+    x, w = torch.randn(24, 64).half(), torch.randn(48, 64).half()
+    call, args, full = ((cudal2.linear, (x, w), "_run_linear") if op == "linear" else
+                        (cudal2.matmul, (x, w.t()), "_run_matmul"))
+    capturing = [False]
+    monkeypatch.setattr(ops, "_captured_now", lambda t: capturing[0])
+    with torch.no_grad():
+        call(*args)  # the first eager call binds (and builds the graph path)
+        entered = []
+        run = getattr(ops, full)
+        monkeypatch.setattr(ops, full, lambda *a: entered.append(1) or run(*a))
+        want = torch.nn.functional.linear(x.float(), w.float())
+        got = call(*args)
+        assert entered == [] and torch.equal(got, torch.matmul(x, w.t()))  # torch, past the full path
+        capturing[0] = True
+        got = call(*args)
+        assert entered == [1] and (got.float() - want).norm() / want.norm() < 1e-2
+
+
+def test_the_graph_only_fast_path_never_takes_a_call_an_eager_entry_shares_counts_with(cpu_as_gpu, monkeypatch):
+    """A 48 x 64 weight served only in graphs at 24 rows and a 64 x 48 one served eagerly at 32 rows share
+    their element counts (3072 and 1536): the eager-served pair is not sent to torch by the graph-only fast
+    path, so the full path decides its calls."""
+    graph_only = GemmProblem(m=24, n=48, k=64, layout="NT")
+    eager = GemmProblem(m=32, n=64, k=48, layout="NT")
+    small = ops.EAGER_MIN_SAVING_US / 4e3
+    ops.set_table(TunedTable([_entry(problem=graph_only, ms=small, torch_ms=2 * small, gpu=""),
+                              _entry(problem=eager, ms=0.1, torch_ms=0.2, gpu="")]))
+    monkeypatch.setattr(ops, "_captured_now", lambda t: False)
+    x, w = torch.randn(24, 64).half(), torch.randn(48, 64).half()
+    assert (x.numel(), w.numel()) == (32 * 48, 64 * 48)
+    with torch.no_grad():
+        cudal2.linear(x, w)
+    assert not ops._graph_only_counts["linear"].get(w.numel())
+
+
 def test_a_routed_layer_takes_the_graph_path_only_while_capturing(monkeypatch):
     model = torch.nn.Linear(64, 96, bias=False)
     saving_ms = ops.EAGER_MIN_SAVING_US / 4e3
