@@ -206,7 +206,9 @@ def read_op_served(path: Path) -> tuple[str, list[str], str]:
 def read_e2e_model(path: Path) -> tuple[str, list[str], str]:
     """benchmarks/e2e_model.py: a transformers Llama's tokens/s, cudal2 over untouched, per mode and phase."""
     d = json.loads(path.read_text())
-    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    lines = path.with_suffix(".md").read_text().splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("|"))
+    table = list(itertools.takewhile(lambda ln: ln.startswith("|"), lines[start:]))  # the first table: tokens/s
     cells = [ln.split("|") for ln in table[2:]]
     head = "cudal2 / untouched tokens/s: " + "; ".join(f"{c[1].strip()} {c[2].strip()} {c[5].split()[0]}"
                                                         for c in cells)
@@ -334,9 +336,11 @@ def read_op_overhead(path: Path) -> tuple[str, list[str], str]:
     over = {}
     pairs = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul", "compiled cudal2.linear": "compiled nn.Linear",
              "compiled cudal2.linear, Python op": "compiled nn.Linear", "cudal2.linear, kernel installed": "F.linear"}
+    # with nothing served anywhere (a run with no search), the fallback's cost: torch through the op
+    fallback = not any(row.get("served") or "cudal2.linear, kernel installed" in row["paths"] for row in d["rows"])
     for row in d["rows"]:
         for name, base in pairs.items():
-            if name in row["paths"] and (row.get("served") or name == "cudal2.linear, kernel installed"):
+            if name in row["paths"] and (fallback or row.get("served") or name == "cudal2.linear, kernel installed"):
                 ours, theirs = row["paths"][name], row["paths"][base]
                 if "host_rounds" in ours:  # interleaved rounds: the median of the per-round differences
                     diff = statistics.median(o - b for o, b in zip(ours["host_rounds"], theirs["host_rounds"]))
@@ -345,7 +349,8 @@ def read_op_overhead(path: Path) -> tuple[str, list[str], str]:
                 over.setdefault(name, []).append(diff)
     head = "; ".join(f"{name} {min(v):+.1f} to {max(v):+.1f} us" for name, v in over.items())
     table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
-    return f"host time per call over torch's where the op ran a tuned kernel: {head}", table, _env_line(d.get("env"))
+    where = "with nothing served (the fallback)" if fallback else "where the op ran a tuned kernel"
+    return f"host time per call over torch's {where}: {head}", table, _env_line(d.get("env"))
 
 
 def read_e2e_decoder(path: Path) -> tuple[str, list[str], str]:
@@ -865,6 +870,22 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("A transformers Llama (2 layers) in eager, compiled and graph modes, H200", "e2e_model_all_modes_h200_2026-11-29.json",
                "e2e_model", "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes eager,compile,graph --rounds 21` "
                "(Triton only), before the op's 1.01 margin."),
+    Experiment("cudal2.linear with those winners served, Triton kernels launched directly, a third machine, H200",
+               "op_served_direct_launch_h200_2026-11-29.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_search2_h200_2026-11-29.json "
+               "--max-seconds 470` after bound Triton runs came to relaunch their compiled kernels (host cost of a "
+               "served Triton call about 2 us over F.linear, against 13 us through the JIT), with the op's 1.01 margin."),
+    Experiment("The op's fallback: the per-call cost with nothing served, H200", "op_overhead_fallback_h200_2026-11-29.json",
+               "op_overhead", "`benchmarks/op_overhead.py OUT.md --shapes 1x4096x4096,16x14336x4096 --budget 0 "
+               "--rounds 61` with a fresh store: no search, the op runs torch on every call."),
+    Experiment("The per-call cost of a served Triton kernel launched directly, H200", "op_overhead_triton_h200_2026-11-29.json",
+               "op_overhead", "`benchmarks/op_overhead.py OUT.md --shapes 1x4096x4096,1x32000x5120 --budget 4 "
+               "--backends triton --rounds 41`, same machine, after bound Triton runs came to relaunch their compiled "
+               "kernels."),
+    Experiment("A transformers Llama (2 layers), routes checked inside the model, H200", "e2e_model_checked_h200_2026-11-29.json",
+               "e2e_model", "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes eager,compile,graph --rounds 15` "
+               "(Triton only, direct Triton launches): cudal2.check_routes kept a routed group only where it saved "
+               "time inside the model, in each mode; it kept none."),
     Experiment("The decoder layer at 1 to 1024 tokens, layer-mode table, H200", "e2e_decoder_layer_h200_2026-11-29.json",
                "e2e_decoder", "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes eager,graph --budget 4 "
                "--max-tune-seconds 220`: the op routed none of the searched GEMMs, so the table's predicted saving "
