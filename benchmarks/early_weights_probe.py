@@ -1,14 +1,15 @@
 """Can a small-M GEMM start reading W before the kernel before it has finished? A probe on train
 shapes (docs/small_m.md), not a kernel the search runs.
 
-    python benchmarks/early_weights_probe.py [--prelude torch|trigger|gemm] [MxNxK ...]
-    # writes $OUT/early_weights_probe_<prelude>.json
+    python benchmarks/early_weights_probe.py [--prelude torch|trigger|gemm|cublas] [--postlude cublas]
+        [--variants plain,pdl,...] [MxNxK ...]   # writes $OUT/early_weights_probe_<prelude>[_then_cublas].json
 
 W does not depend on the layer's input; only A does. With programmatic dependent launch (PDL) a kernel
 may start while the one before it is still finishing, and must run `griddepcontrol.wait` before it
 reads what that kernel wrote. The variants of one split-K tensor-core kernel:
 - plain: launched as usual;
 - pdl: launched with PDL, waits first (what the CuTe DSL kernels do);
+- pdl_trig: the same, and lets the kernel after it launch at once (griddepcontrol.launch_dependents);
 - l2_<bytes>: launched with PDL, prefetches the first <bytes> of each of its W rows into L2, then waits;
 - regs: launched with PDL, loads its first W tile into registers, then waits, then reads A.
 
@@ -117,7 +118,7 @@ def empty(out_ptr, WAIT: tl.constexpr):
         tl.extra.cuda.gdc_wait()
 
 
-MODES = {"plain": (0, 1), "pdl": (1, 1), "regs": (3, 1), "unsafe": (4, 1)}
+MODES = {"plain": (0, 1), "pdl": (1, 1), "regs": (3, 1), "unsafe": (4, 1), "pdl_trig": (1, 1)}
 
 
 def make(m, n, k, BM, BN, BK, S, stages, warps, variant, A, W, C):
@@ -130,10 +131,11 @@ def make(m, n, k, BM, BN, BK, S, stages, warps, variant, A, W, C):
     cnt = torch.zeros(tm * tn, dtype=torch.int32, device="cuda")
     grid = (tn, tm, S)
     extra = {} if mode == 0 else {"launch_pdl": True}
+    trigger = variant.endswith("_trig")  # lets a next kernel launched with PDL start at once
 
     def call(i):
         skinny[grid](A[i], W[i], C[i], ws, cnt, m, n, k, BM=BM, BN=BN, BK=BK, S=S, MODE=mode, PF_LINES=lines,
-                     num_stages=stages, num_warps=warps, **extra)
+                     TRIGGER=trigger, num_stages=stages, num_warps=warps, **extra)
     return call
 
 
@@ -170,9 +172,18 @@ def main():
     # --prelude torch: torch's kernels before the call (they never trigger: the call starts when they end);
     # trigger: A written by a kernel that lets the call launch at once; gemm: that, then a GEMM of the same
     # shape on another W that also triggers (as q_proj before k_proj)
-    prelude_kind = "torch"
-    if args[:1] == ["--prelude"]:
-        prelude_kind, args = args[1], args[2:]
+    # cublas: torch's kernels, then torch.matmul of the same shape on another W (cuBLAS). --postlude cublas:
+    # such a torch.matmul also follows the call, and the base graph holds it too (does the kernel after
+    # ours start early?). --variants: a comma list of the variants to run (default: all)
+    prelude_kind, postlude_kind, variants = "torch", "none", None
+    while args[:1] and args[0] in ("--prelude", "--postlude", "--variants"):
+        if args[0] == "--prelude":
+            prelude_kind = args[1]
+        elif args[0] == "--postlude":
+            postlude_kind = args[1]
+        else:
+            variants = args[1].split(",")
+        args = args[2:]
     shapes = args or ["1x4096x4096", "16x4096x4096", "64x4096x4096", "1x4096x14336", "7x10240x8192",
                               "128x4096x14336"]
     props = torch.cuda.get_device_properties(0)
@@ -197,10 +208,19 @@ def main():
         prev_cnt = torch.zeros(triton.cdiv(m, prev_cfg[0]) * triton.cdiv(n, prev_cfg[1]), dtype=torch.int32,
                                device="cuda")
 
+        W_post = torch.randn(n, k, device="cuda", dtype=torch.float16) / math.sqrt(k)
+        C_post = torch.empty(m, n, device="cuda", dtype=torch.float16)
+
+        def postlude(i):
+            if postlude_kind == "cublas":
+                torch.matmul(A[i], W_post.t(), out=C_post)
+
         def prelude(i):
             torch.sum(streamed, dim=0, dtype=torch.float32, out=sink)
-            if prelude_kind == "torch":
+            if prelude_kind in ("torch", "cublas"):
                 A[i].copy_(A_src[i])
+                if prelude_kind == "cublas":
+                    torch.matmul(A[i], W_prev.t(), out=C_prev)
                 return
             copy_triggering[(triton.cdiv(m * k, 1024),)](A_src[i], A[i], m * k, BLOCK=1024, launch_pdl=True)
             if prelude_kind == "gemm":
@@ -217,8 +237,8 @@ def main():
             BM, BN, BK, S, st, wp = cfg
             row_bytes = 2 * (k // S)  # one W row's bytes in a K slice
             whole = 128 << max(0, (row_bytes // 128).bit_length() - 1)  # a power of two of lines, <= the row
-            for variant in ["plain", "pdl", "regs", "unsafe"] + [f"l2_{b}" for b in (1024, 4096) if b < whole] \
-                    + [f"l2_{whole}"]:
+            for variant in variants or (["plain", "pdl", "pdl_trig", "regs", "unsafe"]
+                                        + [f"l2_{b}" for b in (1024, 4096) if b < whole] + [f"l2_{whole}"]):
                 name = f"{BM}x{BN}x{BK} S{S} {variant}"
                 try:
                     call = make(m, n, k, BM, BN, BK, S, st, wp, variant, A, W, C)
@@ -242,8 +262,8 @@ def main():
                     print(f"  {label} {name}: {verdicts[name]}", flush=True)
         for i in range(sets):
             prelude(i)
-        base = graph(prelude, sets, calls)
-        graphs = {name: graph(lambda i, c=c: (prelude(i), c(i)), sets, calls) for name, c in conts.items()}
+        base = graph(lambda i: (prelude(i), postlude(i)), sets, calls)
+        graphs = {name: graph(lambda i, c=c: (prelude(i), c(i), postlude(i)), sets, calls) for name, c in conts.items()}
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
 
         def timed(g):
@@ -277,8 +297,9 @@ def main():
         torch.cuda.empty_cache()
     out_dir = os.environ.get("OUT", "/tmp/out")
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, f"early_weights_probe_{prelude_kind}.json"), "w") as f:
-        json.dump({"gpu": gpu, "prelude": prelude_kind, "torch": torch.__version__, "triton": triton.__version__,
+    tag = prelude_kind + ("" if postlude_kind == "none" else f"_then_{postlude_kind}")
+    with open(os.path.join(out_dir, f"early_weights_probe_{tag}.json"), "w") as f:
+        json.dump({"gpu": gpu, "prelude": prelude_kind, "postlude": postlude_kind, "torch": torch.__version__, "triton": triton.__version__,
                    "date": time.strftime("%Y-%m-%d"), "rounds": rounds, "calls_per_graph": calls, "rows": rows}, f,
                   indent=1)
 
