@@ -886,6 +886,12 @@ EXPERIMENTS: list[Experiment] = [
                "e2e_model", "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes eager,compile,graph --rounds 15` "
                "(Triton only, direct Triton launches): cudal2.check_routes kept a routed group only where it saved "
                "time inside the model, in each mode; it kept none."),
+    Experiment("A transformers Llama (2 layers), both backends, routes checked inside the model, H200",
+               "e2e_model_both_backends_h200_2026-11-29.json", "e2e_model",
+               "The same command with nvidia-cutlass-dsl 4.8.1 installed (CuTe DSL and Triton): the search's CuTe DSL "
+               "kernel for 512x14336x4096 (1.125x torch in layer mode) served gate_proj and up_proj in CUDA graphs, "
+               "where cudal2.check_routes measured them saving 24.8 us a prefill forward; no group was kept in eager "
+               "or compiled mode."),
     Experiment("The decoder layer at 1 to 1024 tokens, layer-mode table, H200", "e2e_decoder_layer_h200_2026-11-29.json",
                "e2e_decoder", "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes eager,graph --budget 4 "
                "--max-tune-seconds 220`: the op routed none of the searched GEMMs, so the table's predicted saving "
