@@ -27,6 +27,9 @@ control and is never timed.
 import json, math, os, random, statistics, sys, time
 import torch, triton, triton.language as tl
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from small_m_probe import store_split  # noqa: E402 - the split-K tile store both probes use
+
 
 @triton.jit
 def _prefetch_l2(ptrs):
@@ -83,24 +86,7 @@ def skinny(a_ptr, w_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
         acc = tl.dot(a, tl.trans(w), acc)
         a_ptrs += BK
         w_ptrs += BK
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
-    if S == 1:
-        tl.store(c_ptrs, acc.to(tl.float16), mask=mask)
-    else:
-        # the last block of a tile sums the fp32 partials in slice order (one launch, deterministic)
-        ws = ws_ptr + sid * M * N + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(ws, acc, mask=mask)
-        tl.debug_barrier()
-        tile = pid_m * tl.num_programs(0) + pid_n
-        old = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-        if old == S - 1:
-            tot = tl.zeros((BM, BN), tl.float32)
-            for s in range(S):
-                tot += tl.load(ws_ptr + s * M * N + offs_m[:, None] * N + offs_n[None, :], mask=mask,
-                               other=0.0, cache_modifier=".cg")
-            tl.store(c_ptrs, tot.to(tl.float16), mask=mask)
-            tl.atomic_xchg(cnt_ptr + tile, 0)
+    store_split(acc, c_ptr, ws_ptr, cnt_ptr, offs_m, offs_n, M, N, pid_m, pid_n, sid, S, BM, BN, False)
 
 
 @triton.jit

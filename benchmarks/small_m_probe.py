@@ -23,6 +23,32 @@ from roofline import _stream_kernel  # the same floors as the roofline's
 
 
 @triton.jit
+def store_split(acc, c_ptr, ws_ptr, cnt_ptr, offs_m, offs_n, M, N, pid_m, pid_n, sid,
+                S: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, TWO: tl.constexpr):
+    """Store a tile of D; with S K slices, its fp32 partial to the workspace, and unless TWO (a second
+    kernel sums them) the last block of a tile sums the partials in slice order (one launch,
+    deterministic)."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
+    if S == 1:
+        tl.store(c_ptrs, acc.to(tl.float16), mask=mask)
+    else:
+        ws = ws_ptr + sid * M * N + offs_m[:, None] * N + offs_n[None, :]
+        tl.store(ws, acc, mask=mask)
+        if not TWO:
+            tl.debug_barrier()
+            tile = pid_m * tl.num_programs(0) + pid_n
+            old = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
+            if old == S - 1:
+                tot = tl.zeros((BM, BN), tl.float32)
+                for s in range(S):
+                    tot += tl.load(ws_ptr + s * M * N + offs_m[:, None] * N + offs_n[None, :], mask=mask,
+                                   other=0.0, cache_modifier=".cg")
+                tl.store(c_ptrs, tot.to(tl.float16), mask=mask)
+                tl.atomic_xchg(cnt_ptr + tile, 0)
+
+
+@triton.jit
 def skinny(a_ptr, w_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, S: tl.constexpr,
            EVICT: tl.constexpr, TWO: tl.constexpr):
@@ -47,24 +73,7 @@ def skinny(a_ptr, w_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
         acc = tl.dot(a, tl.trans(w), acc)
         a_ptrs += BK
         w_ptrs += BK
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
-    if S == 1:
-        tl.store(c_ptrs, acc.to(tl.float16), mask=mask)
-    else:
-        ws = ws_ptr + sid * M * N + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(ws, acc, mask=mask)
-        if not TWO:
-            tl.debug_barrier()
-            tile = pid_m * tl.num_programs(0) + pid_n
-            old = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-            if old == S - 1:
-                tot = tl.zeros((BM, BN), tl.float32)
-                for s in range(S):
-                    tot += tl.load(ws_ptr + s * M * N + offs_m[:, None] * N + offs_n[None, :], mask=mask,
-                                   other=0.0, cache_modifier=".cg")
-                tl.store(c_ptrs, tot.to(tl.float16), mask=mask)
-                tl.atomic_xchg(cnt_ptr + tile, 0)
+    store_split(acc, c_ptr, ws_ptr, cnt_ptr, offs_m, offs_n, M, N, pid_m, pid_n, sid, S, BM, BN, TWO)
 
 
 @triton.jit
