@@ -28,7 +28,7 @@ import json, math, os, random, statistics, sys, time
 import torch, triton, triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from small_m_probe import store_split  # noqa: E402 - the split-K tile store both probes use
+from split_k_tile import split_tile, store_split  # noqa: E402 - the split-K tile both probes use
 
 
 @triton.jit
@@ -47,17 +47,7 @@ def skinny(a_ptr, w_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
     kernel launch at once (it writes nothing the next kernel reads before the next one's own wait)."""
     if TRIGGER:
         tl.extra.cuda.gdc_launch_dependents()
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    sid = tl.program_id(2)
-    k_tiles = tl.cdiv(K, BK)
-    lo = sid * k_tiles // S
-    hi = (sid + 1) * k_tiles // S
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_n = pid_n * BN + tl.arange(0, BN)
-    offs_k = lo * BK + tl.arange(0, BK)
-    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
-    w_ptrs = w_ptr + offs_n[:, None] * K + offs_k[None, :]
+    pid_m, pid_n, sid, lo, hi, offs_m, offs_n, a_ptrs, w_ptrs = split_tile(a_ptr, w_ptr, K, BM, BN, BK, S)
     acc = tl.zeros((BM, BN), tl.float32)
     if MODE == 2:
         lines = w_ptr + offs_n[:, None] * K + lo * BK + tl.arange(0, PF_LINES)[None, :] * 64

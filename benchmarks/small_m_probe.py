@@ -20,49 +20,14 @@ sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "b
 from cudal2.bench.timing import measure, TimingConfig
 from dram_ceilings import timed_us
 from roofline import _stream_kernel  # the same floors as the roofline's
-
-
-@triton.jit
-def store_split(acc, c_ptr, ws_ptr, cnt_ptr, offs_m, offs_n, M, N, pid_m, pid_n, sid,
-                S: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, TWO: tl.constexpr):
-    """Store a tile of D; with S K slices, its fp32 partial to the workspace, and unless TWO (a second
-    kernel sums them) the last block of a tile sums the partials in slice order (one launch,
-    deterministic)."""
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    c_ptrs = c_ptr + offs_m[:, None] * N + offs_n[None, :]
-    if S == 1:
-        tl.store(c_ptrs, acc.to(tl.float16), mask=mask)
-    else:
-        ws = ws_ptr + sid * M * N + offs_m[:, None] * N + offs_n[None, :]
-        tl.store(ws, acc, mask=mask)
-        if not TWO:
-            tl.debug_barrier()
-            tile = pid_m * tl.num_programs(0) + pid_n
-            old = tl.atomic_add(cnt_ptr + tile, 1, sem="acq_rel", scope="gpu")
-            if old == S - 1:
-                tot = tl.zeros((BM, BN), tl.float32)
-                for s in range(S):
-                    tot += tl.load(ws_ptr + s * M * N + offs_m[:, None] * N + offs_n[None, :], mask=mask,
-                                   other=0.0, cache_modifier=".cg")
-                tl.store(c_ptrs, tot.to(tl.float16), mask=mask)
-                tl.atomic_xchg(cnt_ptr + tile, 0)
+from split_k_tile import split_tile, store_split  # the split-K tile both small-M probes use
 
 
 @triton.jit
 def skinny(a_ptr, w_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
            BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, S: tl.constexpr,
            EVICT: tl.constexpr, TWO: tl.constexpr):
-    pid_n = tl.program_id(0)
-    pid_m = tl.program_id(1)
-    sid = tl.program_id(2)
-    k_tiles = tl.cdiv(K, BK)
-    lo = sid * k_tiles // S
-    hi = (sid + 1) * k_tiles // S
-    offs_m = pid_m * BM + tl.arange(0, BM)
-    offs_n = pid_n * BN + tl.arange(0, BN)
-    offs_k = lo * BK + tl.arange(0, BK)
-    a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
-    w_ptrs = w_ptr + offs_n[:, None] * K + offs_k[None, :]
+    pid_m, pid_n, sid, lo, hi, offs_m, offs_n, a_ptrs, w_ptrs = split_tile(a_ptr, w_ptr, K, BM, BN, BK, S)
     acc = tl.zeros((BM, BN), tl.float32)
     for _ in range(lo, hi):
         a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)
