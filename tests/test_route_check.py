@@ -50,6 +50,26 @@ def test_a_group_that_loses_inside_the_model_goes_back_to_nn_linear():
     assert rounds[:4] == [(), ("a", "c"), ("a", "c"), ()]
 
 
+def test_a_group_that_saves_only_in_some_rounds_goes_back_to_nn_linear():
+    """A median above zero is not enough: a group whose saving is negative in half of the rounds but large
+    in the others (a noisy eager forward) is put back; one that saves in every round stays."""
+    model, log = _routed(Model(), "a", "b", "c"), []
+    saving = {"b": iter([9.0, -2.0, 9.0, -2.0, -2.0, 9.0, 9.0, -2.0] * 4)}
+
+    def make(forward, calls):
+        forward()
+
+        def one_round():
+            routed = [n for n in ("a", "b", "c") if type(getattr(model, n)) is ops.RoutedLinear]
+            return 100.0 - (next(saving["b"]) if routed == ["b"] else 0.5 * len(routed))
+        return one_round
+
+    checks = {c.weight_shape: c for c in check_routes(model, torch.randn(2, 8), rounds=8, timer=make)}
+    b, ac = checks[(8, 16)], checks[(16, 8)]
+    assert b.saving_us > 0 and b.saving_q1_us < 0 and not b.kept and type(model.b) is torch.nn.Linear
+    assert ac.kept and type(model.a) is ops.RoutedLinear
+
+
 def test_a_model_that_cannot_be_timed_keeps_its_routes():
     model = _routed(Model(), "a", "b")
 
