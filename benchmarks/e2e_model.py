@@ -219,13 +219,16 @@ def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, 
     checks = [(mode, c) for mode, cs in result.get("route_checks", {}).items() for c in cs]
     if checks:
         lines += ["", "Each group of routed layers timed inside the model (cudal2.check_routes: the forward with only "
-                  "that group served against none, median us saved a call, quartiles); a group stays routed only "
-                  "where it saves time in both phases:", "",
-                  "| mode | phase | weight | layers | saving us (25% to 75%) | kept |", "|---|---|---|---|---:|---|"]
+                  "that group served against none, median us saved a call, quartiles; floor: what two timers of the "
+                  "forward with none served read apart); a group stays routed only where its lower quartile is above "
+                  "the floor in both phases:", "",
+                  "| mode | phase | weight | layers | saving us (25% to 75%) | floor us | kept |",
+                  "|---|---|---|---|---:|---:|---|"]
         for mode, c in checks:
+            floor = f"{c['floor_us']:.2f}" if "floor_us" in c else "-"
             lines.append(f"| {mode} | {c['phase']} | {c['weight_shape'][0]}x{c['weight_shape'][1]} | "
                          f"{len(c['layers'])} | {c['saving_us']:.2f} ({c['saving_q1_us']:.2f} to "
-                         f"{c['saving_q3_us']:.2f}) | {'yes' if c['kept'] else 'no'} |")
+                         f"{c['saving_q3_us']:.2f}) | {floor} | {'yes' if c['kept'] else 'no'} |")
         lines += ["", "Routed while timed, per mode: " + "; ".join(
             f"{mode}: {', '.join(names) or 'none'}" for mode, names in result["routed_per_mode"].items())]
     lines += ["", f"Relative error of cudal2's prefill logits: {result['rel_error']:.1e}"]

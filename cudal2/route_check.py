@@ -7,8 +7,11 @@ q/o kernel that saved 1.3 to 2.3 us a layer call in every isolated regime cost t
 of routed layers that share a weight shape is timed in the model itself: the model's forward with
 only that group served against the model with none, in interleaved rounds (the order reversed every
 other round). A group goes back to nn.Linear unless it saves time in most rounds: the lower quartile of
-its per-round saving must be above zero, so that a median lifted by a few noisy rounds (eager wall time
-reads a forward to within tens of microseconds at best) keeps nothing.
+its per-round saving must be above the floor, so that a median lifted by a few noisy rounds (eager wall
+time reads a forward to within tens of microseconds at best) keeps nothing. The floor is what two timers
+of the same forward, none served, read apart (an A/A comparison, the median of its per-round
+differences, taken as a magnitude): two captures of the same kernels into two CUDA graphs can differ by
+microseconds, and a group's saving is read between two such timers.
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ class RouteCheck:
     saving_us: float  # the median over the rounds of (forward with none served) - (with this group served)
     saving_q1_us: float
     saving_q3_us: float
-    kept: bool  # still routed: saving_q1_us > 0 (saved time in at least three rounds of four)
+    floor_us: float  # what two timers of the same forward (none served) read apart: the A/A difference
+    kept: bool  # still routed: saving_q1_us > floor_us (saved more than that in three rounds of four)
 
 
 def wall_timer(forward: Callable[[], Any], calls: int) -> Callable[[], float]:
@@ -87,7 +91,8 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
                  timer: Timer | None = None, **example_kwargs) -> list[RouteCheck]:
     """Time each group of model's routed layers (ops.RoutedLinear, as route_linears left them) inside the
     model on the example inputs, and put back to nn.Linear every group whose saving a forward is not above
-    zero in at least three rounds of four (its lower quartile). graphs: time the forward inside a CUDA graph (for a model that runs in CUDA graphs;
+    the floor in at least three rounds of four (its lower quartile; the floor: the A/A difference of two
+    timers of the forward with none served, see the module's docstring). graphs: time the forward inside a CUDA graph (for a model that runs in CUDA graphs;
     route_linears(model, graphs=True) first), else eager wall time. timer: (forward, calls) -> a timer of
     one round in us a call (default: graph_timer or wall_timer). Returns one RouteCheck per group. Where
     a timer cannot be built (a forward that cannot be captured, say), warns once and changes nothing."""
@@ -110,25 +115,31 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
     def forward():
         return model(*example_inputs, **example_kwargs)
 
+    def differences(first: list, second: list) -> list[float]:
+        """Per round: the first routing's forward time less the second's, each from its own timer (a
+        graph captures the routing of its capture), the order reversed every other round."""
+        timers = []
+        for layers in (first, second):
+            serving(layers)
+            timers.append(timer(forward, calls))
+        diffs = []
+        for r in range(rounds):
+            got = [0.0, 0.0]
+            for i in ((0, 1) if r % 2 == 0 else (1, 0)):
+                serving((first, second)[i])
+                got[i] = timers[i]()
+            diffs.append(got[0] - got[1])
+        return diffs
+
     checks = []
     try:
         with torch.no_grad():
+            floor = abs(statistics.median(differences([], [])))
             for shape, group in routed.items():
-                sides = {"none": [], "group": group}
-                timers = {}
-                for side, layers in sides.items():  # (a graph captures the routing of its capture)
-                    serving(layers)
-                    timers[side] = timer(forward, calls)
-                diffs = []
-                for r in range(rounds):
-                    got = {}
-                    for side in (("none", "group") if r % 2 == 0 else ("group", "none")):
-                        serving(sides[side])
-                        got[side] = timers[side]()
-                    diffs.append(got["none"] - got["group"])
+                diffs = differences([], group)
                 mid = statistics.median(diffs)
                 q1, _, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (mid, mid, mid)
-                checks.append(RouteCheck(shape, tuple(name for name, _ in group), mid, q1, q3, q1 > 0))
+                checks.append(RouteCheck(shape, tuple(name for name, _ in group), mid, q1, q3, floor, q1 > floor))
     except Exception as e:  # noqa: BLE001 - a model that cannot be timed this way keeps its routes
         serving([pair for group in routed.values() for pair in group])
         warnings.warn(f"cudal2.check_routes: the model could not be timed ({type(e).__name__}: {e}); "

@@ -45,15 +45,16 @@ def test_a_group_that_loses_inside_the_model_goes_back_to_nn_linear():
     assert by_shape[(16, 8)].kept and not by_shape[(8, 16)].kept and by_shape[(8, 16)].saving_us == pytest.approx(-3.0)
     assert type(model.a) is ops.RoutedLinear and type(model.c) is ops.RoutedLinear
     assert type(model.b) is torch.nn.Linear and type(model.plain) is torch.nn.Linear
-    # each group against none, the order reversed every other round
-    rounds = [x for x in log if x in ((), ("a", "c"))]
+    # first the A/A rounds (none against none), then each group against none, the order reversed every other round
+    assert log[:8] == [()] * 8
+    rounds = [x for x in log[8:] if x in ((), ("a", "c"))]
     assert rounds[:4] == [(), ("a", "c"), ("a", "c"), ()]
 
 
 def test_a_group_that_saves_only_in_some_rounds_goes_back_to_nn_linear():
     """A median above zero is not enough: a group whose saving is negative in half of the rounds but large
     in the others (a noisy eager forward) is put back; one that saves in every round stays."""
-    model, log = _routed(Model(), "a", "b", "c"), []
+    model = _routed(Model(), "a", "b", "c")
     saving = {"b": iter([9.0, -2.0, 9.0, -2.0, -2.0, 9.0, 9.0, -2.0] * 4)}
 
     def make(forward, calls):
@@ -68,6 +69,25 @@ def test_a_group_that_saves_only_in_some_rounds_goes_back_to_nn_linear():
     b, ac = checks[(8, 16)], checks[(16, 8)]
     assert b.saving_us > 0 and b.saving_q1_us < 0 and not b.kept and type(model.b) is torch.nn.Linear
     assert ac.kept and type(model.a) is ops.RoutedLinear
+
+
+def test_a_saving_within_what_two_captures_of_the_same_forward_read_apart_is_not_kept():
+    """Two timers of the same forward (none served) read 3 us apart: a group saving 2 us in every round is
+    within that floor and goes back to nn.Linear; one saving 5 us stays."""
+    model, made = _routed(Model(), "a", "b", "c"), []
+    effect = {"a": 2.5, "c": 2.5, "b": 2.0}
+
+    def make(forward, calls):
+        made.append(1)
+        offset = 3.0 if len(made) == 2 else 0.0  # the A/A pair's second timer reads 3 us less
+        routed = [n for n in effect if type(getattr(model, n)) is ops.RoutedLinear]
+        return lambda: 100.0 - offset - sum(effect[n] for n in routed)
+
+    checks = {c.weight_shape: c for c in check_routes(model, torch.randn(2, 8), rounds=4, timer=make)}
+    assert all(c.floor_us == pytest.approx(3.0) for c in checks.values())
+    assert checks[(16, 8)].kept and checks[(16, 8)].saving_us == pytest.approx(5.0)
+    assert not checks[(8, 16)].kept and checks[(8, 16)].saving_us == pytest.approx(2.0)
+    assert type(model.b) is torch.nn.Linear and type(model.a) is ops.RoutedLinear
 
 
 def test_a_model_that_cannot_be_timed_keeps_its_routes():
