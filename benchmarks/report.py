@@ -892,6 +892,11 @@ EXPERIMENTS: list[Experiment] = [
                "kernel for 512x14336x4096 (1.125x torch in layer mode) served gate_proj and up_proj in CUDA graphs, "
                "where cudal2.check_routes measured them saving 24.8 us a prefill forward; no group was kept in eager "
                "or compiled mode."),
+    Experiment("A transformers Llama (2 layers), graph mode, routes checked against an A/A floor, H200",
+               "e2e_model_floor_h200_2026-11-29.json", "e2e_model",
+               "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes graph --rounds 15` (Triton only) after "
+               "cudal2.check_routes came to time the forward against itself first: the floor read 0.76 us, and the "
+               "one routed group (q/o, -0.19 us a prefill forward) went back to nn.Linear."),
     Experiment("The decoder layer at 1 to 1024 tokens, layer-mode table, H200", "e2e_decoder_layer_h200_2026-11-29.json",
                "e2e_decoder", "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes eager,graph --budget 4 "
                "--max-tune-seconds 220`: the op routed none of the searched GEMMs, so the table's predicted saving "
