@@ -460,7 +460,7 @@ class _Plan:
     __slots__ = ("eager", "graph", "bound", "bound_graph_only", "served", "to_torch", "eager_served",
                  "to_torch_eager")
 
-    def __init__(self, eager, graph, served, to_torch: set, eager_served=frozenset(), to_torch_eager: set = None):
+    def __init__(self, eager, graph, served, to_torch: set, eager_served, to_torch_eager: set):
         self.eager = eager  # counts a kernel serves eager calls of
         self.graph = graph  # counts a kernel serves calls of while a CUDA graph captures
         self.bound: set = set()  # counts served in neither mode, their first call bound
