@@ -147,7 +147,7 @@ def main():
     read_us = timed_us(lambda: torch.sum(src, dtype=torch.float32))
     copy_GBps = 2 * 2 * n_big / copy_us / 1e3
     read_GBps = 2 * n_big / read_us / 1e3
-    del src, dst
+    src = dst = None  # (freed before the shapes)
     print(f"{dev}: copy {copy_GBps:.0f} GB/s read {read_GBps:.0f} GB/s", flush=True)
     cfg = TimingConfig(groups=20)
     rows = []
@@ -199,7 +199,7 @@ def main():
         for us, name, frac, sp in out[:8] + [o for o in out if o[1] == "torch" or o[1].startswith("floor")]:
             print(f"  {name:44s} {us:8.2f} us  {frac:.3f} of read  {sp:.3f}x torch", flush=True)
         rows.append({"shape": label, "all": [dict(zip(("us", "name", "fraction", "speedup"), o)) for o in out]})
-        del A, W, C
+        A = W = C = None  # (freed before the next shape's)
         torch.cuda.empty_cache()
     os.makedirs(os.environ.get("OUT", "/tmp/out"), exist_ok=True)
     json.dump({"gpu": dev, "copy_GBps": copy_GBps, "read_GBps": read_GBps, "rows": rows},
