@@ -92,10 +92,11 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
     """Time each group of model's routed layers (ops.RoutedLinear, as route_linears left them) inside the
     model on the example inputs, and put back to nn.Linear every group whose saving a forward is not above
     the floor in at least three rounds of four (its lower quartile; the floor: the A/A difference of two
-    timers of the forward with none served, see the module's docstring). graphs: time the forward inside a CUDA graph (for a model that runs in CUDA graphs;
-    route_linears(model, graphs=True) first), else eager wall time. timer: (forward, calls) -> a timer of
-    one round in us a call (default: graph_timer or wall_timer). Returns one RouteCheck per group. Where
-    a timer cannot be built (a forward that cannot be captured, say), warns once and changes nothing."""
+    timers of the forward with none served, see the module's docstring). graphs: time the forward inside
+    a CUDA graph (for a model that runs in CUDA graphs; route_linears(model, graphs=True) first), else
+    eager wall time. timer: (forward, calls) -> a timer of one round in us a call (default: graph_timer or
+    wall_timer). Returns one RouteCheck per group. Where a timer cannot be built (a forward that cannot be
+    captured, say), warns once and changes nothing."""
     routed: dict[tuple[int, int], list[tuple[str, torch.nn.Module]]] = {}
     for name, m in model.named_modules():
         if type(m) is ops.RoutedLinear:
@@ -115,28 +116,31 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
     def forward():
         return model(*example_inputs, **example_kwargs)
 
-    def differences(first: list, second: list) -> list[float]:
-        """Per round: the first routing's forward time less the second's, each from its own timer (a
-        graph captures the routing of its capture), the order reversed every other round."""
-        timers = []
-        for layers in (first, second):
-            serving(layers)
-            timers.append(timer(forward, calls))
+    def timed(layers: list) -> tuple[list, Callable[[], float]]:
+        """The routing and its timer (a graph captures the routing of its capture)."""
+        serving(layers)
+        return layers, timer(forward, calls)
+
+    def differences(first: tuple, second: tuple) -> list[float]:
+        """Per round: the first routing's forward time less the second's, each from its own timer, the
+        order reversed every other round."""
         diffs = []
         for r in range(rounds):
             got = [0.0, 0.0]
             for i in ((0, 1) if r % 2 == 0 else (1, 0)):
-                serving((first, second)[i])
-                got[i] = timers[i]()
+                layers, one_round = (first, second)[i]
+                serving(layers)
+                got[i] = one_round()
             diffs.append(got[0] - got[1])
         return diffs
 
     checks = []
     try:
         with torch.no_grad():
-            floor = abs(statistics.median(differences([], [])))
+            none = timed([])  # every group is timed against this one timer of the forward with none served
+            floor = abs(statistics.median(differences(none, timed([]))))
             for shape, group in routed.items():
-                diffs = differences([], group)
+                diffs = differences(none, timed(group))
                 mid = statistics.median(diffs)
                 q1, _, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (mid, mid, mid)
                 checks.append(RouteCheck(shape, tuple(name for name, _ in group), mid, q1, q3, floor, q1 > floor))
