@@ -867,11 +867,12 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
     if _grad_enabled() and (a.requires_grad or b.requires_grad):  # (_needs_grad, inlined: every call runs it)
         return _Matmul.apply(a, b) if a.dim() == 2 and b.dim() == 2 and _autograd_takes(a, b) \
             else torch.matmul(a, b)
-    counts = _mm_torch_counts.get(b.numel())
-    if counts is not None and a.numel() in counts:  # served in no mode, bound once (see _torch_counts)
+    b_numel, a_numel = b.numel(), a.numel()  # (each read once: 0.13 us a read on an H200 machine's host)
+    counts = _mm_torch_counts.get(b_numel)
+    if counts is not None and a_numel in counts:  # served in no mode, bound once (see _torch_counts)
         return _torch_matmul(a, b)
-    counts = _mm_graph_only_counts.get(b.numel())
-    if counts is not None and a.numel() in counts and not _captured_now(a):  # (see _graph_only_counts)
+    counts = _mm_graph_only_counts.get(b_numel)
+    if counts is not None and a_numel in counts and not _captured_now(a):  # (see _graph_only_counts)
         return _torch_matmul(a, b)
     if a.dim() != 2 or b.dim() != 2:
         return torch.matmul(a, b)
@@ -894,11 +895,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
         return _Linear.apply(x, weight, bias) if weight.dim() == 2 and x.dim() != 0 \
             and _autograd_takes(x, weight, bias) else _F_linear(x, weight, bias)
-    counts = _linear_torch_counts.get(weight.numel())
-    if counts is not None and x.numel() in counts:  # served in no mode, bound once (see _torch_counts)
+    w_numel, x_numel = weight.numel(), x.numel()  # (each read once, as in matmul)
+    counts = _linear_torch_counts.get(w_numel)
+    if counts is not None and x_numel in counts:  # served in no mode, bound once (see _torch_counts)
         return _F_linear(x, weight, bias)
-    counts = _linear_graph_only_counts.get(weight.numel())
-    if counts is not None and x.numel() in counts and not _captured_now(x):  # (see _graph_only_counts)
+    counts = _linear_graph_only_counts.get(w_numel)
+    if counts is not None and x_numel in counts and not _captured_now(x):  # (see _graph_only_counts)
         return _F_linear(x, weight, bias)
     if weight.dim() != 2 or x.dim() == 0:
         return _F_linear(x, weight, bias)
