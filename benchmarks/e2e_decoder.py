@@ -88,6 +88,23 @@ def decoder_layer(linear_cls):
     return DecoderLayer()
 
 
+def layer_graph(layer, x):
+    """A CUDA graph of one no-grad forward of layer on x, after three warm-up forwards on a side stream
+    (capture requires them; the op builds its launchers there, outside the capture)."""
+    import torch
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.no_grad(), torch.cuda.stream(side):
+        for _ in range(3):
+            layer(x)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.no_grad(), torch.cuda.graph(graph):
+        layer(x)
+    return graph
+
+
 def layers():
     """(torch layer, cudal2 layer) with the same random fp16 weights on the GPU."""
     import torch

@@ -28,22 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from e2e_decoder import GROUPS, HIDDEN, layers  # noqa: E402
-
-
-def _graph_of(layer, x):
-    import torch
-
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.no_grad(), torch.cuda.stream(side):  # the op builds its launchers outside the capture
-        for _ in range(3):
-            layer(x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
-        layer(x)
-    return graph
+from e2e_decoder import GROUPS, HIDDEN, layer_graph, layers  # noqa: E402
 
 
 def _profile_chunk(graph, replays: int) -> list[list[tuple[str, float, float, float]]] | str:
@@ -109,7 +94,7 @@ def compare_served(plain, ours, tokens: int, served: tuple[str, ...], replays: i
         if name not in served:
             m.__class__ = torch.nn.Linear
     try:
-        runs = profile_pair({"torch": _graph_of(plain, x), "cudal2": _graph_of(ours, x)}, replays)
+        runs = profile_pair({"torch": layer_graph(plain, x), "cudal2": layer_graph(ours, x)}, replays)
     finally:
         for m in routed.values():
             m.__class__ = RoutedLinear

@@ -34,7 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from e2e_decoder import HEAD_DIM, HEADS, HIDDEN, INTER, KV_HEADS, decoder_layer  # noqa: E402
+from e2e_decoder import HEAD_DIM, HEADS, HIDDEN, INTER, KV_HEADS, decoder_layer, layer_graph  # noqa: E402
 
 from cudal2.tuner.aggregates import aggregate  # noqa: E402
 
@@ -55,15 +55,7 @@ def in_layer_times(tokens: int, replays: int, graphed: bool = True) -> dict:
     torch.manual_seed(0)
     layer = decoder_layer(torch.nn.Linear).to("cuda", torch.float16).eval()
     x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.float16)
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.no_grad(), torch.cuda.stream(side):
-        for _ in range(3):
-            layer(x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
-        layer(x)
+    graph = layer_graph(layer, x)
     for _ in range(5):
         graph.replay()
     torch.cuda.synchronize()
@@ -141,7 +133,7 @@ def isolated_times(tokens: int, out_f: int, in_f: int, groups: int) -> dict[str,
         mode = "offline" if regime == "offline" else "layer"
         m = measure(call, n_sets, mode, cfg, "cuda", preludes.get(regime))["torch"]
         out[regime] = m.timing.kernel_ms if m.timing else float("nan")
-    del xs, ws, preludes
+    xs = ws = preludes = None  # (rebound, not deleted: the call closure reads them)
     torch.cuda.empty_cache()
     return out
 
