@@ -77,6 +77,16 @@ def test_the_table_keeps_each_entrys_mode_and_reads_old_tables_as_offline(tmp_pa
     assert TunedEntry.from_dict(d).mode == "offline"
 
 
+def test_a_spec_measured_again_in_another_mode_keeps_its_table_in_the_first(tmp_path):
+    store = Store(tmp_path / "s.db")
+    _search(store, RecordedRunner(model=lambda p, s: 0.05, baselines={"torch": 0.1}), modes=("offline",))
+    _search(store, RecordedRunner(model=lambda p, s: 0.2, baselines={"torch": 0.1}))  # layer: both lose
+    offline = TunedTable.from_store(store, mode="offline")
+    assert [(e.mode, e.kernel_ms, e.baselines_ms) for e in offline] == [("offline", 0.05, {"torch": 0.1})]
+    (layer,) = list(TunedTable.from_store(store, mode="layer"))
+    assert (layer.kernel_ms, layer.baselines_ms) == (0.2, {"torch": 0.1})
+
+
 def _row(mode, kernel, torch_ms, **spec):
     row = {"status": "ok", "m": 64, "n": 64, "k": 64, "dtype": "float16", "layout": "NN", "epilogue": "",
            f"kernel_ms.{mode}": kernel, f"torch_ms.{mode}": torch_ms}

@@ -191,16 +191,17 @@ class TunedTable:
                         for c in kept_twins(summarize(gpu_rows, "torch", mode)).values() if not c.failed]
                 rows += [r for r in kernels if gpu_of(r) not in confirmed]
                 for row in rows:
-                    res = row["result"]
-                    ms = res.kernel_ms(mode) if res.ok else None
-                    if ms is None:
+                    measured = _newest_in_mode(row, mode)
+                    if measured is None:
                         continue
-                    own = {name: b.kernel_ms(mode) for name, b in row["baselines"].items()
+                    res = measured["result"]
+                    own = {name: b.kernel_ms(mode) for name, b in measured["baselines"].items()
                            if b.available and b.kernel_ms(mode) is not None}
-                    created = (row["created"].isoformat() if isinstance(row["created"], _dt.datetime)
-                               else str(row["created"]))
-                    table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=ms, baselines_ms=own or baselines,
-                                         gpu=gpu_of(row), created=created, mode=mode))
+                    created = (measured["created"].isoformat() if isinstance(measured["created"], _dt.datetime)
+                               else str(measured["created"]))
+                    table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=res.kernel_ms(mode),
+                                         baselines_ms=own or baselines, gpu=gpu_of(measured), created=created,
+                                         mode=mode))
         return tables
 
     @classmethod
@@ -217,6 +218,17 @@ class TunedTable:
             return _within(store_timeout_s(), lambda: cls.for_serving(store), store)
         # a server's own line (refused, no driver) at once, not after the engine's retries
         return _within(store_timeout_s(), lambda: cls.for_serving(store.check()), store)
+
+
+def _newest_in_mode(record: dict, mode: str) -> dict | None:
+    """The newest measurement of a stored kernel record (its latest result, then its repeats, newest
+    first) that passed and has a time in mode, or None. A spec measured again in another mode keeps its
+    earlier figures as repeats: the table of the earlier mode still reads them, never the other mode's."""
+    for measured in (record, *reversed(record.get("repeats", ()))):
+        res = measured["result"]
+        if res.ok and res.kernel_ms(mode) is not None:
+            return measured
+    return None
 
 
 def store_timeout_s() -> float:
