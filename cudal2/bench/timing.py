@@ -23,6 +23,14 @@ layer (the default objective): each call as a model's layer makes it. In a decod
   for every input set in turn, with events around each call alone (external event nodes), so the
   figure is the GEMM's own time in that state, with no launch gap. Back-to-back timing (offline)
   reads up to 20% faster on single shapes than this; docs/evaluation.md has the measurements.
+chain: each call as a GEMM between two others of the same layer (k between q and v): after the layer
+  prelude, a torch GEMM of the call's A with a cold (K, 1024) weight, then the call, then another such
+  GEMM (ChainNeighbours). cuBLAS's kernels overlap their neighbours' launches (programmatic dependent
+  launch), so a call changes the time of the GEMMs beside it; events around the call cannot see that.
+  So the whole replay is timed: a graph of calls after their neighbours against a graph of the same work
+  without the calls (the floor), replayed in the same group; a call's time is the difference per call.
+  In a decoder layer on an H200 this came within 25% of the layer's own saving where layer mode read
+  about half of it (docs/evaluation.md, "The decoder layer").
 
 The order of contenders is shuffled in every round, so that drift (clocks, temperature)
 spreads over all of them instead of favouring whoever runs first.
@@ -131,6 +139,34 @@ class LayerPrelude:
             self.operands_a[i].mul_(1)
 
 
+class ChainNeighbours:
+    """The GEMMs on either side of each call in chain mode: torch.matmul of the call's A on input set i
+    with a cold (K, 1024) weight of A's dtype (the projections of one input, as q, k and v read the
+    same normed activations), before the call and after it. 1024 columns: a key or value projection of
+    an 8B-class model, small beside most calls and large enough to be a cuBLAS GEMM kernel."""
+
+    COLUMNS = 1024
+
+    def __init__(self, device, operands_a: list):
+        import torch
+
+        a = operands_a[0]
+        k = a.shape[-1]
+        self.operands_a = operands_a
+        self.weights = [torch.randn(k, self.COLUMNS, dtype=a.dtype, device=device) / k ** 0.5 for _ in range(2)]
+        self.outs = [torch.empty(a.shape[0], self.COLUMNS, dtype=a.dtype, device=device) for _ in range(2)]
+
+    def before(self, i: int) -> None:
+        import torch
+
+        torch.matmul(self.operands_a[i], self.weights[0], out=self.outs[0])
+
+    def after(self, i: int) -> None:
+        import torch
+
+        torch.matmul(self.operands_a[i], self.weights[1], out=self.outs[1])
+
+
 def _capture(call: Call, indices: list[int], device):
     """A CUDA graph of call(i) for i in indices; None and the error if capture fails."""
     import torch
@@ -199,9 +235,11 @@ def _replay_ms(graph) -> float:
 
 
 def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConfig = TimingConfig(),
-            device=None, prelude: Callable[[int], Any] | None = None) -> dict[str, Measured]:
+            device=None, prelude: Callable[[int], Any] | None = None,
+            neighbours: "ChainNeighbours | None" = None) -> dict[str, Measured]:
     """Time every contender in one process, interleaved. Returns name -> Measured. prelude: the
-    work before each call in layer mode (LayerPrelude; None: one that only streams through L2)."""
+    work before each call in layer and chain mode (LayerPrelude; None: one that only streams through
+    L2); neighbours: the GEMMs beside each call in chain mode."""
     import torch
 
     if device is None or torch.device(device).type == "cpu":
@@ -209,6 +247,12 @@ def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConf
     device = torch.device(device)
     if mode == "layer":
         return _layer(contenders, n_sets, cfg, device, prelude or LayerPrelude(device, _l2_bytes(device)))
+    if mode == "chain":
+        if neighbours is None:
+            raise ValueError("chain mode times each call between two GEMMs of its A: pass neighbours "
+                             "(ChainNeighbours of the input sets' A operands)")
+        return _chain(contenders, n_sets, cfg, device, prelude or LayerPrelude(device, _l2_bytes(device)),
+                      neighbours)
     rng = random.Random(cfg.seed)
     names = list(contenders)
     out: dict[str, Measured] = {}
@@ -372,6 +416,89 @@ def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
             # after they were destroyed crashes the process
             (lambda captured=graph: captured[0].replay()) if graph is not None else None,
             calls_per_group=st["calls"])
+    return {n: out[n] for n in contenders if n in out}
+
+
+def _capture_chain(call: Call | None, prelude, neighbours: ChainNeighbours, indices: list[int], device):
+    """A CUDA graph of, for i in indices: prelude(i), the GEMM before, call(i) (None: no call, the
+    floor), the GEMM after; and the error if capture fails."""
+
+    def body():
+        for i in indices:
+            prelude(i)
+            neighbours.before(i)
+            if call is not None:
+                call(i)
+            neighbours.after(i)
+
+    return _capture(lambda _i: body(), [0], device)
+
+
+def _chain(contenders, n_sets, cfg, device, prelude, neighbours: ChainNeighbours) -> dict[str, Measured]:
+    """Chain mode (see the module's docstring): one list of calls for every graph, cycling over the input
+    sets for about target_group_ms of the floor's pace (at least one pass); per group the floor's graph
+    and each contender's, in a new order, each replay between two events; a contender's group figure is
+    (its replay - the floor's replay of the same group) / calls. A contender whose graph cannot be
+    captured is not timed (its Measured says why): only a replay shows the overlap this mode is for."""
+    import torch
+
+    rng = random.Random(cfg.seed)
+    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    out: dict[str, Measured] = {}
+    ests: dict[str, float] = {}
+    for name, call in contenders.items():
+        try:
+            ests[name] = _warmup(call, n_sets, cfg, device)
+        except Exception as e:  # noqa: BLE001
+            out[name] = Measured(None, f"warm-up failed: {type(e).__name__}: {e}")
+    floor, why = _capture_chain(None, prelude, neighbours, list(range(n_sets)), device)
+    if floor is None:
+        return {**out, **{n: Measured(None, f"chain mode: the floor's graph capture failed ({why})") for n in ests}}
+    calls = _calls_per_group(_replay_ms(floor) / n_sets, n_sets, cfg)
+    indices = [j % n_sets for j in range(calls)]
+    if calls > n_sets:
+        floor, why = _capture_chain(None, prelude, neighbours, indices, device)
+        if floor is None:
+            return {**out, **{n: Measured(None, f"chain mode: the floor's graph capture failed ({why})") for n in ests}}
+    live: dict[str, dict] = {}
+    for name in ests:
+        graph, why = _capture_chain(contenders[name], prelude, neighbours, indices, device)
+        if graph is None:
+            out[name] = Measured(None, f"graph capture failed ({why}); chain mode times only captured calls")
+            continue
+        live[name] = {"graph": graph, "k": [], "c": [], "plain": _calls_per_group(ests[name], n_sets, cfg)}
+    floor_ms: list[float] = []
+    for g in range(cfg.groups):
+        order = ["", *live]  # "": the floor
+        rng.shuffle(order)
+        pending = []
+        for name in order:
+            a, b = ev(), ev()
+            a.record()
+            (floor if name == "" else live[name]["graph"]).replay()
+            b.record()
+            pending.append((name, a, b))
+            if name == "" or (cfg.call_groups is not None and g >= cfg.call_groups):
+                continue
+            st, call = live[name], contenders[name]
+            c0, c1 = ev(), ev()
+            c0.record()
+            for j in range(st["plain"]):
+                call(j % n_sets)
+            c1.record()
+            st["c"].append((c0, c1, st["plain"]))
+        torch.cuda.synchronize(device)
+        replays = {name: a.elapsed_time(b) for name, a, b in pending}
+        floor_ms.append(replays[""])
+        for name in live:
+            live[name]["k"].append((replays[name] - replays[""]) / calls)
+    for name, st in live.items():
+        ks = st["k"]
+        cs = [c0.elapsed_time(c1) / n for c0, c1, n in st["c"]]
+        out[name] = Measured(
+            Timing(kernel_ms=statistics.median(ks), call_ms=statistics.median(cs), groups=len(ks),
+                   spread=_spread(ks), method="cuda-graph-marginal"), "",
+            (lambda graph=st["graph"]: graph.replay()), calls_per_group=calls)
     return {n: out[n] for n in contenders if n in out}
 
 

@@ -21,7 +21,7 @@ from .inputs import torch_dtype
 from .plausibility import implausibility
 from .plausibility import min_bytes
 from .results import Correctness
-from .timing import LayerPrelude, measure
+from .timing import ChainNeighbours, LayerPrelude, measure
 
 if TYPE_CHECKING:
     from .requests import TimeRequest
@@ -108,9 +108,11 @@ class TimingJob:
         live = {n: c for n, c in self.contenders.items() if n not in self.failures}
         # The layer prelude's buffers stay alive until the rechecks below have replayed the graphs
         # that read them (a graph holds their addresses, not the tensors).
-        prelude = (LayerPrelude(self.dev, self.l2, [s.a for s in self.sets])
-                   if mode == "layer" and state.is_cuda else None)
-        measured = measure(live, self.n_sets, mode, req.timing, self.dev if state.is_cuda else None, prelude)
+        modelled = mode in ("layer", "chain") and state.is_cuda
+        prelude = LayerPrelude(self.dev, self.l2, [s.a for s in self.sets]) if modelled else None
+        neighbours = ChainNeighbours(self.dev, [s.a for s in self.sets]) if modelled and mode == "chain" else None
+        measured = measure(live, self.n_sets, mode, req.timing, self.dev if state.is_cuda else None, prelude,
+                           neighbours)
         state.sync()
         # The references are taken first, one per set (on the host where the device cannot hold
         # them); then each contender in turn reruns its timed path into its freshly poisoned outputs
@@ -124,11 +126,12 @@ class TimingJob:
             self._recheck(name, m, mode, expected)
         if state.is_cuda:
             self._plausible(measured, mode)
-        del measured, prelude  # the graphs first, then the buffers they read
+        del measured, prelude, neighbours  # the graphs first, then the buffers they read
 
     def _recheck(self, name: str, m, mode: str, expected: list) -> None:
         if m.timing is None:
-            self.failures.setdefault(name, ("crash", m.error))
+            # (a chain-mode contender whose graph could not be captured was never run to time, not crashed)
+            self.failures.setdefault(name, ("incorrect" if "capture failed" in m.error else "crash", m.error))
             return
         if m.error and name in self.outs:
             # Kernel time is graph replay; a call that cannot be captured (it launches on
