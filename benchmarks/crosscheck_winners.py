@@ -5,6 +5,10 @@ harness: does a winner's speedup over torch.matmul read the same when someone el
         [--backends triton] [--max-seconds 540]
     python benchmarks/crosscheck_winners.py OUT.md --retime EARLIER.json [--max-seconds 540]
 
+--mode chain: the same three steps in chain mode (each call between two torch GEMMs of its A, the whole
+replay timed against the same work without the calls; cudal2.bench.timing's docstring), the harness
+written apart again (chain_harness_timers).
+
 For each shape (validation serving shapes of cudal2/data/shapes/split.json, layout NT, spread over
 sizes; --part i/n takes every n-th of them from the i-th, so that two calls share the work):
 1. `cudal2.search(shape, budget=--budget)` in its default objective (layer mode) names a winner and
@@ -105,12 +109,93 @@ def harness_timers(calls: dict, a_operands: list) -> dict:
     return timers
 
 
-def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, ...]) -> dict:
+CHAIN_COLUMNS = 1024  # the neighbour GEMMs' width in the chain regime (a key/value projection's)
+CHAIN_REPLAY_MS = 2.0  # the chain harness's graphs repeat their pass over the input sets to about this long
+
+
+def chain_harness_ms(calls: dict, a_operands: list, rounds: int = HARNESS_ROUNDS) -> dict[str, float]:
+    """name -> median ms per call in the chain regime (chain_harness_timers), rounds alternating."""
+    times = interleaved(chain_harness_timers(calls, a_operands), rounds)
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def chain_harness_timers(calls: dict, a_operands: list) -> dict:
+    """The chain regime, written apart from cudal2's timing code: per input set i, a read of twice the
+    L2, A *= 1, a torch GEMM of A with a cold (K, 1024) weight, the call, another such GEMM. One graph
+    of that work without the calls (the floor) and one per contender, each repeating its pass over the
+    sets to about CHAIN_REPLAY_MS; a contender's round replays the floor and its own graph (order
+    flipped every round), events around each replay, and returns (its replay - the floor's) / calls."""
+    import math
+
+    import torch
+
+    l2 = torch.cuda.get_device_properties(0).L2_cache_size
+    stream_buf = torch.ones(l2, dtype=torch.float16, device="cuda")  # 2x L2 bytes
+    out_scalar = torch.empty((), dtype=torch.float32, device="cuda")
+    a0 = a_operands[0]
+    k = a0.shape[-1]
+    weights = [torch.randn(k, CHAIN_COLUMNS, dtype=a0.dtype, device="cuda") / k ** 0.5 for _ in range(2)]
+    outs = [torch.empty(a0.shape[0], CHAIN_COLUMNS, dtype=a0.dtype, device="cuda") for _ in range(2)]
+    n = len(a_operands)
+
+    def work(call, passes: int) -> None:
+        for _ in range(passes):
+            for i in range(n):
+                torch.sum(stream_buf, dim=0, dtype=torch.float32, out=out_scalar)
+                a_operands[i].mul_(1)
+                torch.matmul(a_operands[i], weights[0], out=outs[0])
+                if call is not None:
+                    call(i)
+                torch.matmul(a_operands[i], weights[1], out=outs[1])
+
+    def graph_of(call, passes: int):
+        work(call, 1)  # once outside the capture: cuBLAS's handle, the kernels' first launches
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            work(call, passes)
+        return g
+
+    def replay_ms(g) -> float:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        return a.elapsed_time(b)
+
+    one_pass = graph_of(None, 1)
+    replay_ms(one_pass)
+    passes = max(1, math.ceil(CHAIN_REPLAY_MS / replay_ms(one_pass)))
+    floor = graph_of(None, passes)
+    per_replay = passes * n
+    timers = {}
+    for name, call in calls.items():
+        g = graph_of(call, passes)
+        turn = [0]
+
+        def one_round(g=g, turn=turn) -> float:
+            turn[0] += 1
+            first, second = (floor, g) if turn[0] % 2 else (g, floor)
+            t_first, t_second = replay_ms(first), replay_ms(second)
+            t_floor, t_own = (t_first, t_second) if first is floor else (t_second, t_first)
+            return (t_own - t_floor) / per_replay
+
+        timers[name] = one_round
+    start = time.perf_counter()  # warm-up, as harness_timers (the clock settles)
+    while time.perf_counter() - start < WARMUP_S:
+        for timer in timers.values():
+            timer()
+    return timers
+
+
+def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, ...], mode: str = "layer") -> dict:
     import cudal2
 
     row: dict = {"shape": problem.label()}
     t0 = time.perf_counter()
-    res = cudal2.search(problem, backends=backends, budget=budget, store=store, runner=ev, progress=False)
+    res = cudal2.search(problem, backends=backends, budget=budget, store=store, runner=ev, progress=False,
+                        modes=(mode,))
     row["search_s"] = time.perf_counter() - t0
     if res.best is None:
         row["status"] = "no winner"
@@ -118,7 +203,7 @@ def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, .
     spec = res.best.spec
     row["spec"], row["backend"], row["spec_json"] = spec.summary(), spec.backend, spec.to_json()
     row["search"], row["search_mode"] = res.speedup.get("torch"), res.mode
-    return check(problem, spec, ev, row)
+    return check(problem, spec, ev, row, mode=mode)
 
 
 def evaluator_figures(problem: GemmProblem, spec, ev, modes: tuple[str, ...]) -> dict | str:
@@ -138,14 +223,15 @@ def evaluator_figures(problem: GemmProblem, spec, ev, modes: tuple[str, ...]) ->
     return out
 
 
-def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUNDS) -> dict:
-    """Steps 2 and 3 for one winner: the evaluator again (layer and offline), then the harness."""
+def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUNDS, mode: str = "layer") -> dict:
+    """Steps 2 and 3 for one winner: the evaluator again (mode and offline), then the harness in mode's
+    regime (layer: harness_ms; chain: chain_harness_ms)."""
     import torch
 
     from cudal2.bench.inputs import make_operands, rotation_count
     from cudal2.codegen import get_backend
 
-    figures = evaluator_figures(problem, spec, ev, ("layer", "offline"))
+    figures = evaluator_figures(problem, spec, ev, (mode, "offline"))
     if isinstance(figures, str):
         row["status"] = figures
         return row
@@ -158,10 +244,10 @@ def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUND
     outs = [torch.empty(problem.m, problem.n, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
     calls = {"kernel": lambda i: kernel(sets[i].a, sets[i].b, outs[i]),
              "torch": lambda i: torch.matmul(sets[i].a, sets[i].b, out=outs[i])}
-    h = harness_ms(calls, [s.a for s in sets], rounds)
+    h = (chain_harness_ms if mode == "chain" else harness_ms)(calls, [s.a for s in sets], rounds)
     row["harness_kernel_ms"], row["harness_torch_ms"] = h["kernel"], h["torch"]
     row["harness"] = h["torch"] / h["kernel"]
-    row["agree"] = abs(row["eval_layer"] / row["harness"] - 1) <= AGREE
+    row["agree"] = abs(row[f"eval_{mode}"] / row["harness"] - 1) <= AGREE
     return row
 
 
@@ -232,28 +318,29 @@ def geomean(xs) -> str:
 
 
 def markdown(out: dict) -> str:
+    mode = out.get("mode", "layer")  # (runs before --mode were all layer mode)
     rows = [r for r in out["rows"] if "harness" in r]
     n = sum(bool(r["agree"]) for r in rows)
     lines = [f"# Search winners timed as a model calls them: evaluator against an independent harness "
              f"({out['gpu']}, {out['date']})", "", f"`{out['command']}`; {out['versions']}", "",
-             f"Ratio = torch.matmul time / winner time. Agreement: the evaluator's layer ratio within {AGREE:.0%} "
+             f"Ratio = torch.matmul time / winner time. Agreement: the evaluator's {mode} ratio within {AGREE:.0%} "
              f"of the harness's: **{n} of {len(rows)} shapes**.", "",
-             "| geomean over the shapes | search (layer, confirmed) | eval layer | harness (layer) | eval offline |",
+             f"| geomean over the shapes | search ({mode}, confirmed) | eval {mode} | harness ({mode}) | eval offline |",
              "|---|---:|---:|---:|---:|",
              f"| {len(rows)} shapes | {geomean(r.get('search') for r in rows)} | "
-             f"{geomean(r['eval_layer'] for r in rows)} | {geomean(r['harness'] for r in rows)} | "
+             f"{geomean(r[f'eval_{mode}'] for r in rows)} | {geomean(r['harness'] for r in rows)} | "
              f"{geomean(r['eval_offline'] for r in rows)} |", "",
-             "| shape | winner | search | eval layer | harness | eval offline | winner us (eval layer / harness / "
-             "offline) | torch us (eval layer / harness / offline) |", "|---|---|---:|---:|---:|---:|---|---|"]
+             f"| shape | winner | search | eval {mode} | harness | eval offline | winner us (eval {mode} / harness / "
+             f"offline) | torch us (eval {mode} / harness / offline) |", "|---|---|---:|---:|---:|---:|---|---|"]
     for r in out["rows"]:
         if "harness" not in r:
             lines.append(f"| {r['shape']} | `{r.get('spec', '-')}` | {r.get('status', '-')} | | | | | |")
             continue
         us = lambda *ks: " / ".join(f"{r[k] * 1e3:.1f}" for k in ks)  # noqa: E731
-        lines.append(f"| {r['shape']} | `{r['spec']}` | {r['search']:.3f} | {r['eval_layer']:.3f} | "
+        lines.append(f"| {r['shape']} | `{r['spec']}` | {r['search']:.3f} | {r[f'eval_{mode}']:.3f} | "
                      f"{r['harness']:.3f}{'' if r['agree'] else ' (differs)'} | {r['eval_offline']:.3f} | "
-                     f"{us('eval_layer_kernel_ms', 'harness_kernel_ms', 'eval_offline_kernel_ms')} | "
-                     f"{us('eval_layer_torch_ms', 'harness_torch_ms', 'eval_offline_torch_ms')} |")
+                     f"{us(f'eval_{mode}_kernel_ms', 'harness_kernel_ms', 'eval_offline_kernel_ms')} | "
+                     f"{us(f'eval_{mode}_torch_ms', 'harness_torch_ms', 'eval_offline_torch_ms')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -273,6 +360,8 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=None,
                     help="the evaluator's groups per confirmation round (default: TimingConfig.confirmation()'s)")
     ap.add_argument("--retime", type=Path, default=None, help="an earlier run's .json: time its winners again")
+    ap.add_argument("--mode", default="layer", choices=("layer", "chain"),
+                    help="the regime searched in, checked by the evaluator and timed by the harness")
     args = ap.parse_args()
     import torch
     import triton
@@ -289,7 +378,7 @@ def main() -> None:
     out = {"gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d"),
            "command": "python benchmarks/crosscheck_winners.py " + " ".join(sys.argv[1:]),
            "versions": f"torch {torch.__version__}, triton {triton.__version__}", "gpu_uuid": gpu_uuid(),
-           "rows": []}
+           "mode": args.mode, "rows": []}
     start = time.time()
     if args.retime is not None:
         earlier = json.loads(args.retime.read_text())
@@ -310,7 +399,7 @@ def main() -> None:
                     continue
                 keep = {k: old[k] for k in ("shape", "spec", "backend", "spec_json", "search", "search_mode")}
                 row = check(problem_of(old["shape"]), KernelSpec.from_json(old["spec_json"]), ev, keep,
-                            args.rounds)
+                            args.rounds, args.mode)
                 out["rows"].append(row)
                 print(json.dumps(row), flush=True)
                 args.out.write_text(markdown(out))
@@ -329,7 +418,7 @@ def main() -> None:
                 continue
             if time.time() - start > args.max_seconds:
                 break
-            row = measure(p, ev, store, args.budget, tuple(args.backends.split(",")))
+            row = measure(p, ev, store, args.budget, tuple(args.backends.split(",")), args.mode)
             torch.cuda.empty_cache()
             out["rows"].append(row)
             print(json.dumps(row), flush=True)

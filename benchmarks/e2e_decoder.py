@@ -4,7 +4,7 @@ kernel in the table call cudal2.linear, the others stay nn.Linear): tokens/s eag
 torch.compile and inside a CUDA graph, and the time of each GEMM alone.
 
     python benchmarks/e2e_decoder.py OUT.md [--tokens 1,16,128,1024,4096] [--tune-tokens 4096,1024]
-        [--budget 4] [--max-tune-seconds 300] [--store PATH] [--rounds 21] [--calls 20]
+        [--budget 4] [--max-tune-seconds 300] [--store PATH] [--rounds 21] [--calls 20] [--search-mode chain]
 
 The layer: RMSNorm, q/k/v projections (hidden 4096, 32 query heads and 8 key-value heads of 128),
 causal attention over the tokens (F.scaled_dot_product_attention), the output projection, RMSNorm,
@@ -52,6 +52,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # _rounds
 
 from _rounds import interleaved, spread  # noqa: E402
+from cudal2.bench.results import MODES  # noqa: E402
 from cudal2.route_check import graph_timer, wall_timer  # noqa: E402  (what check_routes times a model with)
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER = 4096, 32, 8, 128, 14336
@@ -140,7 +141,7 @@ def compare(timers: dict, rounds: int) -> dict:
     return {**out, "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3}
 
 
-def tune(ours, tokens: list[int], budget: int, store: str, max_seconds: float) -> dict:
+def tune(ours, tokens: list[int], budget: int, store: str, max_seconds: float, mode: str | None = None) -> dict:
     import torch
 
     import cudal2
@@ -151,8 +152,8 @@ def tune(ours, tokens: list[int], budget: int, store: str, max_seconds: float) -
             tuned[t] = "skipped: out of tuning time"
             continue
         x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16)
-        cudal2.tune_model(ours, x, budget=budget, store=store, progress=False)
-        tuned[t] = f"budget {budget}"
+        cudal2.tune_model(ours, x, budget=budget, store=store, progress=False, **({"modes": (mode,)} if mode else {}))
+        tuned[t] = f"budget {budget}" + (f", {mode} mode" if mode else "")
     return tuned
 
 
@@ -414,6 +415,8 @@ def main() -> None:
     ap.add_argument("--store", default=None, help="store for the searches (default: a file next to OUT)")
     ap.add_argument("--rounds", type=int, default=ROUNDS, help="interleaved rounds per mode and token count")
     ap.add_argument("--calls", type=int, default=CALLS, help="back-to-back calls per path and round")
+    ap.add_argument("--search-mode", default=None, choices=MODES,
+                    help="the timing mode the searches rank in (default: the search's own objective)")
     ap.add_argument("--modes", default="eager,compile,graph",
                     help="the layer's call modes to time (graph is the one the table's prediction is checked in)")
     ap.add_argument("--traced-min-saving-us", type=float, default=None,
@@ -436,7 +439,8 @@ def main() -> None:
     store = args.store or str(args.out.with_suffix(".db"))
     plain, ours = layers()
     tune_tokens = [int(t) for t in args.tune_tokens.split(",")] if args.tune_tokens else tokens
-    tuned = tune(ours, tune_tokens, args.budget, store, args.max_tune_seconds) if args.budget > 0 else {}
+    tuned = tune(ours, tune_tokens, args.budget, store, args.max_tune_seconds, args.search_mode) \
+        if args.budget > 0 else {}
     # the table the op serves by default (the layer-mode ranking, the search's objective); with
     # --budget 0: what earlier runs put in the store
     ops.set_table(TunedTable.for_serving(store))
