@@ -10,31 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from cudal2 import GemmProblem, KernelSpec
 from cudal2.bench.results import MODES
 from cudal2.bench.timing import ChainNeighbours, TimingConfig, measure
-from cudal2.proposers.proposal import Proposal
 from cudal2.store.store import Store
 from cudal2.store.table import SERVING_MODES, TunedTable
-from cudal2.tuner.loop import run_search
 from cudal2.tuner.recorded import RecordedRunner
+from test_layer_mode import A, B, _search  # the same two-spec search on a recorded runner
 
 ROOT = Path(__file__).resolve().parent.parent
-PROBLEM = GemmProblem(m=1024, n=1024, k=512)
-A = KernelSpec(block_m=128, block_n=128, block_k=64, num_warps=8, stages=3, shape_specialization="dynamic")
-B = KernelSpec(block_m=64, block_n=128, block_k=64, num_warps=4, stages=4, shape_specialization="dynamic")
-
-
-class ListProposer:
-    name = "list"
-
-    def propose(self, problem, history, n):
-        return [Proposal(s, reasoning="", source="list") for s in (A, B)[:n]]
-
-
-def _search(store, runner, **kw):
-    return run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer(), runner=runner,
-                      store=store, budget=2, n_proposals=2, seed=0, progress=False, confirm=None, **kw)
 
 
 def test_chain_is_a_mode_the_table_serves():
