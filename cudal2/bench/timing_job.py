@@ -130,8 +130,10 @@ class TimingJob:
 
     def _recheck(self, name: str, m, mode: str, expected: list) -> None:
         if m.timing is None:
-            # (a chain-mode contender whose graph could not be captured was never run to time, not crashed)
-            self.failures.setdefault(name, ("incorrect" if "capture failed" in m.error else "crash", m.error))
+            # a chain-mode contender whose own graph could not be captured cannot be timed honestly (as in
+            # layer mode); any other failure to time it (the floor's capture) is not the contender's doing
+            own = m.error.startswith("graph capture failed")
+            self.failures.setdefault(name, ("incorrect" if own else "crash", m.error))
             return
         if m.error and name in self.outs:
             # Kernel time is graph replay; a call that cannot be captured (it launches on
