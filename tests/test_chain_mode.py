@@ -77,3 +77,84 @@ def test_the_crosschecks_report_names_its_mode():
                                       "rows": [row]})
     assert "the evaluator's chain ratio within 2% of the harness's: **1 of 1 shapes**" in md
     assert "| 16x1024x4096-float16-NT | `s` | 1.100 | 1.080 | 1.070 | 1.050 | 10.0 / 10.1 / 10.2 |" in md
+
+
+class _Clock:
+    """A GPU stand-in: graphs and calls advance one clock that fake events read."""
+
+    def __init__(self):
+        self.ms = 0.0
+
+    def event(self, enable_timing=True):
+        clock = self
+
+        class Event:
+            def record(self):
+                self.at = clock.ms
+
+            def elapsed_time(self, end):
+                return end.at - self.at
+        return Event()
+
+
+def _fake_gpu(monkeypatch, clock: _Clock, neighbours_ms: float, fail: tuple = ()):
+    """Replace the CUDA parts of chain mode: a captured graph advances the clock by its calls' costs and
+    the neighbours' (prelude included) for each index; `fail` names contenders (or "floor") whose
+    capture fails."""
+    from cudal2.bench import timing
+
+    class Graph:
+        def __init__(self, call, indices):
+            self.ms = sum(neighbours_ms + (call.ms if call is not None else 0.0) for _ in indices)
+
+        def replay(self):
+            clock.ms += self.ms
+
+    def capture_chain(call, prelude, neighbours, indices, device):
+        name = "floor" if call is None else call.name
+        return (None, f"{name} refused") if name in fail else (Graph(call, indices), "")
+
+    monkeypatch.setattr(timing, "_capture_chain", capture_chain)
+    monkeypatch.setattr(timing, "_warmup", lambda call, n_sets, cfg, device: call.ms)
+    monkeypatch.setattr(timing, "_replay_ms", lambda graph: graph.ms)
+    monkeypatch.setattr(torch.cuda, "Event", clock.event)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+
+
+def _contender(clock: _Clock, name: str, ms: float):
+    def call(i):
+        clock.ms += ms
+    call.name, call.ms = name, ms
+    return call
+
+
+def test_a_chain_figure_is_the_replay_less_the_floors_per_call(monkeypatch):
+    clock = _Clock()
+    _fake_gpu(monkeypatch, clock, neighbours_ms=0.030)
+    contenders = {"kernel": _contender(clock, "kernel", 0.010), "torch": _contender(clock, "torch", 0.013)}
+    got = measure(contenders, 3, "chain", TimingConfig(groups=4, target_group_ms=0.5), torch.device("cuda"),
+                  prelude=lambda i: None, neighbours=object())
+    for name, ms in (("kernel", 0.010), ("torch", 0.013)):
+        t = got[name].timing
+        assert t.method == "cuda-graph-marginal" and t.groups == 4
+        assert t.kernel_ms == pytest.approx(ms) and t.call_ms == pytest.approx(ms)
+    assert got["kernel"].calls_per_group % 3 == 0 and got["kernel"].calls_per_group >= 12  # about 0.5 ms a group
+
+
+def test_chain_mode_times_no_call_it_cannot_capture(monkeypatch):
+    clock = _Clock()
+    _fake_gpu(monkeypatch, clock, neighbours_ms=0.030, fail=("kernel",))
+    contenders = {"kernel": _contender(clock, "kernel", 0.010), "torch": _contender(clock, "torch", 0.013)}
+    got = measure(contenders, 2, "chain", TimingConfig(groups=3), torch.device("cuda"), prelude=lambda i: None,
+                  neighbours=object())
+    assert got["kernel"].timing is None and got["kernel"].error.startswith("graph capture failed (kernel refused)")
+    assert got["torch"].timing.kernel_ms == pytest.approx(0.013)
+    _fake_gpu(monkeypatch, clock, neighbours_ms=0.030, fail=("floor",))
+    got = measure(contenders, 2, "chain", TimingConfig(groups=3), torch.device("cuda"), prelude=lambda i: None,
+                  neighbours=object())
+    assert all(m.timing is None and "the floor's graph capture failed" in m.error for m in got.values())
+
+
+def test_chain_mode_on_a_gpu_needs_its_neighbours():
+    with pytest.raises(ValueError, match="pass neighbours"):
+        measure({"x": lambda i: None}, 1, "chain", TimingConfig(), torch.device("cuda"))

@@ -467,7 +467,6 @@ def _chain(contenders, n_sets, cfg, device, prelude, neighbours: ChainNeighbours
             out[name] = Measured(None, f"graph capture failed ({why}); chain mode times only captured calls")
             continue
         live[name] = {"graph": graph, "k": [], "c": [], "plain": _calls_per_group(ests[name], n_sets, cfg)}
-    floor_ms: list[float] = []
     for g in range(cfg.groups):
         order = ["", *live]  # "": the floor
         rng.shuffle(order)
@@ -489,7 +488,6 @@ def _chain(contenders, n_sets, cfg, device, prelude, neighbours: ChainNeighbours
             st["c"].append((c0, c1, st["plain"]))
         torch.cuda.synchronize(device)
         replays = {name: a.elapsed_time(b) for name, a, b in pending}
-        floor_ms.append(replays[""])
         for name in live:
             live[name]["k"].append((replays[name] - replays[""]) / calls)
     for name, st in live.items():
