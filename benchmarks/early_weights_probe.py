@@ -28,7 +28,7 @@ import json, math, os, random, statistics, sys, time
 import torch, triton, triton.language as tl
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from split_k_tile import split_tile, store_split  # noqa: E402 - the split-K tile both probes use
+from split_k_tile import k_step, split_tile, store_split  # noqa: E402 - the split-K tile both probes use
 
 
 @triton.jit
@@ -71,11 +71,7 @@ def skinny(a_ptr, w_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
     if MODE == 1 or MODE == 2:
         tl.extra.cuda.gdc_wait()
     for _ in range(lo, hi):
-        a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)
-        w = tl.load(w_ptrs, mask=offs_n[:, None] < N, other=0.0)
-        acc = tl.dot(a, tl.trans(w), acc)
-        a_ptrs += BK
-        w_ptrs += BK
+        acc, a_ptrs, w_ptrs = k_step(acc, a_ptrs, w_ptrs, offs_m, offs_n, M, N, BK, False)
     store_split(acc, c_ptr, ws_ptr, cnt_ptr, offs_m, offs_n, M, N, pid_m, pid_n, sid, S, BM, BN, False)
 
 

@@ -20,7 +20,7 @@ sys.path.insert(0, os.getcwd()); sys.path.insert(0, os.path.join(os.getcwd(), "b
 from cudal2.bench.timing import measure, TimingConfig
 from dram_ceilings import timed_us
 from roofline import _stream_kernel  # the same floors as the roofline's
-from split_k_tile import split_tile, store_split  # the split-K tile both small-M probes use
+from split_k_tile import k_step, split_tile, store_split  # the split-K tile both small-M probes use
 
 
 @triton.jit
@@ -30,14 +30,7 @@ def skinny(a_ptr, w_ptr, c_ptr, ws_ptr, cnt_ptr, M, N, K,
     pid_m, pid_n, sid, lo, hi, offs_m, offs_n, a_ptrs, w_ptrs = split_tile(a_ptr, w_ptr, K, BM, BN, BK, S)
     acc = tl.zeros((BM, BN), tl.float32)
     for _ in range(lo, hi):
-        a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)
-        if EVICT:
-            w = tl.load(w_ptrs, mask=offs_n[:, None] < N, other=0.0, eviction_policy="evict_first")
-        else:
-            w = tl.load(w_ptrs, mask=offs_n[:, None] < N, other=0.0)
-        acc = tl.dot(a, tl.trans(w), acc)
-        a_ptrs += BK
-        w_ptrs += BK
+        acc, a_ptrs, w_ptrs = k_step(acc, a_ptrs, w_ptrs, offs_m, offs_n, M, N, BK, EVICT)
     store_split(acc, c_ptr, ws_ptr, cnt_ptr, offs_m, offs_n, M, N, pid_m, pid_n, sid, S, BM, BN, TWO)
 
 

@@ -1,5 +1,5 @@
 """The split-K tile of the small-M probes (benchmarks/small_m_probe.py, early_weights_probe.py): which
-part of D and of K a block computes, and how its result is stored. Triton only, so that a probe that
+part of D and of K a block computes, one step along K, and how its result is stored. Triton only, so that a probe that
 imports it needs no more than torch and Triton."""
 import triton
 import triton.language as tl
@@ -21,6 +21,18 @@ def split_tile(a_ptr, w_ptr, K, BM: tl.constexpr, BN: tl.constexpr, BK: tl.const
     a_ptrs = a_ptr + offs_m[:, None] * K + offs_k[None, :]
     w_ptrs = w_ptr + offs_n[:, None] * K + offs_k[None, :]
     return pid_m, pid_n, sid, lo, hi, offs_m, offs_n, a_ptrs, w_ptrs
+
+
+@triton.jit
+def k_step(acc, a_ptrs, w_ptrs, offs_m, offs_n, M, N, BK: tl.constexpr, EVICT: tl.constexpr):
+    """One K step of the tile: BK columns of A and of W (W marked first to leave L2 with EVICT)
+    multiplied into acc; returns acc and both pointers moved on by BK."""
+    a = tl.load(a_ptrs, mask=offs_m[:, None] < M, other=0.0)
+    if EVICT:
+        w = tl.load(w_ptrs, mask=offs_n[:, None] < N, other=0.0, eviction_policy="evict_first")
+    else:
+        w = tl.load(w_ptrs, mask=offs_n[:, None] < N, other=0.0)
+    return tl.dot(a, tl.trans(w), acc), a_ptrs + BK, w_ptrs + BK
 
 
 @triton.jit
