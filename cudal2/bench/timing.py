@@ -234,6 +234,19 @@ def _replay_ms(graph) -> float:
     return a.elapsed_time(b)
 
 
+def _plain_calls(call: Call, calls: int, n_sets: int) -> tuple:
+    """Two events around `calls` plain calls cycling over the input sets: one group of the call time
+    (the host's cost per call, launches included)."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for j in range(calls):
+        call(j % n_sets)
+    end.record()
+    return start, end
+
+
 def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConfig = TimingConfig(),
             device=None, prelude: Callable[[int], Any] | None = None,
             neighbours: "ChainNeighbours | None" = None) -> dict[str, Measured]:
@@ -395,12 +408,7 @@ def _layer(contenders, n_sets, cfg, device, prelude) -> dict[str, Measured]:
                 pending.append((st["k"], marks, 1))
             if cfg.call_groups is not None and g >= cfg.call_groups:
                 continue
-            c0, c1 = ev(), ev()
-            c0.record()
-            for j in range(st["plain"]):
-                call(j % n_sets)
-            c1.record()
-            pending.append((st["c"], [(c0, c1)], st["plain"]))
+            pending.append((st["c"], [_plain_calls(call, st["plain"], n_sets)], st["plain"]))
         torch.cuda.synchronize(device)
         for sink, marks, calls in pending:  # ms per call: the mean over the marked intervals of `calls` calls
             sink.append(statistics.fmean(a.elapsed_time(b) for a, b in marks) / calls)
@@ -479,13 +487,8 @@ def _chain(contenders, n_sets, cfg, device, prelude, neighbours: ChainNeighbours
             pending.append((name, a, b))
             if name == "" or (cfg.call_groups is not None and g >= cfg.call_groups):
                 continue
-            st, call = live[name], contenders[name]
-            c0, c1 = ev(), ev()
-            c0.record()
-            for j in range(st["plain"]):
-                call(j % n_sets)
-            c1.record()
-            st["c"].append((c0, c1, st["plain"]))
+            st = live[name]
+            st["c"].append((*_plain_calls(contenders[name], st["plain"], n_sets), st["plain"]))
         torch.cuda.synchronize(device)
         replays = {name: a.elapsed_time(b) for name, a, b in pending}
         for name in live:
@@ -518,12 +521,7 @@ def _offline(contenders, live, n_sets, cfg, rng, device):
                 pending.append((st["k"], k0, k1, st["calls"]))
                 if cfg.call_groups is not None and g >= cfg.call_groups:
                     continue
-            c0, c1 = ev(), ev()
-            c0.record()
-            for j in range(st["plain"]):
-                call(j % n_sets)
-            c1.record()
-            pending.append((st["c"], c0, c1, st["plain"]))
+            pending.append((st["c"], *_plain_calls(call, st["plain"], n_sets), st["plain"]))
         torch.cuda.synchronize(device)
         for sink, a, b, n in pending:
             sink.append(a.elapsed_time(b) / n)
@@ -567,12 +565,7 @@ def _sustained(contenders, live, n_sets, cfg, rng, device):
                 timed.append((k0, k1))
             calls = []
             for _c in range(3):
-                c0, c1 = ev(), ev()
-                c0.record()
-                for j in range(st["plain"]):
-                    call(j % n_sets)
-                c1.record()
-                calls.append((c0, c1))
+                calls.append(_plain_calls(call, st["plain"], n_sets))
             torch.cuda.synchronize(device)
             sink = st["k"] if st["graph"] is not None else st["c"]
             sink.extend(k0.elapsed_time(k1) / st["calls"] for k0, k1 in timed)
