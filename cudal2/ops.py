@@ -470,6 +470,20 @@ class _Plan:
         self.eager_served = eager_served  # counts an eager call's entry of this B element count has
         self.to_torch_eager = to_torch_eager  # this B element count's _graph_only_counts set
 
+    def bound_once(self, numel: int, bound: set) -> bool:
+        """Whether a call of numel, served by no kernel in this call's mode, was bound before (then it
+        runs torch at once); else record it as bound, and send its later calls to torch before any of the
+        eager paths' Python where no kernel can ever serve them: matmul() and linear() read to_torch
+        (served in no mode) and to_torch_eager (served only while a CUDA graph captures)."""
+        if numel in bound:
+            return True
+        bound.add(numel)
+        if bound is self.bound and numel not in self.served:
+            self.to_torch.add(numel)
+        elif bound is self.bound_graph_only and numel not in self.eager_served:
+            self.to_torch_eager.add(numel)
+        return False
+
 
 def _plan(op: str, b_shape) -> _Plan:
     """The eager paths' plan for B operands of b_shape (see _plans), made on its first call."""
@@ -493,13 +507,8 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
                 return _captured(_matmul_key(a, b), lambda: _matmul_class(a, b), (a, b, None),
                                  (a.shape[0], b.shape[1]), lambda: torch.matmul(a, b))
             bound = plan.bound_graph_only
-        if numel in bound:
+        if plan.bound_once(numel, bound):
             return torch.matmul(a, b)
-        bound.add(numel)
-        if bound is plan.bound and numel not in plan.served:  # matmul() sends it to torch from now on
-            plan.to_torch.add(numel)
-        elif bound is plan.bound_graph_only and numel not in plan.eager_served:  # ... unless it captures
-            plan.to_torch_eager.add(numel)
     key = _matmul_key(a, b)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
@@ -524,13 +533,8 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                                  (x, weight, bias), (*x.shape[:-1], weight.shape[0]),
                                  lambda: _F_linear(x, weight, bias))
             bound = plan.bound_graph_only
-        if numel in bound:
+        if plan.bound_once(numel, bound):
             return _F_linear(x, weight, bias)
-        bound.add(numel)
-        if bound is plan.bound and numel not in plan.served:  # linear() sends it to torch from now on
-            plan.to_torch.add(numel)
-        elif bound is plan.bound_graph_only and numel not in plan.eager_served:  # ... unless it captures
-            plan.to_torch_eager.add(numel)
     key = _linear_key(x, weight, bias)
     launch = _launchers.get(key, _UNSEEN)
     if launch is _UNSEEN:
