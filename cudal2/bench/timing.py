@@ -30,7 +30,7 @@ chain: each call as a GEMM between two others of the same layer (k between q and
   So the whole replay is timed: a graph of calls after their neighbours against a graph of the same work
   without the calls (the floor), replayed in the same group; a call's time is the difference per call.
   In a decoder layer on an H200 this came within 25% of the layer's own saving where layer mode read
-  about half of it (docs/evaluation.md, "The decoder layer").
+  about half of it (docs/evaluation.md, "The decoder layer" and "Chain mode").
 
 The order of contenders is shuffled in every round, so that drift (clocks, temperature)
 spreads over all of them instead of favouring whoever runs first.
@@ -460,14 +460,12 @@ def _chain(contenders, n_sets, cfg, device, prelude, neighbours: ChainNeighbours
         except Exception as e:  # noqa: BLE001
             out[name] = Measured(None, f"warm-up failed: {type(e).__name__}: {e}")
     floor, why = _capture_chain(None, prelude, neighbours, list(range(n_sets)), device)
+    calls = _calls_per_group(_replay_ms(floor) / n_sets, n_sets, cfg) if floor is not None else n_sets
+    indices = [j % n_sets for j in range(calls)]
+    if floor is not None and calls > n_sets:  # the graphs of a group: about target_group_ms at the floor's pace
+        floor, why = _capture_chain(None, prelude, neighbours, indices, device)
     if floor is None:
         return {**out, **{n: Measured(None, f"chain mode: the floor's graph capture failed ({why})") for n in ests}}
-    calls = _calls_per_group(_replay_ms(floor) / n_sets, n_sets, cfg)
-    indices = [j % n_sets for j in range(calls)]
-    if calls > n_sets:
-        floor, why = _capture_chain(None, prelude, neighbours, indices, device)
-        if floor is None:
-            return {**out, **{n: Measured(None, f"chain mode: the floor's graph capture failed ({why})") for n in ests}}
     live: dict[str, dict] = {}
     for name in ests:
         graph, why = _capture_chain(contenders[name], prelude, neighbours, indices, device)
