@@ -109,8 +109,9 @@ class TimingJob:
         # The layer prelude's buffers stay alive until the rechecks below have replayed the graphs
         # that read them (a graph holds their addresses, not the tensors).
         modelled = mode in ("layer", "chain") and state.is_cuda
-        prelude = LayerPrelude(self.dev, self.l2, [s.a for s in self.sets]) if modelled else None
-        neighbours = ChainNeighbours(self.dev, [s.a for s in self.sets]) if modelled and mode == "chain" else None
+        a_operands = [s.a for s in self.sets]
+        prelude = LayerPrelude(self.dev, self.l2, a_operands) if modelled else None
+        neighbours = ChainNeighbours(self.dev, a_operands) if modelled and mode == "chain" else None
         measured = measure(live, self.n_sets, mode, req.timing, self.dev if state.is_cuda else None, prelude,
                            neighbours)
         state.sync()
