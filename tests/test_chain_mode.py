@@ -18,6 +18,9 @@ from cudal2.tuner.recorded import RecordedRunner
 from test_layer_mode import A, B, _search  # the same two-spec search on a recorded runner
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+import crosscheck_winners  # noqa: E402
 
 
 def test_chain_is_a_mode_the_table_serves():
@@ -66,9 +69,6 @@ def test_chain_mode_on_the_cpu_times_like_the_others():
 
 
 def test_the_crosschecks_report_names_its_mode():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import crosscheck_winners
-
     row = {"shape": "16x1024x4096-float16-NT", "spec": "s", "search": 1.1, "eval_chain": 1.08, "harness": 1.07,
            "agree": True, "eval_offline": 1.05, "eval_chain_kernel_ms": 0.01, "harness_kernel_ms": 0.0101,
            "eval_offline_kernel_ms": 0.0102, "eval_chain_torch_ms": 0.0108, "harness_torch_ms": 0.0108,
