@@ -7,7 +7,8 @@ harness: does a winner's speedup over torch.matmul read the same when someone el
 
 --mode chain: the same three steps in chain mode (each call between two torch GEMMs of its A, the whole
 replay timed against the same work without the calls; cudal2.bench.timing's docstring), the harness
-written apart again (chain_harness_timers).
+written apart again (chain_harness_timers), its rounds split over four placements of its buffers as the
+evaluator's groups are.
 
 For each shape (validation serving shapes of cudal2/data/shapes/split.json, layout NT, spread over
 sizes; --part i/n takes every n-th of them from the i-th, so that two calls share the work):
@@ -111,15 +112,26 @@ def harness_timers(calls: dict, a_operands: list) -> dict:
 
 CHAIN_COLUMNS = 1024  # the neighbour GEMMs' width in the chain regime (a key/value projection's)
 CHAIN_REPLAY_MS = 2.0  # the chain harness's graphs repeat their pass over the input sets to about this long
+# Where the harness's buffers lie moves a small call's marginal: on one H200 the same 1x3072x3072 pair
+# read 1.087-1.099 over five runs on one set of buffers, 1.089-1.127 over five fresh sets (2026-11-29)
+CHAIN_PLACEMENTS = 4
 
 
-def chain_harness_ms(calls: dict, a_operands: list, rounds: int = HARNESS_ROUNDS) -> dict[str, float]:
-    """name -> median ms per call in the chain regime (chain_harness_timers), rounds alternating."""
-    times = interleaved(chain_harness_timers(calls, a_operands), rounds)
+def chain_harness_ms(calls: dict, a_operands: list, rounds: int = HARNESS_ROUNDS,
+                     placements: int = CHAIN_PLACEMENTS) -> dict[str, float]:
+    """name -> median ms per call in the chain regime (chain_harness_timers), rounds alternating, split
+    over `placements` sets of the harness's buffers and graphs, each made while the last is still held
+    (so elsewhere in memory)."""
+    times: dict[str, list] = {name: [] for name in calls}
+    timers = None
+    for p in range(placements):
+        timers = chain_harness_timers(calls, a_operands, WARMUP_S if p == 0 else WARMUP_S / 5)
+        for name, xs in interleaved(timers, -(-rounds // placements)).items():
+            times[name] += xs
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def chain_harness_timers(calls: dict, a_operands: list) -> dict:
+def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP_S) -> dict:
     """The chain regime, written apart from cudal2's timing code: per input set i, a read of twice the
     L2, A *= 1, a torch GEMM of A with a cold (K, 1024) weight, the call, another such GEMM. One graph
     of that work without the calls (the floor) and one per contender, each repeating its pass over the
@@ -183,7 +195,7 @@ def chain_harness_timers(calls: dict, a_operands: list) -> dict:
 
         timers[name] = one_round
     start = time.perf_counter()  # warm-up, as harness_timers (the clock settles)
-    while time.perf_counter() - start < WARMUP_S:
+    while time.perf_counter() - start < warmup_s:
         for timer in timers.values():
             timer()
     return timers

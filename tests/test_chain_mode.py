@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from cudal2.bench.results import MODES
-from cudal2.bench.timing import ChainNeighbours, TimingConfig, measure
+from cudal2.bench.timing import ChainNeighbours, LayerPrelude, TimingConfig, measure
 from cudal2.store.store import Store
 from cudal2.store.table import SERVING_MODES, TunedTable
 from cudal2.tuner.recorded import RecordedRunner
@@ -60,6 +60,11 @@ def test_the_neighbours_leave_a_unchanged_and_write_their_own_outputs():
     assert [w.shape for w in n.weights] == [(16, ChainNeighbours.COLUMNS)] * 2
     assert torch.allclose(n.outs[0].float(), (a[0] @ n.weights[0]).float(), rtol=1e-2, atol=1e-2)
     assert torch.allclose(n.outs[1].float(), (a[1] @ n.weights[1]).float(), rtol=1e-2, atol=1e-2)
+    other = n.fresh()  # another placement: the same A, buffers of its own
+    assert other.operands_a is a and [w.shape for w in other.weights] == [w.shape for w in n.weights]
+    assert all(x.data_ptr() != y.data_ptr() for x, y in zip(other.weights + other.outs, n.weights + n.outs))
+    prelude = LayerPrelude("cpu", 1 << 20, a)
+    assert prelude.fresh().streamed.data_ptr() != prelude.streamed.data_ptr()
 
 
 def test_chain_mode_on_the_cpu_times_like_the_others():
@@ -121,6 +126,20 @@ def _fake_gpu(monkeypatch, clock: _Clock, neighbours_ms: float, fail: tuple = ()
     monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
 
 
+class _Buffers:
+    """A stand-in for LayerPrelude and ChainNeighbours: fresh() gives another, and every one made is kept."""
+
+    def __init__(self, made: list | None = None):
+        self.made = made if made is not None else []
+        self.made.append(self)
+
+    def __call__(self, i):
+        pass
+
+    def fresh(self):
+        return _Buffers(self.made)
+
+
 def _contender(clock: _Clock, name: str, ms: float):
     def call(i):
         clock.ms += ms
@@ -133,7 +152,7 @@ def test_a_chain_figure_is_the_replay_less_the_floors_per_call(monkeypatch):
     _fake_gpu(monkeypatch, clock, neighbours_ms=0.030)
     contenders = {"kernel": _contender(clock, "kernel", 0.010), "torch": _contender(clock, "torch", 0.013)}
     got = measure(contenders, 3, "chain", TimingConfig(groups=4, target_group_ms=0.5), torch.device("cuda"),
-                  prelude=lambda i: None, neighbours=object())
+                  prelude=_Buffers(), neighbours=_Buffers())
     for name, ms in (("kernel", 0.010), ("torch", 0.013)):
         t = got[name].timing
         assert t.method == "cuda-graph-marginal" and t.groups == 4
@@ -145,14 +164,38 @@ def test_chain_mode_times_no_call_it_cannot_capture(monkeypatch):
     clock = _Clock()
     _fake_gpu(monkeypatch, clock, neighbours_ms=0.030, fail=("kernel",))
     contenders = {"kernel": _contender(clock, "kernel", 0.010), "torch": _contender(clock, "torch", 0.013)}
-    got = measure(contenders, 2, "chain", TimingConfig(groups=3), torch.device("cuda"), prelude=lambda i: None,
-                  neighbours=object())
+    got = measure(contenders, 2, "chain", TimingConfig(groups=3), torch.device("cuda"), prelude=_Buffers(),
+                  neighbours=_Buffers())
     assert got["kernel"].timing is None and got["kernel"].error.startswith("graph capture failed (kernel refused)")
     assert got["torch"].timing.kernel_ms == pytest.approx(0.013)
     _fake_gpu(monkeypatch, clock, neighbours_ms=0.030, fail=("floor",))
-    got = measure(contenders, 2, "chain", TimingConfig(groups=3), torch.device("cuda"), prelude=lambda i: None,
-                  neighbours=object())
+    got = measure(contenders, 2, "chain", TimingConfig(groups=3), torch.device("cuda"), prelude=_Buffers(),
+                  neighbours=_Buffers())
     assert all(m.timing is None and "the floor's graph capture failed" in m.error for m in got.values())
+
+
+def test_chain_mode_spreads_its_groups_over_placements_of_its_buffers(monkeypatch):
+    from cudal2.bench import timing
+
+    clock = _Clock()
+    _fake_gpu(monkeypatch, clock, neighbours_ms=0.030)
+    captured = []  # (contender or "floor", the neighbours it was captured with)
+    capture = timing._capture_chain
+    monkeypatch.setattr(timing, "_capture_chain", lambda call, prelude, neighbours, indices, device: (
+        captured.append((getattr(call, "name", "floor"), neighbours)), capture(call, prelude, neighbours, indices,
+                                                                                device))[1])
+    preludes, neighbours = _Buffers(), _Buffers()
+    contenders = {"kernel": _contender(clock, "kernel", 0.010)}
+    got = measure(contenders, 2, "chain", TimingConfig(groups=10, placements=4), torch.device("cuda"),
+                  prelude=preludes, neighbours=neighbours)
+    assert got["kernel"].timing.groups == 10 and got["kernel"].timing.kernel_ms == pytest.approx(0.010)
+    assert len(preludes.made) == 4 and len(neighbours.made) == 4  # three fresh placements after the first
+    timed = captured[1:]  # (the first capture sizes the group)
+    assert [name for name, _ in timed] == ["floor", "kernel"] * 4
+    assert [n for _, n in timed[::2]] == neighbours.made and [n for _, n in timed[1::2]] == neighbours.made
+    got = measure(contenders, 2, "chain", TimingConfig(groups=2, placements=4), torch.device("cuda"),
+                  prelude=_Buffers(), neighbours=_Buffers())
+    assert got["kernel"].timing.groups == 2  # never more placements than groups
 
 
 def test_chain_mode_on_a_gpu_needs_its_neighbours():

@@ -67,6 +67,11 @@ class TimingConfig:
     # offline: groups that also time plain calls (None: every group). The call time is the host's
     # cost, far steadier than the kernel's; a sweep that ranks kernels needs few of them.
     call_groups: int | None = None
+    # chain: the groups are split over this many placements of the prelude's and the neighbours'
+    # buffers, each placement its own graphs. Where those buffers lie moves a small call's marginal:
+    # on one H200 the same 1x3072x3072 pair read 1.087-1.099 over five runs on one set of buffers and
+    # 1.089-1.127 over five fresh sets (.carry probe, 2026-11-29); a model's buffers lie anywhere.
+    placements: int = 4
 
     @classmethod
     def sweep(cls) -> "TimingConfig":
@@ -127,9 +132,14 @@ class LayerPrelude:
     def __init__(self, device, l2_bytes: int, operands_a: list | None = None):
         import torch
 
+        self.device, self.l2_bytes = device, l2_bytes
         self.streamed = torch.ones(max(2 * l2_bytes, 1 << 20) // 2, dtype=torch.float16, device=device)
         self.sink = torch.empty((), dtype=torch.float32, device=device)
         self.operands_a = operands_a
+
+    def fresh(self) -> "LayerPrelude":
+        """The same work on buffers of its own (allocated while this one's are held: elsewhere in memory)."""
+        return LayerPrelude(self.device, self.l2_bytes, self.operands_a)
 
     def __call__(self, i: int) -> None:
         import torch
@@ -152,9 +162,13 @@ class ChainNeighbours:
 
         a = operands_a[0]
         k = a.shape[-1]
-        self.operands_a = operands_a
+        self.device, self.operands_a = device, operands_a
         self.weights = [torch.randn(k, self.COLUMNS, dtype=a.dtype, device=device) / k ** 0.5 for _ in range(2)]
         self.outs = [torch.empty(a.shape[0], self.COLUMNS, dtype=a.dtype, device=device) for _ in range(2)]
+
+    def fresh(self) -> "ChainNeighbours":
+        """New weights and outputs of the same sizes (allocated while these are held: elsewhere in memory)."""
+        return ChainNeighbours(self.device, self.operands_a)
 
     def before(self, i: int) -> None:
         import torch
@@ -446,12 +460,10 @@ def _chain(contenders, n_sets, cfg, device, prelude, neighbours: ChainNeighbours
     """Chain mode (see the module's docstring): one list of calls for every graph, cycling over the input
     sets for about target_group_ms of the floor's pace (at least one pass); per group the floor's graph
     and each contender's, in a new order, each replay between two events; a contender's group figure is
-    (its replay - the floor's replay of the same group) / calls. A contender whose graph cannot be
-    captured is not timed (its Measured says why): only a replay shows the overlap this mode is for."""
-    import torch
-
-    rng = random.Random(cfg.seed)
-    ev = lambda: torch.cuda.Event(enable_timing=True)  # noqa: E731
+    (its replay - the floor's replay of the same group) / calls. The groups are split over
+    cfg.placements placements of the prelude's and the neighbours' buffers, each with graphs of its own;
+    the figure is the median over all groups. A contender whose graph cannot be captured is not timed
+    (its Measured says why): only a replay shows the overlap this mode is for."""
     out: dict[str, Measured] = {}
     ests: dict[str, float] = {}
     for name, call in contenders.items():
@@ -460,45 +472,66 @@ def _chain(contenders, n_sets, cfg, device, prelude, neighbours: ChainNeighbours
         except Exception as e:  # noqa: BLE001
             out[name] = Measured(None, f"warm-up failed: {type(e).__name__}: {e}")
     floor, why = _capture_chain(None, prelude, neighbours, list(range(n_sets)), device)
-    calls = _calls_per_group(_replay_ms(floor) / n_sets, n_sets, cfg) if floor is not None else n_sets
-    indices = [j % n_sets for j in range(calls)]
-    if floor is not None and calls > n_sets:  # the graphs of a group: about target_group_ms at the floor's pace
-        floor, why = _capture_chain(None, prelude, neighbours, indices, device)
     if floor is None:
         return {**out, **{n: Measured(None, f"chain mode: the floor's graph capture failed ({why})") for n in ests}}
-    live: dict[str, dict] = {}
-    for name in ests:
-        graph, why = _capture_chain(contenders[name], prelude, neighbours, indices, device)
-        if graph is None:
-            out[name] = Measured(None, f"graph capture failed ({why}); chain mode times only captured calls")
-            continue
-        live[name] = {"graph": graph, "k": [], "c": [], "plain": _calls_per_group(ests[name], n_sets, cfg)}
-    for g in range(cfg.groups):
-        order = ["", *live]  # "": the floor
-        rng.shuffle(order)
-        pending = []
-        for name in order:
-            a, b = ev(), ev()
-            a.record()
-            (floor if name == "" else live[name]["graph"]).replay()
-            b.record()
-            pending.append((name, a, b))
-            if name == "" or (cfg.call_groups is not None and g >= cfg.call_groups):
+    calls = _calls_per_group(_replay_ms(floor) / n_sets, n_sets, cfg)  # about target_group_ms at the floor's pace
+    del floor
+    indices = [j % n_sets for j in range(calls)]
+    rng = random.Random(cfg.seed)
+    live = {name: {"k": [], "c": [], "plain": _calls_per_group(ests[name], n_sets, cfg)} for name in ests}
+    blocks = max(1, min(cfg.placements, cfg.groups))
+    g = 0
+    for block in range(blocks):
+        if block:  # new buffers while the last placement's graphs still hold theirs: new addresses
+            prelude, neighbours = prelude.fresh(), neighbours.fresh()
+        floor, why = _capture_chain(None, prelude, neighbours, indices, device)
+        if floor is None:
+            return {**out, **{n: Measured(None, f"chain mode: the floor's graph capture failed ({why})")
+                              for n in live}}
+        for name in list(live):
+            graph, why = _capture_chain(contenders[name], prelude, neighbours, indices, device)
+            if graph is None:
+                out[name] = Measured(None, f"graph capture failed ({why}); chain mode times only captured calls")
+                del live[name]
                 continue
-            st = live[name]
-            st["c"].append((*_plain_calls(contenders[name], st["plain"], n_sets), st["plain"]))
-        torch.cuda.synchronize(device)
-        replays = {name: a.elapsed_time(b) for name, a, b in pending}
-        for name in live:
-            live[name]["k"].append((replays[name] - replays[""]) / calls)
+            # the graph reads the buffers: they live as long as it does
+            live[name]["graph"], live[name]["buffers"] = graph, (prelude, neighbours)
+        for _ in range(cfg.groups // blocks + (block < cfg.groups % blocks)):
+            _chain_group(live, floor, contenders, calls, n_sets, cfg, g, rng, device)
+            g += 1
     for name, st in live.items():
         ks = st["k"]
         cs = [c0.elapsed_time(c1) / n for c0, c1, n in st["c"]]
         out[name] = Measured(
             Timing(kernel_ms=statistics.median(ks), call_ms=statistics.median(cs), groups=len(ks),
                    spread=_spread(ks), method="cuda-graph-marginal"), "",
-            (lambda graph=st["graph"]: graph.replay()), calls_per_group=calls)
+            (lambda graph=st["graph"], held=st["buffers"]: graph.replay()), calls_per_group=calls)
     return {n: out[n] for n in contenders if n in out}
+
+
+def _chain_group(live: dict, floor, contenders, calls: int, n_sets: int, cfg, g: int, rng, device) -> None:
+    """One group of chain mode: the floor and every live contender's graph replayed once each in a new
+    order, events around each replay; each contender's group figure appended to its "k", and its plain
+    calls' events to its "c" (in the first cfg.call_groups groups)."""
+    import torch
+
+    order = ["", *live]  # "": the floor
+    rng.shuffle(order)
+    pending = []
+    for name in order:
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        (floor if name == "" else live[name]["graph"]).replay()
+        b.record()
+        pending.append((name, a, b))
+        if name == "" or (cfg.call_groups is not None and g >= cfg.call_groups):
+            continue
+        st = live[name]
+        st["c"].append((*_plain_calls(contenders[name], st["plain"], n_sets), st["plain"]))
+    torch.cuda.synchronize(device)
+    replays = {name: a.elapsed_time(b) for name, a, b in pending}
+    for name in live:
+        live[name]["k"].append((replays[name] - replays[""]) / calls)
 
 
 def _offline(contenders, live, n_sets, cfg, rng, device):
