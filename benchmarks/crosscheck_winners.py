@@ -7,8 +7,8 @@ harness: does a winner's speedup over torch.matmul read the same when someone el
 
 --mode chain: the same three steps in chain mode (each call between two torch GEMMs of its A, the whole
 replay timed against the same work without the calls; cudal2.bench.timing's docstring), the harness
-written apart again (chain_harness_timers), its rounds split over four placements of its buffers as the
-evaluator's groups are.
+written apart again (chain_harness_timers), its rounds split over four placements of its operands and
+buffers (the evaluator's groups are split over four placements of its buffers).
 
 For each shape (validation serving shapes of cudal2/data/shapes/split.json, layout NT, spread over
 sizes; --part i/n takes every n-th of them from the i-th, so that two calls share the work):
@@ -117,17 +117,17 @@ CHAIN_REPLAY_MS = 2.0  # the chain harness's graphs repeat their pass over the i
 CHAIN_PLACEMENTS = 4
 
 
-def chain_harness_ms(calls: dict, a_operands: list, rounds: int = HARNESS_ROUNDS,
-                     placements: int = CHAIN_PLACEMENTS) -> dict[str, float]:
+def chain_harness_ms(placement, rounds: int = HARNESS_ROUNDS, placements: int = CHAIN_PLACEMENTS) -> dict[str, float]:
     """name -> median ms per call in the chain regime (chain_harness_timers), rounds alternating, split
-    over `placements` sets of the harness's buffers and graphs, each made while the last is still held
-    (so elsewhere in memory)."""
-    times: dict[str, list] = {name: [] for name in calls}
+    over `placements` placements: placement(p) -> (calls, A operands) on operands of its own, and the
+    harness's buffers and graphs made anew, each while the last are still held (so elsewhere in memory)."""
+    times: dict[str, list] = {}
     timers = None
     for p in range(placements):
+        calls, a_operands = placement(p)
         timers = chain_harness_timers(calls, a_operands, WARMUP_S if p == 0 else WARMUP_S / 5)
         for name, xs in interleaved(timers, -(-rounds // placements)).items():
-            times[name] += xs
+            times.setdefault(name, []).extend(xs)
     return {k: statistics.median(v) for k, v in times.items()}
 
 
@@ -252,11 +252,14 @@ def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUND
     kernel = backend.compile(backend.render(problem, spec))
     l2 = torch.cuda.get_device_properties(0).L2_cache_size
     n_sets = rotation_count(problem, l2, memory_budget=8 << 30)
-    sets = [make_operands(problem, 100 + i, "cuda") for i in range(n_sets)]
-    outs = [torch.empty(problem.m, problem.n, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
-    calls = {"kernel": lambda i: kernel(sets[i].a, sets[i].b, outs[i]),
-             "torch": lambda i: torch.matmul(sets[i].a, sets[i].b, out=outs[i])}
-    h = (chain_harness_ms if mode == "chain" else harness_ms)(calls, [s.a for s in sets], rounds)
+
+    def placement(p: int):
+        sets = [make_operands(problem, 100 + 1000 * p + i, "cuda") for i in range(n_sets)]
+        outs = [torch.empty(problem.m, problem.n, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
+        return ({"kernel": lambda i: kernel(sets[i].a, sets[i].b, outs[i]),
+                 "torch": lambda i: torch.matmul(sets[i].a, sets[i].b, out=outs[i])}, [s.a for s in sets])
+
+    h = chain_harness_ms(placement, rounds) if mode == "chain" else harness_ms(*placement(0), rounds)
     row["harness_kernel_ms"], row["harness_torch_ms"] = h["kernel"], h["torch"]
     row["harness"] = h["torch"] / h["kernel"]
     row["agree"] = abs(row[f"eval_{mode}"] / row["harness"] - 1) <= AGREE
