@@ -888,6 +888,19 @@ EXPERIMENTS: list[Experiment] = [
                "crosscheck_winners_chain_small_recheck_h200_2026-11-29.json", "crosscheck_winners",
                "`--recheck` of the eight smallest rows, `--mode chain`: 7 of 8 within 2%; 1x3072x3072 differs in both "
                "runs (evaluator 1.149 and 1.152, harness 1.074 and 1.096)."),
+    Experiment("Those 30 winners again, chain groups over four placements of the buffers, H200",
+               "crosscheck_winners_chain_placements_h200_2026-11-29.json", "crosscheck_winners",
+               "`--recheck` of the 30-shape chain run, `--mode chain`, the evaluator's groups and the harness's rounds "
+               "each split over four placements of their buffers: 27 of 30 within 2%; 1x3072x3072, 33x3072x3072 and "
+               "33x6144x4096 differ."),
+    Experiment("The eight smallest again, the harness's operands drawn anew at each placement too, H200",
+               "crosscheck_winners_chain_placements_small_h200_2026-11-29.json", "crosscheck_winners",
+               "`--recheck` of the eight smallest rows, `--mode chain`, the harness as committed: 6 of 8; 1x3072x3072 "
+               "still reads torch at 9.4 us in the harness against 10.4 in the evaluator."),
+    Experiment("All 30 winners with the harness as committed, H200",
+               "crosscheck_winners_chain_placements_all_h200_2026-11-29.json", "crosscheck_winners",
+               "`--recheck` of the 30-shape chain run, `--mode chain`, right after the run above on the same machine: "
+               "27 of 30 within 2%; 1x3072x3072 and 33x3072x3072 differ as before, 128x152064x8192 by 2.1%."),
     Experiment("A transformers Llama (2 layers) in eager, compiled and graph modes, H200", "e2e_model_all_modes_h200_2026-11-29.json",
                "e2e_model", "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes eager,compile,graph --rounds 21` "
                "(Triton only), before the op's 1.01 margin."),

@@ -29,6 +29,8 @@ chain: each call as a GEMM between two others of the same layer (k between q and
   launch), so a call changes the time of the GEMMs beside it; events around the call cannot see that.
   So the whole replay is timed: a graph of calls after their neighbours against a graph of the same work
   without the calls (the floor), replayed in the same group; a call's time is the difference per call.
+  Where the prelude's and neighbours' buffers lie moves a small call's marginal by a few percent, so the
+  groups are spread over several placements of them (TimingConfig.placements), each with its graphs.
   In a decoder layer on an H200 this came within 25% of the layer's own saving where layer mode read
   about half of it (docs/evaluation.md, "The decoder layer" and "Chain mode").
 
