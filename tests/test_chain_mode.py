@@ -201,3 +201,24 @@ def test_chain_mode_spreads_its_groups_over_placements_of_its_buffers(monkeypatc
 def test_chain_mode_on_a_gpu_needs_its_neighbours():
     with pytest.raises(ValueError, match="pass neighbours"):
         measure({"x": lambda i: None}, 1, "chain", TimingConfig(), torch.device("cuda"))
+
+
+def test_the_placement_probe_reuses_one_placement_or_makes_each_anew():
+    import chain_placement
+
+    seen = []
+
+    def timers_of(held):
+        seen.append(held)
+        return 1.0 + len(seen) / 100, held or object()
+
+    assert chain_placement.ratios(timers_of, repeats=3) == [1.01, 1.02, 1.03]
+    assert seen[0] is None and seen[1] is not None and seen[1] is seen[2]  # one placement, reused
+    seen.clear()
+    chain_placement.ratios(timers_of, repeats=3, fresh=True)
+    assert seen == [None, None, None]  # each timing makes its own
+    md = chain_placement.markdown({"gpu": "H200", "date": "d", "versions": "v", "gpu_uuid": "U", "command": "c",
+                                   "rows": [{"shape": "1x3072x3072-float16-NT", "spec": "s",
+                                             "harness_same": [1.09, 1.10], "harness_fresh": [1.09, 1.13],
+                                             "evaluator_same": [1.14, 1.17], "evaluator_fresh": [1.12, 1.16]}]})
+    assert "| 1x3072x3072-float16-NT | `s` | 1.090 to 1.100 (0.9%) | 1.090 to 1.130 (3.6%) |" in md
