@@ -112,8 +112,8 @@ def harness_timers(calls: dict, a_operands: list) -> dict:
 
 CHAIN_COLUMNS = 1024  # the neighbour GEMMs' width in the chain regime (a key/value projection's)
 CHAIN_REPLAY_MS = 2.0  # the chain harness's graphs repeat their pass over the input sets to about this long
-# Where the harness's buffers lie moves a small call's marginal: on one H200 the same 1x3072x3072 pair
-# read 1.087-1.099 over five runs on one set of buffers, 1.089-1.127 over five fresh sets (2026-11-29)
+# Where the harness's buffers lie moves a small call's marginal: on one H200 a 33x3072x3072 winner's ratio
+# ranged 0.4% over five timings on one set of buffers, 3.9% over five fresh sets (chain_placement.py)
 CHAIN_PLACEMENTS = 4
 
 

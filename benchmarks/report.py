@@ -446,7 +446,23 @@ def read_quack_vs_sweep(path: Path) -> tuple[str, list[str], str]:
     return head, table, f"{d['gpu']}; export {d['export']}"
 
 
-READERS = {"op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
+def read_chain_placement(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/chain_placement.py: the chain ratio's range over timings on one placement of the buffers
+    and over fresh placements, by the harness and by the evaluator's timing code."""
+    d = json.loads(path.read_text())
+
+    def width(xs):
+        return (max(xs) - min(xs)) / statistics.median(xs)
+
+    parts = [f"{r['shape'].split('-')[0]}: harness {width(r['harness_same']):.1%} one / {width(r['harness_fresh']):.1%} "
+             f"fresh, evaluator {width(r['evaluator_same']):.1%} / {width(r['evaluator_fresh']):.1%}" for r in d["rows"]]
+    head = "range of torch/winner over 5 timings on one placement against fresh ones: " + "; ".join(parts)
+    text = path.with_suffix(".md").read_text().splitlines()
+    table = [ln for ln in text if ln.startswith("|")]
+    return head, table, f"{d['gpu']}, {d['versions']}"
+
+
+READERS = {"chain_placement": read_chain_placement, "op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "crosscheck_winners": read_crosscheck_winners, "op_served": read_op_served, "e2e_model": read_e2e_model,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
@@ -888,6 +904,10 @@ EXPERIMENTS: list[Experiment] = [
                "crosscheck_winners_chain_small_recheck_h200_2026-11-29.json", "crosscheck_winners",
                "`--recheck` of the eight smallest rows, `--mode chain`: 7 of 8 within 2%; 1x3072x3072 differs in both "
                "runs (evaluator 1.149 and 1.152, harness 1.074 and 1.096)."),
+    Experiment("The chain regime on one placement of its buffers against fresh ones, H200",
+               "chain_placement_h200_2026-11-29.json", "chain_placement",
+               "`benchmarks/chain_placement.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-29.json --shapes "
+               "1x3072x3072,33x3072x3072,33x6144x4096`: five timings on one placement, five on fresh ones, by each timer."),
     Experiment("Those 30 winners again, chain groups over four placements of the buffers, H200",
                "crosscheck_winners_chain_placements_h200_2026-11-29.json", "crosscheck_winners",
                "`--recheck` of the 30-shape chain run, `--mode chain`, the evaluator's groups and the harness's rounds "

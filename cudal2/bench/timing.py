@@ -71,8 +71,9 @@ class TimingConfig:
     call_groups: int | None = None
     # chain: the groups are split over this many placements of the prelude's and the neighbours'
     # buffers, each placement its own graphs. Where those buffers lie moves a small call's marginal:
-    # on one H200 the same 1x3072x3072 pair read 1.087-1.099 over five runs on one set of buffers and
-    # 1.089-1.127 over five fresh sets (.carry probe, 2026-11-29); a model's buffers lie anywhere.
+    # on one H200 a 33x3072x3072 winner's ratio over torch ranged 3.6% over five timings on one placement
+    # and 6.1% over five fresh ones (benchmarks/chain_placement.py, 2026-11-29); a model's buffers lie
+    # anywhere.
     placements: int = 4
 
     @classmethod
