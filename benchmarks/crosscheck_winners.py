@@ -131,7 +131,7 @@ def chain_harness_ms(placement, rounds: int = HARNESS_ROUNDS, placements: int = 
     return {k: statistics.median(v) for k, v in times.items()}
 
 
-def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP_S) -> dict:
+def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP_S, warm_on_side: bool = True) -> dict:
     """The chain regime, written apart from cudal2's timing code: per input set i, a read of twice the
     L2, A *= 1, a torch GEMM of A with a cold (K, 1024) weight, the call, another such GEMM. One graph
     of that work without the calls (the floor) and one per contender, each repeating its pass over the
@@ -165,8 +165,9 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
         # torch's CUDA-graph docs prescribe and as a model captured that way has done: in a process that
         # never ran work on a second stream, the kernels of a graph followed one another 0.04-0.13 us
         # apart, against 0.28-0.47 us after it had; with two kernels a call, the harness then read
-        # 1x3072x3072's torch call 9.2 us against the evaluator's 10.4 (H200, 2026-11-29).
-        side = torch.cuda.Stream()
+        # 1x3072x3072's torch call 9.2 us against the evaluator's 10.4 (benchmarks/stream_state.py).
+        # warm_on_side=False: the warm-up on the current stream, for stream_state.py's fresh process.
+        side = torch.cuda.Stream() if warm_on_side else torch.cuda.current_stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
             work(call, 1)

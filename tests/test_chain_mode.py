@@ -222,3 +222,18 @@ def test_the_placement_probe_reuses_one_placement_or_makes_each_anew():
                                              "harness_same": [1.09, 1.10], "harness_fresh": [1.09, 1.13],
                                              "evaluator_same": [1.14, 1.17], "evaluator_fresh": [1.12, 1.16]}]})
     assert "| 1x3072x3072-float16-NT | `s` | 1.090 to 1.100 (0.9%) | 1.090 to 1.130 (3.6%) |" in md
+
+
+def test_the_stream_state_probe_sums_a_graphs_gaps_and_reports_each_state():
+    import stream_state
+
+    profiled = {"torch": {"span_us": 12.0, "kernels": [{"name": "a", "us": 1.0, "gap_us": 0.0},
+                                                        {"name": "c", "us": 3.0, "gap_us": 0.25},
+                                                        {"name": "b", "us": 2.0, "gap_us": 0.5}]},
+                "floor": {"error": "3 kernels over 2 replays"}}
+    got = stream_state.summarize(profiled)
+    assert got["torch"]["gaps_us"] == 0.75 and got["torch"]["busy_us"] == 6.0 and got["floor"] == profiled["floor"]
+    md = stream_state.markdown({"gpu": "H200", "date": "d", "versions": "v", "gpu_uuid": "U", "command": "c",
+                                "shape": "1x3072x3072-float16-NT", "spec": "s",
+                                "states": {"fresh": {"ms": {"torch": 0.0092, "kernel": 0.0085}, "profile": got}}})
+    assert "| fresh | 9.20 | 8.50 | 1.082 | - | 0.375 |" in md
