@@ -165,7 +165,8 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
         # torch's CUDA-graph docs prescribe and as a model captured that way has done: in a process that
         # never ran work on a second stream, the kernels of a graph followed one another 0.04-0.13 us
         # apart, against 0.28-0.47 us after it had; with two kernels a call, the harness then read
-        # 1x3072x3072's torch call 9.2 us against the evaluator's 10.4 (benchmarks/stream_state.py).
+        # 1x3072x3072's torch call 9.2 us against the evaluator's 10.4 (a probe on one H200, 2026-11-29;
+        # benchmarks/stream_state.py measures it again).
         # warm_on_side=False: the warm-up on the current stream, for stream_state.py's fresh process.
         side = torch.cuda.Stream() if warm_on_side else torch.cuda.current_stream()
         side.wait_stream(torch.cuda.current_stream())

@@ -917,7 +917,12 @@ EXPERIMENTS: list[Experiment] = [
                "crosscheck_winners_chain_placements_small_h200_2026-11-29.json", "crosscheck_winners",
                "`--recheck` of the eight smallest rows, `--mode chain`, the harness as committed: 6 of 8; 1x3072x3072 "
                "still reads torch at 9.4 us in the harness against 10.4 in the evaluator."),
-    Experiment("All 30 winners with the harness as committed, H200",
+    Experiment("All 30 winners, the chain harness warming each graph up on a side stream, H200",
+               "crosscheck_winners_chain_sidestream_all_h200_2026-11-29.json", "crosscheck_winners",
+               "`--recheck` of the 30-shape chain run, `--mode chain`: 28 of 30 within 2%; 1x3072x3072 (1.150 against "
+               "1.124) and 33x3072x3072 (0.914 against 0.895) differ. A graph's kernels run further apart once the "
+               "process has run work on a second stream, as the evaluator's and a model's have (docs/evaluation.md)."),
+    Experiment("All 30 winners, the harness's warm-up on the current stream, H200",
                "crosscheck_winners_chain_placements_all_h200_2026-11-29.json", "crosscheck_winners",
                "`--recheck` of the 30-shape chain run, `--mode chain`, right after the run above on the same machine: "
                "27 of 30 within 2%; 1x3072x3072 and 33x3072x3072 differ as before, 128x152064x8192 by 2.1%."),
