@@ -5,22 +5,23 @@ harness: does a winner's speedup over torch.matmul read the same when someone el
         [--backends triton] [--max-seconds 540]
     python benchmarks/crosscheck_winners.py OUT.md --retime EARLIER.json [--max-seconds 540]
 
---mode chain: the same three steps in chain mode (each call between two torch GEMMs of its A, the whole
-replay timed against the same work without the calls; cudal2.bench.timing's docstring), the harness
-written apart again (chain_harness_timers), its rounds split over four placements of its operands and
-buffers (the evaluator's groups are split over four placements of its buffers).
-
 For each shape (validation serving shapes of cudal2/data/shapes/split.json, layout NT, spread over
-sizes; --part i/n takes every n-th of them from the i-th, so that two calls share the work):
-1. `cudal2.search(shape, budget=--budget)` in its default objective (layer mode) names a winner and
-   its speedup over torch.matmul (confirmed rounds): "search".
-2. The evaluator times the winner and torch again, in layer and offline mode in one call: "eval layer"
+sizes; --part i/n takes every n-th of them from the i-th, so that two calls share the work), in the
+regime of --mode (chain, the search's objective, by default; or layer):
+1. `cudal2.search(shape, budget=--budget, modes=(mode,))` names a winner and its speedup over
+   torch.matmul (confirmed rounds): "search".
+2. The evaluator times the winner and torch again, in the mode and offline in one call: "eval <mode>"
    (a second reading of the same regime) and "eval offline" (back to back).
-3. An independent harness, written here without cudal2's timing code, in the same regime: per input
-   set, a read of a buffer twice the L2, an in-place pass over A, then the call between two events,
-   all in one CUDA graph per contender; the two graphs replayed alternately, 0.5 s of warm-up, then
-   100 rounds, median.
-Agreement: the evaluator's layer ratio (step 2) within 2% of the harness's.
+3. An independent harness, written here without cudal2's timing code, in the same regime.
+   - chain (chain_harness_timers): per input set, a read of a buffer twice the L2, an in-place pass
+     over A, a torch GEMM of A with a cold (K, 1024) weight, the call, another such GEMM; a graph of
+     that work without the calls (the floor) and one per contender, each round the floor and the
+     contender's graph replayed, (its replay - the floor's) per call; the rounds split over four
+     placements of its operands and buffers; each graph's work warmed up on a side stream first.
+   - layer (harness_timers): per input set, the read and the pass over A, then the call between two
+     events, all in one CUDA graph per contender; the two graphs replayed alternately.
+   0.5 s of warm-up, then 100 rounds, median.
+Agreement: the evaluator's ratio in the mode (step 2) within 2% of the harness's.
 
 --retime EARLIER.json times the winners of an earlier run again with the evaluator in layer mode (no
 search, no harness), on whatever GPU this run gets: do two runs, on two machines where the lease gives
@@ -212,7 +213,7 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
     return timers
 
 
-def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, ...], mode: str = "layer") -> dict:
+def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, ...], mode: str = "chain") -> dict:
     import cudal2
 
     row: dict = {"shape": problem.label()}
@@ -246,7 +247,7 @@ def evaluator_figures(problem: GemmProblem, spec, ev, modes: tuple[str, ...]) ->
     return out
 
 
-def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUNDS, mode: str = "layer") -> dict:
+def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUNDS, mode: str = "chain") -> dict:
     """Steps 2 and 3 for one winner: the evaluator again (mode and offline), then the harness in mode's
     regime (layer: harness_ms; chain: chain_harness_ms)."""
     import torch
@@ -386,7 +387,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=None,
                     help="the evaluator's groups per confirmation round (default: TimingConfig.confirmation()'s)")
     ap.add_argument("--retime", type=Path, default=None, help="an earlier run's .json: time its winners again")
-    ap.add_argument("--mode", default="layer", choices=("layer", "chain"),
+    ap.add_argument("--mode", default="chain", choices=("chain", "layer"),
                     help="the regime searched in, checked by the evaluator and timed by the harness")
     args = ap.parse_args()
     import torch

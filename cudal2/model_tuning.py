@@ -108,7 +108,7 @@ def _tune(problems: list[tuple[GemmProblem, str]], *, budget, proposer, backends
 
     from . import api, ops
 
-    # The leaders are ranked as the model calls them (layer mode, the search's objective), and the
+    # The leaders are ranked as the model calls them (chain mode, the search's objective), and the
     # table (TunedTable.for_serving) serves a kernel only where it beat torch there.
     search_options.setdefault("confirm", SERVING_CONFIRM)
     arch = search_options.pop("arch", None) or api.default_arch()

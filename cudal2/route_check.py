@@ -1,6 +1,6 @@
 """Keep a routed layer only where it wins inside the model: `cudal2.check_routes(model, *inputs)`.
 
-The table's figure for a GEMM is measured alone, in the model's call pattern (layer mode). Inside a
+The table's figure for a GEMM is measured alone, in the model's call pattern (chain mode). Inside a
 model the kernel also changes the time of the kernels around it: in a decoder layer on an H200, a
 q/o kernel that saved 1.3 to 2.3 us a layer call in every isolated regime cost the layer 0.7 to
 1.7 us at 128 tokens (docs/evaluation.md, "The decoder layer"). So after route_linears, each group

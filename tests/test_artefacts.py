@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 
 from cudal2.cli import app
 from cudal2.proposers.cost_model import ModelError, TreeModel
+from cudal2.bench.results import DEFAULT_MODE
 
 SHIPPED = Path(__file__).resolve().parent.parent / "cudal2" / "data" / "models" / "sm_90a.json"
 runner = CliRunner()
@@ -119,8 +120,8 @@ def _poison(src: Path, dst: Path, every: int | None, value: str = "nan") -> int:
     rows = list(csv.DictReader(src.open()))
     hit = 0
     for i, row in enumerate(rows):
-        if row["kernel_ms.layer"] and (every is None or i % every == 0):
-            row["kernel_ms.layer"] = value
+        if row[f"kernel_ms.{DEFAULT_MODE}"] and (every is None or i % every == 0):
+            row[f"kernel_ms.{DEFAULT_MODE}"] = value
             hit += 1
     with dst.open("w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0]))

@@ -6,6 +6,7 @@ from cudal2.bench.inputs import rotation_count
 from cudal2.bench.plausibility import FALLBACK, floor_ms, implausibility, min_bytes, peak_for
 from cudal2.bench.results import BaselineResult, CandidateResult, Environment, EvalReport, Timing
 from cudal2.ir import GemmProblem, KernelSpec
+from cudal2.bench.results import DEFAULT_MODE
 
 
 def test_speed_of_light_floor_on_h100():
@@ -33,7 +34,7 @@ def test_rotation_exceeds_twice_l2_within_budget():
 
 def _report():
     p = GemmProblem.parse((1024, 1024, 1024))
-    t = lambda ms: {"layer": Timing(kernel_ms=ms, call_ms=ms + 0.01, groups=30)}  # noqa: E731
+    t = lambda ms: {DEFAULT_MODE: Timing(kernel_ms=ms, call_ms=ms + 0.01, groups=30)}  # noqa: E731
     cands = [CandidateResult(KernelSpec(), "ok", timing=t(0.02), name="fast"),
              CandidateResult(KernelSpec(), "incorrect", "relative error 1e-2 exceeds", name="bad")]
     base = {"torch": BaselineResult("torch", t(0.025)),
@@ -54,7 +55,7 @@ def test_report_table_lists_candidates_against_every_baseline():
 
     from cudal2.bench.report import table_from_report
 
-    table = table_from_report(_report(), ("layer",))
+    table = table_from_report(_report(), (DEFAULT_MODE,))
     con = Console(width=250, record=True)
     con.print(table)
     text = con.export_text()

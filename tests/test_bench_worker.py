@@ -7,6 +7,7 @@ import pytest
 from cheats import kernels as K
 from cudal2.bench import evaluate, evaluate_kernels
 from cudal2.ir import GemmProblem, KernelSpec
+from cudal2.bench.results import DEFAULT_MODE
 
 
 @pytest.fixture(scope="module")
@@ -28,12 +29,12 @@ def test_crash_and_hang_are_recorded_and_the_run_goes_on(report):
     for name in ("honest", "after"):  # "after" runs on a replacement worker
         c = by[name]
         assert c.ok, c.reason
-        assert c.timing["layer"].kernel_ms > 0 and c.correctness.rel_error <= c.correctness.bound
+        assert c.timing[DEFAULT_MODE].kernel_ms > 0 and c.correctness.rel_error <= c.correctness.bound
         assert "timed-output" in c.correctness.checks
 
 
 def test_baselines_report_availability_with_the_reason(report):
-    assert report.baselines["torch"].available and report.baselines["torch"].timing["layer"].kernel_ms > 0
+    assert report.baselines["torch"].available and report.baselines["torch"].timing[DEFAULT_MODE].kernel_ms > 0
     assert report.baselines["torch"].correctness.rel_error < 1e-3
     lt = report.baselines["cublaslt_heuristic"]
     try:

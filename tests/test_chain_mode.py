@@ -15,7 +15,7 @@ from cudal2.bench.timing import ChainNeighbours, LayerPrelude, TimingConfig, mea
 from cudal2.store.store import Store
 from cudal2.store.table import SERVING_MODES, TunedTable
 from cudal2.tuner.recorded import RecordedRunner
-from test_layer_mode import A, B, _search  # the same two-spec search on a recorded runner
+from test_objective import A, B, _search  # the same two-spec search on a recorded runner
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -29,25 +29,26 @@ def test_chain_is_a_mode_the_table_serves():
 
 def test_a_chain_search_measures_again_what_layer_mode_timed_and_keeps_its_own_study(tmp_path):
     store = Store(tmp_path / "s.db")
-    layer = _search(store, RecordedRunner(model=lambda p, s: 0.05, baselines={"torch": 0.1}))
+    layer = _search(store, RecordedRunner(model=lambda p, s: 0.05, baselines={"torch": 0.1}), modes=("layer",))
     assert layer.mode == "layer"
     runner = RecordedRunner(model=lambda p, s: 0.2 if s.key() == A.key() else 0.08, baselines={"torch": 0.1})
-    chain = _search(store, runner, modes=("chain",))
+    chain = _search(store, runner)  # the default objective
     assert sorted(s.key() for s in runner.calls) == sorted(s.key() for s in (A, B))  # none told from layer's
     assert chain.mode == "chain" and chain.study.study_name.endswith("|relative@chain")
     assert chain.best.spec.key() == B.key() and set(chain.best.time_ms) == {"chain"}
-    # the table: layer's ranking where the store has one (the default objective), chain's where only it
+    # the table: chain's ranking (the objective) where the store has one; layer's stays in its own mode
     (entry,) = list(TunedTable.for_serving(store))
-    assert entry.mode == "layer"
-    (chained,) = list(TunedTable.from_store(store, mode="chain"))
-    assert chained.mode == "chain" and chained.spec.key() == B.key() and chained.speedup() == pytest.approx(1.25)
+    assert entry.mode == "chain" and entry.spec.key() == B.key() and entry.speedup() == pytest.approx(1.25)
+    (layered,) = list(TunedTable.from_store(store, mode="layer"))
+    assert layered.mode == "layer" and layered.speedup() == pytest.approx(2.0)
 
 
-def test_a_store_searched_only_in_chain_mode_is_served_in_it(tmp_path):
+def test_a_store_searched_only_in_layer_mode_is_still_served_from_it(tmp_path):
     store = Store(tmp_path / "s.db")
-    _search(store, RecordedRunner(model=lambda p, s: 0.05, baselines={"torch": 0.1}), modes=("chain",))
+    _search(store, RecordedRunner(model=lambda p, s: 0.05, baselines={"torch": 0.1}), modes=("layer",))
     (entry,) = list(TunedTable.for_serving(store))
-    assert entry.mode == "chain" and entry.speedup() == pytest.approx(2.0)
+    assert entry.mode == "layer" and entry.speedup() == pytest.approx(2.0)
+    assert SERVING_MODES[:2] == ("chain", "layer")
 
 
 def test_the_neighbours_leave_a_unchanged_and_write_their_own_outputs():

@@ -7,6 +7,7 @@ import torch
 from typer.testing import CliRunner
 
 from cudal2.cli import app
+from cudal2.bench.results import DEFAULT_MODE
 
 runner = CliRunner()
 
@@ -123,7 +124,7 @@ def test_search_confirms_its_leaders_unless_told_not_to(tmp_path):
     args = ["search", "1024x512x256", "--budget", "4", "--proposer", "random", "--runner", "recorded", "--seed", "0"]
     r = runner.invoke(app, [*args, "--confirm", "2"])
     assert r.exit_code == 0, r.output
-    assert "the median of 2 layer confirmation rounds" in r.output and "alone said" in r.output
+    assert f"the median of 2 {DEFAULT_MODE} confirmation rounds" in r.output and "alone said" in r.output
     r = runner.invoke(app, [*args, "--confirm", "0", "--store", str(tmp_path / "other.db")])
     assert r.exit_code == 0 and "one search trial, not confirmed" in r.output
     r = runner.invoke(app, [*args, "--confirm", "-1"])
@@ -133,8 +134,8 @@ def test_search_confirms_its_leaders_unless_told_not_to(tmp_path):
     assert "the median of 2 sustained confirmation rounds" in r.output and "sustained" in r.output
     r = runner.invoke(app, [*args, "--confirm-mode", "warm"])
     assert r.exit_code == 2 and "'--confirm-mode'" in r.output and "'warm' is not one of" in r.output
-    # the tuned table ranks by the mode asked for: the sustained rounds are there, the layer ones too
-    for mode in ("sustained", "layer"):
+    # the tuned table ranks by the mode asked for: the sustained rounds are there, the default's too
+    for mode in ("sustained", DEFAULT_MODE):
         out = tmp_path / f"table_{mode}.json"
         r = runner.invoke(app, ["export", "--out", str(out), "--store", str(tmp_path / "s.db"), "--mode", mode])
         assert r.exit_code == 0, r.output

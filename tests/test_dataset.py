@@ -16,6 +16,7 @@ from cudal2.dataset import COLUMNS, export_rows, resolve_shapes, run_sweep, writ
 from cudal2.proposers.catalog import catalog, sample
 from cudal2.tuner.recorded import RecordedRunner, specs_measured
 from cudal2.store.store import Store
+from cudal2.bench.results import DEFAULT_MODE
 
 
 def test_catalog_is_valid_shape_generic_and_sampled_reproducibly():
@@ -138,7 +139,7 @@ def test_sweep_measures_each_pair_once_and_exports_a_row_per_pair(tmp_path):
     rows = list(csv.DictReader(out.open()))
     assert tuple(rows[0]) == COLUMNS
     assert {r["split"] for r in rows} == {"validation", ""}  # 48x80x96 is in no set
-    assert all(float(r["kernel_ms.layer"]) > 0 and float(r["torch_ms.layer"]) > 0 for r in rows)
+    assert all(float(r[f"kernel_ms.{DEFAULT_MODE}"]) > 0 and float(r[f"torch_ms.{DEFAULT_MODE}"]) > 0 for r in rows)
     assert {r["spec.shape_specialization"] for r in rows} == {"dynamic"}
     with pytest.raises(ValueError, match=".csv or .parquet"):
         write_rows([], tmp_path / "d.txt")
@@ -195,11 +196,11 @@ class WithAnAbsentBaseline(RecordedRunner):
 
     timed_baselines = 0
 
-    def evaluate(self, problem, specs, modes=("layer",), with_baselines=True):
+    def evaluate(self, problem, specs, modes=(DEFAULT_MODE,), with_baselines=True):
         self.timed_baselines += with_baselines
         return super().evaluate(problem, specs, modes)
 
-    def baselines(self, problem, modes=("layer",)):
+    def baselines(self, problem, modes=(DEFAULT_MODE,)):
         from cudal2.bench.results import BaselineResult
 
         return {**super().baselines(problem, modes), "absent": BaselineResult("absent", {}, available=False)}

@@ -15,6 +15,7 @@ from cudal2.proposers import bandit
 from cudal2.proposers.features import features
 from cudal2.learn.samples import from_csv
 from cudal2.learn.validate import by_shape, replay, top1_ratios
+from cudal2.bench.results import DEFAULT_MODE
 
 DATA = Path(__file__).parent / "data" / "sweep_h100_sample.csv.gz"
 H100 = DeviceProfile.of_arch("sm_90a")
@@ -158,7 +159,7 @@ def test_learned_proposals_are_valid_distinct_and_learn_from_history(model, tmp_
     assert first[0].spec == prop.ranked(problem, 1)[0][0]
     # measured as the search measures them (static kernels): not proposed again
     history = [CandidateResult(spec=p.spec.replace(shape_specialization="auto"), status="ok",
-                               timing={"layer": Timing(kernel_ms=0.1 * (i + 1), call_ms=0.1, groups=1)})
+                               timing={DEFAULT_MODE: Timing(kernel_ms=0.1 * (i + 1), call_ms=0.1, groups=1)})
                for i, p in enumerate(first)]
     later = prop.propose(problem, history, 6)
     assert {p.spec.key() for p in later}.isdisjoint({p.spec.key() for p in first})

@@ -15,6 +15,7 @@ from cudal2.tuner.recorded import RecordedRunner
 from cudal2.store.store import Store
 from cudal2.store import table as table_mod
 from cudal2.store.table import TunedEntry, TunedTable
+from cudal2.bench.results import DEFAULT_MODE
 
 P = GemmProblem(m=96, n=80, k=64)
 
@@ -84,7 +85,7 @@ def test_table_from_store_after_a_search(tmp_path, monkeypatch):
         baselines={"torch": 1.0}), store=store, budget=5, seed=0, progress=False)
     t = TunedTable.from_store(store)
     (e,) = list(t)
-    assert e.spec == res.best.spec and e.kernel_ms == pytest.approx(res.best.time_ms["layer"])
+    assert e.spec == res.best.spec and e.kernel_ms == pytest.approx(res.best.time_ms[DEFAULT_MODE])
     assert e.gpu == "recorded" and e.speedup() == pytest.approx(res.speedup["torch"])
     t.save(tmp_path / "t.json")
     monkeypatch.setenv("CUDAL2_TABLE", str(tmp_path / "t.json"))

@@ -12,6 +12,7 @@ from cudal2.tuner.loop import run_search
 from cudal2.proposers.proposal import Proposal
 from cudal2.tuner.recorded import RecordedRunner
 from cudal2.store.store import Store
+from cudal2.bench.results import DEFAULT_MODE
 
 PROBLEM = GemmProblem(m=1024, n=1024, k=512)
 # the shape-generic kernels a search measures by default (Refiner.kernel_of)
@@ -59,12 +60,12 @@ def test_the_winner_is_named_by_its_confirmation_rounds_not_its_lucky_trial(tmp_
     assert res.best.spec == STEADY and res.confirmed_rounds == 3
     assert res.speedup["torch"] == pytest.approx(TORCH_MS / 0.090)
     assert res.trial_speedup["torch"] == pytest.approx(TORCH_MS / 0.080)  # what the search alone would claim
-    assert res.best.time_ms["layer"] == pytest.approx(0.090)
+    assert res.best.time_ms[DEFAULT_MODE] == pytest.approx(0.090)
     # the two leaders were timed three more times each; SLOW (third) never again
     assert [s.key() for s in runner.calls].count(LUCKY.key()) == 4
     assert [s.key() for s in runner.calls].count(STEADY.key()) == 4
     assert [s.key() for s in runner.calls].count(SLOW.key()) == 1
-    assert "median of 3 layer confirmation rounds" in res.summary()
+    assert f"median of 3 {DEFAULT_MODE} confirmation rounds" in res.summary()
 
 
 def test_without_confirmation_the_lucky_trial_wins(tmp_path):
@@ -77,7 +78,7 @@ def test_without_confirmation_the_lucky_trial_wins(tmp_path):
 def test_the_median_round_gives_the_figures(tmp_path):
     runner = Sequenced({LUCKY: [0.080, 0.100, 0.070, 0.130], STEADY: [0.200], SLOW: [0.300]})
     res = search(runner, Store(tmp_path / "s.db"))
-    assert res.best.spec == LUCKY and res.best.time_ms["layer"] == pytest.approx(0.100)
+    assert res.best.spec == LUCKY and res.best.time_ms[DEFAULT_MODE] == pytest.approx(0.100)
 
 
 def test_a_leader_that_fails_a_confirmation_round_is_rejected_and_the_next_one_confirmed(tmp_path):
@@ -141,14 +142,14 @@ def test_rounds_timed_in_another_mode_do_not_count(tmp_path):
     from cudal2.store.rounds import rounds_in_mode, summarize
 
     rows = store.confirmations(PROBLEM)
-    assert len(rows) == 6 and len(rounds_in_mode(rows, "layer")) == 6
+    assert len(rows) == 6 and len(rounds_in_mode(rows, DEFAULT_MODE)) == 6
     assert rounds_in_mode(rows, "sustained") == [] and summarize(rows, "torch", "sustained") == {}
     runner = Sequenced({LUCKY: [0.080, 0.080, "incorrect"], STEADY: [0.090], SLOW: [0.120]})
     res = search(runner, Store(tmp_path / "t.db"), modes=("sustained",))
     assert res.best.spec == STEADY and res.confirmed_rounds == 3 and set(res.best.time_ms) == {"sustained"}
     rows = Store(tmp_path / "t.db").confirmations(PROBLEM)
     failed = [r for r in rows if not r["result"].ok]
-    assert failed and all(r in rounds_in_mode(rows, "layer") for r in failed)
+    assert failed and all(r in rounds_in_mode(rows, DEFAULT_MODE) for r in failed)
 
 
 class PowerHungry(Sequenced):
@@ -159,7 +160,7 @@ class PowerHungry(Sequenced):
         super().__init__(times)
         self.hungry = hungry
 
-    def evaluate(self, problem, specs, modes=("layer",)):
+    def evaluate(self, problem, specs, modes=(DEFAULT_MODE,)):
         out = super().evaluate(problem, specs, modes)
         for res in out:
             if res.ok and "sustained" in res.timing:
@@ -173,12 +174,12 @@ class PowerHungry(Sequenced):
 def test_leaders_found_offline_are_ranked_in_the_confirmation_mode(tmp_path):
     runner = PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]})
     offline = search(runner, Store(tmp_path / "a.db"))
-    assert offline.best.spec == LUCKY and offline.mode == "layer"
+    assert offline.best.spec == LUCKY and offline.mode == DEFAULT_MODE
     runner = PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]})
     res = search(runner, Store(tmp_path / "b.db"), confirm=Confirm(top=2, rounds=3, static_twins=0, mode="sustained"))
     # the trials ran offline only; the confirmation rounds timed both modes and ranked sustained
     assert res.best.spec == STEADY and res.mode == "sustained" and res.confirmed_rounds == 3
-    assert set(res.best.time_ms) == {"layer", "sustained"}
+    assert set(res.best.time_ms) == {DEFAULT_MODE, "sustained"}
     assert res.speedup["torch"] == pytest.approx(TORCH_MS / 0.090)
     assert res.trial_speedup["torch"] == pytest.approx(TORCH_MS / 0.080)  # LUCKY's offline trial
     assert "median of 3 sustained confirmation rounds" in res.summary()
@@ -202,7 +203,7 @@ def test_rounds_from_another_gpu_neither_count_nor_rank(tmp_path):
     res = search(runner, store)
     assert len(runner.calls) == 6  # the two leaders, three rounds each, timed on this GPU
     assert res.best.spec == LUCKY and res.confirmed_rounds == 3
-    assert res.best.time_ms["layer"] == pytest.approx(0.080)
+    assert res.best.time_ms[DEFAULT_MODE] == pytest.approx(0.080)
     gpus = {r["environment"]["gpu_name"] for r in store.confirmations(PROBLEM)}
     assert gpus == {"recorded", "another GPU"}
 
@@ -213,16 +214,16 @@ def test_the_tuned_table_ranks_in_the_mode_asked_for(tmp_path):
     store = Store(tmp_path / "s.db")
     search(PowerHungry({LUCKY: [0.080], STEADY: [0.090], SLOW: [0.200]}), store,
            confirm=Confirm(top=2, rounds=3, static_twins=0, mode="sustained"))
-    (offline,) = list(TunedTable.from_store(store, mode="layer"))
+    (offline,) = list(TunedTable.from_store(store, mode=DEFAULT_MODE))
     (sustained,) = list(TunedTable.from_store(store, mode="sustained"))
     assert offline.spec == LUCKY and offline.kernel_ms == pytest.approx(0.080)
     assert sustained.spec == STEADY and sustained.kernel_ms == pytest.approx(0.090)
 
 
 def test_the_serving_table_ranks_as_the_model_calls_then_falls_back_to_older_modes(tmp_path):
-    # A store searched before layer mode existed: offline trials, sustained rounds. LUCKY beats torch
-    # offline (0.080 against 0.100) and loses sustained (0.104): what the op serves there is torch.
-    # A problem searched in layer mode is served by its layer ranking, and layer wins over sustained.
+    # A store searched before the objective's mode existed: offline trials, sustained rounds. LUCKY beats
+    # torch offline (0.080 against 0.100) and loses sustained (0.104): what the op serves there is torch.
+    # A problem searched in the objective's mode is served by that ranking, which wins over sustained.
     from cudal2.store.table import TunedTable
 
     store = Store(tmp_path / "s.db")
@@ -237,11 +238,11 @@ def test_the_serving_table_ranks_as_the_model_calls_then_falls_back_to_older_mod
     serving = TunedTable.for_serving(store)
     assert serving.lookup(PROBLEM) is None
     assert [(e.kernel_ms, e.mode) for e in serving if e.problem == PROBLEM] == [(pytest.approx(0.104), "sustained")]
-    assert serving.lookup(other).spec == LUCKY and serving.lookup(other).mode == "layer"
+    assert serving.lookup(other).spec == LUCKY and serving.lookup(other).mode == DEFAULT_MODE
     # searched again as the model calls it, PROBLEM is served by that ranking
     search(Sequenced(times), store)
     entry = TunedTable.for_serving(store).lookup(PROBLEM)
-    assert entry.spec == LUCKY and entry.mode == "layer" and entry.kernel_ms == pytest.approx(0.080)
+    assert entry.spec == LUCKY and entry.mode == DEFAULT_MODE and entry.kernel_ms == pytest.approx(0.080)
 
 
 class BriefTrials(Sequenced):
@@ -259,7 +260,7 @@ class BriefTrials(Sequenced):
         finally:
             self.full = False
 
-    def evaluate(self, problem, specs, modes=("layer",)):
+    def evaluate(self, problem, specs, modes=(DEFAULT_MODE,)):
         self.timings += ["full" if self.full else "brief"] * len(specs)
         return super().evaluate(problem, specs, modes)
 
@@ -353,7 +354,7 @@ class PeersInFullTiming(BriefTrials):
     """torch alone beside the trials; torch and a peer inside full_timing() (as the evaluator with
     trial_baselines)."""
 
-    def baselines(self, problem, modes=("layer",)):
+    def baselines(self, problem, modes=(DEFAULT_MODE,)):
         out = super().baselines(problem, modes)
         if self.full:
             out["quack_autotune"] = out["torch"].__class__(name="quack_autotune", timing=out["torch"].timing)

@@ -10,6 +10,7 @@ from cudal2.ir import SpecError
 from cudal2.tuner.refiner import Refiner, study_name, validate
 from cudal2.tuner.space import fields_from, params_of, search_space
 from cudal2.store.store import Store
+from cudal2.bench.results import DEFAULT_MODE
 
 PROBLEM = GemmProblem(m=1024, n=1024, k=512)
 FAST = KernelSpec(block_m=128, block_n=64, block_k=32, num_warps=4, stages=2, raster_group=4,
@@ -77,9 +78,9 @@ def test_proposals_first_invalid_pruned_with_reason_best_found(tmp_path):
     assert res.evaluations == 6 and len(runner.calls) == 6
     assert res.best.spec == FAST
     assert res.speedup["torch"] == pytest.approx(2.0) and res.speedup["cublaslt_autotune"] == pytest.approx(1.8)
-    assert res.best.time_ms == {"layer": 0.001}
+    assert res.best.time_ms == {DEFAULT_MODE: 0.001}
     complete = [t for t in trials if t.state.name == "COMPLETE"]
-    assert all(t.user_attrs["status"] == "ok" and "layer" in t.user_attrs["speedups"] for t in complete)
+    assert all(t.user_attrs["status"] == "ok" and DEFAULT_MODE in t.user_attrs["speedups"] for t in complete)
     assert res.study.study_name == study_name(small_k, ("triton",))
 
 
@@ -166,7 +167,7 @@ def test_batches_keep_proposals_first_and_meet_the_budget_exactly(tmp_path):
     class Counting(RecordedRunner):
         batches = []
 
-        def evaluate(self, problem, specs, modes=("layer",)):
+        def evaluate(self, problem, specs, modes=(DEFAULT_MODE,)):
             self.batches.append(len(specs))
             return super().evaluate(problem, specs, modes)
 
@@ -184,7 +185,7 @@ def test_batches_keep_proposals_first_and_meet_the_budget_exactly(tmp_path):
 
 def test_interrupted_batch_is_given_back(tmp_path):
     class Broken(RecordedRunner):
-        def evaluate(self, problem, specs, modes=("layer",)):
+        def evaluate(self, problem, specs, modes=(DEFAULT_MODE,)):
             raise KeyboardInterrupt
 
     store = Store(tmp_path / "s.db")
@@ -213,7 +214,7 @@ def test_speedups_use_the_baselines_timed_with_the_kernel(tmp_path):
     assert res.best.spec == FAST and res.baselines["torch"].kernel_ms() == pytest.approx(0.020)
     assert res.speedup["torch"] == pytest.approx(20.0)
     first = min(res.study.trials, key=lambda t: t.number)
-    assert first.user_attrs["speedups"]["layer"]["torch"] == pytest.approx(20.0)
+    assert first.user_attrs["speedups"][DEFAULT_MODE]["torch"] == pytest.approx(20.0)
     (entry,) = list(__import__("cudal2").TunedTable.from_store(store))
     assert entry.baselines_ms["torch"] == pytest.approx(0.020)
 
@@ -233,7 +234,7 @@ def test_best_is_ranked_by_its_speedup_over_the_baseline_timed_with_it(tmp_path)
                             model=lambda p, s: 0.5, baselines=cooling)
     res = run_search(PROBLEM, backends=("triton",), arch="sm_90a", proposer=ListProposer([FAST, other]),
                      runner=runner, store=store, budget=2, n_proposals=2, seed=0, progress=False, batch_size=1)
-    assert sorted(h.kernel_ms("layer") for h in res.history) == [0.008, 0.0095]
+    assert sorted(h.kernel_ms(DEFAULT_MODE) for h in res.history) == [0.008, 0.0095]
     assert res.best.spec == FAST, res.best.spec
     assert res.speedup["torch"] == pytest.approx(0.010 / 0.0095)
 
@@ -245,7 +246,7 @@ def test_objective_is_the_kernel_time_over_the_torch_timed_with_it(tmp_path):
                      store=Store(tmp_path / "s.db"), budget=2, seed=0, progress=False)
     values = sorted(t.value for t in res.study.trials if t.value is not None)
     assert values == [pytest.approx(0.4), pytest.approx(50.0)]  # 0.004 / 0.010 and 0.5 / 0.010
-    assert res.study.study_name.endswith("|relative@layer")
+    assert res.study.study_name.endswith(f"|relative@{DEFAULT_MODE}")
 
 
 def test_space_over_two_backends_samples_each_backends_own_values():
@@ -322,7 +323,7 @@ class MeasuresWhileAsked(RecordedRunner):
             super().prefetch(problem, specs)
             self.handed_over.notify_all()
 
-    def evaluate(self, problem, specs, modes=("layer",), with_baselines=True):
+    def evaluate(self, problem, specs, modes=(DEFAULT_MODE,), with_baselines=True):
         before = len(self.events)
         if not self.waited:
             with self.handed_over:  # a prefetch while this batch is measured (up to 10 s)
@@ -385,7 +386,7 @@ def test_look_ahead_over_two_backends_spends_the_whole_budget(tmp_path):
 
 def test_interrupt_gives_back_the_batch_asked_ahead_too(tmp_path):
     class BreaksSecond(RecordedRunner):
-        def evaluate(self, problem, specs, modes=("layer",)):
+        def evaluate(self, problem, specs, modes=(DEFAULT_MODE,)):
             if any(kind == "evaluate" for kind, _ in self.events):
                 raise KeyboardInterrupt
             return super().evaluate(problem, specs, modes)

@@ -20,12 +20,13 @@ from cudal2.tuner.recorded import RecordedRunner, specs_measured
 from cudal2.tuner.refiner import WORKER, Refiner
 from cudal2.tuner.space import params_of
 from cudal2.store.store import Store, as_url, rdb_storage, result_to_json
+from cudal2.bench.results import DEFAULT_MODE
 
 PROBLEM = GemmProblem(m=2048, n=512, k=1024, layout="NT")
 
 
 def _result(spec, ms, status="ok"):
-    timing = {"layer": Timing(kernel_ms=ms, call_ms=ms + 0.01, groups=25, spread=0.02),
+    timing = {DEFAULT_MODE: Timing(kernel_ms=ms, call_ms=ms + 0.01, groups=25, spread=0.02),
               "server": Timing(kernel_ms=ms * 1.2, call_ms=ms * 1.3, groups=25)} if status == "ok" else {}
     return CandidateResult(spec=spec, status=status, reason="" if status == "ok" else "bad",
                            correctness=Correctness(rel_error=2.1e-4, bound=1e-3, seeds=3, checks=("poison", "nan")),
@@ -46,7 +47,7 @@ def test_store_round_trip(tmp_path):
     assert store.measurement(GemmProblem(m=2048, n=512, k=1024), a) is None  # other layout, other problem
     best = store.best(PROBLEM)
     assert best["result"].spec == b and best["source"] == "src b" and best["environment"]["gpu_name"] == "H100"
-    base = {"torch": BaselineResult("torch", {"layer": Timing(0.25, 0.26, 25)}),
+    base = {"torch": BaselineResult("torch", {DEFAULT_MODE: Timing(0.25, 0.26, 25)}),
             "cublaslt_autotune": BaselineResult("cublaslt_autotune", {}, available=False, detail="no nvmath")}
     store.record_baselines(PROBLEM, base, env)
     assert store.baselines(PROBLEM) == base
@@ -59,7 +60,7 @@ def test_store_round_trip(tmp_path):
 def test_a_repeat_measurement_is_aggregated_on_the_specs_one_record(tmp_path):
     store = Store(tmp_path / "store.db")
     a, b = KernelSpec(stages=2), KernelSpec(stages=4)
-    torch_then = {"torch": BaselineResult("torch", {"layer": Timing(0.25, 0.26, 25)})}
+    torch_then = {"torch": BaselineResult("torch", {DEFAULT_MODE: Timing(0.25, 0.26, 25)})}
     store.record_kernel(PROBLEM, _result(a, 0.30), "src a", baselines=torch_then)
     store.record_kernel(PROBLEM, _result(b, 0.20), "src b")
     store.record_kernel(PROBLEM, _result(a, 0.28), "src a")  # measured again
@@ -127,7 +128,7 @@ def test_recover_requeues_a_dead_workers_trials_through_optunas_retry_callback(t
         t.set_user_attr("worker", dead)
         t.set_user_attr("spec", spec.to_json())
         t.set_user_attr("spec_key", spec.key())
-    torch_ms = {"torch": BaselineResult(name="torch", timing={"layer": Timing(kernel_ms=0.246, call_ms=0.25,
+    torch_ms = {"torch": BaselineResult(name="torch", timing={DEFAULT_MODE: Timing(kernel_ms=0.246, call_ms=0.25,
                                                                                 groups=25)})}
     store.record_kernel(PROBLEM, _result(measured, 0.123), "", None, baselines=torch_ms)  # killed after this write
     assert ref.recover() == 2

@@ -20,9 +20,10 @@ Status = Literal[
 Mode = Literal["layer", "chain", "offline", "server", "sustained"]
 MODES: tuple[str, ...] = get_args(Mode)  # the one list of timing modes (docs/evaluation.md, Timing)
 # The one objective: what the search ranks, the confirmation rounds, the tuned table and the op's
-# serving rule, sweeps, the dataset's label and the cost model's target. "layer" times each call
-# after the work a model's layer does before its GEMM (timing.py); the others stay available.
-DEFAULT_MODE: Mode = "layer"
+# serving rule, sweeps, the dataset's label and the cost model's target. "chain" times each call
+# after the work a model's layer does before its GEMM and between two GEMMs of its input, as a whole
+# replay against the same work without it (timing.py); the others stay available.
+DEFAULT_MODE: Mode = "chain"
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ sustained: each contender alone, back to back, long enough for the GPU's power l
   between contenders, which favours the hungrier kernel. Sustained is what a training job sees.
 server: one call per sample, after an L2 flush (a write larger than L2) and an exponentially
   distributed idle gap, like requests arriving at a server.
-layer (the default objective): each call as a model's layer makes it. In a decoder the GEMM follows
+layer: each call as a model's layer makes it. In a decoder the GEMM follows
   the work before it in the same stream: the projections before it streamed their weights through
   L2 (so this GEMM's weight B is cold) and a norm or an activation has just written its input A (warm
   in L2, its lines dirty). LayerPrelude replays that before every call: a read of twice the L2 and an
@@ -23,9 +23,9 @@ layer (the default objective): each call as a model's layer makes it. In a decod
   for every input set in turn, with events around each call alone (external event nodes), so the
   figure is the GEMM's own time in that state, with no launch gap. Back-to-back timing (offline)
   reads up to 20% faster on single shapes than this; docs/evaluation.md has the measurements.
-chain: each call as a GEMM between two others of the same layer (k between q and v): after the layer
-  prelude, a torch GEMM of the call's A with a cold (K, 1024) weight, then the call, then another such
-  GEMM (ChainNeighbours). cuBLAS's kernels overlap their neighbours' launches (programmatic dependent
+chain (the default objective): each call as a GEMM between two others of the same layer (k between q
+  and v): after the layer prelude, a torch GEMM of the call's A with a cold (K, 1024) weight, then the
+  call, then another such GEMM (ChainNeighbours). cuBLAS's kernels overlap their neighbours' launches (programmatic dependent
   launch), so a call changes the time of the GEMMs beside it; events around the call cannot see that.
   So the whole replay is timed: a graph of calls after their neighbours against a graph of the same work
   without the calls (the floor), replayed in the same group; a call's time is the difference per call.

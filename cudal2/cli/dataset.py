@@ -18,7 +18,7 @@ from .common import (_backends, ArchOpt, Backends, BatchOpt, DtypeOpt, LayoutOpt
                      _point_at_recorded_store, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      err_console, _writing_output)
 from ..api import default_arch
-from ..bench.results import is_synthetic
+from ..bench.results import DEFAULT_MODE, is_synthetic
 from ..bench.timing import TimingConfig
 from ..dataset import cluster
 from ..dataset import export_rows, write_rows
@@ -33,7 +33,7 @@ def tune(shapes_file: Annotated[Path, typer.Argument(exists=True, dir_okay=False
               "auto: learned where a cost model exists for the arch, else rules; none: Optuna only"))] = "auto",
           backend: Backends = [],  # noqa: B006
           dtype: DtypeOpt = "float16", layout: LayoutOpt = "NN", store: StoreOpt = None,
-          mode: Modes = ["layer"],  # noqa: B006
+          mode: Modes = [DEFAULT_MODE],  # noqa: B006
           out: Annotated[Optional[Path], typer.Option("--out", "-o", help="markdown report to write")] = None,
           seed: SeedOpt = None, batch: BatchOpt = 4, arch: ArchOpt = None,
           confirm: ConfirmOpt = 3, confirm_mode: ConfirmModeOpt = None, runner: RunnerOpt = "gpu",
@@ -92,7 +92,7 @@ WorkersOpt = Annotated[Optional[str], typer.Option("--workers", help=(
 def sweep(shapes: Annotated[str, typer.Argument(help="grid, serving, all (each optionally :train or :validation), "
                                                      "a file of shapes, or MxNxK[,MxNxK...]")],
           specs: SpecsOpt = "100", backend: OneBackend = "triton",
-          store: StoreOpt = None, dtype: DtypeOpt = "float16", mode: Modes = ["layer"],  # noqa: B006
+          store: StoreOpt = None, dtype: DtypeOpt = "float16", mode: Modes = [DEFAULT_MODE],  # noqa: B006
           arch: ArchOpt = None, max_gflop: Annotated[Optional[float], typer.Option(
               "--max-gflop", help="only shapes of at most this many GFLOP (2MNK / 1e9)")] = None,
           limit: Annotated[Optional[int], typer.Option(min=1, help="only the first N shapes")] = None,

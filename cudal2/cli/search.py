@@ -16,6 +16,7 @@ from .common import (_backends, ArchOpt, Backends, BatchOpt, DtypeOpt, LayoutOpt
                      _llm_fatal, _one_line, _point_at_recorded_store, _problem, _proposer, _runner, _shown_url, _store, _us, _value, _values, _warning, _x, app, console,
                      _writing_output)
 from ..api import default_arch
+from ..bench.results import DEFAULT_MODE
 from ..codegen.registry import backend_status, backend_statuses
 from ..ir import KernelSpec, SpecError
 from ..ir.spec import summaries_told_apart
@@ -42,7 +43,7 @@ def search(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x
            dtype: DtypeOpt = "float16", layout: LayoutOpt = "NN", store: StoreOpt = None,
            dry_run: Annotated[bool, typer.Option("--dry-run", help="propose, validate, render and compile; "
                                                  "no GPU timing")] = False,
-           mode: Modes = ["layer"],  # noqa: B006
+           mode: Modes = [DEFAULT_MODE],  # noqa: B006
            sampler: Annotated[SamplerName, typer.Option(help="Optuna's sampler after the proposals")] = "tpe",
            seed: SeedOpt = None,
            batch: BatchOpt = 4,
@@ -241,8 +242,9 @@ def _print_backends_considered(chosen, searched, arch: str) -> None:
 
 # ---- show / export ------------------------------------------------------------------------------
 TableModeOpt = Annotated[ModeName, typer.Option(
-    "--mode", help="the timing mode kernels are ranked in: layer (as a model calls them, the default "
-                   "objective), offline (back to back), or sustained for the kernels a search confirmed with "
+    "--mode", help="the timing mode kernels are ranked in: chain (as a model calls them, the default "
+                   "objective), layer (after the layer's prelude, events around the call), offline (back to "
+                   "back), or sustained for the kernels a search confirmed with "
                    "--confirm-mode sustained; measurements of one mode are never ranked against another's")]
 
 
@@ -251,7 +253,7 @@ def _table(store, mode: str):
 
 
 @app.command()
-def show(store: StoreOpt = None, mode: TableModeOpt = "layer", json_out: JsonOpt = False) -> None:
+def show(store: StoreOpt = None, mode: TableModeOpt = DEFAULT_MODE, json_out: JsonOpt = False) -> None:
     """Table of tuned shapes in the store: best kernel and its speedups."""
     s = _store(store)
     table = _table(s, mode)
@@ -283,7 +285,7 @@ def show(store: StoreOpt = None, mode: TableModeOpt = "layer", json_out: JsonOpt
 @app.command()
 def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help="JSON file to write")] = Path(
                "cudal2_table.json"),
-           store: StoreOpt = None, mode: TableModeOpt = "layer") -> None:
+           store: StoreOpt = None, mode: TableModeOpt = DEFAULT_MODE) -> None:
     """Write the tuned table (best kernel per shape and GPU) to JSON; point CUDAL2_TABLE at it."""
     table = _table(_store(store), mode)
     with _writing_output(out):
@@ -303,7 +305,7 @@ def export(out: Annotated[Path, typer.Option("--out", "-o", dir_okay=False, help
 def bench(shape: Annotated[str, typer.Argument(help="M x N x K, e.g. 4096x4096x4096")], backend: OneBackend = "triton",
           spec: Annotated[Optional[Path], typer.Option("--spec", exists=True, dir_okay=False,
                                                        help="JSON file: a KernelSpec or a list")] = None,
-          mode: Modes = ["layer"],  # noqa: B006
+          mode: Modes = [DEFAULT_MODE],  # noqa: B006
           dtype: DtypeOpt = "float16", layout: LayoutOpt = "NN") -> None:
     """Evaluate given specs (or the rules proposer's first picks) against the baselines."""
     backend, mode = _value(backend), _values(mode)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+from ..bench.results import DEFAULT_MODE
 from ..ir import GemmProblem, KernelSpec, SpecError
 from cudal2.store.store import Store
 from .cluster import ClusterError, ctrl_c_deferred, finished, lost_worker, runner_on_workers, stop_if_interrupted
@@ -94,7 +95,7 @@ class _Writer:
 
 
 def run_sweep_on_cluster(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], client,
-                         runner: Callable[[], Any] | str, store: Store, modes: tuple[str, ...] = ("layer",),
+                         runner: Callable[[], Any] | str, store: Store, modes: tuple[str, ...] = (DEFAULT_MODE,),
                          chunk: int = CHUNK,
                          on_pairs: Callable[[int, str], None] = lambda n, label: None) -> SweepSummary:
     """Measure every spec on every problem that the store does not hold yet, on the workers of

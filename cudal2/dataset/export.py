@@ -17,9 +17,9 @@ from ..shapes import load_split
 
 BASELINES = ("torch", "cublaslt_heuristic", "cublaslt_autotune", "quack_heuristic", "quack_autotune")
 SPEC_FIELDS = tuple(KernelSpec.model_fields)
-# The modes a training label can come from: the objective (layer), and offline for stores measured
-# before it existed. A training set takes one of them, never a mix (learn.samples.label_mode).
-LABEL_MODES = ("layer", "offline")
+# The modes a training label can come from: the objective (chain), then layer and offline for stores
+# measured before it was. A training set takes one of them, never a mix (learn.samples.label_mode).
+LABEL_MODES = ("chain", "layer", "offline")
 COLUMNS = (
     "m", "n", "k", "dtype", "layout", "epilogue", "shape_set", "split", "status", "reason",
     *(f"spec.{f}" for f in SPEC_FIELDS), "spec_key",

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..bench.results import DEFAULT_MODE
 from ..ir import GemmProblem, KernelSpec, SpecError
 from cudal2.store.store import Store
 from .. import shapes as shape_sets
@@ -86,7 +87,7 @@ def draw_shapes(problems: Sequence[GemmProblem], count: int, seed: int = 2026112
 
 
 def run_sweep(problems: Sequence[GemmProblem], specs: Sequence[KernelSpec], runner, store: Store,
-              modes: tuple[str, ...] = ("layer",), chunk: int = CHUNK,
+              modes: tuple[str, ...] = (DEFAULT_MODE,), chunk: int = CHUNK,
               on_pairs: Callable[[int, str], None] = lambda n, label: None,
               stop: Callable[[], bool] = lambda: False) -> SweepSummary:
     """Measure every spec on every problem that the store does not hold yet. on_pairs(n, label) is

@@ -2,8 +2,9 @@
 a store or from `cudal2 dataset export` files.
 
 The reward is the log speedup over torch.matmul on the same shape, on the same GPU, in one timing
-mode: log(torch_ms / kernel_ms). The mode is the objective's (layer) where the rows have it, else
-offline (stores measured before layer mode existed); one set never mixes the two (label_mode). A pair that failed, was refused, or whose shape has no torch time
+mode: log(torch_ms / kernel_ms). The mode is the objective's (chain) where the rows have it, else
+layer, else offline (stores measured before each became the objective); one set never mixes them
+(label_mode). A pair that failed, was refused, or whose shape has no torch time
 is left out: the IR's own checks keep a proposer from refused specs, and a wrong kernel is never a
 candidate to rank. A cost model learns one GPU model's speed: one_gpu_model refuses a mix.
 """
@@ -37,12 +38,12 @@ def from_csv(path: Path, refused: list[str] | None = None) -> Iterator[Sample]:
         yield from from_rows(csv.DictReader(f), where=path.name, refused=refused)
 
 
-LABEL_MODES = ("layer", "offline")  # as cudal2.dataset.export keeps them, in order of preference
+LABEL_MODES = ("chain", "layer", "offline")  # as cudal2.dataset.export keeps them, in order of preference
 
 
 def label_mode(rows: Iterable[dict]) -> str:
     """The mode a training set's rewards come from: the first of LABEL_MODES that any correct row
-    has both times of (a store measured before layer mode existed: offline)."""
+    has both times of (a store measured before chain mode was the objective: layer, or offline)."""
     for mode in LABEL_MODES:
         if any(row.get("status") == "ok" and _cell(row.get(f"kernel_ms.{mode}")) is not None
                and _cell(row.get(f"torch_ms.{mode}")) is not None for row in rows):

@@ -7,6 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..bench.results import DEFAULT_MODE
 from ..ir import GemmProblem, KernelSpec
 from cudal2.proposers.catalog import CATALOGS, catalog
 
@@ -18,7 +19,7 @@ class Sample:
     log_speedup: float  # log(torch_ms / kernel_ms)
     gpu: str = ""
     created: str = ""  # when it was measured
-    mode: str = "layer"  # the timing mode of the reward
+    mode: str = DEFAULT_MODE  # the timing mode of the reward
 
     @property
     def group(self) -> str:

@@ -30,8 +30,8 @@ STORE_TIMEOUT_S = 5.0
 FORMAT = "cudal2.tuned_table"
 VERSION = 1
 # The modes cudal2.matmul serves from, in order of preference (TunedTable.for_serving).
-# the search's objective first; then chain (a GEMM timed between two others, docs/evaluation.md) and layer
-# for a store searched in the other of the two; then what problems measured before them have
+# the search's objective (chain: a GEMM timed between two others, docs/evaluation.md) first; then layer, for
+# a store searched while it was the objective; then what problems measured before them have
 SERVING_MODES = tuple(dict.fromkeys((DEFAULT_MODE, "chain", "layer", "sustained", "offline")))
 
 
@@ -161,9 +161,9 @@ class TunedTable:
     @classmethod
     def for_serving(cls, store=None) -> "TunedTable":
         """What cudal2.matmul/linear serve: per problem and GPU, the ranking in the first of
-        SERVING_MODES that has measurements there: the search's objective (layer mode, as the model
-        calls the GEMM); chain mode, for a store searched in it; for problems measured before those
-        existed, sustained, then offline. A
+        SERVING_MODES that has measurements there: the search's objective (chain mode, as the model
+        calls the GEMM); layer mode, for a store searched when it was the objective; for problems
+        measured before those existed, sustained, then offline. A
         leader that lost to torch in a mode leaves the problem to torch, whatever a later mode in
         the list said; each entry keeps its mode, and kernel and baselines are always of one mode."""
         tables = cls._from_store(store, SERVING_MODES)

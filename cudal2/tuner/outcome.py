@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from ..bench.results import BaselineResult, CandidateResult
+from ..bench.results import DEFAULT_MODE, BaselineResult, CandidateResult
 from ..ir import GemmProblem, KernelSpec
 from cudal2.store.rounds import kept_twins, ranked_trials, rounds_on, summarize, with_twins
 from .trials import measured_spec_keys, speedups_of
@@ -49,7 +49,7 @@ class SearchResult:
     confirmed_rounds: int = 0
     trial_speedup: dict[str, float] = field(default_factory=dict)
     rejected: list[CandidateResult] = field(default_factory=list)
-    mode: str = "layer"  # the timing mode `speedup` is in (the confirmation's, where it ranked)
+    mode: str = DEFAULT_MODE  # the timing mode `speedup` is in (the confirmation's, where it ranked)
     # GPU measurements of the study by where their spec came from: a proposer's source ("rules",
     # "llm:<model>", "rules (fallback: llm failed)"), "optuna" (sampled) or "requeued"
     proposals: dict[str, int] = field(default_factory=dict)
