@@ -7,11 +7,12 @@ a kernel in a graph, within 0.02 of the speedup the search confirmed?
     python benchmarks/op_served.py OUT.md --smoke [--winners TINY.json]
 
 No search: RUN.json is what benchmarks/crosscheck_winners.py wrote (rows of "shape", "spec_json",
-"search" = the search's confirmed speedup over torch.matmul, "eval_layer_kernel_ms" and
-"eval_layer_torch_ms" = the evaluator's layer-mode times of the winner and torch.matmul).
+"search" = the search's confirmed speedup over torch.matmul, "search_mode" = the mode it ranked in
+(layer where a row has none), "eval_<mode>_kernel_ms" and "eval_<mode>_torch_ms" = the evaluator's times
+of the winner and torch.matmul in that mode).
 1. The op's table is built as the store would hold those winners: one TunedEntry per shape with a
-   winner (every row of RUN.json, not only the shapes timed), in layer mode, kernel_ms and
-   baselines_ms {"torch": ...} the row's layer figures, gpu this GPU's name; installed with
+   winner (every row of RUN.json, not only the shapes timed), in the row's mode, kernel_ms and
+   baselines_ms {"torch": ...} the row's figures in it, gpu this GPU's name; installed with
    cudal2.set_table. A row without a winner has no entry: the op runs torch there.
 2. Per shape (fp16, layout NT: x (M, K), weight (N, K)), the first --shapes rows of RUN.json, F.linear
    and cudal2.linear in --rounds interleaved rounds (order reversed every other round), two paths:
@@ -84,17 +85,30 @@ class _Parser(argparse.ArgumentParser):
 
 
 # ---- the op's table from the winners ------------------------------------------------------------
+def _eval_cell(r: dict) -> str:
+    """The evaluator's ratio and its mode (rows written before the mode was kept: their "eval_layer")."""
+    if r.get("eval") is not None:
+        return f"{r['eval']:.3f} ({r.get('eval_mode', 'layer')})"
+    return f"{r['eval_layer']:.3f} (layer)" if r.get("eval_layer") is not None else "-"
+
+
+def searched_mode(row: dict) -> str:
+    """The mode a winners row was searched and checked in (runs before rows named it: layer)."""
+    return row.get("search_mode") or "layer"
+
+
 def entry_of(row: dict, gpu: str, created: str = ""):
-    """The TunedEntry a store would hold for a winners row (layer mode, the evaluator's layer times of
-    the winner and torch.matmul), or None for a row without a winner."""
+    """The TunedEntry a store would hold for a winners row (in its searched_mode, the evaluator's times
+    of the winner and torch.matmul there), or None for a row without a winner."""
     from cudal2.ir import KernelSpec
     from cudal2.store.table import TunedEntry
 
-    if not all(k in row for k in ("spec_json", "eval_layer_kernel_ms", "eval_layer_torch_ms")):
+    mode = searched_mode(row)
+    kernel_ms, torch_ms = row.get(f"eval_{mode}_kernel_ms"), row.get(f"eval_{mode}_torch_ms")
+    if "spec_json" not in row or kernel_ms is None or torch_ms is None:
         return None
     return TunedEntry(problem=problem_of(row["shape"]), spec=KernelSpec.from_json(row["spec_json"]),
-                      kernel_ms=row["eval_layer_kernel_ms"], baselines_ms={"torch": row["eval_layer_torch_ms"]},
-                      gpu=gpu, created=created, mode="layer")
+                      kernel_ms=kernel_ms, baselines_ms={"torch": torch_ms}, gpu=gpu, created=created, mode=mode)
 
 
 def table_of(rows: list[dict], gpu: str, created: str = ""):
@@ -196,14 +210,17 @@ def measure(row: dict, gpu: str, device: str, rounds: int) -> dict:
 
     problem = problem_of(row["shape"])
     m, n, k = problem.shape
-    out = {key: row[key] for key in ("shape", "spec", "backend", "search", "eval_layer") if key in row}
+    mode = searched_mode(row)
+    out = {key: row[key] for key in ("shape", "spec", "backend", "search") if key in row}
+    if f"eval_{mode}" in row:
+        out["eval"], out["eval_mode"] = row[f"eval_{mode}"], mode
     torch.manual_seed(0)
     x = torch.randn(m, k, device=device, dtype=torch.float16)
     w = torch.randn(n, k, device=device, dtype=torch.float16) / k ** 0.5
     with torch.no_grad():
         want = x.float() @ w.float().t()
         out["rel_error"] = float((cudal2.linear(x, w).float() - want).norm() / want.norm())
-    torch_ms = row.get("eval_layer_torch_ms")
+    torch_ms = row.get(f"eval_{mode}_torch_ms")
     out["eager"] = eager_figures(x, w, rounds, calls_for(torch_ms, EAGER_ROUND_US, EAGER_CALLS))
     out["graph"] = graph_figures(x, w, rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS))
     out.update(route(problem, gpu, x, w))
@@ -251,14 +268,14 @@ def markdown(out: dict) -> str:
               f"{MIN_RATIO} in each path; where the graph path ran the kernel, ratio >= searched - "
               f"{SEARCHED_SLACK}.", "",
               f"**{passed} of {len(rows)} shapes pass every verdict.**", "",
-              "| shape | winner | served eager | served graph | ratio eager | ratio graph | searched | eval layer "
+              "| shape | winner | served eager | served graph | ratio eager | ratio graph | searched | eval (mode) "
               f"| eager >= {MIN_RATIO} | graph >= {MIN_RATIO} | graph >= searched - {SEARCHED_SLACK} |",
               "|---|---|---|---|---:|---:|---:|---:|---|---|---|"]
     for r in rows:
         v = verdicts(r)
         num = lambda key: f"{r[key]:.3f}" if r.get(key) is not None else "-"  # noqa: E731
         lines.append(f"| {r['shape']} | `{r.get('spec') or 'none'}` | {r['served_eager']} | {r['served_graph']} | "
-                     f"{_ratio(r['eager'])} | {_ratio(r['graph'])} | {num('search')} | {num('eval_layer')} | "
+                     f"{_ratio(r['eager'])} | {_ratio(r['graph'])} | {num('search')} | {_eval_cell(r)} | "
                      f"{_cell(v['eager'])} | {_cell(v['graph'])} | {_cell(v['searched'])} |")
     lines += ["", "| shape | F.linear us eager / graph | cudal2.linear us eager / graph | calls eager / graph "
               "| operand sets | table names eager / graph | rel. error |", "|---|---|---|---|---:|---|---:|"]

@@ -11,6 +11,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import op_served  # noqa: E402
+from cudal2.ir import KernelSpec
 
 WINNERS = ROOT / "benchmarks" / "results" / "crosscheck_winners_confirm_g60_h200_2026-11-29.json"
 
@@ -36,6 +37,16 @@ def _row(shape="1x3072x3072-float16-NT", served="triton", eager=1.05, graph=1.05
     return {"shape": shape, "spec": "16x32x64 w4 s5 pointer", "search": search, "eval_layer": 1.06,
             "served_eager": served, "served_graph": served, "table_eager": "s", "table_graph": "s",
             "eager": path(eager), "graph": path(graph), "rel_error": 1e-4}
+
+
+def test_a_chain_row_enters_the_table_in_chain_mode_with_its_chain_figures():
+    row = {"shape": "1x3072x3072-float16-NT", "spec_json": KernelSpec().to_json(), "search_mode": "chain",
+           "eval_chain_kernel_ms": 0.009, "eval_chain_torch_ms": 0.0104, "eval_offline_kernel_ms": 0.0089}
+    entry = op_served.entry_of(row, "NVIDIA H200")
+    assert (entry.mode, entry.kernel_ms, entry.baselines_ms) == ("chain", 0.009, {"torch": 0.0104})
+    assert op_served.entry_of({**row, "search_mode": None}, "NVIDIA H200") is None  # layer: no layer figures
+    assert op_served._eval_cell({"eval": 1.156, "eval_mode": "chain"}) == "1.156 (chain)"
+    assert op_served._eval_cell({"eval_layer": 1.06}) == "1.060 (layer)"  # a row of a run before modes were kept
 
 
 def test_the_table_holds_each_winner_as_the_store_would_in_layer_mode():
@@ -68,7 +79,7 @@ def test_smoke_report_has_the_columns_and_the_header(smoke):
     text = md.read_text()
     assert "Smoke run on the CPU" in text and "UUID ?" in text and "--smoke" in text and out["date"] in text
     header = next(line for line in text.splitlines() if line.startswith("| shape | winner"))
-    for column in ("served eager", "served graph", "ratio eager", "ratio graph", "searched", "eval layer",
+    for column in ("served eager", "served graph", "ratio eager", "ratio graph", "searched", "eval (mode)",
                    "eager >= 0.99", "graph >= 0.99", "graph >= searched - 0.02"):
         assert f"| {column} |" in header
     assert "| 8x40x32-float16-NT | `none` | torch | torch |" in text
