@@ -260,11 +260,12 @@ EAGER_MIN_SAVING_US = 10.0
 # beats torch's (the table's own rule, a confirmed speedup above 1), however little it saves.
 GRAPH_MIN_SAVING_US = 0.0
 # Whatever the path, a kernel is served only where its measured speedup over torch clears the noise of
-# that measurement: a search winner's layer-mode ratio over torch moved by 0.45% (one standard deviation)
-# between two runs on one H200, and by 1-1.4% between H200s (benchmarks/results/crosscheck_winners_*,
-# 2026-11-29, 30 validation shapes). A kernel measured 1.000x was served and ran 0.988x of F.linear
-# (op_served_h200_2026-11-29). So the table's win must exceed about two standard deviations.
-MIN_SERVED_SPEEDUP = 1.01
+# that measurement. In chain mode (the objective) the eight smallest validation winners' ratios over
+# torch moved by 0.9% (one standard deviation) between two runs on one H200, and the 30 winners' by a
+# median 0.8% over four H200s (benchmarks/results/crosscheck_winners_chain_*, 2026-11-29); in layer mode
+# 0.45% on one H200 and 1-1.4% between H200s. A kernel measured 1.000x was served and ran 0.988x of
+# F.linear (op_served_h200_2026-11-29). So the table's win must exceed about two standard deviations.
+MIN_SERVED_SPEEDUP = 1.02
 
 
 def _saving_us(entry) -> float:
