@@ -247,23 +247,18 @@ def evaluator_figures(problem: GemmProblem, spec, ev, modes: tuple[str, ...]) ->
     return out
 
 
-def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUNDS, mode: str = "chain") -> dict:
-    """Steps 2 and 3 for one winner: the evaluator again (mode and offline), then the harness in mode's
-    regime (layer: harness_ms; chain: chain_harness_ms)."""
+def winner_placements(problem: GemmProblem, spec):
+    """The winner compiled once, and placement(p) -> ({"kernel": call, "torch": call}, A operands): calls
+    over input sets of their own (seeds 100 + 1000 p + i, as many as rotate through twice the L2) with
+    outputs of their own; the harnesses' contenders."""
     import torch
 
     from cudal2.bench.inputs import make_operands, rotation_count
     from cudal2.codegen import get_backend
 
-    figures = evaluator_figures(problem, spec, ev, (mode, "offline"))
-    if isinstance(figures, str):
-        row["status"] = figures
-        return row
-    row.update(figures)
     backend = get_backend(spec.backend)
     kernel = backend.compile(backend.render(problem, spec))
-    l2 = torch.cuda.get_device_properties(0).L2_cache_size
-    n_sets = rotation_count(problem, l2, memory_budget=8 << 30)
+    n_sets = rotation_count(problem, torch.cuda.get_device_properties(0).L2_cache_size, memory_budget=8 << 30)
 
     def placement(p: int):
         sets = [make_operands(problem, 100 + 1000 * p + i, "cuda") for i in range(n_sets)]
@@ -271,6 +266,18 @@ def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUND
         return ({"kernel": lambda i: kernel(sets[i].a, sets[i].b, outs[i]),
                  "torch": lambda i: torch.matmul(sets[i].a, sets[i].b, out=outs[i])}, [s.a for s in sets])
 
+    return placement
+
+
+def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUNDS, mode: str = "chain") -> dict:
+    """Steps 2 and 3 for one winner: the evaluator again (mode and offline), then the harness in mode's
+    regime (layer: harness_ms; chain: chain_harness_ms)."""
+    figures = evaluator_figures(problem, spec, ev, (mode, "offline"))
+    if isinstance(figures, str):
+        row["status"] = figures
+        return row
+    row.update(figures)
+    placement = winner_placements(problem, spec)
     h = chain_harness_ms(placement, rounds) if mode == "chain" else harness_ms(*placement(0), rounds)
     row["harness_kernel_ms"], row["harness_torch_ms"] = h["kernel"], h["torch"]
     row["harness"] = h["torch"] / h["kernel"]

@@ -21,7 +21,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _rounds import interleaved  # noqa: E402
-from crosscheck_winners import chain_harness_timers, problem_of  # noqa: E402
+from crosscheck_winners import chain_harness_timers, problem_of, winner_placements  # noqa: E402
 from layer_kernels import profile_pair  # noqa: E402
 
 ROUNDS, REPLAYS = 60, 12
@@ -71,20 +71,11 @@ def main() -> None:
     import torch
 
     from cudal2.bench.environment import record
-    from cudal2.bench.inputs import make_operands, rotation_count
-    from cudal2.codegen import get_backend
     from cudal2.ir import KernelSpec
 
     r = rows[0]
-    problem, spec = problem_of(r["shape"]), KernelSpec.from_json(r["spec_json"])
-    backend = get_backend(spec.backend)
-    kernel = backend.compile(backend.render(problem, spec))
-    n_sets = rotation_count(problem, torch.cuda.get_device_properties(0).L2_cache_size, memory_budget=8 << 30)
-    sets = [make_operands(problem, 100 + i, "cuda") for i in range(n_sets)]
-    outs = [torch.empty(problem.m, problem.n, dtype=torch.float16, device="cuda") for _ in range(n_sets)]
-    calls = {"kernel": lambda i: kernel(sets[i].a, sets[i].b, outs[i]),
-             "torch": lambda i: torch.matmul(sets[i].a, sets[i].b, out=outs[i])}
-    a_ops = [s.a for s in sets]
+    calls, a_ops = winner_placements(problem_of(r["shape"]), KernelSpec.from_json(r["spec_json"]))(0)
+    n_sets = len(a_ops)
     states = {"no second stream yet": state(calls, a_ops, warm_on_side=False)}
     side = torch.cuda.Stream()
     with torch.cuda.stream(side):
