@@ -216,3 +216,25 @@ def test_a_script_that_searches_without_a_main_guard_is_told_at_once(tmp_path, g
     else:
         assert "tune_it.py line 2 starts a GPU search from the script's top level" in last
         assert 'if __name__ == "__main__":' in last
+
+
+@pytest.mark.parametrize("module", ["tuner", "tuner.run"])
+def test_python_m_of_a_package_is_not_taken_for_an_unguarded_script(tmp_path, module):
+    """`python -m PACKAGE` (as `python -m cudal2.cli search`) runs the package's __main__.py, which
+    spawned workers never run again (multiprocessing skips a main module named *.__main__): no guard
+    message there. `python -m PACKAGE.MODULE` is imported again by each worker: the guard speaks."""
+    import os
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "tuner"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    call = 'import cudal2\ncudal2.search("64x64x64", budget=1, progress=False)\n'
+    (pkg / ("__main__.py" if module == "tuner" else "run.py")).write_text(call)
+    r = subprocess.run([sys.executable, "-m", module], capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                       env={**os.environ, "CUDAL2_CACHE_DIR": str(tmp_path / "cache"),
+                            "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))})
+    assert r.returncode != 0
+    last = r.stderr.strip().splitlines()[-1]
+    assert ("starts a GPU search from the script's top level" in last) == (module == "tuner.run"), last

@@ -69,8 +69,11 @@ def test_import_is_cheap():
 
 @pytest.mark.gpu
 def test_gpu_search_small_budget(tmp_path):
+    from cudal2.bench.results import DEFAULT_MODE
+
     res = cudal2.search((2048, 2048, 2048), budget=4, store=tmp_path / "s.db", progress=False, seed=0)
     assert res.evaluations == 4 and res.best is not None
+    assert res.mode == DEFAULT_MODE == "chain" and res.best.time_ms.get("chain", 0) > 0
     a = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
     b = torch.randn(2048, 2048, device="cuda", dtype=torch.float16)
     want = a.float() @ b.float()

@@ -142,7 +142,10 @@ def unguarded_script() -> str:
     main = sys.modules.get("__main__")
     path = getattr(main, "__file__", None)
     if not path or not path.endswith(".py"):
-        return ""  # an interactive session, python -c, or python -m cudal2.cli: nothing is imported again
+        return ""  # an interactive session or python -c: nothing is imported again
+    spec_name = getattr(getattr(main, "__spec__", None), "name", None) or ""
+    if spec_name.endswith(".__main__"):
+        return ""  # python -m a package (python -m cudal2.cli): spawn never runs a package's __main__ again
     frame = sys._getframe(1)
     while frame is not None and not (frame.f_globals.get("__name__") == "__main__" and frame.f_code.co_name == "<module>"):
         frame = frame.f_back
