@@ -462,7 +462,22 @@ def read_chain_placement(path: Path) -> tuple[str, list[str], str]:
     return head, table, f"{d['gpu']}, {d['versions']}"
 
 
-READERS = {"chain_placement": read_chain_placement, "op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
+def read_stream_state(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/stream_state.py: torch / winner and a graph's gaps per kernel before a second stream ran
+    work in the process and after."""
+    d = json.loads(path.read_text())
+    parts = []
+    for state, r in d["states"].items():
+        torch_graph = r["profile"]["torch"]
+        parts.append(f"{state}: torch / winner {r['ms']['torch'] / r['ms']['kernel']:.3f}, the torch graph's gaps "
+                     f"{torch_graph['gaps_us'] / torch_graph['kernels']:.2f} us a kernel")
+    head = f"{d['shape'].split('-')[0]}: " + "; ".join(parts)
+    text = path.with_suffix(".md").read_text().splitlines()
+    table = [ln for ln in text if ln.startswith("|")]
+    return head, table, f"{d['gpu']} {d['gpu_uuid']}, {d['versions']}"
+
+
+READERS = {"chain_placement": read_chain_placement, "stream_state": read_stream_state, "op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "crosscheck_winners": read_crosscheck_winners, "op_served": read_op_served, "e2e_model": read_e2e_model,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
@@ -926,6 +941,18 @@ EXPERIMENTS: list[Experiment] = [
                "crosscheck_winners_chain_placements_all_h200_2026-11-29.json", "crosscheck_winners",
                "`--recheck` of the 30-shape chain run, `--mode chain`, right after the run above on the same machine: "
                "27 of 30 within 2%; 1x3072x3072 and 33x3072x3072 differ as before, 128x152064x8192 by 2.1%."),
+    Experiment("A graph's kernel gaps before and after a second stream ran work in the process, H200",
+               "stream_state_h200_2026-11-29.json", "stream_state",
+               "`benchmarks/stream_state.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-29.json`: the "
+               "crosscheck's chain harness on 1x3072x3072, its graphs profiled in a fresh process and again after "
+               "torch.matmul ran on a new stream; why the harness warms each graph up on a side stream."),
+    Experiment("The decoder layer at 1, 16, 128 and 1024 tokens, chain mode the default objective, H200",
+               "e2e_decoder_chain_all_h200_2026-11-29.json", "e2e_decoder",
+               "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes graph --budget 4 --max-tune-seconds "
+               "270` (Triton only): the table's prediction within 25% of the layer's saving at 16 tokens (3.59 against "
+               "3.45 us); 25.5% off at 1 (4.07 against 5.46), wrong in sign at 128 (1.42 against -1.87: the q, o "
+               "kernel loses 1.2 us in the layer while every isolated regime reads a saving); at 1024 tokens no "
+               "kernel was served, the layers differ by noise (quartiles 0.991 to 1.014)."),
     Experiment("A transformers Llama (2 layers) in eager, compiled and graph modes, H200", "e2e_model_all_modes_h200_2026-11-29.json",
                "e2e_model", "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes eager,compile,graph --rounds 21` "
                "(Triton only), before the op's 1.01 margin."),
