@@ -19,11 +19,13 @@ of the winner and torch.matmul in that mode).
    - eager: wall time per call of back-to-back calls from Python, from a synchronized GPU to a
      synchronized GPU (op_overhead.py's "wall us"; e2e_decoder.wall_timer), as many calls a round as
      fill about EAGER_ROUND_US of torch's GPU time (EAGER_CALLS between);
-   - graph: the model's call pattern in one CUDA graph per contender: per call, a read of twice the L2
-     (torch.sum over a buffer), an in-place pass over x, then the linear between two events
-     (crosscheck_winners.harness_timers), the calls cycling over enough copies of (x, weight) to fill
-     twice the L2 (as e2e_decoder.gemm_rows), so that the weight is read from DRAM as in a model. Time
-     per call: between the events only, so the L2 read does not dilute the ratio.
+   - graph: the model's call pattern in CUDA graphs, that of the mode the winner was searched in, the
+     calls cycling over enough copies of (x, weight) to fill twice the L2 (as e2e_decoder.gemm_rows), so
+     that the weight is read from DRAM as in a model. Chain (crosscheck_winners.chain_harness_timers):
+     per call, a read of twice the L2 (torch.sum over a buffer), an in-place pass over x, a torch GEMM
+     of x, the linear, another GEMM of x; a call's time is the replay less that of the same graph
+     without the linears. Layer (crosscheck_winners.harness_timers): per call, the L2 read, the pass
+     over x, then the linear between two events, timed between the events only.
    Ratio: the median over the rounds of the per-round ratio F.linear time / cudal2.linear time (with
    its quartiles). Route: what the op ran for the call, read off its launchers after the timing
    (ops._launchers for eager calls, which captured calls also take; ops._graph_launchers for a kernel
@@ -56,7 +58,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
 
-from crosscheck_winners import gpu_uuid, harness_timers, problem_of  # noqa: E402
+from crosscheck_winners import chain_harness_timers, gpu_uuid, harness_timers, problem_of  # noqa: E402
 from e2e_decoder import compare, operand_copies  # noqa: E402
 from cudal2.route_check import wall_timer  # noqa: E402
 
@@ -156,9 +158,10 @@ def eager_figures(x, w, rounds: int, calls: int) -> dict:
     return {**both, "calls": calls}
 
 
-def graph_figures(x, w, rounds: int, calls: int) -> dict:
-    """The graph path: CUDA graphs of the call pattern on a GPU (harness_timers); on the CPU, the same
-    calls timed from Python, the buffer read included."""
+def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") -> dict:
+    """The graph path: CUDA graphs of the call pattern on a GPU, the pattern of the mode the winner was
+    searched in (chain: chain_harness_timers, each call between two GEMMs of its input after the L2 read;
+    layer: harness_timers); on the CPU, the same calls timed from Python, the buffer read included."""
     import torch
     from torch.nn import functional as F
 
@@ -172,8 +175,9 @@ def graph_figures(x, w, rounds: int, calls: int) -> dict:
     with torch.no_grad():
         if x.is_cuda:
             ops_of = {"torch": F.linear, "cudal2": cudal2.linear}
-            in_ms = harness_timers({name: lambda i, op=op: op(*sets[i % copies]) for name, op in ops_of.items()},
-                                   [sets[i % copies][0] for i in range(calls)])
+            timers_of = chain_harness_timers if call_pattern == "chain" else harness_timers
+            in_ms = timers_of({name: lambda i, op=op: op(*sets[i % copies]) for name, op in ops_of.items()},
+                              [sets[i % copies][0] for i in range(calls)])
             timers = {name: lambda t=t: t() * 1e3 for name, t in in_ms.items()}
         else:
             buf = torch.ones(l2, dtype=torch.float16)
@@ -184,7 +188,7 @@ def graph_figures(x, w, rounds: int, calls: int) -> dict:
 
             timers = {"torch": wall_timer(pattern(F.linear), calls), "cudal2": wall_timer(pattern(cudal2.linear), calls)}
         both = compare(timers, rounds)
-    return {**both, "calls": calls, "operand_sets": copies}
+    return {**both, "calls": calls, "operand_sets": copies, "pattern": call_pattern}
 
 
 def route(problem, gpu: str, x, w) -> dict:
@@ -222,7 +226,8 @@ def measure(row: dict, gpu: str, device: str, rounds: int) -> dict:
         out["rel_error"] = float((cudal2.linear(x, w).float() - want).norm() / want.norm())
     torch_ms = row.get(f"eval_{mode}_torch_ms")
     out["eager"] = eager_figures(x, w, rounds, calls_for(torch_ms, EAGER_ROUND_US, EAGER_CALLS))
-    out["graph"] = graph_figures(x, w, rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS))
+    out["graph"] = graph_figures(x, w, rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS),
+                                 "chain" if mode == "chain" else "layer")
     out.update(route(problem, gpu, x, w))
     out["verdicts"] = verdicts(out)
     return out
@@ -262,9 +267,11 @@ def markdown(out: dict) -> str:
                   "not measurements of anything the op serves (on the CPU it runs torch).", ""]
     lines += [f"fp16, layout NT (x (M, K), weight (N, K)). Ratio: F.linear time / cudal2.linear time, the median "
               f"of the per-round ratios (quartiles) over {out['rounds']} interleaved rounds. Eager: wall time per "
-              "call of back-to-back calls. Graph: one CUDA graph per contender of, per call, a read of twice the L2, "
-              "an in-place pass over x and the linear between two events, cycling over copies of (x, weight) that "
-              "fill twice the L2. Served: what the op ran (the kernel's backend, or torch). Verdicts: ratio >= "
+              "call of back-to-back calls. Graph: CUDA graphs in the pattern of the mode the winner was searched in, "
+              "cycling over copies of (x, weight) that fill twice the L2: chain (crosscheck_winners's chain harness: "
+              "per call, a read of twice the L2, an in-place pass over x, a GEMM of x, the linear, another GEMM of "
+              "x; the replay less that of the graph without the linears) or layer (per call, the L2 read, the pass "
+              "over x, and the linear between two events). Served: what the op ran (the kernel's backend, or torch). Verdicts: ratio >= "
               f"{MIN_RATIO} in each path; where the graph path ran the kernel, ratio >= searched - "
               f"{SEARCHED_SLACK}.", "",
               f"**{passed} of {len(rows)} shapes pass every verdict.**", "",

@@ -141,3 +141,15 @@ def test_a_malformed_winners_row_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.startswith("error: winners file") and "malformed row" in err
     assert err.count("\n") == 1
+
+
+@pytest.mark.parametrize("mode, pattern", [("chain", "chain"), (None, "layer")])
+def test_the_graph_path_times_the_call_pattern_of_the_mode_the_winner_was_searched_in(mode, pattern, monkeypatch):
+    seen = []
+    path = {"ratio": 1.0, "ratio_q1": 1.0, "ratio_q3": 1.0}
+    monkeypatch.setattr(op_served, "eager_figures", lambda *a: dict(path))
+    monkeypatch.setattr(op_served, "graph_figures", lambda *a: seen.append(a[-1]) or dict(path))
+    monkeypatch.setattr(op_served, "route", lambda *a: {"served_eager": "torch", "served_graph": "torch"})
+    row = {"shape": "16x64x32-float16-NT", "search_mode": mode, "search": 1.0}
+    op_served.measure(row, "cpu", "cpu", rounds=1)
+    assert seen == [pattern]
