@@ -349,7 +349,7 @@ def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device, ope
     launcher = None
     if problem is not None:
         gpu = torch.cuda.get_device_name(device)
-        launcher = _eager_launcher(problem, gpu, out_shape, device, operands, torch_call)
+        launcher = _eager_launcher(problem, gpu, out_shape, device, operands, torch_call, key[0])
         if launcher is None:
             if tuned_table().lookup(problem, gpu=gpu, backends=op_backends()) is None:  # (not: a win too small)
                 _untuned.setdefault(problem.key(), problem)
@@ -361,10 +361,13 @@ def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device, ope
 
 
 def _eager_launcher(problem: GemmProblem, gpu: str, out_shape: tuple, device, operands: tuple | None,
-                    torch_call: Callable | None) -> Optional[Callable]:
+                    torch_call: Callable | None, op: str = "linear") -> Optional[Callable]:
     """The launcher of the best entry an eager call takes (_eager_entries), or None. A backend launched
     here for the first time on a GPU has its launch cost measured with this call's operands against
-    torch_call; where its saving does not exceed that cost, the next entry (another backend's) is tried."""
+    torch_call; where its saving does not exceed that cost, the next entry (another backend's) is tried.
+    The cost timed is the served call's own beyond the launch: its call key (op: "mm" or "linear"), which
+    the eager path builds before it finds the launcher (1.5 us a call on one H200 host, 2026-11-29)."""
+    key_of = (lambda a, b, bias: _matmul_key(a, b)) if op == "mm" else _linear_key
     for entry in _eager_entries(problem, gpu):
         kernel = _compiled(entry, problem)
         launcher = _launcher(kernel, problem, out_shape, device) if kernel is not None else None
@@ -374,7 +377,7 @@ def _eager_launcher(problem: GemmProblem, gpu: str, out_shape: tuple, device, op
         if _launch_costs.known(backend) is None and operands is not None and torch_call is not None \
                 and _launch_costs.can_measure(device) and not _captured_now(operands[0]) \
                 and launcher(*operands) is not None:  # (None: operands off alignment, nothing launched)
-            cost = _launch_costs.measure(backend, lambda: launcher(*operands), torch_call)
+            cost = _launch_costs.measure(backend, lambda: (key_of(*operands), launcher(*operands)), torch_call)
             _forget_plans()  # the fast path's served counts assumed no cost for this backend
             if _saving_us(entry) <= cost:
                 continue

@@ -11,15 +11,19 @@ Nothing is measured without CUDA: a CPU tensor's call is torch's anyway.
 
 from __future__ import annotations
 
+import statistics
 import time
 from threading import Lock
 from typing import Callable
 
-# Calls per timed loop and loops per side: the least loop mean is the one least disturbed by other
-# work on the host. Few calls: each enqueues a real GEMM on the GPU, and the GPU's queue must not fill
-# (a full queue blocks the host and would be timed as launch cost).
+# Calls per timed loop and rounds: each round times one loop of each side, the two in turn (the order
+# flipped every round), and the cost is the median of the rounds' differences. A least-loop figure per
+# side read a Triton launch at under 1.4 us on one H200 host where 15 rounds of 200 calls put it at 5 us
+# (2026-11-29): one undisturbed loop of the launch against disturbed ones of torch is enough to serve a
+# kernel that then runs 0.78x F.linear. Few calls a loop: each enqueues a real GEMM on the GPU, and the
+# GPU's queue must not fill (a full queue blocks the host and would be timed as launch cost).
 CALLS = 20
-ROUNDS = 5
+ROUNDS = 9
 
 
 def _cuda_sync() -> None:
@@ -38,20 +42,27 @@ def measure_us(launch: Callable[[], object], torch_call: Callable[[], object], c
                time.perf_counter, sync: Callable[[], None] = _cuda_sync, calls: int = CALLS,
                rounds: int = ROUNDS) -> float:
     """Host microseconds a call of launch() costs more than one of torch_call() (negative where it costs
-    less): for each, the least over `rounds` loops of the mean of `calls` calls, the device idle
-    (sync()) before each loop so that earlier work queues in front of neither."""
-    def per_call_us(call: Callable[[], object]) -> float:
-        best = float("inf")
-        for _ in range(rounds):
-            sync()
-            start = clock()
-            for _ in range(calls):
-                call()
-            best = min(best, (clock() - start) / calls)
-        return best * 1e6
+    less): the median over `rounds` rounds of (the mean of `calls` calls of launch - the same of
+    torch_call), the two loops of a round in turn, the device idle (sync()) before each loop so that
+    earlier work queues in front of neither."""
+    def per_call_s(call: Callable[[], object]) -> float:
+        sync()
+        start = clock()
+        for _ in range(calls):
+            call()
+        return (clock() - start) / calls
 
     torch_call()  # torch's first call of a shape picks its kernel: not a launch cost
-    return per_call_us(launch) - per_call_us(torch_call)
+    differences = []
+    for r in range(rounds):
+        if r % 2:
+            theirs = per_call_s(torch_call)
+            ours = per_call_s(launch)
+        else:
+            ours = per_call_s(launch)
+            theirs = per_call_s(torch_call)
+        differences.append(ours - theirs)
+    return statistics.median(differences) * 1e6
 
 
 class LaunchCosts:
