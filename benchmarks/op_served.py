@@ -24,7 +24,9 @@ of the winner and torch.matmul in that mode).
      that the weight is read from DRAM as in a model. Chain (crosscheck_winners.chain_harness_timers):
      per call, a read of twice the L2 (torch.sum over a buffer), an in-place pass over x, a torch GEMM
      of x, the linear, another GEMM of x; a call's time is the replay less that of the same graph
-     without the linears. Layer (crosscheck_winners.harness_timers): per call, the L2 read, the pass
+     without the linears; the rounds split over CHAIN_PLACEMENTS placements of the operands and the
+     harness's buffers, each made anew while the last are held (where they lie moves a small call's
+     time by a few percent: chain_placement.py). Layer (crosscheck_winners.harness_timers): per call, the L2 read, the pass
      over x, then the linear between two events, timed between the events only.
    Ratio: the median over the rounds of the per-round ratio F.linear time / cudal2.linear time (with
    its quartiles). Route: what the op ran for the call, read off its launchers after the timing
@@ -50,6 +52,7 @@ import argparse
 import itertools
 import json
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -58,7 +61,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
 
-from crosscheck_winners import chain_harness_timers, gpu_uuid, harness_timers, problem_of  # noqa: E402
+from _rounds import interleaved, spread  # noqa: E402
+from crosscheck_winners import CHAIN_PLACEMENTS, chain_harness_timers, gpu_uuid, harness_timers, problem_of  # noqa: E402
 from e2e_decoder import compare, operand_copies  # noqa: E402
 from cudal2.route_check import wall_timer  # noqa: E402
 
@@ -160,8 +164,10 @@ def eager_figures(x, w, rounds: int, calls: int) -> dict:
 
 def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") -> dict:
     """The graph path: CUDA graphs of the call pattern on a GPU, the pattern of the mode the winner was
-    searched in (chain: chain_harness_timers, each call between two GEMMs of its input after the L2 read;
-    layer: harness_timers); on the CPU, the same calls timed from Python, the buffer read included."""
+    searched in (chain: chain_harness_timers, each call between two GEMMs of its input after the L2 read,
+    the rounds split over CHAIN_PLACEMENTS placements of the operands and the harness's buffers, as
+    crosscheck_winners.chain_harness_ms; layer: harness_timers); on the CPU, the same calls timed from
+    Python, the buffer read included."""
     import torch
     from torch.nn import functional as F
 
@@ -171,15 +177,9 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") ->
     l2 = torch.cuda.get_device_properties(x.device).L2_cache_size if x.is_cuda else 1 << 16
     copies = operand_copies(m, w.shape[0], k, l2, GRAPH_CALLS[1])
     calls = max(calls, copies)
-    sets = [(torch.randn_like(x), w.clone()) for _ in range(copies)]
     with torch.no_grad():
-        if x.is_cuda:
-            ops_of = {"torch": F.linear, "cudal2": cudal2.linear}
-            timers_of = chain_harness_timers if call_pattern == "chain" else harness_timers
-            in_ms = timers_of({name: lambda i, op=op: op(*sets[i % copies]) for name, op in ops_of.items()},
-                              [sets[i % copies][0] for i in range(calls)])
-            timers = {name: lambda t=t: t() * 1e3 for name, t in in_ms.items()}
-        else:
+        if not x.is_cuda:
+            sets = [(torch.randn_like(x), w.clone()) for _ in range(copies)]
             buf = torch.ones(l2, dtype=torch.float16)
 
             def pattern(op):
@@ -187,8 +187,25 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") ->
                 return lambda: (torch.sum(buf, dtype=torch.float32), op(*next(turn)))
 
             timers = {"torch": wall_timer(pattern(F.linear), calls), "cudal2": wall_timer(pattern(cudal2.linear), calls)}
-        both = compare(timers, rounds)
-    return {**both, "calls": calls, "operand_sets": copies, "pattern": call_pattern}
+            return {**compare(timers, rounds), "calls": calls, "operand_sets": copies, "pattern": call_pattern}
+        ops_of = {"torch": F.linear, "cudal2": cudal2.linear}
+        timers_of = chain_harness_timers if call_pattern == "chain" else harness_timers
+        placements = CHAIN_PLACEMENTS if call_pattern == "chain" else 1
+        times: dict[str, list] = {}
+        held = None  # the last placement's operands and graphs, held while the next are made (elsewhere)
+        for _ in range(placements):
+            sets = [(torch.randn_like(x), w.clone()) for _ in range(copies)]
+            in_ms = timers_of({name: lambda i, op=op, sets=sets: op(*sets[i % copies]) for name, op in ops_of.items()},
+                              [sets[i % copies][0] for i in range(calls)])
+            held = (sets, in_ms)
+            timers = {name: lambda t=t: t() * 1e3 for name, t in in_ms.items()}
+            for name, xs in interleaved(timers, -(-rounds // placements)).items():
+                times.setdefault(name, []).extend(xs)
+        del held
+    ratio, q1, q3 = spread(t / c for t, c in zip(times["torch"], times["cudal2"]))
+    both = {name: {"us": statistics.median(r), "rounds_us": r} for name, r in times.items()}
+    return {**both, "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3, "calls": calls, "operand_sets": copies,
+            "pattern": call_pattern, "placements": placements}
 
 
 def route(problem, gpu: str, x, w) -> dict:
@@ -273,7 +290,8 @@ def markdown(out: dict) -> str:
               "call of back-to-back calls. Graph: CUDA graphs in the pattern of the mode the winner was searched in, "
               "cycling over copies of (x, weight) that fill twice the L2: chain (crosscheck_winners's chain harness: "
               "per call, a read of twice the L2, an in-place pass over x, a GEMM of x, the linear, another GEMM of "
-              "x; the replay less that of the graph without the linears) or layer (per call, the L2 read, the pass "
+              "x; the replay less that of the graph without the linears; the rounds split over four placements of the "
+              "operands and buffers) or layer (per call, the L2 read, the pass "
               "over x, and the linear between two events). Served: what the op ran (the kernel's backend, or torch). Verdicts: ratio >= "
               f"{MIN_RATIO} in each path; where the graph path ran the kernel, ratio >= searched - "
               f"{SEARCHED_SLACK}.", "",
