@@ -973,6 +973,27 @@ EXPERIMENTS: list[Experiment] = [
                "op_overhead", "`benchmarks/op_overhead.py OUT.md --shapes 1x4096x4096,1x32000x5120 --budget 4 "
                "--backends triton --rounds 41`, same machine, after bound Triton runs came to relaunch their compiled "
                "kernels."),
+    Experiment("cudal2.linear with the chain-mode winners served, launch cost from least loops, H200",
+               "op_served_chain_rounds100_h200_2026-11-29.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-29.json --rounds 100` "
+               "(graph path in the chain pattern, one placement): the op's launch cost, the least of five loops per "
+               "side, read Triton's launch low enough to serve 1x3072x3072 and 16x3584x18944 eagerly, which then ran "
+               "0.777 and 0.970 of F.linear."),
+    Experiment("The same after the launch cost became a median of interleaved rounds, call key included, H200",
+               "op_served_chain_h200_2026-11-29.json", "op_served",
+               "The command above on another machine: the op measured Triton's launch at 7.9 us beyond F.linear's and "
+               "served no small shape eagerly; 7x152064x8192's winner ran 1.005x here (1.051x on the earlier "
+               "machines: this one's F.linear the same, the kernel 5% slower)."),
+    Experiment("The same with the chain graph path over four placements of operands and buffers, H200",
+               "op_served_chain_placements_h200_2026-11-29.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-29.json --rounds 100 "
+               "--max-seconds 290`: the graph failures are all on shapes where both sides run F.linear (the op serves "
+               "torch there), ratios 0.972 to 0.989 with quartiles reaching 0.99 or above 1; over the 25 such shapes "
+               "the median reads 1.000. Eager: 1x3072x3072, 33x3072x3072 and 128x17920x1536 at 0.926, 0.949 and 0.967, "
+               "each running torch through the op (its Python on a host where F.linear's call takes 24 us)."),
+    Experiment("The op's fallback again, another machine, H200", "op_overhead_fallback_again_h200_2026-11-29.json",
+               "op_overhead", "`benchmarks/op_overhead.py OUT.md --shapes 1x4096x4096 --budget 0 --rounds 61` with a "
+               "fresh store: +0.53 us a call over F.linear's 24.0 us (quartiles +0.16 to +0.88)."),
     Experiment("A transformers Llama (2 layers), routes checked inside the model, H200", "e2e_model_checked_h200_2026-11-29.json",
                "e2e_model", "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes eager,compile,graph --rounds 15` "
                "(Triton only, direct Triton launches): cudal2.check_routes kept a routed group only where it saved "
