@@ -118,6 +118,10 @@ def test_the_report_sets_the_tables_predicted_saving_against_the_layers_measured
     assert "| 1 | layer | 90.00 | 100.00 | yes |" in md and "| 16 | layer | 40.00 | 100.00 | no |" in md
     old = e2e_decoder.report([_row(1)], {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
     assert "What the table predicts" not in old  # results written before the prediction was kept
+    none = _row(1024)
+    none.update(predicted_saving_us=0.0, measured_saving_us=3.86)  # nothing served: the layers differ by noise
+    md = e2e_decoder.report([none], {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
+    assert "| 1024 | - | 0.00 | 3.86 | - (nothing served) |" in md
 
 
 def test_the_report_shows_each_served_group_alone():
