@@ -262,3 +262,16 @@ def test_a_dry_run_where_no_proposal_builds_exits_2_naming_why(monkeypatch):
                             "--n", "2"])
     assert r.exit_code == 2
     assert "none of the 2 proposals for 256x256x256-float16-NN built here (triton is not installed)" in r.stderr
+
+
+def test_python_m_cudal2_is_the_cudal2_command(tmp_path):
+    """`python -m cudal2 search` runs the command as `cudal2 search` does (a recorded search, its spec line)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "CUDAL2_CACHE_DIR": str(tmp_path / "cache")}
+    r = subprocess.run([sys.executable, "-m", "cudal2", "search", "1024x512x256", "--runner", "recorded", "--budget",
+                        "2", "--store", str(tmp_path / "s.db")], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-800:]
+    assert any(ln.startswith("spec: ") for ln in r.stdout.splitlines())
