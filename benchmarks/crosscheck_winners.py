@@ -118,18 +118,25 @@ CHAIN_REPLAY_MS = 2.0  # the chain harness's graphs repeat their pass over the i
 CHAIN_PLACEMENTS = 4
 
 
-def chain_harness_ms(placement, rounds: int = HARNESS_ROUNDS, placements: int = CHAIN_PLACEMENTS) -> dict[str, float]:
-    """name -> median ms per call in the chain regime (chain_harness_timers), rounds alternating, split
-    over `placements` placements: placement(p) -> (calls, A operands) on operands of its own, and the
-    harness's buffers and graphs made anew, each while the last are still held (so elsewhere in memory)."""
+def chain_harness_rounds(placement, rounds: int = HARNESS_ROUNDS, placements: int = CHAIN_PLACEMENTS,
+                         later_warmup_s: float = WARMUP_S / 5) -> dict[str, list]:
+    """name -> ms per call of each round in the chain regime (chain_harness_timers), rounds alternating,
+    split over `placements` placements: placement(p) -> (calls, A operands) on operands of its own, and
+    the harness's buffers and graphs made anew, each while the last are still held (so elsewhere in
+    memory). The first placement warms up for WARMUP_S, the later ones for later_warmup_s."""
     times: dict[str, list] = {}
     timers = None
     for p in range(placements):
         calls, a_operands = placement(p)
-        timers = chain_harness_timers(calls, a_operands, WARMUP_S if p == 0 else WARMUP_S / 5)
+        timers = chain_harness_timers(calls, a_operands, WARMUP_S if p == 0 else later_warmup_s)
         for name, xs in interleaved(timers, -(-rounds // placements)).items():
             times.setdefault(name, []).extend(xs)
-    return {k: statistics.median(v) for k, v in times.items()}
+    return times
+
+
+def chain_harness_ms(placement, rounds: int = HARNESS_ROUNDS, placements: int = CHAIN_PLACEMENTS) -> dict[str, float]:
+    """name -> median ms per call of chain_harness_rounds."""
+    return {k: statistics.median(v) for k, v in chain_harness_rounds(placement, rounds, placements).items()}
 
 
 def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP_S, warm_on_side: bool = True) -> dict:

@@ -26,8 +26,8 @@ of the winner and torch.matmul in that mode).
      of x, the linear, another GEMM of x; a call's time is the replay less that of the same graph
      without the linears; the rounds split over CHAIN_PLACEMENTS placements of the operands and the
      harness's buffers, each made anew while the last are held (where they lie moves a small call's
-     time by a few percent: chain_placement.py). Layer (crosscheck_winners.harness_timers): per call, the L2 read, the pass
-     over x, then the linear between two events, timed between the events only.
+     time by a few percent: chain_placement.py). Layer (crosscheck_winners.harness_timers): per call,
+     the L2 read, the pass over x, then the linear between two events, timed between the events only.
    Ratio: the median over the rounds of the per-round ratio F.linear time / cudal2.linear time (with
    its quartiles). Route: what the op ran for the call, read off its launchers after the timing
    (ops._launchers for eager calls, which captured calls also take; ops._graph_launchers for a kernel
@@ -62,7 +62,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
 
 from _rounds import interleaved, spread  # noqa: E402
-from crosscheck_winners import CHAIN_PLACEMENTS, chain_harness_timers, gpu_uuid, harness_timers, problem_of  # noqa: E402
+from crosscheck_winners import (CHAIN_PLACEMENTS, WARMUP_S, chain_harness_rounds, gpu_uuid, harness_timers,  # noqa: E402
+                                problem_of)
 from e2e_decoder import compare, operand_copies  # noqa: E402
 from cudal2.route_check import wall_timer  # noqa: E402
 
@@ -165,8 +166,8 @@ def eager_figures(x, w, rounds: int, calls: int) -> dict:
 def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") -> dict:
     """The graph path: CUDA graphs of the call pattern on a GPU, the pattern of the mode the winner was
     searched in (chain: chain_harness_timers, each call between two GEMMs of its input after the L2 read,
-    the rounds split over CHAIN_PLACEMENTS placements of the operands and the harness's buffers, as
-    crosscheck_winners.chain_harness_ms; layer: harness_timers); on the CPU, the same calls timed from
+    the rounds split over CHAIN_PLACEMENTS placements of the operands and the harness's buffers:
+    crosscheck_winners.chain_harness_rounds; layer: harness_timers); on the CPU, the same calls timed from
     Python, the buffer read included."""
     import torch
     from torch.nn import functional as F
@@ -189,19 +190,19 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") ->
             timers = {"torch": wall_timer(pattern(F.linear), calls), "cudal2": wall_timer(pattern(cudal2.linear), calls)}
             return {**compare(timers, rounds), "calls": calls, "operand_sets": copies, "pattern": call_pattern}
         ops_of = {"torch": F.linear, "cudal2": cudal2.linear}
-        timers_of = chain_harness_timers if call_pattern == "chain" else harness_timers
-        placements = CHAIN_PLACEMENTS if call_pattern == "chain" else 1
-        times: dict[str, list] = {}
-        held = None  # the last placement's operands and graphs, held while the next are made (elsewhere)
-        for _ in range(placements):
+
+        def placement(_p: int):
             sets = [(torch.randn_like(x), w.clone()) for _ in range(copies)]
-            in_ms = timers_of({name: lambda i, op=op, sets=sets: op(*sets[i % copies]) for name, op in ops_of.items()},
-                              [sets[i % copies][0] for i in range(calls)])
-            held = (sets, in_ms)
-            timers = {name: lambda t=t: t() * 1e3 for name, t in in_ms.items()}
-            for name, xs in interleaved(timers, -(-rounds // placements)).items():
-                times.setdefault(name, []).extend(xs)
-        del held
+            return ({name: lambda i, op=op: op(*sets[i % copies]) for name, op in ops_of.items()},
+                    [sets[i % copies][0] for i in range(calls)])
+
+        if call_pattern == "chain":
+            placements = CHAIN_PLACEMENTS
+            rounds_ms = chain_harness_rounds(placement, rounds, placements, later_warmup_s=WARMUP_S)
+        else:
+            placements = 1
+            rounds_ms = interleaved(harness_timers(*placement(0)), rounds)
+    times = {name: [t * 1e3 for t in xs] for name, xs in rounds_ms.items()}
     ratio, q1, q3 = spread(t / c for t, c in zip(times["torch"], times["cudal2"]))
     both = {name: {"us": statistics.median(r), "rounds_us": r} for name, r in times.items()}
     return {**both, "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3, "calls": calls, "operand_sets": copies,
@@ -290,9 +291,9 @@ def markdown(out: dict) -> str:
               "call of back-to-back calls. Graph: CUDA graphs in the pattern of the mode the winner was searched in, "
               "cycling over copies of (x, weight) that fill twice the L2: chain (crosscheck_winners's chain harness: "
               "per call, a read of twice the L2, an in-place pass over x, a GEMM of x, the linear, another GEMM of "
-              "x; the replay less that of the graph without the linears; the rounds split over four placements of the "
-              "operands and buffers) or layer (per call, the L2 read, the pass "
-              "over x, and the linear between two events). Served: what the op ran (the kernel's backend, or torch). Verdicts: ratio >= "
+              "x; the replay less that of the graph without the linears; the rounds split over four placements of "
+              "the operands and buffers) or layer (per call, the L2 read, the pass over x, and the linear between two "
+              "events). Served: what the op ran (the kernel's backend, or torch). Verdicts: ratio >= "
               f"{MIN_RATIO} in each path; where the graph path ran the kernel, ratio >= searched - "
               f"{SEARCHED_SLACK}.", "",
               f"**{passed} of {len(rows)} shapes pass every verdict.**", "",
