@@ -994,6 +994,28 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("The op's fallback again, another machine, H200", "op_overhead_fallback_again_h200_2026-11-29.json",
                "op_overhead", "`benchmarks/op_overhead.py OUT.md --shapes 1x4096x4096 --budget 0 --rounds 61` with a "
                "fresh store: +0.53 us a call over F.linear's 24.0 us (quartiles +0.16 to +0.88)."),
+    Experiment("The op's fallback with kept weights, H200", "op_overhead_fallback_kept_weight_h200_2026-11-29.json",
+               "op_overhead", "The command above (GPU-cc41ac5f) after the op kept the weights whose every call runs torch "
+               "(one id lookup before the grad test and the element counts): +1.15 us a call over F.linear's 25.6 us "
+               "(quartiles +0.56 to +1.60)."),
+    Experiment("The op's fallback with kept weights, 201 rounds, H200", "op_overhead_fallback_kept_weight_r201_h200_2026-11-29.json",
+               "op_overhead", "`benchmarks/op_overhead.py OUT.md --shapes 1x4096x4096 --budget 0 --rounds 201` with a fresh "
+               "store (GPU-ae09d539): +1.07 us over F.linear's 26.6 us (quartiles +0.16 to +1.90)."),
+    Experiment("The op's fallback before kept weights, 201 rounds, same machine, H200",
+               "op_overhead_fallback_before_kept_weight_r201_h200_2026-11-29.json", "op_overhead",
+               "The same command with the code of commit 0df301b, run next in a fresh process on the same machine "
+               "(GPU-ae09d539): +0.37 us over F.linear's 19.6 us (quartiles +0.10 to +0.68). F.linear's own host time "
+               "moved from 19.6 to 26.6 us between the two processes: on these hosts the fallback's sub-microsecond "
+               "cost is within the noise of a process's state."),
+    Experiment("Host-bound shapes through the op with kept weights, H200", "op_served_host_bound_kept_weight_h200_2026-11-29.json",
+               "op_served", "`benchmarks/op_served.py OUT.md --winners W --shapes 5 --rounds 100` (GPU-cc41ac5f), W the "
+               "rows of crosscheck_winners_chain_h200_2026-11-29.json with five shapes first "
+               "(crosscheck_winners_chain_host_bound_first_h200_2026-11-29.json; the table holds all 30). Eager: "
+               "1x3072x3072 0.942 (a kernel serves it in graphs only, so its eager call also asks whether a capture "
+               "is underway), 33x3072x3072 0.962, 128x17920x1536 1.000."),
+    Experiment("Host-bound shapes through the op before kept weights, same machine, H200",
+               "op_served_host_bound_before_kept_weight_h200_2026-11-29.json", "op_served",
+               "The same command with the code of commit 0df301b, next on the same machine: eager 0.926, 0.953 and 0.980."),
     Experiment("A transformers Llama (2 layers), routes checked inside the model, H200", "e2e_model_checked_h200_2026-11-29.json",
                "e2e_model", "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes eager,compile,graph --rounds 15` "
                "(Triton only, direct Triton launches): cudal2.check_routes kept a routed group only where it saved "

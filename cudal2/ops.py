@@ -40,6 +40,7 @@ memory, which a capture would record. A captured call whose kernel was not built
 from __future__ import annotations
 
 import os
+import weakref
 from threading import Lock
 from typing import Callable, Optional
 
@@ -73,9 +74,9 @@ _untuned: dict[str, GemmProblem] = {}  # problem key -> problem called with no t
 # same at GRAPH_MIN_SAVING_US, for calls while a CUDA graph captures; "mm_numels", "linear_numels" and their
 # "_graph" twins: {B's shape: A's element counts (m * k) served}; "served_numels": {B's element count (k * n):
 # A's element counts} of every servable entry, eager or while a CUDA graph captures (_torch_counts' guard),
-# "eager_numels" the same of those an eager call may take (_graph_only_counts' guard);
-# {} = not read yet
-_b_shapes: dict[str, dict] = {}
+# "eager_numels" the same of those an eager call may take (_graph_only_counts' guard); "grad_served": whether
+# any servable entry has a layout other than linear's, NT (_torch_weights' guard); {} = not read yet
+_b_shapes: dict = {}
 # The eager paths' plan per B operand shape (b.shape, weight.shape), read off _b_shapes on its first call
 # (_Plan). A's element count is m * k, one int per row count, cheaper to read than a.shape. A call of a
 # count served in neither mode runs torch without a call key or problem once its first call was bound
@@ -97,6 +98,24 @@ _mm_torch_counts, _linear_torch_counts = _torch_counts["mm"], _torch_counts["lin
 # serves eagerly is sent to torch here.
 _graph_only_counts: dict[str, dict[int, set]] = {"mm": {}, "linear": {}}
 _mm_graph_only_counts, _linear_graph_only_counts = _graph_only_counts["mm"], _graph_only_counts["linear"]
+# The fallback's fastest path, before the grad checks and the weight's element count: per linear weight, the
+# calls that run torch in every mode, with or without gradients. Kept only for a contiguous weight and where every
+# servable entry has linear's layout, NT: backward's GEMMs are then of layouts NN and TN, which none serves. (The
+# weight gradient's GEMM is NT only where x and its gradient are both column-major views; such a call's weight
+# gradient then runs torch's GEMM, as it would through F.linear.)
+# id(weight) -> _EVERY_CALL where no servable entry has the weight's shape (then not even x's element count is
+# read), else the _Plan of its shape (x's element counts served in no mode, or only while a CUDA graph
+# captures; both grow as calls are bound). _torch_weight_refs keeps a weak reference to each weight, whose
+# callback drops its id when the weight dies, before the id can name another tensor. (A weight whose shape
+# changes in place, through .data, keeps its old entry: a call it names runs torch, which is never wrong.)
+# Filled at a weight's first call (_run_linear), and for a Parameter at a call _torch_counts sends to torch, so
+# that a plain tensor made anew for every call is not kept. With the checks it skips (grad mode, requires_grad,
+# two element counts and their lookups) the op's Python cost 318 ns a call on this project's CPU, without them 98
+# (benchmarks/op_fallback_python.py, 2026-11-29).
+_torch_weights: dict[int, object] = {}
+_torch_weight_refs: dict[int, weakref.ref] = {}
+_EVERY_CALL = object()
+_Parameter = torch.nn.Parameter
 # each backend's launch cost on this host (cudal2.bench.launch_cost): an eager call takes a kernel only where
 # its saving exceeds its backend's cost, measured at the first launch of that backend
 _launch_costs = LaunchCosts()
@@ -140,17 +159,35 @@ def _forget_plans() -> None:
     _plans["linear"].clear()
     for counts in (*_torch_counts.values(), *_graph_only_counts.values()):
         counts.clear()
+    _torch_weights.clear()
+    _torch_weight_refs.clear()
 
 
-def _table_b_shapes() -> dict[str, dict]:
+def _remember_torch_weight(weight: torch.Tensor, counts) -> None:
+    """Send weight's later calls that counts (_EVERY_CALL, or its shape's _Plan) names to torch at once (see
+    _torch_weights)."""
+    if not weight.is_contiguous():  # (see _torch_weights)
+        return
+    key = id(weight)
+    if key not in _torch_weight_refs:
+        def forget(_ref, key=key):
+            _torch_weights.pop(key, None)
+            _torch_weight_refs.pop(key, None)
+        _torch_weight_refs[key] = weakref.ref(weight, forget)
+    _torch_weights[key] = counts
+
+
+def _table_b_shapes() -> dict:
     """The B operand shapes of the table's entries the op could serve (the op's own rule, on any GPU),
     per op, each with the fewest rows (M) it is served at (see _b_shapes); eager, and while a CUDA
     graph captures."""
     shapes = _b_shapes
     if not shapes:
-        found: dict[str, dict] = {"served_numels": {}, "eager_numels": {}}
+        found: dict = {"served_numels": {}, "eager_numels": {}}
+        found["grad_served"] = False  # (see _torch_weights)
         for name, margin in (("", None), ("_graph", GRAPH_MIN_SAVING_US)):
             problems = sorted(_servable_problems(margin), key=lambda p: -p.m)  # (the fewest rows last: they win)
+            found["grad_served"] = found["grad_served"] or any(p.layout != "NT" for p in problems)
             for p in problems:
                 found["served_numels"].setdefault(p.k * p.n, set()).add(p.m * p.k)
                 if not name:
@@ -462,7 +499,7 @@ class _Plan:
     """What the eager paths know of one B operand shape, by A's element count (m * k)."""
 
     __slots__ = ("eager", "graph", "bound", "bound_graph_only", "served", "to_torch", "eager_served",
-                 "to_torch_eager")
+                 "to_torch_eager", "torch_weight")
 
     def __init__(self, eager, graph, served, to_torch: set, eager_served, to_torch_eager: set):
         self.eager = eager  # counts a kernel serves eager calls of
@@ -473,6 +510,7 @@ class _Plan:
         self.to_torch = to_torch  # this B element count's _torch_counts set
         self.eager_served = eager_served  # counts an eager call's entry of this B element count has
         self.to_torch_eager = to_torch_eager  # this B element count's _graph_only_counts set
+        self.torch_weight = None  # linear: what _torch_weights holds for a weight of this shape (or None)
 
     def bound_once(self, numel: int, bound: set) -> bool:
         """Whether a call of numel, served by no kernel in this call's mode, was bound before (then it
@@ -497,8 +535,18 @@ def _plan(op: str, b_shape) -> _Plan:
     plan = _Plan(shapes[op + "_numels"].get(key, frozenset()), shapes[op + "_numels_graph"].get(key, frozenset()),
                  shapes["served_numels"].get(b_numel, frozenset()), _torch_counts[op].setdefault(b_numel, set()),
                  shapes["eager_numels"].get(b_numel, frozenset()), _graph_only_counts[op].setdefault(b_numel, set()))
+    if op == "linear" and not shapes["grad_served"]:  # (see _torch_weights)
+        plan.torch_weight = _EVERY_CALL if not plan.eager and not plan.graph else plan
     _plans[op][b_shape] = plan
     return plan
+
+
+def _remember_parameter(weight: torch.Tensor) -> None:
+    """Keep a model's weight (a Parameter) whose call ran torch in _torch_weights, where its shape's plan allows."""
+    if weight.dim() == 2 and not _b_shapes.get("grad_served", True):
+        plan = _linear_plans.get(weight.shape) or _plan("linear", weight.shape)
+        if plan.torch_weight is not None:
+            _remember_torch_weight(weight, plan.torch_weight)
 
 
 def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -528,6 +576,8 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     plan = _linear_plans.get(weight.shape) or _plan("linear", weight.shape)
+    if plan.torch_weight is not None:
+        _remember_torch_weight(weight, plan.torch_weight)
     numel = x.numel()
     if numel not in plan.eager:  # no kernel serves an eager call of this many rows
         bound = plan.bound
@@ -900,15 +950,26 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
         slot = _native_slot(served)
         return torch.ops.cudal2.linear_slot(x, weight, bias, slot) if slot >= 0 else \
             torch.ops.cudal2.linear(x, weight, bias)
+    known = _torch_weights.get(id(weight))  # torch's calls of this weight, gradients too (see _torch_weights)
+    if known is not None:
+        if known is _EVERY_CALL:
+            return _F_linear(x, weight, bias)
+        x_numel = x.numel()
+        if x_numel in known.to_torch or (x_numel in known.to_torch_eager and not _captured_now(x)):
+            return _F_linear(x, weight, bias)
     if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
         return _Linear.apply(x, weight, bias) if weight.dim() == 2 and x.dim() != 0 \
             and _autograd_takes(x, weight, bias) else _F_linear(x, weight, bias)
     w_numel, x_numel = weight.numel(), x.numel()  # (each read once, as in matmul)
     counts = _linear_torch_counts.get(w_numel)
     if counts is not None and x_numel in counts:  # served in no mode, bound once (see _torch_counts)
+        if type(weight) is _Parameter:  # a model's weight: its next call skips all this
+            _remember_parameter(weight)
         return _F_linear(x, weight, bias)
     counts = _linear_graph_only_counts.get(w_numel)
     if counts is not None and x_numel in counts and not _captured_now(x):  # (see _graph_only_counts)
+        if type(weight) is _Parameter:
+            _remember_parameter(weight)
         return _F_linear(x, weight, bias)
     if weight.dim() != 2 or x.dim() == 0:
         return _F_linear(x, weight, bias)

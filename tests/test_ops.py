@@ -959,6 +959,99 @@ def test_the_miss_path_enters_no_helper_and_builds_no_shape(op):
     assert not {"shape", "size", "stride"} & set(attributes), attributes
 
 
+# A linear weight whose every call runs torch (ops._torch_weights), once its first call was made: the op, the
+# compile test (Dynamo folds it), and C calls for the test (is_dynamo_compiling), id, one dict lookup and torch's own
+# function; no grad test, no element count.
+KNOWN_WEIGHT_C_CALLS = 4
+
+
+def test_a_weight_no_entry_serves_runs_torch_before_the_grad_test_and_the_counts():
+    """After its first call, a weight of a shape no servable entry has goes to F.linear after one id lookup:
+    not even x's element count is read, with or without gradients, and the gradients are torch's."""
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=3, n=32, k=64, layout="NT"), gpu="")]))
+    w = torch.randn(96, 64).half().requires_grad_()
+    x = torch.randn(6, 64).half().requires_grad_()
+    cudal2.linear(x, w)  # its first call (through the op's autograd function): bound, the weight kept
+    assert ops._torch_weights.get(id(w)) is ops._EVERY_CALL
+    entered, c_calls, attributes = _python_work(cudal2.linear, x, w)
+    assert entered[0] == "linear" and len(entered) <= MISS_PATH_PYTHON_FUNCTIONS, entered
+    assert len(c_calls) <= KNOWN_WEIGHT_C_CALLS, c_calls
+    assert not {"requires_grad", "numel", "shape"} & set(attributes), attributes
+    cudal2.linear(x, w).square().sum().backward()
+    got = (x.grad.clone(), w.grad.clone())
+    x.grad = w.grad = None
+    torch.nn.functional.linear(x, w).square().sum().backward()
+    assert torch.equal(got[0], x.grad) and torch.equal(got[1], w.grad)
+
+
+def test_a_kept_weight_is_forgotten_when_it_dies_and_when_the_table_changes():
+    """The id of a weight that died names no entry (another tensor may get that id), nor does any after
+    set_table."""
+    import gc
+
+    with torch.no_grad():
+        w = torch.randn(96, 64)
+        cudal2.linear(torch.randn(6, 64), w)
+        key = id(w)
+        assert key in ops._torch_weights
+        del w
+        gc.collect()
+        assert key not in ops._torch_weights and key not in ops._torch_weight_refs
+        kept = torch.randn(96, 64)
+        cudal2.linear(torch.randn(6, 64), kept)
+        ops.set_table(TunedTable())
+        assert not ops._torch_weights
+
+
+def test_no_weight_is_kept_where_a_gradient_gemm_could_be_served():
+    """A servable entry of another layout than linear's (NN here: backward's x-gradient GEMM) could serve
+    a gradient: no weight skips the grad test then, and a call that needs gradients goes through the op's
+    autograd function, whose backward asks the op."""
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=6, n=64, k=96, layout="NN"), gpu="")]))
+    w = torch.randn(96, 64).half().requires_grad_()
+    x = torch.randn(6, 64).half().requires_grad_()
+    cudal2.linear(x, w)
+    assert not ops._torch_weights
+    assert isinstance(cudal2.linear(x, w).grad_fn, ops._Linear._backward_cls)
+
+
+def test_a_kept_weight_of_a_served_shape_still_takes_its_served_rows(monkeypatch):
+    """A weight whose shape a kernel serves at 3 rows is kept for the calls of other row counts that ran
+    torch: a call of 3 rows still reaches the full path, which decides it."""
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=3, n=32, k=64, layout="NT"), gpu="")]))
+    w = torch.randn(32, 64)
+    with torch.no_grad():
+        cudal2.linear(torch.randn(6, 64), w)  # bound: 6 rows run torch
+        assert ops._torch_weights.get(id(w)) is not ops._EVERY_CALL and id(w) in ops._torch_weights
+
+        def built(*args):
+            raise AssertionError("built a call key")
+
+        monkeypatch.setattr(ops, "_linear_key", built)
+        assert torch.equal(cudal2.linear(x := torch.randn(6, 64), w), torch.nn.functional.linear(x, w))
+        with pytest.raises(AssertionError, match="built a call key"):
+            cudal2.linear(torch.randn(3, 64), w)
+
+
+def test_a_models_weights_are_kept_at_their_first_call_and_a_tensor_made_per_call_is_not():
+    """Layers of one shape share their counts: the second layer's first call runs torch on the counts alone;
+    its weight, a Parameter, is kept then. A plain tensor remade for each call is not kept (its weak
+    reference would cost every call more than the counts)."""
+    layers = [torch.nn.Linear(64, 96, bias=False) for _ in range(3)]
+    x = torch.randn(6, 64)
+    with torch.no_grad():
+        for layer in layers:
+            cudal2.linear(x, layer.weight)
+        assert all(ops._torch_weights.get(id(layer.weight)) is ops._EVERY_CALL for layer in layers)
+        made = [layers[0].weight.detach().clone() for _ in range(3)]
+        for w in made:
+            cudal2.linear(x, w)
+        assert not any(id(w) in ops._torch_weights for w in made)
+        transposed = torch.nn.Parameter(torch.randn(64, 96).t())  # (its gradient GEMMs could be NT: never kept)
+        cudal2.linear(x, transposed)
+        assert id(transposed) not in ops._torch_weights
+
+
 def test_a_call_whose_counts_a_served_call_shares_is_never_sent_to_torch_by_the_miss_path(monkeypatch):
     """The miss path keys on element counts (weight.numel(), x.numel()): a call of another shape with the
     same counts as a served one (64 x 32 weight at 6 rows, 32 x 64 at 3: both 2048 and 192) is not
