@@ -1016,6 +1016,20 @@ EXPERIMENTS: list[Experiment] = [
     Experiment("Host-bound shapes through the op before kept weights, same machine, H200",
                "op_served_host_bound_before_kept_weight_h200_2026-11-29.json", "op_served",
                "The same command with the code of commit 0df301b, next on the same machine: eager 0.926, 0.953 and 0.980."),
+    Experiment("Proposers at equal budget, chain mode, serving validation shapes, H200",
+               "compare_validation_chain_h200_2026-11-29.json", "compare",
+               "`cudal2 compare serving:validation --sample 6 --layout NT --proposers learned,rules --budget 16 --backend "
+               "triton` (GPU-c96141b4; Triton only: nvidia-cutlass-dsl was not installed), every search in chain mode, "
+               "the default objective: learned 1.000x torch.matmul in geomean, rules 0.983x."),
+    Experiment("The same on eleven more serving validation shapes, layout NT, H200",
+               "compare_validation_chain_more11_nt_h200_2026-11-29.json", "compare",
+               "The same command on eleven shapes drawn by a shuffle of the serving validation set (Python's random.Random(1)), less the "
+               "six above and one of 41 TFLOP (16384x152064x8192, for the 10-minute call), GPU-b57b62cc: learned "
+               "0.967x, rules 0.937x. Over the 17 shapes of the two runs: learned 0.979x, rules 0.953x."),
+    Experiment("Those eleven shapes in layout NN, H200", "compare_validation_chain_more11_nn_h200_2026-11-29.json",
+               "compare", "The run before the one above, GPU-c96141b4: the comma list lost `--layout NT` (a bug, fixed: a "
+               "list's shapes now take --layout unless one names its own), so it searched layout NN: learned 0.970x, "
+               "rules 0.926x."),
     Experiment("A transformers Llama (2 layers), routes checked inside the model, H200", "e2e_model_checked_h200_2026-11-29.json",
                "e2e_model", "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes eager,compile,graph --rounds 15` "
                "(Triton only, direct Triton launches): cudal2.check_routes kept a routed group only where it saved "

@@ -155,6 +155,7 @@ def test_compare_writes_a_png(tmp_path):
     assert set(curves) == {"random", "none"}
     assert [p["evaluation"] for p in curves["random"]["256x512x128-float16-NN"]] == [1, 2, 3, 4]
     assert (tmp_path / "stores" / "random.db").exists() and (tmp_path / "stores" / "none.db").exists()
+    assert "speedups in chain mode" in out.with_suffix(".md").read_text()  # the objective's mode, named
 
 
 def test_compare_on_the_recorded_runner_says_its_numbers_are_synthetic(tmp_path, monkeypatch):
@@ -275,3 +276,13 @@ def test_python_m_cudal2_is_the_cudal2_command(tmp_path):
                         "2", "--store", str(tmp_path / "s.db")], env=env, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-800:]
     assert any(ln.startswith("spec: ") for ln in r.stdout.splitlines())
+
+
+def test_compare_gives_a_comma_list_its_layout_unless_a_shape_names_its_own(tmp_path):
+    """--layout applies to the shapes of a comma list as to a single shape; '-NN' after one keeps that one's."""
+    out = tmp_path / "cmp.png"
+    r = runner.invoke(app, ["compare", "256x512x128,128x256x64-NN", "--layout", "NT", "--proposers", "random",
+                            "--budget", "1", "--runner", "recorded", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    curves = json.loads(out.with_suffix(".json").read_text())
+    assert set(curves["random"]) == {"256x512x128-float16-NT", "128x256x64-float16-NN"}

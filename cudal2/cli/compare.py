@@ -86,6 +86,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
     finals: dict[str, dict[str, float | None]] = {}
     labels: dict[str, str] = {}  # arm -> its name in the table and the legend, with its endpoint failures
     arms: list = []
+    modes: set[str] = set()  # the timing modes the arms' speedups are in (docs/evaluation.md)
     for name in names:
         for b in budgets:
             arm = name if len(budgets) == 1 else f"{name} b{b}"
@@ -100,6 +101,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
                                      confirm=Confirm(), progress=False)
                 curves.setdefault(arm, {})[problem.label()] = res.curve
                 finals.setdefault(arm, {})[problem.label()] = res.speedup.get("torch")
+                modes.add(res.mode)
                 arms.append(cmp.Arm(name, int(b) if b.isdigit() else b, problem.label(), res.speedup.get("torch"),
                                     res.best.spec.backend if res.best is not None else ""))
             labels[arm] = _arm_label(name, prop).replace(name, arm, 1)
@@ -109,7 +111,7 @@ def compare(shapes: Annotated[list[str], typer.Argument(help=(
                 {n: {s: [p.__dict__ for p in c] for s, c in per.items()} for n, per in curves.items()}, indent=1))
             out.with_suffix(".md").write_text(cmp.markdown(arms, cmp.best_known(arms, outside), title="Proposers at equal budget",
                                                            command="cudal2 " + shlex.join(sys.argv[1:]),
-                                                           environment=where))
+                                                           environment=f"{where}; speedups in {' and '.join(sorted(modes))} mode"))
     if hasattr(run, "close"):
         run.close()
     _print_compare(finals, problems, labels, note=synthetic)
@@ -124,7 +126,7 @@ def _compare_problems(shapes: list[str], dtype: str, layout: str, sample: int | 
         is_set = text.partition(":")[0] in ("grid", "serving", "all")
         if is_set or "," in text or "-" in text or Path(text).is_file():  # a set, a list or a file of shapes
             try:
-                found = resolve_shapes(text, dtype)
+                found = resolve_shapes(text, dtype, layout)
             except ValueError as e:
                 _fail(f"compare {text}: {_one_line(e)}")
             problems += draw_shapes(found, sample) if sample and is_set else found

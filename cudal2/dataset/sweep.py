@@ -43,13 +43,14 @@ class SweepSummary:
     stopped: bool = False  # `stop` said so before a chunk: the pairs left are measured by a second run
 
 
-def resolve_shapes(text: str, dtype: str = "float16") -> list[GemmProblem]:
+def resolve_shapes(text: str, dtype: str = "float16", layout: str = "NN") -> list[GemmProblem]:
     """Shapes from a name or a list:
     - a set of cudal2.shapes, whole or one part of its split: grid, serving, grid:train,
       serving:validation, all (both sets), all:validation;
     - a file with one shape per line ('M N K' or 'MxNxK', '#' comments);
     - shapes separated by commas: 4096x4096x4096,1x4096x4096.
-    A shape in a file or a list is layout NN unless it ends in its layout: 1x4096x4096-NT."""
+    A shape in a file or a list is of layout (default NN) unless it ends in its own: 1x4096x4096-NT. A set's
+    shapes keep the set's layouts."""
     name, _, part = text.partition(":")
     if name in (*shape_sets.SETS, "all"):
         names = shape_sets.SETS if name == "all" else (name,)
@@ -68,10 +69,10 @@ def resolve_shapes(text: str, dtype: str = "float16") -> list[GemmProblem]:
                          "MxNxK[,MxNxK...]")
     out = []
     for item in items:
-        dims, _, layout = item.partition("-")
-        if layout and layout not in ("NN", "NT", "TN", "TT"):
+        dims, _, own = item.partition("-")
+        if own and own not in ("NN", "NT", "TN", "TT"):
             raise ValueError(f"{item!r}: the layout after '-' is one of NN, NT, TN, TT")
-        out.append(GemmProblem.parse(dims, dtype=dtype, layout=layout or "NN"))
+        out.append(GemmProblem.parse(dims, dtype=dtype, layout=own or layout))
     return out
 
 
