@@ -281,7 +281,7 @@ def markdown(out: dict) -> str:
              f"GPU {out['gpu']}, UUID {out['gpu_uuid']}; {out['versions']}. Winners: {out['winners']} "
              f"({winners.get('gpu', '?')}, {winners.get('date', '?')}, GPU {winners.get('gpu_uuid', '?')}).", ""]
     if out.get("launch_costs_us"):
-        lines += ["Launch cost beyond F.linear's, measured by the op at each backend's first eager launch (us): "
+        lines += ["Launch cost beyond F.linear's, measured by the op at each launch path's first eager launch (us): "
                   + ", ".join(f"{b} {us:.2f}" for b, us in sorted(out["launch_costs_us"].items())) + ".", ""]
     if out.get("smoke"):
         lines += ["Smoke run on the CPU: the table, the routing record and the report only; the times are "
@@ -391,7 +391,7 @@ def main(argv: list[str] | None = None) -> None:
         if time.time() - start >= args.max_seconds:
             break
         out["rows"].append(measure(row, gpu, device, rounds))
-        out["launch_costs_us"] = ops.launch_costs()  # each backend's, measured at its first eager launch
+        out["launch_costs_us"] = ops.launch_costs()  # each launch path's, measured at its first eager launch
         if device == "cuda":
             torch.cuda.empty_cache()
         print(json.dumps({k: v for k, v in out["rows"][-1].items() if k not in ("eager", "graph")}), flush=True)

@@ -1,9 +1,10 @@
 """cudal2.matmul and cudal2.linear: run the tuned kernel for a shape, or torch where none is tuned.
 
 Never slower: a tuned kernel is used only where the table records a measured speedup over
-torch.matmul above 1 on this GPU and, for an eager call, a saving above its backend's launch cost on
-this host (measured at that backend's first launch: cudal2.bench.launch_cost; less, and the op's host
-time would cost a host-bound model more than the kernel saves). CuTe DSL and Triton kernels are
+torch.matmul above 1 on this GPU and, for an eager call, a saving above its launch path's cost on this
+host (the backend's launcher and how many kernels a call launches, measured at that path's first launch:
+cudal2.bench.launch_cost; less, and the op's host time would cost a host-bound model more than the
+kernel saves). CuTe DSL and Triton kernels are
 launched (op_backends). Everything else (CPU tensors, dtypes other than fp16/bf16, batched or strided
 operands, shapes never tuned, shapes the IR refuses, operands not 16-byte aligned) runs torch.matmul /
 torch.nn.functional.linear. Shapes called without a tuned kernel are remembered (untuned_problems());
@@ -47,7 +48,7 @@ from typing import Callable, Optional
 import torch
 import torch.nn.functional as F
 
-from cudal2.bench.launch_cost import LaunchCosts
+from cudal2.bench.launch_cost import LaunchCosts, path_name
 from cudal2.settings import settings
 from cudal2.codegen import native_launch
 from .ir import Epilogue, GemmProblem, SpecError
@@ -116,8 +117,8 @@ _torch_weights: dict[int, object] = {}
 _torch_weight_refs: dict[int, weakref.ref] = {}
 _EVERY_CALL = object()
 _Parameter = torch.nn.Parameter
-# each backend's launch cost on this host (cudal2.bench.launch_cost): an eager call takes a kernel only where
-# its saving exceeds its backend's cost, measured at the first launch of that backend
+# each launch path's cost on this host (cudal2.bench.launch_cost): an eager call takes a kernel only where its
+# saving exceeds its path's cost, measured at the first launch of that path
 _launch_costs = LaunchCosts()
 # CUDA graph capture (see GRAPH_MIN_SAVING_US): (problem key, device) -> the kernel's bound run(a, b, d, bias)
 # (or None for torch), built outside any capture; call key -> launcher of a call made while capturing
@@ -312,9 +313,11 @@ def _saving_us(entry) -> float:
 
 
 def _eager_margin_us(backend: str) -> float:
-    """What an eager call's kernel of backend must save: the backend's measured launch cost; before its
-    first launch on a GPU, nothing (the first eager launch measures it, then decides again); where
-    nothing can be measured, EAGER_MIN_SAVING_US."""
+    """What an eager call's kernel of backend must save before it is bound: the cost of the backend's plain
+    launch path (one kernel through its fastest launcher, the cheapest a kernel of it can take), where
+    measured; the kernel's own path is known, and measured where it is new, when _eager_launcher binds it,
+    which decides again. Before the plain path is measured on a GPU, nothing; where nothing can be
+    measured, EAGER_MIN_SAVING_US."""
     known = _launch_costs.known(backend)
     if known is not None:
         return known
@@ -364,7 +367,8 @@ def _compiled(entry, problem: GemmProblem):
 
 
 def launch_costs() -> dict[str, float]:
-    """Each backend's launch cost measured on this host so far, in microseconds beyond torch's call."""
+    """Each launch path's cost measured on this host so far (cudal2.bench.launch_cost.path_name: "triton",
+    "triton x2", ...), in microseconds beyond torch's call."""
     return dict(_launch_costs.items())
 
 
@@ -399,23 +403,28 @@ def _bind(key: tuple, problem: GemmProblem | None, out_shape: tuple, device, ope
 
 def _eager_launcher(problem: GemmProblem, gpu: str, out_shape: tuple, device, operands: tuple | None,
                     torch_call: Callable | None, op: str = "linear") -> Optional[Callable]:
-    """The launcher of the best entry an eager call takes (_eager_entries), or None. A backend launched
-    here for the first time on a GPU has its launch cost measured with this call's operands against
-    torch_call; where its saving does not exceed that cost, the next entry (another backend's) is tried.
-    The cost timed is the served call's own beyond the launch: its call key (op: "mm" or "linear"), which
-    the eager path builds before it finds the launcher (1.5 us a call on one H200 host, 2026-11-29)."""
+    """The launcher of the best entry an eager call takes (_eager_entries), or None. Each candidate is
+    launched once with this call's operands, which tells its launch path (the bound run's launch_path,
+    known after a first call: how many kernels, through which launcher); a path launched here for the
+    first time on a GPU has its cost measured against torch_call. Where the kernel's saving does not
+    exceed its path's cost, the next entry (another backend's) is tried. The cost timed is the served
+    call's own beyond the launch: its call key (op: "mm" or "linear"), which the eager path builds before
+    it finds the launcher (1.5 us a call on one H200 host, 2026-11-29). Two kernels of one backend may
+    cost differently: a Triton split-K kernel whose reduction is a second kernel launches twice."""
     key_of = (lambda a, b, bias: _matmul_key(a, b)) if op == "mm" else _linear_key
     for entry in _eager_entries(problem, gpu):
         kernel = _compiled(entry, problem)
         launcher = _launcher(kernel, problem, out_shape, device) if kernel is not None else None
         if launcher is None:
             continue
-        backend = entry.spec.backend
-        if _launch_costs.known(backend) is None and operands is not None and torch_call is not None \
-                and _launch_costs.can_measure(device) and not _captured_now(operands[0]) \
+        if operands is not None and torch_call is not None and _launch_costs.can_measure(device) \
+                and not _captured_now(operands[0]) \
                 and launcher(*operands) is not None:  # (None: operands off alignment, nothing launched)
-            cost = _launch_costs.measure(backend, lambda: (key_of(*operands), launcher(*operands)), torch_call)
-            _forget_plans()  # the fast path's served counts assumed no cost for this backend
+            path = path_name(entry.spec.backend, getattr(launcher.run, "launch_path", None))
+            cost = _launch_costs.known(path)
+            if cost is None:
+                cost = _launch_costs.measure(path, lambda: (key_of(*operands), launcher(*operands)), torch_call)
+                _forget_plans()  # the fast path's served counts assumed no cost for this path
             if _saving_us(entry) <= cost:
                 continue
         return launcher
@@ -481,7 +490,7 @@ def _launch_of(run: Callable, problem: GemmProblem, out_shape: tuple, device) ->
         d = empty(out_shape, dtype=dtype, device=device)
         run(a, b, d, bias)
         return d
-    launch.backend = getattr(run, "backend", None)
+    launch.backend, launch.run = getattr(run, "backend", None), run
     return launch
 
 
@@ -767,8 +776,9 @@ def _traced_min_saving_us(entry) -> float:
     native = entry.spec.backend == "cute_dsl" and tvm_ffi_version() and native_launch.library() is not None
     if native:
         return NATIVE_TRACED_MIN_SAVING_US
-    # the Python op launches through the eager launcher, whose backend's own cost may be the larger
-    return max(TRACED_MIN_SAVING_US, _launch_costs.known(entry.spec.backend) or 0.0)
+    # the Python op launches through the eager launcher, whose launch path's own cost may be the larger (the
+    # costliest of the backend's measured paths: which one this kernel takes is known once it is bound)
+    return max([TRACED_MIN_SAVING_US, *_launch_costs.of_backend(entry.spec.backend)])
 
 
 @torch.compiler.assume_constant_result

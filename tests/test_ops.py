@@ -752,18 +752,42 @@ def _fake_costs(monkeypatch, clock):
 
 
 class _ClockedKernel:
-    """A kernel of `backend` whose launch costs launch_us[backend] of the fake clock; it computes F.linear."""
+    """A kernel of `backend` whose launch costs launch_us[backend] of the fake clock per kernel it launches
+    (launches: a split-K kernel's reduction is a second one); it computes F.linear."""
 
-    def __init__(self, backend, clock, launch_us, ran):
-        self.backend, self.clock, self.launch_us, self.ran = backend, clock, launch_us, ran
+    def __init__(self, backend, clock, launch_us, ran, launches=1):
+        self.backend, self.clock, self.launch_us, self.ran, self.launches = backend, clock, launch_us, ran, launches
 
     def bind(self, m, n, k, device):
         def run(a, b, d, bias):
-            self.clock[0] += self.launch_us[self.backend] * 1e-6
+            self.clock[0] += self.launch_us[self.backend] * self.launches * 1e-6
             self.ran.append(self.backend)
             d.view(m, n).copy_(torch.nn.functional.linear(a.reshape(m, k), b.reshape(n, k), bias))
-        run.backend = self.backend
+            run.launch_path = f"x{self.launches}" if self.launches > 1 else ""  # (as Triton's: after a call)
+        run.backend, run.launch_path = self.backend, None
         return run
+
+
+@pytest.mark.parametrize("two_launches_first", [True, False])
+def test_each_launch_path_of_a_backend_has_its_own_cost(cpu_as_gpu, monkeypatch, two_launches_first):
+    """Two Triton kernels that each save 6 us a call: one launches one kernel (4 us beyond torch's call),
+    the other two (a split-K reduction: 8 us). The first serves eager calls and the second does not,
+    whichever is bound first: a backend's first kernel does not set the cost of its others."""
+    clock, ran = [0.0], []
+    _fake_costs(monkeypatch, clock)
+    one, two = GemmProblem(m=8, n=48, k=64, layout="NT"), GemmProblem(m=16, n=48, k=64, layout="NT")
+    monkeypatch.setattr(ops, "_compiled", lambda entry, problem: _ClockedKernel(
+        "triton", clock, {"triton": 4.0}, ran, launches=2 if problem == two else 1))
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    ops.set_table(TunedTable([_entry(problem=p, ms=0.050, torch_ms=0.056, gpu="") for p in (one, two)]))
+    w = torch.randn(48, 64).half()
+    order = [(16, False), (8, True)] if two_launches_first else [(8, True), (16, False)]
+    with torch.no_grad():
+        for rows, served in order:
+            x = torch.randn(rows, 64).half()
+            torch.testing.assert_close(cudal2.linear(x, w), torch.nn.functional.linear(x, w))
+            assert (ops._launchers[ops._linear_key(x, w, None)] is not None) == served, rows
+    assert ops.launch_costs() == pytest.approx({"triton": 4.0, "triton x2": 8.0})
 
 
 def _dsl_entry(problem, ms, torch_ms, gpu=""):

@@ -98,6 +98,7 @@ def _operands(problem, offset=0, bias=True):
 def test_calls_after_the_first_launch_the_kept_compiled_kernels_with_the_jits_arguments(case, monkeypatch):
     state, runtime = _runtime()
     problem, run, log = _bound(case, monkeypatch, runtime)
+    assert run.launch_path is None  # (known after a first call)
     first = _operands(problem)
     run(*first)
     jit = [entry for entry in log if entry[0] == "jit"]
@@ -121,6 +122,7 @@ def test_calls_after_the_first_launch_the_kept_compiled_kernels_with_the_jits_ar
                 assert new.data_ptr() == ops[where[0]].data_ptr() if where else new is old
         log.clear()
     assert run.compiled.launches == 3
+    assert run.launch_path == ("x2" if "splitk" in case else "")  # what the op times apart (launch_cost)
 
 
 def test_a_call_triton_would_specialize_apart_takes_the_jit(monkeypatch):
@@ -152,7 +154,7 @@ def test_an_unknown_triton_api_keeps_the_jit(why, monkeypatch):
     for _ in range(3):
         run(*_operands(problem))
     assert [entry[0] for entry in log] == ["jit"] * 3
-    assert run.compiled is False
+    assert run.compiled is False and run.launch_path == "jit"
 
 
 def test_known_versions():

@@ -1,12 +1,15 @@
-"""The host time one backend's launch costs beyond torch's own call of the same GEMM, measured on this
-host once per backend and kept for the process.
+"""The host time one launch path costs beyond torch's own call of the same GEMM, measured on this host
+once per path and kept for the process.
 
 cudal2.matmul/linear serve an eager call only where the kernel's measured GPU saving exceeds this
 cost: in a host-bound model (eager, few tokens) the host time is the model's, the GPU time hidden.
-The cost is a property of the backend's launch path on this host (TVM-FFI, Triton's JIT launcher,
-the Python around them) and of this CPU, not of the shape; so the first launch of each backend is
-timed against torch's call on the same operands, and every later decision reuses the figure.
-Nothing is measured without CUDA: a CPU tensor's call is torch's anyway.
+The cost is a property of the launch path on this host and of this CPU, not of the shape: the
+backend's launcher (TVM-FFI, Triton's compiled-kernel runner or its JIT, the DSL's executor) and how
+many kernels a call launches (a split-K kernel whose reduction is a second kernel pays two launches).
+A path is named by its backend, then what else sets it apart ("triton", "triton x2", "triton jit",
+"cute_dsl executor"). The first launch of each path is timed against torch's call on the same
+operands, and every later decision reuses the figure. Nothing is measured without CUDA: a CPU
+tensor's call is torch's anyway.
 """
 
 from __future__ import annotations
@@ -65,8 +68,14 @@ def measure_us(launch: Callable[[], object], torch_call: Callable[[], object], c
     return statistics.median(differences) * 1e6
 
 
+def path_name(backend: str, launch_path: str | None) -> str:
+    """The name of a launch path: the backend, then what sets the path apart ("" or None: nothing)."""
+    return f"{backend} {launch_path}" if launch_path else backend
+
+
 class LaunchCosts:
-    """Each backend's measured launch cost (measure_us) on this host, measured once per process."""
+    """Each launch path's measured cost (measure_us) on this host, measured once per process (see
+    path_name)."""
 
     def __init__(self, clock: Callable[[], float] = time.perf_counter, sync: Callable[[], None] = _cuda_sync,
                  measurable: Callable[[object], bool] | None = None, calls: int = CALLS, rounds: int = ROUNDS):
@@ -75,22 +84,26 @@ class LaunchCosts:
         self._us: dict[str, float] = {}
         self._lock = Lock()
 
-    def known(self, backend: str) -> float | None:
-        """The backend's measured cost in microseconds, or None where it was not measured yet."""
-        return self._us.get(backend)
+    def known(self, path: str) -> float | None:
+        """The path's measured cost in microseconds, or None where it was not measured yet."""
+        return self._us.get(path)
+
+    def of_backend(self, backend: str) -> list[float]:
+        """The measured costs of every path of backend."""
+        return [us for path, us in list(self._us.items()) if path == backend or path.startswith(backend + " ")]
 
     def can_measure(self, device) -> bool:
         """Whether a launch on device can be timed here (a CUDA device, with CUDA available)."""
         return self._measurable(device)
 
-    def measure(self, backend: str, launch: Callable[[], object], torch_call: Callable[[], object]) -> float:
-        """The backend's cost: timed now (launch and torch_call: the same GEMM's two calls), unless known."""
-        known = self._us.get(backend)
+    def measure(self, path: str, launch: Callable[[], object], torch_call: Callable[[], object]) -> float:
+        """The path's cost: timed now (launch and torch_call: the same GEMM's two calls), unless known."""
+        known = self._us.get(path)
         if known is not None:
             return known
         cost = measure_us(launch, torch_call, self._clock, self._sync, self._calls, self._rounds)
         with self._lock:
-            return self._us.setdefault(backend, cost)
+            return self._us.setdefault(path, cost)
 
     def items(self) -> list[tuple[str, float]]:
         return sorted(self._us.items())

@@ -514,7 +514,13 @@ class TritonKernel:
             compiled = [kernel[grid](*args, **kwargs) for kernel, grid, args, kwargs in plans]
             if run.compiled is None:
                 run.compiled = triton_launch.CompiledLaunches.keep(plans, compiled, operands, runtime) or False
+                # what a call's host time depends on beyond the backend (the op times each path's launch
+                # cost apart): Triton's JIT on every call where the kernels were not kept, and how many
+                # kernels a call launches (split-K's reduction is a second one)
+                run.launch_path = " ".join(([] if run.compiled else ["jit"]) + ([f"x{len(plans)}"] if len(plans) > 1
+                                                                                  else []))
         run.compiled = None
+        run.launch_path = None  # (known after the first call)
         return run
 
     def _shape_of(self, a, b) -> tuple[int, int, int]:
