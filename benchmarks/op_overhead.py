@@ -3,6 +3,7 @@ layout NT (x @ W^T), back-to-back calls from Python, eager and under torch.compi
 
     python benchmarks/op_overhead.py OUT.md [--shapes 1x4096x4096,16x14336x4096] [--budget 8]
         [--backends cute_dsl] [--store PATH] [--min-saving-us US] [--rounds 21] [--calls 200]
+        [--eager-only] [--processes N]
 
 1. Each shape is searched (cudal2.search at --budget, layout NT) and the store's table is loaded into
    the op, as a user's tuned table would be: the op serves a shape only where the search's kernel
@@ -25,6 +26,12 @@ layout NT (x @ W^T), back-to-back calls from Python, eager and under torch.compi
    best kernel installed as that call's launcher (what a table hit installs): an overhead figure
    only, not a speed claim.
 The overhead is ours minus torch's host time. JSON next to OUT.md holds every figure.
+4. --eager-only times the eager paths alone: no torch.compile in the process. --processes N (after the
+   searches, in this process) measures in N fresh processes one after another, each with the same store
+   and flags, and reports per path the median over the processes of each process's median difference,
+   with every process's figure. On the lent H200 hosts the fallback's difference over F.linear read +0.37
+   and +1.07 us in two processes of one machine, whose F.linear call took 19.6 and 26.6 us (2026-11-29):
+   a process's state moves a sub-microsecond figure more than its rounds do.
 """
 
 from __future__ import annotations
@@ -43,6 +50,9 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # _rounds
 from _rounds import interleaved, spread  # noqa: E402
 
 ROUNDS, CALLS = 21, 200
+# each path of ours, and torch's path it is compared with
+PAIRS = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul", "compiled cudal2.linear": "compiled nn.Linear",
+         "cudal2.linear, kernel installed": "F.linear", "compiled cudal2.linear, Python op": "compiled nn.Linear"}
 
 
 def _round(fn) -> tuple[float, float]:
@@ -97,7 +107,7 @@ def _modules(weight):
     return Torch(), Ours()
 
 
-def measure_shape(m: int, n: int, k: int, store) -> dict:
+def measure_shape(m: int, n: int, k: int, store, eager_only: bool = False) -> dict:
     import torch
 
     import cudal2
@@ -120,6 +130,9 @@ def measure_shape(m: int, n: int, k: int, store) -> dict:
                  "cudal2.linear": lambda: cudal2.linear(x, w),
                  "torch.matmul": lambda: torch.matmul(x, w.t()),
                  "cudal2.matmul": lambda: cudal2.matmul(x, w.t())}
+        if eager_only:
+            row["paths"] = interleaved_us(paths)
+            return row
         plain, ours = _modules(w)
         paths["compiled nn.Linear"] = lambda f=torch.compile(plain, fullgraph=True): f(x)
         paths["compiled cudal2.linear"] = lambda f=torch.compile(ours, fullgraph=True): f(x)
@@ -182,14 +195,11 @@ def report(rows: list[dict], env: dict, command: str) -> str:
              f"including the GPU. Medians of {ROUNDS} rounds of {CALLS} back-to-back calls, the paths taking turns "
              "round by round; host over torch's: the median of the per-round differences (quartiles).", "",
              "| shape | route | path | host us | wall us | host over torch's us |", "|---|---|---|---:|---:|---:|"]
-    pairs = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul",
-             "compiled cudal2.linear": "compiled nn.Linear", "cudal2.linear, kernel installed": "F.linear",
-             "compiled cudal2.linear, Python op": "compiled nn.Linear"}
     for row in rows:
         route = (f"tuned kernel ({row['table_speedup']:.3f}x torch in the search)" if row["served"]
                  else "torch (the search found nothing faster)")
         for name, t in row["paths"].items():
-            base = row["paths"].get(pairs.get(name, ""))
+            base = row["paths"].get(PAIRS.get(name, ""))
             over = ""
             if base:  # the difference within each round, then its median and quartiles over the rounds
                 mid, q1, q3 = spread(o - b for o, b in zip(t["host_rounds"], base["host_rounds"]))
@@ -199,6 +209,67 @@ def report(rows: list[dict], env: dict, command: str) -> str:
     lines += ["", "What the compiled cudal2.linear graph calls (torch.compile's traced graph):", ""]
     lines += [f"- {row['shape']}: {', '.join(row.get('compiled_graph') or ['?'])}" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def child_command(args, out: Path, store: str) -> list[str]:
+    """This script's command for one measuring process of a --processes run: the same shapes, rounds, calls
+    and flags, no search (--budget 0) on store, OUT replaced by out."""
+    command = [sys.executable, str(Path(__file__).resolve()), str(out), "--shapes", args.shapes, "--budget", "0",
+               "--store", store, "--rounds", str(args.rounds), "--calls", str(args.calls)]
+    if args.min_saving_us is not None:
+        command += ["--min-saving-us", str(args.min_saving_us)]
+    return command + (["--eager-only"] if args.eager_only else [])
+
+
+def combine(runs: list[dict]) -> list[dict]:
+    """Per shape and path of our op, each process's median host difference over torch's path (us) and
+    their median: runs are the processes' JSON outputs, in order."""
+    out = []
+    for i, row in enumerate(runs[0]["rows"]):
+        for name, base in PAIRS.items():
+            if name not in row["paths"]:
+                continue
+            per = [statistics.median(o - b for o, b in zip(r["rows"][i]["paths"][name]["host_rounds"],
+                                                          r["rows"][i]["paths"][base]["host_rounds"])) for r in runs]
+            torch_us = [r["rows"][i]["paths"][base]["host_us"] for r in runs]
+            out.append({"shape": row["shape"], "served": row["served"], "path": name, "over_us": statistics.median(per),
+                        "over_us_per_process": per, "torch_host_us_per_process": torch_us})
+    return out
+
+
+def combined_report(combined: list[dict], env: dict, command: str, processes: int) -> str:
+    lines = [f"# Per-call cost of cudal2.linear / cudal2.matmul against torch, {processes} processes "
+             f"({env.get('date', '')})", "", f"`{command}`", "",
+             f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
+             f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}.", "",
+             f"Each process: {ROUNDS} interleaved rounds of {CALLS} back-to-back calls per path, its figure the median "
+             "of the per-round differences of host time per call. Over processes: the median of those figures.", "",
+             "| shape | route | path | host over torch's us, median over processes | per process | torch's host us "
+             "per process |", "|---|---|---|---:|---|---|"]
+    for c in combined:
+        route = "tuned kernel" if c["served"] else "torch"
+        lines.append(f"| {c['shape']} | {route} | {c['path']} | {c['over_us']:+.2f} | "
+                     f"{', '.join(f'{v:+.2f}' for v in c['over_us_per_process'])} | "
+                     f"{', '.join(f'{v:.1f}' for v in c['torch_host_us_per_process'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def _in_processes(args, store: str, command: str) -> None:
+    import subprocess
+
+    from cudal2.bench.environment import record
+
+    runs = []
+    for i in range(args.processes):
+        out = args.out.with_name(f"{args.out.stem}.process{i}.md")
+        subprocess.run(child_command(args, out, store), check=True)
+        runs.append(json.loads(out.with_suffix(".json").read_text()))
+    combined = combine(runs)
+    env = record()
+    args.out.write_text(combined_report(combined, env, command, args.processes))
+    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "processes": args.processes,
+                                                        "combined": combined, "runs": runs}, indent=1, default=str))
+    print(args.out.read_text())
 
 
 def main() -> None:
@@ -213,6 +284,8 @@ def main() -> None:
     ap.add_argument("--calls", type=int, default=CALLS, help="back-to-back calls per round")
     ap.add_argument("--min-saving-us", type=float, default=None,
                     help="the op's EAGER_MIN_SAVING_US and TRACED_MIN_SAVING_US (default: its own)")
+    ap.add_argument("--eager-only", action="store_true", help="time the eager paths alone (no torch.compile)")
+    ap.add_argument("--processes", type=int, default=1, help="measure in this many fresh processes, one after another")
     args = ap.parse_args()
 
     import cudal2
@@ -235,10 +308,13 @@ def main() -> None:
     for m, n, k in shapes if args.budget > 0 else []:
         cudal2.search((m, n, k), layout="NT", backends=args.backends.split(","), budget=args.budget, store=store,
                       progress=False)
-    ops.set_table(TunedTable.from_store(store))
-    rows = [measure_shape(m, n, k, store) for m, n, k in shapes]
-    env = record()
     command = "python3 benchmarks/op_overhead.py " + " ".join(sys.argv[1:])
+    if args.processes > 1:
+        _in_processes(args, store, command)
+        return
+    ops.set_table(TunedTable.from_store(store))
+    rows = [measure_shape(m, n, k, store, args.eager_only) for m, n, k in shapes]
+    env = record()
     args.out.write_text(report(rows, env, command))
     args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "rows": rows},
                                                         indent=1, default=str))

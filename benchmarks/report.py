@@ -335,6 +335,14 @@ def read_op_overhead(path: Path) -> tuple[str, list[str], str]:
     """benchmarks/op_overhead.py: host time per call of our op over torch's, by path, on the shapes where
     the op ran a tuned kernel (the table served it, or the kernel was installed)."""
     d = json.loads(path.read_text())
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    if "combined" in d:  # --processes: each process's median difference, and their median
+        served = any(c["served"] for c in d["combined"])
+        head = "; ".join(f"{c['path']} {c['over_us']:+.2f} us ({min(c['over_us_per_process']):+.2f} to "
+                         f"{max(c['over_us_per_process']):+.2f} over {len(c['over_us_per_process'])} processes)"
+                         for c in d["combined"] if c["served"] == served)
+        where = "where the op ran a tuned kernel" if served else "with nothing served (the fallback)"
+        return f"host time per call over torch's {where}, median over processes: {head}", table, _env_line(d.get("env"))
     over = {}
     pairs = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul", "compiled cudal2.linear": "compiled nn.Linear",
              "compiled cudal2.linear, Python op": "compiled nn.Linear", "cudal2.linear, kernel installed": "F.linear"}
@@ -350,7 +358,6 @@ def read_op_overhead(path: Path) -> tuple[str, list[str], str]:
                     diff = ours["host_us"] - theirs["host_us"]
                 over.setdefault(name, []).append(diff)
     head = "; ".join(f"{name} {min(v):+.1f} to {max(v):+.1f} us" for name, v in over.items())
-    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
     where = "with nothing served (the fallback)" if fallback else "where the op ran a tuned kernel"
     return f"host time per call over torch's {where}: {head}", table, _env_line(d.get("env"))
 
