@@ -176,3 +176,25 @@ def test_linear_is_f_linear(case):
     x, weight, bias, seed = case
     tensors = [x, weight] + ([bias] if bias is not None else [])
     _compare(lambda: cudal2.linear(x, weight, bias), lambda: F.linear(x, weight, bias), tensors, seed)
+
+
+@CHECKS
+@given(linear_case())
+def test_linear_is_f_linear_again_once_its_weight_is_kept(case):
+    """The second call of a case, where the first kept its weight (ops._torch_weights: every call of a weight no
+    entry has, or its shape's unserved row counts, straight to F.linear), gives F.linear's result and gradients
+    too. A table entry of a 3 x 4 weight at 2 rows keeps such weights by their shape's plan."""
+    from cudal2.ir import GemmProblem, KernelSpec
+    from cudal2.store.table import TunedEntry
+
+    entry = TunedEntry(problem=GemmProblem(m=2, n=3, k=4, layout="NT"),
+                       spec=KernelSpec(block_m=32, block_n=32, block_k=32, stages=2), kernel_ms=0.1,
+                       baselines_ms={"torch": 0.2}, gpu="")
+    ops.set_table(TunedTable([entry]))
+    try:
+        x, weight, bias, seed = case
+        tensors = [x, weight] + ([bias] if bias is not None else [])
+        for _ in range(2):
+            _compare(lambda: cudal2.linear(x, weight, bias), lambda: F.linear(x, weight, bias), tensors, seed)
+    finally:
+        ops.set_table(TunedTable())
