@@ -16,7 +16,9 @@ lookup, compile or disk-cache load, workspace) and keeps it in a dict; every lat
 one dict access, an output allocation and the launch (TVM-FFI for CuTe DSL kernels: plain ints,
 about a microsecond). A call whose row count no table entry serves for its weight (matmul's b) shape,
 in any mode, goes to torch after two element counts, one dict and one set lookup (_torch_counts),
-its key built only on its first call; a layer route_linears routed (RoutedLinear) does the row test
+its key built only on its first call; a linear weight whose calls of that row count run torch in every
+mode is kept by identity after its first call, and its later calls go to torch after one dict lookup,
+before the grad test (_torch_weights); a layer route_linears routed (RoutedLinear) does the row test
 itself, before any of the op's Python.
 The eager path calls no torch op of its own: a dispatcher round trip into Python costs more than the
 whole launch.
