@@ -126,6 +126,9 @@ def test_calls_after_the_first_launch_the_kept_compiled_kernels_with_the_jits_ar
 
 
 def test_a_call_triton_would_specialize_apart_takes_the_jit(monkeypatch):
+    """The kept kernels refuse operands Triton would specialize apart (launch() without vouched: every
+    operand's dtype, None-ness and alignment). A bound run's caller vouches for a, b and d (the op checks
+    a and b and allocates d): its run still checks the bias, and the current device."""
     state, runtime = _runtime()
     problem, run, log = _bound("dynamic-splitk-bias", monkeypatch, runtime)
     run(*_operands(problem))
@@ -133,8 +136,11 @@ def test_a_call_triton_would_specialize_apart_takes_the_jit(monkeypatch):
                      (_operands(problem, bias=False), "None for the bias"),
                      ((_operands(problem)[0].float(), *_operands(problem)[1:]), "another dtype")):
         log.clear()
-        run(*ops)
-        assert [entry[0] for entry in log] == ["jit", "jit"], why
+        assert run.compiled.launch(ops) is False and log == [], why
+    a, b, d, bias = _operands(problem)
+    log.clear()
+    run(a, b, d, torch.zeros(bias.numel() + 1, dtype=bias.dtype)[1:])  # a bias off 16-byte alignment
+    assert [entry[0] for entry in log] == ["jit", "jit"]
     log.clear()
     state.device = 1  # another current device
     run(*_operands(problem))
@@ -172,3 +178,33 @@ def test_no_launch_metadata_is_built_for_an_empty_enter_hook_chain(monkeypatch):
         run(*_operands(problem))
         assert log[-1][0] == "direct" and log[-1][7] is enter
         assert (log[-1][6] and "built") == metadata
+
+
+def test_a_bound_run_reads_only_the_bias_address(monkeypatch):
+    """A bound run's later calls check what its caller does not vouch for: one data_ptr (the bias's),
+    where the specialization key reads all four operands' addresses."""
+    import sys
+
+    _, runtime = _runtime()
+    problem, run, log = _bound("dynamic-splitk-bias", monkeypatch, runtime)
+    operands = _operands(problem)
+    run(*operands)
+    calls = []
+
+    def profile(frame, event, arg):
+        if event == "c_call":
+            calls.append(getattr(arg, "__name__", ""))
+
+    sys.setprofile(profile)
+    try:
+        run(*operands)
+    finally:
+        sys.setprofile(None)
+    assert calls.count("data_ptr") == 1 and [entry[0] for entry in log[-2:]] == ["direct", "direct"]
+    calls.clear()
+    sys.setprofile(profile)
+    try:
+        run.compiled.launch(operands)  # not vouched: Triton's whole key
+    finally:
+        sys.setprofile(None)
+    assert calls.count("data_ptr") == 4

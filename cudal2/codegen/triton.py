@@ -488,7 +488,9 @@ class TritonKernel:
     def bind(self, m: int, n: int, k: int, device):
         """A launcher for calls of exactly m x n x k on device: run(a, b, d, bias) enqueues the GEMM
         into d on the current stream. The caller vouches once for what __call__ checks each time (see
-        CuteDslKernel.bind); a and b may be any view of the operands' memory in the problem's layout.
+        CuteDslKernel.bind); a and b may be any view of the operands' memory in the problem's layout,
+        and a, b and d are 16-byte aligned (the op checks a and b on every call and allocates d; a
+        bias's alignment is checked here, as Triton would).
         The first call launches through Triton's JIT; later ones relaunch the compiled kernels it got
         (triton_launch.CompiledLaunches), or take the JIT again where Triton would specialize them
         apart. run.compiled is those kept kernels once kept (None before, False where unavailable)."""
@@ -507,7 +509,7 @@ class TritonKernel:
             if set_allocator is not None:
                 set_allocator(self._tma_scratch)
             # the launchers read the operands' addresses only: a, b, d have the views' own
-            if run.compiled and run.compiled.launch((a, b, d, bias)):
+            if run.compiled and run.compiled.launch((a, b, d, bias), vouched=True):
                 return
             operands = (a.as_strided((m, k), a_strides), b.as_strided((k, n), b_strides), d.view(m, n), bias)
             plans = launches(*operands, ws, num_sms)
