@@ -587,10 +587,10 @@ def _run_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     plan = _linear_plans.get(weight.shape) or _plan("linear", weight.shape)
-    if plan.torch_weight is not None:
-        _remember_torch_weight(weight, plan.torch_weight)
     numel = x.numel()
     if numel not in plan.eager:  # no kernel serves an eager call of this many rows
+        if plan.torch_weight is not None:  # (here, not on a served call's path: a served call needs no entry)
+            _remember_torch_weight(weight, plan.torch_weight)
         bound = plan.bound
         if numel in plan.graph:
             if _captured_now(x):
