@@ -66,3 +66,18 @@ def cute_dsl_backend(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("CUDAL2_CACHE_DIR", str(tmp_path_factory.mktemp("cute_dsl_cache")))
         yield CuteDslBackend()
+
+
+@pytest.fixture(scope="session")
+def results_report():
+    """benchmarks/report.py (a script, not part of the package), loaded once as a module."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "report.py"
+    spec = importlib.util.spec_from_file_location("cudal2_results_report", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module

@@ -4,7 +4,6 @@ for equal paths under a drift, and the decoder's report and the results reader r
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -87,7 +86,7 @@ def _row(tokens: int) -> dict:
             "gemms": [gemm]}
 
 
-def test_report_and_results_reader(tmp_path):
+def test_report_and_results_reader(tmp_path, results_report):
     rows, env = [_row(1), _row(16)], {"date": "2026-01-01", "gpu_name": "a GPU"}
     md = e2e_decoder.report(rows, {1: "budget 3"}, env, "python3 benchmarks/e2e_decoder.py x.md", 3, 20, ["k", "v"],
                             ["q"])
@@ -99,11 +98,7 @@ def test_report_and_results_reader(tmp_path):
     (tmp_path / "e2e_decoder_x.md").write_text(md)
     (tmp_path / "e2e_decoder_x.json").write_text(json.dumps({"env": env, "rows": rows}))
 
-    spec = importlib.util.spec_from_file_location("cudal2_results_report_rounds", ROOT / "benchmarks" / "report.py")
-    report = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = report  # dataclasses look their module up there
-    spec.loader.exec_module(report)
-    head, table, _ = report.read_e2e_decoder(tmp_path / "e2e_decoder_x.json")
+    head, table, _ = results_report.read_e2e_decoder(tmp_path / "e2e_decoder_x.json")
     assert head == "cudal2 / torch tokens/s per mode, over token counts: eager 1.250 to 1.250; graph 0.800 to 0.800"
     assert len(table) == 2 + 4 + 2 + 2
 

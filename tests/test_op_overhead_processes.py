@@ -4,7 +4,6 @@ the report, and docs/results.md's reader of it (on the CPU: the processes' JSON 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import sys
 from pathlib import Path
@@ -13,14 +12,6 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import op_overhead  # noqa: E402
-
-
-def _report_module():
-    spec = importlib.util.spec_from_file_location("cudal2_results_report_processes", ROOT / "benchmarks" / "report.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
 
 
 def _run(torch_rounds, ours_rounds):
@@ -38,7 +29,7 @@ def test_each_process_measures_with_the_same_flags_and_no_search():
     assert flags[flags.index("--rounds") + 1] == "101" and "--eager-only" in flags and "--processes" not in flags
 
 
-def test_the_figure_is_the_median_over_processes_of_each_process_median_difference(tmp_path):
+def test_the_figure_is_the_median_over_processes_of_each_process_median_difference(tmp_path, results_report):
     runs = [_run([20.0, 20.0, 20.0], [20.3, 20.2, 20.4]),  # +0.3
             _run([26.0, 26.0, 26.0], [27.0, 27.1, 26.9]),  # +1.0
             _run([19.0, 19.0, 19.0], [19.2, 19.2, 19.3])]  # +0.2
@@ -51,6 +42,6 @@ def test_the_figure_is_the_median_over_processes_of_each_process_median_differen
     out.write_text(op_overhead.combined_report(combined, {"date": "2026-11-29", "gpu_name": "GPU"}, "cmd", 3))
     out.with_suffix(".json").write_text(json.dumps({"combined": combined, "env": {}}))
     assert "| 1x4096x4096 | torch | cudal2.linear | +0.30 | +0.30, +1.00, +0.20 | 20.0, 26.0, 19.0 |" in out.read_text()
-    figure, table, _ = _report_module().read_op_overhead(out.with_suffix(".json"))
+    figure, table, _ = results_report.read_op_overhead(out.with_suffix(".json"))
     assert "with nothing served" in figure and "cudal2.linear +0.30 us (+0.20 to +1.00 over 3 processes)" in figure
     assert table[0].startswith("| shape |")

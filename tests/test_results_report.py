@@ -3,10 +3,8 @@ results on disk, every experiment's file exists, README.md stays short, and no f
 sequence label (the word session or issue before a number, or a file name ending in _s and a number)
 instead of a date."""
 
-import importlib.util
 import os
 import re
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -14,16 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 LABEL = re.compile(r"session[ ][0-9]|sessions[ ][0-9]|issue[ ][0-9]|_s[0-9]+[a-z]?\.", re.IGNORECASE)
 
 
-def _report():
-    spec = importlib.util.spec_from_file_location("cudal2_results_report", ROOT / "benchmarks" / "report.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-def test_results_page_is_what_the_report_script_writes():
-    report = _report()
+def test_results_page_is_what_the_report_script_writes(results_report):
+    report = results_report
     for e in report.EXPERIMENTS:
         assert (report.RESULTS / e.file).exists(), e.file
     assert (ROOT / "docs" / "results.md").read_text() == report.render(report.EXPERIMENTS), (
