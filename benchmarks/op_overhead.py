@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -255,8 +256,6 @@ def combined_report(combined: list[dict], env: dict, command: str, processes: in
 
 
 def _in_processes(args, store: str, command: str) -> None:
-    import subprocess
-
     from cudal2.bench.environment import record
 
     runs = []

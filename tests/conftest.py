@@ -1,9 +1,12 @@
 """Test setup: the Triton interpreter on CPU unless a GPU test session asks otherwise, and every
 cache (cudal2's, Triton's, the CuTe DSL's, matplotlib's) in a folder of this test session."""
 
+import importlib.util
 import os
 import shutil
+import sys
 import tempfile
+from pathlib import Path
 
 import pytest
 
@@ -71,10 +74,6 @@ def cute_dsl_backend(tmp_path_factory):
 @pytest.fixture(scope="session")
 def results_report():
     """benchmarks/report.py (a script, not part of the package), loaded once as a module."""
-    import importlib.util
-    import sys
-    from pathlib import Path
-
     path = Path(__file__).resolve().parent.parent / "benchmarks" / "report.py"
     spec = importlib.util.spec_from_file_location("cudal2_results_report", path)
     module = importlib.util.module_from_spec(spec)

@@ -10,7 +10,8 @@ import torch.nn.functional as F
 
 import cudal2
 from cudal2 import ops
-from cudal2.store.table import TunedTable
+from cudal2.ir import GemmProblem, KernelSpec
+from cudal2.store.table import TunedEntry, TunedTable
 
 hypothesis = pytest.importorskip("hypothesis")
 from hypothesis import given, settings, strategies as st  # noqa: E402
@@ -184,9 +185,6 @@ def test_linear_is_f_linear_again_once_its_weight_is_kept(case):
     """The second call of a case, where the first kept its weight (ops._torch_weights: every call of a weight no
     entry has, or its shape's unserved row counts, straight to F.linear), gives F.linear's result and gradients
     too. A table entry of a 3 x 4 weight at 2 rows keeps such weights by their shape's plan."""
-    from cudal2.ir import GemmProblem, KernelSpec
-    from cudal2.store.table import TunedEntry
-
     entry = TunedEntry(problem=GemmProblem(m=2, n=3, k=4, layout="NT"),
                        spec=KernelSpec(block_m=32, block_n=32, block_k=32, stages=2), kernel_ms=0.1,
                        baselines_ms={"torch": 0.2}, gpu="")

@@ -1,5 +1,6 @@
 """TunedTable, cudal2.matmul/linear (torch fallback, tuned path), the custom ops under torch.compile."""
 
+import gc
 import json
 
 import pytest
@@ -1011,8 +1012,6 @@ def test_a_weight_no_entry_serves_runs_torch_before_the_grad_test_and_the_counts
 def test_a_kept_weight_is_forgotten_when_it_dies_and_when_the_table_changes():
     """The id of a weight that died names no entry (another tensor may get that id), nor does any after
     set_table."""
-    import gc
-
     with torch.no_grad():
         w = torch.randn(96, 64)
         cudal2.linear(torch.randn(6, 64), w)

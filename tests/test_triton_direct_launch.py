@@ -4,6 +4,7 @@ launch and return a stand-in CompiledKernel whose launcher records its calls."""
 
 from __future__ import annotations
 
+import sys
 from types import SimpleNamespace
 
 import pytest
@@ -183,8 +184,6 @@ def test_no_launch_metadata_is_built_for_an_empty_enter_hook_chain(monkeypatch):
 def test_a_bound_run_reads_only_the_bias_address(monkeypatch):
     """A bound run's later calls check what its caller does not vouch for: one data_ptr (the bias's),
     where the specialization key reads all four operands' addresses."""
-    import sys
-
     _, runtime = _runtime()
     problem, run, log = _bound("dynamic-splitk-bias", monkeypatch, runtime)
     operands = _operands(problem)
