@@ -14,7 +14,8 @@ cudal2.route_linears: prefill and decode tokens/s in eager mode, under torch.com
    route_linears(graphs=True), also the layers a kernel serves only in captured graphs).
    Before each mode is timed, cudal2.check_routes times each group of routed layers (one weight shape)
    inside the model, in that mode (eager wall time, or a CUDA graph), on the prefill and then on the
-   decode step: a group stays routed only where it saves time in both (--no-check-routes: skip).
+   decode step: a group stays routed only where it saves time in both, a phase in which no kernel
+   served any of its calls not counting (it runs the same kernels either way; --no-check-routes: skip).
 2. Prefill: one forward of (batch, prompt) tokens, no cache, logits of the last token only (as
    generation computes them). Decode: one step of one token per sequence into a StaticCache that a
    prefill filled, at position --prompt, every call writing the same slot (so a CUDA graph replays it).
@@ -221,14 +222,16 @@ def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, 
         lines += ["", "Each group of routed layers timed inside the model (cudal2.check_routes: the forward with only "
                   "that group served against none, median us saved a call, quartiles; floor: what two timers of the "
                   "forward with none served read apart); a group stays routed only where its lower quartile is above "
-                  "the floor in both phases:", "",
+                  "the floor in both phases; a group no kernel served a call of in a phase is not timed there "
+                  "(\"none served\": the same kernels run either way) and stays routed as far as that phase goes:", "",
                   "| mode | phase | weight | layers | saving us (25% to 75%) | floor us | kept |",
                   "|---|---|---|---|---:|---:|---|"]
         for mode, c in checks:
             floor = f"{c['floor_us']:.2f}" if "floor_us" in c else "-"
+            saving = (f"{c['saving_us']:.2f} ({c['saving_q1_us']:.2f} to {c['saving_q3_us']:.2f})"
+                      if c.get("served", True) else "none served")
             lines.append(f"| {mode} | {c['phase']} | {c['weight_shape'][0]}x{c['weight_shape'][1]} | "
-                         f"{len(c['layers'])} | {c['saving_us']:.2f} ({c['saving_q1_us']:.2f} to "
-                         f"{c['saving_q3_us']:.2f}) | {floor} | {'yes' if c['kept'] else 'no'} |")
+                         f"{len(c['layers'])} | {saving} | {floor} | {'yes' if c['kept'] else 'no'} |")
         lines += ["", "Routed while timed, per mode: " + "; ".join(
             f"{mode}: {', '.join(names) or 'none'}" for mode, names in result["routed_per_mode"].items())]
     lines += ["", f"Relative error of cudal2's prefill logits: {result['rel_error']:.1e}"]

@@ -612,6 +612,13 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return out if out is not None else _F_linear(x, weight, bias)
 
 
+def _serves(key: tuple, graphs: bool) -> bool:
+    """Whether the op runs a tuned kernel for the call of this key (_linear_key, _matmul_key), as its last
+    call of the key decided: an eager launcher, or (graphs) the launcher a capture took. A key the op has
+    not seen, or that it sends to torch, answers False."""
+    return _launchers.get(key) is not None or (graphs and _graph_launchers.get(key) is not None)
+
+
 def _captured(key: tuple, call_class: Callable, operands: tuple, out_shape: tuple, torch_call: Callable):
     """A call made while a CUDA graph captures, of a shape no kernel serves eager calls of: its graph
     launcher, made from the run an earlier call outside the capture built (_ready_for_graphs: a

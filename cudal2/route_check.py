@@ -6,7 +6,12 @@ q/o kernel that saved 1.3 to 2.3 us a layer call in every isolated regime cost t
 1.7 us at 128 tokens (docs/evaluation.md, "The decoder layer"). So after route_linears, each group
 of routed layers that share a weight shape is timed in the model itself: the model's forward with
 only that group served against the model with none, in interleaved rounds (the order reversed every
-other round). A group goes back to nn.Linear unless it saves time in most rounds: the lower quartile of
+other round). A group none of whose calls in this forward a kernel serves (the op runs torch for
+all of them: a prefill whose row counts the table has no win at, say) is not timed and keeps its
+route: the forward then runs the same kernels, and only the op's fallback's host time differs, about
+a microsecond a call (benchmarks/op_overhead.py), far below what a forward's timers resolve. Timing
+it would judge the group by noise alone, and a model serves every phase with one routing: a phase
+that serves nothing must not take back the wins of another. A group goes back to nn.Linear unless it saves time in most rounds: the lower quartile of
 its per-round saving must be above the floor, so that a median lifted by a few noisy rounds (eager wall
 time reads a forward to within tens of microseconds at best) keeps nothing. The floor is what two timers
 of the same forward, none served, read apart (an A/A comparison, the median of its per-round
@@ -40,6 +45,7 @@ class RouteCheck:
     saving_q3_us: float
     floor_us: float  # what two timers of the same forward (none served) read apart: the A/A difference
     kept: bool  # still routed: saving_q1_us > floor_us (saved more than that in three rounds of four)
+    served: bool = True  # a kernel served some call of the group in this forward; False: not timed, kept (savings 0)
 
 
 def wall_timer(forward: Callable[[], Any], calls: int) -> Callable[[], float]:
@@ -95,7 +101,8 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
     timers of the forward with none served, see the module's docstring). graphs: time the forward inside
     a CUDA graph (for a model that runs in CUDA graphs; route_linears(model, graphs=True) first), else
     eager wall time. timer: (forward, calls) -> a timer of one round in us a call (default: graph_timer or
-    wall_timer). Returns one RouteCheck per group. Where a timer cannot be built (a forward that cannot be
+    wall_timer). Returns one RouteCheck per group; a group the op served no call of in this forward is not
+    timed and stays routed (served False). Where a timer cannot be built (a forward that cannot be
     captured, say), warns once and changes nothing."""
     routed: dict[tuple[int, int], list[tuple[str, torch.nn.Module]]] = {}
     for name, m in model.named_modules():
@@ -121,6 +128,20 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
         serving(layers)
         return layers, timer(forward, calls)
 
+    def timed_if_served(layers: list) -> tuple[list, Callable[[], float]] | None:
+        """timed(layers), or None where the op served none of the layers' calls while the timer was built
+        (its warm-up forwards, and in a graph its capture): read off the op's launchers by call key."""
+        keys: list = []
+        hooks = [m.register_forward_pre_hook(lambda mod, args: keys.append(ops._linear_key(args[0], mod.weight,
+                                                                                             mod.bias)))
+                 for _, m in layers]
+        try:
+            pair = timed(layers)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        return pair if any(ops._serves(key, graphs) for key in keys) else None
+
     def differences(first: tuple, second: tuple) -> list[float]:
         """Per round: the first routing's forward time less the second's, each from its own timer, the
         order reversed every other round."""
@@ -140,10 +161,15 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
             none = timed([])  # every group is timed against this one timer of the forward with none served
             floor = abs(statistics.median(differences(none, timed([]))))
             for shape, group in routed.items():
-                diffs = differences(none, timed(group))
+                names = tuple(name for name, _ in group)
+                pair = timed_if_served(group)
+                if pair is None:  # the same kernels as with none served (see the module's docstring)
+                    checks.append(RouteCheck(shape, names, 0.0, 0.0, 0.0, floor, kept=True, served=False))
+                    continue
+                diffs = differences(none, pair)
                 mid = statistics.median(diffs)
                 q1, _, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (mid, mid, mid)
-                checks.append(RouteCheck(shape, tuple(name for name, _ in group), mid, q1, q3, floor, q1 > floor))
+                checks.append(RouteCheck(shape, names, mid, q1, q3, floor, q1 > floor))
     except Exception as e:  # noqa: BLE001 - a model that cannot be timed this way keeps its routes
         serving([pair for group in routed.values() for pair in group])
         warnings.warn(f"cudal2.check_routes: the model could not be timed ({type(e).__name__}: {e}); "

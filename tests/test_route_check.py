@@ -21,6 +21,13 @@ class Model(torch.nn.Module):
         return self.b(self.a(x) + self.c(x)) + self.plain(x)
 
 
+@pytest.fixture(autouse=True)
+def _every_call_served(monkeypatch):
+    """The op on the CPU runs torch for every call: here it is said to serve every routed call, except
+    where a test says otherwise."""
+    monkeypatch.setattr(ops, "_serves", lambda key, graphs: True)
+
+
 def _routed(model, *names):
     for name in names:
         getattr(model, name).__class__ = ops.RoutedLinear
@@ -78,6 +85,7 @@ def test_a_saving_within_what_two_captures_of_the_same_forward_read_apart_is_not
     effect = {"a": 2.5, "c": 2.5, "b": 2.0}
 
     def make(forward, calls):
+        forward()  # (a timer runs the forward first, as the op's probe of served calls needs)
         made.append(1)
         offset = 3.0 if len(made) == 2 else 0.0  # the A/A pair's second timer reads 3 us less
         routed = [n for n in effect if type(getattr(model, n)) is ops.RoutedLinear]
@@ -114,3 +122,25 @@ def test_the_eager_timer_times_the_forward():
     calls = []
     one_round = wall_timer(lambda: calls.append(1), 5)
     assert len(calls) == 3 and one_round() > 0 and len(calls) == 8
+
+
+def test_a_group_the_op_serves_no_call_of_is_not_timed_and_stays_routed(monkeypatch):
+    """A phase whose row counts no kernel serves (the op ran torch for every call of the group) runs the same
+    kernels routed or not: its group is not timed (its figure would be noise alone) and keeps its route, so
+    that another phase's win is not taken back. A served group in the same forward is still timed."""
+    model, log = _routed(Model(), "a", "b", "c"), []
+    asked = []
+
+    def serves(key, graphs):
+        asked.append((key[3], graphs))
+        return tuple(key[3]) == (16, 8)  # a and c (weight 16x8) served; b (8x16) not
+    monkeypatch.setattr(ops, "_serves", serves)
+    checks = {c.weight_shape: c for c in check_routes(model, torch.randn(2, 8), rounds=4,
+                                                          timer=_timer(model, log, {"a": 1.0, "b": -3.0, "c": 1.0}))}
+    b, ac = checks[(8, 16)], checks[(16, 8)]
+    assert not b.served and b.kept and b.saving_us == 0.0 and type(model.b) is ops.RoutedLinear
+    assert ac.served and ac.kept and ac.saving_us == pytest.approx(2.0)
+    assert ("b",) not in log  # never timed with b alone routed
+    assert {shape for shape, _ in asked} == {(16, 8), (8, 16)} and not any(g for _, g in asked)  # eager: graphs=False
+    # the probe's hooks are gone: the model's layers carry none after the check
+    assert not any(m._forward_pre_hooks for m in (model.a, model.b, model.c))
