@@ -9,7 +9,8 @@
 #
 # Call 2 must reach the same (still warm) machine: the site folder part1 went into lives in /tmp.
 # Where part1 and the repository's files pass 64 MiB together, split part1 in halves with
-# tools/split_dsl_part1.sh .carry/cute-dsl and give the calls part1a, part1b, then part2.
+# tools/split_dsl_part1.sh .carry/cute-dsl and give the calls part1a, part1b, then part2x (part2's
+# library compressed, for when part2, the repository and .whl/ together pass 64 MiB).
 # After part2 the script runs tests/test_gpu_cute_dsl.py (correctness of every variant, then a
 # timing table vs torch.mm); without a PARTDIR it just runs the tests (DSL already importable).
 # Anything after "--" runs instead of the tests, with the DSL importable, e.g. the search:
@@ -29,6 +30,11 @@ fi
 if [ $# -gt 0 ] && [ -d "$1" ]; then
   part=$1; shift
   unpack="$part/cute-dsl-unpack.sh"
+  if [ -f "$part/libcute_dsl_runtime.so.xz" ]; then  # part2x: part2 with its library compressed
+    mkdir -p "$site.parts/part2"
+    xz -d -c "$part/libcute_dsl_runtime.so.xz" > "$site.parts/part2/libcute_dsl_runtime.so"
+    part="$site.parts/part2"
+  fi
   if [ -f "$part/dsl.tar.xz.01" ]; then  # the second half: joined with the first into a whole part1
     [ -f "$site.parts/dsl.tar.xz.00" ] || { echo "the first half of part1 is not on this machine (a new one?): start again with part1a" >&2; exit 1; }
     mkdir -p "$site.parts/part1"
