@@ -122,11 +122,12 @@ def measure_shape(m: int, n: int, k: int, store, eager_only: bool = False) -> di
     entry = ops.tuned_table().lookup(problem, gpu=torch.cuda.get_device_name())
     row = {"shape": f"{m}x{n}x{k}", "served": entry is not None,
            "table_speedup": entry.speedup("torch") if entry else None,
-           "spec": entry.spec.key() if entry else None}
+           "spec": entry.spec.key() if entry else None, "spec_summary": entry.spec.summary() if entry else None}
     with torch.no_grad():
         want = x.float() @ w.float().t()
         got = cudal2.linear(x, w)
         row["rel_error"] = float((got.float() - want).norm() / want.norm())
+        row["launch_path"] = served_path(x, w)
         paths = {"F.linear": lambda: torch.nn.functional.linear(x, w),
                  "cudal2.linear": lambda: cudal2.linear(x, w),
                  "torch.matmul": lambda: torch.matmul(x, w.t()),
@@ -153,6 +154,27 @@ def measure_shape(m: int, n: int, k: int, store, eager_only: bool = False) -> di
                 paths["cudal2.linear, kernel installed"] = forced
         row["paths"] = interleaved_us(paths)
     return row
+
+
+def served_path(x, w) -> str | None:
+    """The launch path (cudal2.bench.launch_cost.path_name: backend, launcher, launches a call) of the kernel
+    the op bound for linear's call (x, w), or None where it runs torch (the op's private state)."""
+    from cudal2 import ops
+    from cudal2.bench.launch_cost import path_name
+
+    launcher = ops._launchers.get(ops._linear_key(x, w, None))
+    if launcher is None:
+        return None
+    return path_name(launcher.backend or "?", getattr(launcher.run, "launch_path", None))
+
+
+def route_of(row: dict) -> str:
+    """What ours ran for a row: the tuned kernel (its spec, launch path, and speedup in the search), or torch."""
+    if not row["served"]:
+        return "torch (the search found nothing faster)"
+    named = " ".join(f"`{v}`" if k == "spec_summary" else f"via {v}" for k in ("spec_summary", "launch_path")
+                     if (v := row.get(k)))
+    return f"tuned kernel {named} ({row['table_speedup']:.3f}x torch in the search)".replace("kernel  (", "kernel (")
 
 
 def _graph_ops(module, x) -> list[str]:
@@ -197,8 +219,7 @@ def report(rows: list[dict], env: dict, command: str) -> str:
              "round by round; host over torch's: the median of the per-round differences (quartiles).", "",
              "| shape | route | path | host us | wall us | host over torch's us |", "|---|---|---|---:|---:|---:|"]
     for row in rows:
-        route = (f"tuned kernel ({row['table_speedup']:.3f}x torch in the search)" if row["served"]
-                 else "torch (the search found nothing faster)")
+        route = route_of(row)
         for name, t in row["paths"].items():
             base = row["paths"].get(PAIRS.get(name, ""))
             over = ""
@@ -233,7 +254,8 @@ def combine(runs: list[dict]) -> list[dict]:
             per = [statistics.median(o - b for o, b in zip(r["rows"][i]["paths"][name]["host_rounds"],
                                                           r["rows"][i]["paths"][base]["host_rounds"])) for r in runs]
             torch_us = [r["rows"][i]["paths"][base]["host_us"] for r in runs]
-            out.append({"shape": row["shape"], "served": row["served"], "path": name, "over_us": statistics.median(per),
+            out.append({"shape": row["shape"], "served": row["served"], "path": name, "route": route_of(row) if row["served"] else "torch",
+                        "over_us": statistics.median(per),
                         "over_us_per_process": per, "torch_host_us_per_process": torch_us})
     return out
 
@@ -248,7 +270,7 @@ def combined_report(combined: list[dict], env: dict, command: str, processes: in
              "| shape | route | path | host over torch's us, median over processes | per process | torch's host us "
              "per process |", "|---|---|---|---:|---|---|"]
     for c in combined:
-        route = "tuned kernel" if c["served"] else "torch"
+        route = c.get("route") or ("tuned kernel" if c["served"] else "torch")
         lines.append(f"| {c['shape']} | {route} | {c['path']} | {c['over_us']:+.2f} | "
                      f"{', '.join(f'{v:+.2f}' for v in c['over_us_per_process'])} | "
                      f"{', '.join(f'{v:.1f}' for v in c['torch_host_us_per_process'])} |")

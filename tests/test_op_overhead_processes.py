@@ -45,3 +45,19 @@ def test_the_figure_is_the_median_over_processes_of_each_process_median_differen
     figure, table, _ = results_report.read_op_overhead(out.with_suffix(".json"))
     assert "with nothing served" in figure and "cudal2.linear +0.30 us (+0.20 to +1.00 over 3 processes)" in figure
     assert table[0].startswith("| shape |")
+
+
+def test_a_served_row_names_its_kernel_and_launch_path():
+    """Two kernels of one backend launch differently (a split-K reduction is a second launch): a served row's
+    route names the kernel and the path the op bound, so that two runs' figures are compared like with like."""
+    row = {"served": True, "table_speedup": 1.056, "spec_summary": "16x64x128 w4 s5 pointer splitk4/workspace",
+           "launch_path": "triton x2"}
+    assert op_overhead.route_of(row) == ("tuned kernel `16x64x128 w4 s5 pointer splitk4/workspace` via triton x2 "
+                                         "(1.056x torch in the search)")
+    assert op_overhead.route_of({**row, "spec_summary": None, "launch_path": None}) == \
+        "tuned kernel (1.056x torch in the search)"
+    assert op_overhead.route_of({"served": False}).startswith("torch")
+    runs = [{"rows": [{**row, "shape": "1x4096x4096", "paths": _run([20.0], [22.0])["rows"][0]["paths"]}]}]
+    combined = op_overhead.combine(runs)
+    report = op_overhead.combined_report(combined, {"date": "2026-11-29"}, "cmd", 1)
+    assert "| 1x4096x4096 | tuned kernel `16x64x128 w4 s5 pointer splitk4/workspace` via triton x2 (1.056x" in report
