@@ -1052,6 +1052,38 @@ EXPERIMENTS: list[Experiment] = [
                "`benchmarks/e2e_model.py --layers 2 --budget 4 --modes graph --rounds 15` (Triton only) after "
                "cudal2.check_routes came to time the forward against itself first: the floor read 0.76 us, and the "
                "one routed group (q/o, -0.19 us a prefill forward) went back to nn.Linear."),
+    Experiment("Proposers at equal budget, chain mode, both backends, serving validation shapes, H200",
+               "compare_validation_chain_both_backends_h200_2026-11-29.json", "compare",
+               "`cudal2 compare serving:validation --sample 6 --layout NT --proposers learned --budget 16 --backend triton "
+               "--backend cute_dsl` (GPU-c898d4e7; nvidia-cutlass-dsl 4.8.1): the learned proposer's search reads 1.072x "
+               "torch.matmul in geomean, in chain mode, on the six shapes whose Triton-only run read 1.000x; a CuTe DSL "
+               "kernel won four of them."),
+    Experiment("The same on the eleven more serving validation shapes, both backends, H200",
+               "compare_validation_chain_both_backends_more11_h200_2026-11-29.json", "compare",
+               "The same command on the eleven shapes of the Triton-only run above, layout NT, same machine: 1.046x "
+               "(Triton only: 0.967x); CuTe DSL kernels won nine; one shape slower than torch (100x3072x3072, 0.892x). "
+               "Over the 17 shapes of the two runs: 1.055x (Triton only: 0.979x)."),
+    Experiment("The op's fallback over seven fresh processes, H200", "op_overhead_fallback_processes_h200_2026-11-29.json",
+               "op_overhead", "`benchmarks/op_overhead.py OUT.md --shapes 1x4096x4096 --budget 0 --eager-only --processes 7 "
+               "--rounds 101` with a fresh store (GPU-c898d4e7): cudal2.linear +0.78 us a call over F.linear (the seven "
+               "processes +0.66 to +0.89, F.linear's own call 16.1 to 17.4 us), cudal2.matmul +0.62 us."),
+    Experiment("A transformers Llama (2 layers), batch 4, both backends, budget 16, graph mode, H200",
+               "e2e_model_batch4_h200_2026-11-29.json", "e2e_model",
+               "`benchmarks/e2e_model.py --layers 2 --batch 4 --budget 16 --modes graph --rounds 15` (GPU-73b7670a), "
+               "before cudal2.check_routes left untimed a group the op served no call of: the prefill's checks (none of "
+               "the 2048-row GEMMs had a win) took back every route, the decode's wins (4x4096x4096 1.096x, "
+               "4x1024x4096 1.172x in the search) with them."),
+    Experiment("A transformers Llama (2 layers), batch 64 decode, both backends, budget 16, graph mode, H200",
+               "e2e_model_batch64_h200_2026-11-29.json", "e2e_model",
+               "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph --rounds 15` "
+               "(GPU-bf0d9c04): a decode step of 64 sequences runs 1.036x the untouched model's tokens/s (quartiles "
+               "1.035 to 1.038), the prefill of 4096 tokens 1.003x; cudal2.check_routes kept q, k, v, o, down and "
+               "lm_head, each saving a decode forward 2.0 to 29.3 us, and took back gate and up (the prefill's 4096-row "
+               "kernel, 1.036x in the search, lost inside the model)."),
+    Experiment("The same model and store in eager mode, H200", "e2e_model_batch64_eager_h200_2026-11-29.json", "e2e_model",
+               "`--budget 0 --modes eager` on that store, same machine: 1.004x prefill, 1.009x decode; "
+               "cudal2.check_routes took every served group back (each lost 5 to 92 us a host-bound decode forward), "
+               "so both models ran torch's kernels."),
     Experiment("The decoder layer at 1 to 1024 tokens, layer-mode table, H200", "e2e_decoder_layer_h200_2026-11-29.json",
                "e2e_decoder", "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes eager,graph --budget 4 "
                "--max-tune-seconds 220`: the op routed none of the searched GEMMs, so the table's predicted saving "
