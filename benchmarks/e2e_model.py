@@ -14,8 +14,10 @@ cudal2.route_linears: prefill and decode tokens/s in eager mode, under torch.com
    route_linears(graphs=True), also the layers a kernel serves only in captured graphs).
    Before each mode is timed, cudal2.check_routes times each group of routed layers (one weight shape)
    inside the model, in that mode (eager wall time, or a CUDA graph), on the prefill and then on the
-   decode step: a group stays routed only where it saves time in both, a phase in which no kernel
-   served any of its calls not counting (it runs the same kernels either way; --no-check-routes: skip).
+   decode step: where a group does not save time in a phase, its layers decline the row counts they
+   were served at there (F.linear runs those) and keep those another phase serves; a phase in which no
+   kernel served any of its calls is not timed (it runs the same kernels either way; --no-check-routes:
+   skip).
 2. Prefill: one forward of (batch, prompt) tokens, no cache, logits of the last token only (as
    generation computes them). Decode: one step of one token per sequence into a StaticCache that a
    prefill filled, at position --prompt, every call writing the same slot (so a CUDA graph replays it).
@@ -135,8 +137,9 @@ def tune(ours, ids, budget: int, store: str, runner) -> dict[str, list[str]]:
 
 
 def checked_routes(ours, ids, prompt: int, graphs: bool, rounds: int, calls: int, timer=None) -> list[dict]:
-    """cudal2.check_routes on the model's prefill, then on its decode step: a group of routed layers stays
-    routed only where it wins inside the model in both phases (a model serves both with one routing)."""
+    """cudal2.check_routes on the model's prefill, then on its decode step: a group of routed layers that
+    loses inside the model in a phase declines the row counts it was served at there, and keeps the other
+    phase's (a model serves both with one routing)."""
     import dataclasses
 
     import torch
@@ -172,7 +175,7 @@ def measure(plain, ours, ids, prompt: int, modes, rounds: int, calls: int, on_gp
 
     wall, graph = wall_timer, graph_timer if on_gpu else None  # (wall_timer has nothing to synchronize on the CPU)
     tokens = {"prefill": ids.numel(), "decode": ids.shape[0]}
-    rows, routed, checks = {}, {}, {}
+    rows, routed, declined, checks = {}, {}, {}, {}
     with torch.no_grad():
         want, got = prefill_call(plain, ids)().float(), prefill_call(ours, ids)().float()
         rel_error = float((got - want).norm() / want.norm())
@@ -182,6 +185,9 @@ def measure(plain, ours, ids, prompt: int, modes, rounds: int, calls: int, on_gp
                 checks[mode] = checked_routes(ours, ids, prompt, mode == "graph", rounds, calls,
                                               None if on_gpu else wall_timer)
             routed[mode] = sorted(name for name, m in ours.named_modules() if type(m).__name__ == "RoutedLinear")
+            declined[mode] = {name: sorted(n // m.in_features for n in m._cudal2_declined)
+                              for name, m in ours.named_modules()
+                              if type(m).__name__ == "RoutedLinear" and m._cudal2_declined}
             for phase in ("prefill", "decode"):
                 timers = {}
                 for name, model in (("torch", plain), ("cudal2", ours)):
@@ -192,7 +198,17 @@ def measure(plain, ours, ids, prompt: int, modes, rounds: int, calls: int, on_gp
                 for name in timers:
                     both[name]["tokens_per_s"] = tokens[phase] / both[name]["us"] * 1e6
     cudal2.route_linears(ours)
-    return {"rel_error": rel_error, "modes": rows, "routed_per_mode": routed, "route_checks": checks}
+    return {"rel_error": rel_error, "modes": rows, "routed_per_mode": routed, "declined_rows_per_mode": declined,
+            "route_checks": checks}
+
+
+def _kept_cell(check: dict) -> str:
+    """A route check's verdict: yes, or no with the row counts its layers declined (no alone in files made
+    when a lost group went back to nn.Linear whole)."""
+    if check["kept"]:
+        return "yes"
+    rows = check.get("declined_rows")
+    return f"no: F.linear at {'/'.join(map(str, rows))} rows" if rows else "no"
 
 
 def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, list[str]]) -> str:
@@ -221,9 +237,10 @@ def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, 
     if checks:
         lines += ["", "Each group of routed layers timed inside the model (cudal2.check_routes: the forward with only "
                   "that group served against none, median us saved a call, quartiles; floor: what two timers of the "
-                  "forward with none served read apart); a group stays routed only where its lower quartile is above "
-                  "the floor in both phases; a group no kernel served a call of in a phase is not timed there "
-                  "(\"none served\": the same kernels run either way) and stays routed as far as that phase goes:", "",
+                  "forward with none served read apart); a group whose lower quartile is not above the floor in a "
+                  "phase runs F.linear at the row counts it was served at there (declined), and keeps the other "
+                  "phase's; a group no kernel served a call of in a phase is not timed there (\"none served\": the "
+                  "same kernels run either way):", "",
                   "| mode | phase | weight | layers | saving us (25% to 75%) | floor us | kept |",
                   "|---|---|---|---|---:|---:|---|"]
         for mode, c in checks:
@@ -231,9 +248,14 @@ def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, 
             saving = (f"{c['saving_us']:.2f} ({c['saving_q1_us']:.2f} to {c['saving_q3_us']:.2f})"
                       if c.get("served", True) else "none served")
             lines.append(f"| {mode} | {c['phase']} | {c['weight_shape'][0]}x{c['weight_shape'][1]} | "
-                         f"{len(c['layers'])} | {saving} | {floor} | {'yes' if c['kept'] else 'no'} |")
+                         f"{len(c['layers'])} | {saving} | {floor} | {_kept_cell(c)} |")
         lines += ["", "Routed while timed, per mode: " + "; ".join(
             f"{mode}: {', '.join(names) or 'none'}" for mode, names in result["routed_per_mode"].items())]
+        declined = result.get("declined_rows_per_mode") or {}
+        if any(declined.values()):
+            lines += ["", "Of those, F.linear at the row counts check_routes declined: " + "; ".join(
+                f"{mode}: " + ", ".join(f"{name} at {'/'.join(map(str, counts))} rows" for name, counts in layers.items())
+                for mode, layers in declined.items() if layers)]
     lines += ["", f"Relative error of cudal2's prefill logits: {result['rel_error']:.1e}"]
     return "\n".join(lines) + "\n"
 

@@ -853,6 +853,7 @@ class RoutedLinear(torch.nn.Linear):
     kernel of this weight shape has (one size comparison: a host-bound call, few tokens, pays nothing
     more than nn.Linear's), else linear() with its eager checks inlined. While a CUDA graph captures,
     the fewest rows are those served in graphs (one more test, for layers a kernel serves there only).
+    Row counts that check_routes found losing inside the model (_cudal2_declined) run F.linear.
 
     A class, not a forward set on each instance: torch.compile guards a module's own bound method
     with a Python guard function that runs on every call of the compiled model (measured on this
@@ -861,15 +862,20 @@ class RoutedLinear(torch.nn.Linear):
 
     _cudal2_min_numel: float = float("inf")
     _cudal2_graph_numel: float = float("inf")
+    _cudal2_declined: frozenset = frozenset()  # x element counts check_routes found losing inside the model
 
     def forward(self, x):
         weight, bias = self.weight, self.bias
         if _dynamo_compiling() or _compile_state._is_compiling_flag:  # traced: linear() decides (_served_classes)
+            if self._cudal2_declined and x.numel() in self._cudal2_declined:
+                return _F_linear(x, weight, bias)
             return linear(x, weight, bias)
         numel = x.numel()
         if numel < self._cudal2_min_numel:
-            if numel >= self._cudal2_graph_numel and _captured_now(x):  # (GRAPH_MIN_SAVING_US)
-                return linear(x, weight, bias)
+            if numel >= self._cudal2_graph_numel and _captured_now(x) and numel not in self._cudal2_declined:
+                return linear(x, weight, bias)  # (GRAPH_MIN_SAVING_US)
+            return _F_linear(x, weight, bias)
+        if numel in self._cudal2_declined:  # (on served counts only: fewer rows never get here)
             return _F_linear(x, weight, bias)
         if _needs_grad(x, weight, bias):
             return linear(x, weight, bias)
@@ -905,6 +911,7 @@ def route_linears(model: torch.nn.Module, enable: bool = True, graphs: bool = Fa
         graph_rows = captured.get(shape)  # ... a call made while a CUDA graph captures
         serve = rows is not None or graph_rows is not None or shape in traced
         if serve:  # (again where routed: the table may have grown). Served only traced: eager runs torch
+            m._cudal2_declined = frozenset()  # (check_routes' findings were for the kernels of before)
             m._cudal2_min_numel = rows * m.in_features if rows is not None else float("inf")
             m._cudal2_graph_numel = graph_rows * m.in_features if graph_rows is not None else float("inf")
             if graph_rows is not None and m.weight.is_cuda:  # built now: a capture must not allocate
@@ -917,6 +924,7 @@ def route_linears(model: torch.nn.Module, enable: bool = True, graphs: bool = Fa
         elif routed and not serve:
             m.__class__ = torch.nn.Linear
             del m._cudal2_min_numel, m._cudal2_graph_numel
+            m.__dict__.pop("_cudal2_declined", None)
             changed.append(name)
     return changed
 

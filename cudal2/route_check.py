@@ -1,4 +1,4 @@
-"""Keep a routed layer only where it wins inside the model: `cudal2.check_routes(model, *inputs)`.
+"""Keep a routed layer's kernels only where they win inside the model: `cudal2.check_routes(model, *inputs)`.
 
 The table's figure for a GEMM is measured alone, in the model's call pattern (chain mode). Inside a
 model the kernel also changes the time of the kernels around it: in a decoder layer on an H200, a
@@ -6,17 +6,23 @@ q/o kernel that saved 1.3 to 2.3 us a layer call in every isolated regime cost t
 1.7 us at 128 tokens (docs/evaluation.md, "The decoder layer"). So after route_linears, each group
 of routed layers that share a weight shape is timed in the model itself: the model's forward with
 only that group served against the model with none, in interleaved rounds (the order reversed every
-other round). A group none of whose calls in this forward a kernel serves (the op runs torch for
-all of them: a prefill whose row counts the table has no win at, say) is not timed and keeps its
-route: the forward then runs the same kernels, and only the op's fallback's host time differs, about
-a microsecond a call (benchmarks/op_overhead.py), far below what a forward's timers resolve. Timing
-it would judge the group by noise alone, and a model serves every phase with one routing: a phase
-that serves nothing must not take back the wins of another. A group goes back to nn.Linear unless it saves time in most rounds: the lower quartile of
-its per-round saving must be above the floor, so that a median lifted by a few noisy rounds (eager wall
-time reads a forward to within tens of microseconds at best) keeps nothing. The floor is what two timers
-of the same forward, none served, read apart (an A/A comparison, the median of its per-round
-differences, taken as a magnitude): two captures of the same kernels into two CUDA graphs can differ by
-microseconds, and a group's saving is read between two such timers.
+other round).
+
+A model serves every phase (a prefill, a decode step) with one routing, and a check sees one phase.
+So a check takes back only what it measured:
+- A group none of whose calls in this forward a kernel serves (the op runs torch for all of them: a
+  prefill whose row counts the table has no win at, say) is not timed and keeps its route: the
+  forward then runs the same kernels, and only the op's fallback's host time differs, about a
+  microsecond a call (benchmarks/op_overhead.py), far below what a forward's timers resolve.
+- A served group that does not save time in most rounds declines the row counts it was served at in
+  this forward: its layers stay routed, and run F.linear at those counts (RoutedLinear's
+  _cudal2_declined), while the counts another phase serves are still served there. Saving means:
+  the lower quartile of its per-round saving is above the floor, so that a median lifted by a few
+  noisy rounds (eager wall time reads a forward to within tens of microseconds at best) keeps nothing.
+  The floor is what two timers of the same forward, none served, read apart (an A/A comparison, the
+  median of its per-round differences, taken as a magnitude): two captures of the same kernels into
+  two CUDA graphs can differ by microseconds, and a group's saving is read between two such timers.
+route_linears clears what was declined (a new table may serve those counts with other kernels).
 """
 
 from __future__ import annotations
@@ -44,8 +50,9 @@ class RouteCheck:
     saving_q1_us: float
     saving_q3_us: float
     floor_us: float  # what two timers of the same forward (none served) read apart: the A/A difference
-    kept: bool  # still routed: saving_q1_us > floor_us (saved more than that in three rounds of four)
+    kept: bool  # saving_q1_us > floor_us (saved more than that in three rounds of four), or not served
     served: bool = True  # a kernel served some call of the group in this forward; False: not timed, kept (savings 0)
+    declined_rows: tuple[int, ...] = ()  # not kept: the row counts the group's layers now run F.linear at
 
 
 def wall_timer(forward: Callable[[], Any], calls: int) -> Callable[[], float]:
@@ -96,9 +103,10 @@ def graph_timer(forward: Callable[[], Any], calls: int) -> Callable[[], float]:
 def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, rounds: int = 21, calls: int = 10,
                  timer: Timer | None = None, **example_kwargs) -> list[RouteCheck]:
     """Time each group of model's routed layers (ops.RoutedLinear, as route_linears left them) inside the
-    model on the example inputs, and put back to nn.Linear every group whose saving a forward is not above
-    the floor in at least three rounds of four (its lower quartile; the floor: the A/A difference of two
-    timers of the forward with none served, see the module's docstring). graphs: time the forward inside
+    model on the example inputs; a group whose saving a forward is not above the floor in at least three
+    rounds of four (its lower quartile; the floor: the A/A difference of two timers of the forward with
+    none served, see the module's docstring) declines the row counts it was served at here: its layers
+    run F.linear at those counts and stay routed for the others. graphs: time the forward inside
     a CUDA graph (for a model that runs in CUDA graphs; route_linears(model, graphs=True) first), else
     eager wall time. timer: (forward, calls) -> a timer of one round in us a call (default: graph_timer or
     wall_timer). Returns one RouteCheck per group; a group the op served no call of in this forward is not
@@ -128,19 +136,23 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
         serving(layers)
         return layers, timer(forward, calls)
 
-    def timed_if_served(layers: list) -> tuple[list, Callable[[], float]] | None:
-        """timed(layers), or None where the op served none of the layers' calls while the timer was built
-        (its warm-up forwards, and in a graph its capture): read off the op's launchers by call key."""
-        keys: list = []
-        hooks = [m.register_forward_pre_hook(lambda mod, args: keys.append(ops._linear_key(args[0], mod.weight,
-                                                                                             mod.bias)))
-                 for _, m in layers]
+    def timed_if_served(layers: list) -> tuple[tuple[list, Callable[[], float]] | None, set]:
+        """(timed(layers), the (layer, x element count) pairs the op served while the timer was built: its
+        warm-up forwards, and in a graph its capture; read off the op's launchers by call key), or (None,
+        an empty set) where it served none of the layers' calls."""
+        calls: dict = {}
+
+        def record(mod, args) -> None:  # (a pre-hook that returned a value would replace the forward's args)
+            calls.setdefault((mod, args[0].numel()), ops._linear_key(args[0], mod.weight, mod.bias))
+
+        hooks = [m.register_forward_pre_hook(record) for _, m in layers]
         try:
             pair = timed(layers)
         finally:
             for hook in hooks:
                 hook.remove()
-        return pair if any(ops._serves(key, graphs) for key in keys) else None
+        served = {call for call, key in calls.items() if ops._serves(key, graphs)}
+        return (pair, served) if served else (None, set())
 
     def differences(first: tuple, second: tuple) -> list[float]:
         """Per round: the first routing's forward time less the second's, each from its own timer, the
@@ -162,19 +174,23 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
             floor = abs(statistics.median(differences(none, timed([]))))
             for shape, group in routed.items():
                 names = tuple(name for name, _ in group)
-                pair = timed_if_served(group)
+                pair, served = timed_if_served(group)
                 if pair is None:  # the same kernels as with none served (see the module's docstring)
                     checks.append(RouteCheck(shape, names, 0.0, 0.0, 0.0, floor, kept=True, served=False))
                     continue
                 diffs = differences(none, pair)
                 mid = statistics.median(diffs)
                 q1, _, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (mid, mid, mid)
-                checks.append(RouteCheck(shape, names, mid, q1, q3, floor, q1 > floor))
+                kept = q1 > floor
+                if not kept:  # these counts run F.linear in these layers from now on
+                    for m, numel in served:
+                        m._cudal2_declined = getattr(m, "_cudal2_declined", frozenset()) | {numel}  # (now nn.Linear)
+                rows = tuple(sorted({numel // m.in_features for m, numel in served})) if not kept else ()
+                checks.append(RouteCheck(shape, names, mid, q1, q3, floor, kept, declined_rows=rows))
     except Exception as e:  # noqa: BLE001 - a model that cannot be timed this way keeps its routes
         serving([pair for group in routed.values() for pair in group])
         warnings.warn(f"cudal2.check_routes: the model could not be timed ({type(e).__name__}: {e}); "
                       "its routed layers are left as route_linears set them", stacklevel=2)
         return []
-    kept = [pair for check, group in zip(checks, routed.values()) if check.kept for pair in group]
-    serving(kept)
+    serving([pair for group in routed.values() for pair in group])  # every layer routed again, less its declines
     return checks

@@ -239,7 +239,14 @@ def test_route_linears_sends_only_layers_the_table_can_serve_through_the_op():
     assert cudal2.route_linears(model) == ["0"]  # layer 1's only entry lost to torch: nn.Linear's own forward
     assert type(model[0]) is ops.RoutedLinear and type(model[1]) is torch.nn.Linear
     assert cudal2.route_linears(model) == []  # routed once
+    model[0]._cudal2_declined = frozenset({6 * 64})  # as cudal2.check_routes leaves a count that lost in the model
     assert torch.equal(model(x), want)  # CPU tensors: the op runs torch
+    cudal2.route_linears(model)  # again (the table may have changed): what was declined is measured anew
+    assert model[0]._cudal2_declined == frozenset()
+    # a compiled model honours a decline too: the traced call is F.linear's
+    model[0]._cudal2_declined = frozenset({6 * 64})
+    assert torch.equal(torch.compile(model, fullgraph=True, backend="aot_eager")(x), want)
+    model[0]._cudal2_declined = frozenset()
     compiled = torch.compile(model, fullgraph=True, backend="aot_eager")  # a routed layer traces
     assert torch.equal(compiled(x), want)
     assert cudal2.route_linears(model, enable=False) == ["0"] and type(model[0]) is torch.nn.Linear

@@ -1,11 +1,13 @@
 """cudal2.check_routes (cudal2/route_check.py) on the CPU, with a fake timer that reads which layers are
-routed when a round is timed: a group whose layers win inside the model stays routed, one that loses goes
-back to nn.Linear, the two sides take turns, and a model that cannot be timed keeps its routes."""
+routed when a round is timed: a group whose layers win inside the model stays routed, one that loses
+declines the row counts it was served at (its layers run F.linear there and stay routed for the others),
+the two sides take turns, and a model that cannot be timed keeps its routes."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from torch.nn import functional as F
 
 from cudal2 import ops
 from cudal2.route_check import check_routes
@@ -43,7 +45,7 @@ def _timer(model, log, effect):
     return make
 
 
-def test_a_group_that_loses_inside_the_model_goes_back_to_nn_linear():
+def test_a_group_that_loses_inside_the_model_declines_the_row_counts_it_was_served_at():
     model, log = _routed(Model(), "a", "b", "c"), []
     # a and c (weight 16x8) save 1 us each; b (8x16) saves in the table but costs the model 3 us
     checks = check_routes(model, torch.randn(2, 8), rounds=4, timer=_timer(model, log, {"a": 1.0, "b": -3.0, "c": 1.0}))
@@ -51,14 +53,17 @@ def test_a_group_that_loses_inside_the_model_goes_back_to_nn_linear():
     assert by_shape[(16, 8)].layers == ("a", "c") and by_shape[(16, 8)].saving_us == pytest.approx(2.0)
     assert by_shape[(16, 8)].kept and not by_shape[(8, 16)].kept and by_shape[(8, 16)].saving_us == pytest.approx(-3.0)
     assert type(model.a) is ops.RoutedLinear and type(model.c) is ops.RoutedLinear
-    assert type(model.b) is torch.nn.Linear and type(model.plain) is torch.nn.Linear
+    # b lost at its 2 rows (x of 2 x 16 = 32 elements): it runs F.linear there, and stays routed for other counts
+    assert by_shape[(8, 16)].declined_rows == (2,) and by_shape[(16, 8)].declined_rows == ()
+    assert type(model.b) is ops.RoutedLinear and model.b._cudal2_declined == {32}
+    assert not model.a._cudal2_declined and type(model.plain) is torch.nn.Linear
     # first the A/A rounds (none against none), then each group against none, the order reversed every other round
     assert log[:8] == [()] * 8
     rounds = [x for x in log[8:] if x in ((), ("a", "c"))]
     assert rounds[:4] == [(), ("a", "c"), ("a", "c"), ()]
 
 
-def test_a_group_that_saves_only_in_some_rounds_goes_back_to_nn_linear():
+def test_a_group_that_saves_only_in_some_rounds_declines_its_counts():
     """A median above zero is not enough: a group whose saving is negative in half of the rounds but large
     in the others (a noisy eager forward) is put back; one that saves in every round stays."""
     model = _routed(Model(), "a", "b", "c")
@@ -74,7 +79,7 @@ def test_a_group_that_saves_only_in_some_rounds_goes_back_to_nn_linear():
 
     checks = {c.weight_shape: c for c in check_routes(model, torch.randn(2, 8), rounds=8, timer=make)}
     b, ac = checks[(8, 16)], checks[(16, 8)]
-    assert b.saving_us > 0 and b.saving_q1_us < 0 and not b.kept and type(model.b) is torch.nn.Linear
+    assert b.saving_us > 0 and b.saving_q1_us < 0 and not b.kept and model.b._cudal2_declined == {32}
     assert ac.kept and type(model.a) is ops.RoutedLinear
 
 
@@ -95,7 +100,7 @@ def test_a_saving_within_what_two_captures_of_the_same_forward_read_apart_is_not
     assert all(c.floor_us == pytest.approx(3.0) for c in checks.values())
     assert checks[(16, 8)].kept and checks[(16, 8)].saving_us == pytest.approx(5.0)
     assert not checks[(8, 16)].kept and checks[(8, 16)].saving_us == pytest.approx(2.0)
-    assert type(model.b) is torch.nn.Linear and type(model.a) is ops.RoutedLinear
+    assert model.b._cudal2_declined == {32} and not model.a._cudal2_declined
 
 
 def test_a_model_that_cannot_be_timed_keeps_its_routes():
@@ -144,3 +149,23 @@ def test_a_group_the_op_serves_no_call_of_is_not_timed_and_stays_routed(monkeypa
     assert {shape for shape, _ in asked} == {(16, 8), (8, 16)} and not any(g for _, g in asked)  # eager: graphs=False
     # the probe's hooks are gone: the model's layers carry none after the check
     assert not any(m._forward_pre_hooks for m in (model.a, model.b, model.c))
+
+
+def test_a_declined_count_runs_f_linear_and_the_others_still_reach_the_op(monkeypatch):
+    """What a loss declines is one row count of the layers that lost there: a call of that count runs F.linear
+    without the op; a call of another count (a decode step after a losing prefill) still reaches the op's
+    path. route_linears clears the declines: a new table may serve those counts with other kernels."""
+    layer = torch.nn.Linear(8, 16)
+    layer.__class__ = ops.RoutedLinear
+    layer._cudal2_min_numel, layer._cudal2_graph_numel = 0, float("inf")
+    layer._cudal2_declined = frozenset({2 * 8})
+    reached = []
+    monkeypatch.setattr(ops, "_run_linear", lambda x, w, b: reached.append(x.shape[0]) or F.linear(x, w, b))
+    with torch.no_grad():
+        x2, x5 = torch.randn(2, 8), torch.randn(5, 8)
+        assert torch.equal(layer(x2), F.linear(x2, layer.weight, layer.bias)) and reached == []
+        layer(x5)
+    assert reached == [5]
+    model = torch.nn.Sequential(layer)
+    ops.route_linears(model, enable=False)  # put back: the declines go with the route
+    assert type(layer) is torch.nn.Linear and "_cudal2_declined" not in layer.__dict__
