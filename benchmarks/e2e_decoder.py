@@ -133,9 +133,13 @@ def operand_copies(m: int, n: int, k: int, l2_bytes: int, most: int) -> int:
 
 
 def compare(timers: dict, rounds: int) -> dict:
-    """The "torch" and "cudal2" timers in interleaved rounds (alternating order): per path its median
-    us and every round's, and the per-round ratio torch us / cudal2 us (median and quartiles)."""
-    times = interleaved(timers, rounds)
+    """The "torch" and "cudal2" timers in interleaved rounds (alternating order): see compared."""
+    return compared(interleaved(timers, rounds))
+
+
+def compared(times: dict[str, list]) -> dict:
+    """The "torch" and "cudal2" us of each round: per path its median us and every round's, and the
+    per-round ratio torch us / cudal2 us (median and quartiles)."""
     ratio, q1, q3 = spread(p / o for p, o in zip(times["torch"], times["cudal2"]))
     out = {name: {"us": statistics.median(r), "rounds_us": r} for name, r in times.items()}
     return {**out, "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3}

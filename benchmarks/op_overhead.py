@@ -162,7 +162,7 @@ def served_path(x, w) -> str | None:
     from cudal2 import ops
     from cudal2.bench.launch_cost import path_name
 
-    launcher = ops._launchers.get(ops._linear_key(x, w, None))
+    launcher = ops._call_launcher(ops._linear_key(x, w, None), graphs=False)
     if launcher is None:
         return None
     return path_name(launcher.backend or "?", getattr(launcher.run, "launch_path", None))
@@ -172,9 +172,9 @@ def route_of(row: dict) -> str:
     """What ours ran for a row: the tuned kernel (its spec, launch path, and speedup in the search), or torch."""
     if not row["served"]:
         return "torch (the search found nothing faster)"
-    named = " ".join(f"`{v}`" if k == "spec_summary" else f"via {v}" for k in ("spec_summary", "launch_path")
-                     if (v := row.get(k)))
-    return f"tuned kernel {named} ({row['table_speedup']:.3f}x torch in the search)".replace("kernel  (", "kernel (")
+    spec, path = row.get("spec_summary"), row.get("launch_path")
+    return " ".join(["tuned kernel", *([f"`{spec}`"] if spec else []), *([f"via {path}"] if path else []),
+                     f"({row['table_speedup']:.3f}x torch in the search)"])
 
 
 def _graph_ops(module, x) -> list[str]:
@@ -254,8 +254,8 @@ def combine(runs: list[dict]) -> list[dict]:
             per = [statistics.median(o - b for o, b in zip(r["rows"][i]["paths"][name]["host_rounds"],
                                                           r["rows"][i]["paths"][base]["host_rounds"])) for r in runs]
             torch_us = [r["rows"][i]["paths"][base]["host_us"] for r in runs]
-            out.append({"shape": row["shape"], "served": row["served"], "path": name, "route": route_of(row) if row["served"] else "torch",
-                        "over_us": statistics.median(per),
+            out.append({"shape": row["shape"], "served": row["served"], "path": name,
+                        "route": route_of(row) if row["served"] else "torch", "over_us": statistics.median(per),
                         "over_us_per_process": per, "torch_host_us_per_process": torch_us})
     return out
 

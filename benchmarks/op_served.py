@@ -30,7 +30,7 @@ of the winner and torch.matmul in that mode).
      the L2 read, the pass over x, then the linear between two events, timed between the events only.
    Ratio: the median over the rounds of the per-round ratio F.linear time / cudal2.linear time (with
    its quartiles). Route: what the op ran for the call, read off its launchers after the timing
-   (ops._launchers for eager calls, which captured calls also take; ops._graph_launchers for a kernel
+   (ops._call_launcher: the eager launcher, which captured calls also take, else the one for a kernel
    served in graphs only): the tuned kernel's backend, or "torch"; and the table entry the op's
    lookup names for each path (ops._op_entry at the eager margin and at GRAPH_MIN_SAVING_US). These
    are the op's private state: it has no public way to say which kernel served a call.
@@ -52,7 +52,6 @@ import argparse
 import itertools
 import json
 import math
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -61,10 +60,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
 
-from _rounds import interleaved, spread  # noqa: E402
+from _rounds import interleaved  # noqa: E402
 from crosscheck_winners import (CHAIN_PLACEMENTS, WARMUP_S, chain_harness_rounds, gpu_uuid, harness_timers,  # noqa: E402
                                 problem_of)
-from e2e_decoder import compare, operand_copies  # noqa: E402
+from e2e_decoder import compare, compared, operand_copies  # noqa: E402
 from cudal2.route_check import wall_timer  # noqa: E402
 
 MIN_RATIO = 0.99  # F.linear time / cudal2.linear time, in each path
@@ -202,11 +201,8 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") ->
         else:
             placements = 1
             rounds_ms = interleaved(harness_timers(*placement(0)), rounds)
-    times = {name: [t * 1e3 for t in xs] for name, xs in rounds_ms.items()}
-    ratio, q1, q3 = spread(t / c for t, c in zip(times["torch"], times["cudal2"]))
-    both = {name: {"us": statistics.median(r), "rounds_us": r} for name, r in times.items()}
-    return {**both, "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3, "calls": calls, "operand_sets": copies,
-            "pattern": call_pattern, "placements": placements}
+    both = compared({name: [t * 1e3 for t in xs] for name, xs in rounds_ms.items()})
+    return {**both, "calls": calls, "operand_sets": copies, "pattern": call_pattern, "placements": placements}
 
 
 def route(problem, gpu: str, x, w) -> dict:
@@ -215,8 +211,7 @@ def route(problem, gpu: str, x, w) -> dict:
     from cudal2 import ops
 
     key = ops._linear_key(x, w, None)
-    eager = ops._launchers.get(key)
-    graph = eager if eager is not None else ops._graph_launchers.get(key)
+    eager, graph = ops._call_launcher(key, graphs=False), ops._call_launcher(key, graphs=True)
     ran = lambda launch: "torch" if launch is None else (getattr(launch, "backend", None) or "kernel")  # noqa: E731
     table = lambda margin: ops._op_entry(problem, gpu, margin)  # noqa: E731
     eager_entry, graph_entry = table(None), table(ops.GRAPH_MIN_SAVING_US)

@@ -343,13 +343,14 @@ def read_op_overhead(path: Path) -> tuple[str, list[str], str]:
                          for c in d["combined"] if c["served"] == served)
         where = "where the op ran a tuned kernel" if served else "with nothing served (the fallback)"
         return f"host time per call over torch's {where}, median over processes: {head}", table, _env_line(d.get("env"))
+    _benchmarks_importable()
+    from op_overhead import PAIRS  # benchmarks/, beside this file: each path of ours and torch's it is compared with
+
     over = {}
-    pairs = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul", "compiled cudal2.linear": "compiled nn.Linear",
-             "compiled cudal2.linear, Python op": "compiled nn.Linear", "cudal2.linear, kernel installed": "F.linear"}
     # with nothing served anywhere (a run with no search), the fallback's cost: torch through the op
     fallback = not any(row.get("served") or "cudal2.linear, kernel installed" in row["paths"] for row in d["rows"])
     for row in d["rows"]:
-        for name, base in pairs.items():
+        for name, base in PAIRS.items():
             if name in row["paths"] and (fallback or row.get("served") or name == "cudal2.linear, kernel installed"):
                 ours, theirs = row["paths"][name], row["paths"][base]
                 if "host_rounds" in ours:  # interleaved rounds: the median of the per-round differences

@@ -612,11 +612,17 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     return out if out is not None else _F_linear(x, weight, bias)
 
 
+def _call_launcher(key: tuple, graphs: bool) -> Optional[Callable]:
+    """The launcher the op runs for the call of this key (_linear_key, _matmul_key), as its last call of the
+    key decided: the eager one, which a capture takes too, else (graphs) the one a capture took; None where
+    the op has not seen the key or sends it to torch."""
+    launch = _launchers.get(key)
+    return _graph_launchers.get(key) if launch is None and graphs else launch
+
+
 def _serves(key: tuple, graphs: bool) -> bool:
-    """Whether the op runs a tuned kernel for the call of this key (_linear_key, _matmul_key), as its last
-    call of the key decided: an eager launcher, or (graphs) the launcher a capture took. A key the op has
-    not seen, or that it sends to torch, answers False."""
-    return _launchers.get(key) is not None or (graphs and _graph_launchers.get(key) is not None)
+    """Whether the op runs a tuned kernel for the call of this key (see _call_launcher)."""
+    return _call_launcher(key, graphs) is not None
 
 
 def _captured(key: tuple, call_class: Callable, operands: tuple, out_shape: tuple, torch_call: Callable):

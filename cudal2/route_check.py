@@ -119,7 +119,8 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
     if not routed:
         return []
     timer = timer or (graph_timer if graphs else wall_timer)
-    every = [m for group in routed.values() for _, m in group]
+    every_pair = [pair for group in routed.values() for pair in group]
+    every = [m for _, m in every_pair]
 
     def serving(group: list) -> None:
         """Route only the group's layers (an empty group: none)."""
@@ -188,9 +189,9 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
                 rows = tuple(sorted({numel // m.in_features for m, numel in served})) if not kept else ()
                 checks.append(RouteCheck(shape, names, mid, q1, q3, floor, kept, declined_rows=rows))
     except Exception as e:  # noqa: BLE001 - a model that cannot be timed this way keeps its routes
-        serving([pair for group in routed.values() for pair in group])
+        serving(every_pair)
         warnings.warn(f"cudal2.check_routes: the model could not be timed ({type(e).__name__}: {e}); "
                       "its routed layers are left as route_linears set them", stacklevel=2)
         return []
-    serving([pair for group in routed.values() for pair in group])  # every layer routed again, less its declines
+    serving(every_pair)  # every layer routed again, less its declines
     return checks
