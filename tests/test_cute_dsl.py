@@ -70,6 +70,14 @@ def test_split_k_refusals():
     assert not ok and "workspace" in ok.reason
 
 
+def test_an_operand_past_32_bit_extents_is_refused_before_it_is_built():
+    """A sweep of 16384x151936x1536 recorded nine crashes where the kernel refused the extents at its
+    launch (an output of 2.5e9 elements): supports() names the limit first, so the pair is unsupported."""
+    ok = CuteDslBackend().supports(GemmProblem(m=16384, n=151936, k=1536), spec())
+    assert not ok and "32-bit" in ok.reason and "triton" in ok.reason
+    assert CuteDslBackend().supports(GemmProblem(m=8192, n=151936, k=1536), spec())  # 1.2e9 elements: fits
+
+
 def _binding(problem, s):
     """The GemmBinding the rendered module binds (plain Python: no DSL compile)."""
     from cudal2.codegen.cute_sm90.binding import GemmBinding
