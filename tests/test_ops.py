@@ -1016,6 +1016,27 @@ def test_a_weight_no_entry_serves_runs_torch_before_the_grad_test_and_the_counts
     assert torch.equal(got[0], x.grad) and torch.equal(got[1], w.grad)
 
 
+def test_a_compiled_call_does_not_trace_again_for_each_new_weight_tensor():
+    """linear() asks whether a trace is underway before it looks a weight up by id: a traced id() of a tensor
+    that is not a module's parameter makes torch.compile guard on that tensor's identity, and trace again
+    for every new weight (a weight made per call, or passed in)."""
+    traced = []
+
+    def backend(gm, example_inputs):
+        traced.append(gm)
+        return gm.forward
+
+    compiled = torch.compile(lambda x, w: cudal2.linear(x, w), backend=backend, fullgraph=True)
+    x = torch.randn(6, 64)
+    with torch.no_grad():
+        kept = torch.randn(96, 64)
+        cudal2.linear(x, kept)  # an eager call keeps a weight, as a model's earlier calls would
+        assert ops._torch_weights.get(id(kept)) is ops._EVERY_CALL
+        for w in [kept] + [torch.randn(96, 64) for _ in range(4)]:
+            assert torch.equal(compiled(x, w), torch.nn.functional.linear(x, w))
+    assert len(traced) == 1, f"traced {len(traced)} times for 5 weights of one shape"
+
+
 def test_a_kept_weight_is_forgotten_when_it_dies_and_when_the_table_changes():
     """The id of a weight that died names no entry (another tensor may get that id), nor does any after
     set_table."""
