@@ -12,6 +12,10 @@ then, on each validation shape, over the specs the sweep measured there:
   the same specs (averaged over 32 seeds) beside it.
 "Best" here is the best of the sweep's specs on the shape, not the best kernel there is: the live
 comparison (`cudal2 compare`) is the figure for that. Writes OUT.json and OUT.md.
+
+--against MODEL.json (repeatable) replays a model file too (the shipped one, one trained on other data)
+on the same validation shapes and specs, beside the model trained here: the question whether training
+on these pairs helps at all.
 """
 
 from __future__ import annotations
@@ -31,8 +35,14 @@ from cudal2.ir import DeviceProfile  # noqa: E402
 from cudal2.learn.samples import from_csv  # noqa: E402
 from cudal2.learn.train import split_samples, train  # noqa: E402
 from cudal2.learn.validate import by_shape, random_replay, replay, top1_ratios  # noqa: E402
+from cudal2.proposers.cost_model import TreeModel  # noqa: E402
 
 BUDGETS = (1, 4, 8, 16)
+
+
+def curve_at(curve: list[float]) -> dict[int, float]:
+    """A replay's share of the best at each of BUDGETS evaluations (its last where it ran out of specs)."""
+    return {b: curve[min(b, len(curve)) - 1] for b in BUDGETS}
 
 
 def geomean(xs) -> float:
@@ -46,21 +56,29 @@ def main() -> int:
     ap.add_argument("--validation", action="append", required=True, type=Path)
     ap.add_argument("--arch", default="sm_90a")
     ap.add_argument("--out", required=True, type=Path, help="path without suffix")
+    ap.add_argument("--against", action="append", default=[], type=Path,
+                    help="a model file to replay beside the one trained here (repeatable)")
     args = ap.parse_args()
     samples = [s for f in (*args.train, *args.validation) for s in from_csv(f)]
     report = train(samples, DeviceProfile.of_arch(args.arch), say=print)
     model = report.model
     held = split_samples(samples)[1]  # the pairs of validation-split shapes, as train() set them aside
     groups = by_shape(held)
+    if not groups:
+        raise SystemExit("learned_offline: no pair of the data is of a validation-split shape (cudal2/data/shapes/"
+                         "split.json); pass --validation an export of a sweep of SET:validation shapes")
     top1 = top1_ratios(model, held)
+    against = {str(path): TreeModel.load(path) for path in args.against}
     rows = []
     for label, group in sorted(groups.items()):
         learned, rand = replay(model, group, max(BUDGETS)), random_replay(group, max(BUDGETS))
         rows.append({"shape": label, "specs": len(group), "top1": top1[label],
                      "learned": {b: learned[min(b, len(learned)) - 1] for b in BUDGETS},
-                     "random": {b: rand[min(b, len(rand)) - 1] for b in BUDGETS}})
+                     "random": {b: rand[min(b, len(rand)) - 1] for b in BUDGETS},
+                     "against": {name: curve_at(replay(other, group, max(BUDGETS))) for name, other in against.items()}})
     summary = {b: {"learned_geomean": geomean(r["learned"][b] for r in rows),
                    "random_geomean": geomean(r["random"][b] for r in rows),
+                   **{f"{name}_geomean": geomean(r["against"][name][b] for r in rows) for name in against},
                    "learned_reached_97": sum(r["learned"][b] >= 0.97 for r in rows) / len(rows),
                    "learned_within_5": sum(r["learned"][b] >= 0.95 for r in rows) / len(rows),
                    "learned_beats_random": sum(r["learned"][b] > r["random"][b] for r in rows) / len(rows)}
@@ -84,6 +102,12 @@ def main() -> int:
     for b, s in summary.items():
         lines.append(f"| {b} | {s['learned_geomean']:.3f} | {s['random_geomean']:.3f} | {s['learned_reached_97']:.0%} "
                      f"| {s['learned_within_5']:.0%} | {s['learned_beats_random']:.0%} |")
+    if against:
+        lines += ["", "The model trained here against the models given (--against), the same replay (geomean share of "
+                  "the best):", "", "| evaluations | trained here | " + " | ".join(f"`{n}`" for n in against) + " |",
+                  "|---|---|" + "---|" * len(against)]
+        lines += [f"| {b} | {s['learned_geomean']:.3f} | " + " | ".join(f"{s[f'{n}_geomean']:.3f}" for n in against)
+                  + " |" for b, s in summary.items()]
     lines += ["", "| shape | specs | learned 1 | learned 4 | learned 16 | random 16 |", "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['shape']} | {r['specs']} | {r['learned'][1]:.3f} | {r['learned'][4]:.3f} | "
