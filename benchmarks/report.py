@@ -272,19 +272,23 @@ def read_tune_speed(path: Path, parts: tuple[str, ...] = ()) -> tuple[str, list[
 
 
 def read_sweep(path: Path) -> tuple[str, list[str], str]:
-    """A `cudal2 dataset export` (CSV, gzipped): the fastest spec per shape, one brief measurement."""
+    """A `cudal2 dataset export` (CSV, gzipped): the fastest spec per shape, one brief measurement, in the
+    export's label mode (chain where its rows have it, else layer, else offline: cudal2.learn.samples.label_mode)."""
+    from cudal2.learn.samples import label_mode
+
     rows = list(csv.DictReader(io.TextIOWrapper(gzip.open(path), encoding="utf-8")))
+    mode = label_mode(rows)
     best: dict[tuple, dict] = {}
     for r in rows:
-        if r["status"] != "ok":
+        if r["status"] != "ok" or not r.get(f"kernel_ms.{mode}") or not r.get(f"speedup_vs_torch.{mode}"):
             continue
         key = (int(r["m"]), int(r["n"]), int(r["k"]), r["layout"])
-        if key not in best or float(r["kernel_ms.offline"]) < float(best[key]["kernel_ms.offline"]):
+        if key not in best or float(r[f"kernel_ms.{mode}"]) < float(best[key][f"kernel_ms.{mode}"]):
             best[key] = r
-    sp = [float(r["speedup_vs_torch.offline"]) for r in best.values()]
+    sp = [float(r[f"speedup_vs_torch.{mode}"]) for r in best.values()]
     g = geomean(sp)
     specs = len({r["spec_key"] for r in rows})
-    head = f"best of {specs} specs: {g:.3f}x torch.matmul over {len(best)} shapes (unconfirmed)"
+    head = f"best of {specs} specs: {g:.3f}x torch.matmul over {len(best)} shapes ({mode} mode, unconfirmed)"
     statuses = collections.Counter(r["status"] for r in rows)
     body = [f"- {len(rows)} pairs ({', '.join(f'{n} {s}' for s, n in statuses.most_common())}), {specs} specs on "
             f"{len(best)} shapes; fastest spec per shape: geometric mean {g:.3f} of torch.matmul, faster on "
@@ -292,7 +296,7 @@ def read_sweep(path: Path) -> tuple[str, list[str], str]:
             "figure to confirm, not to claim."]
     for part in ("validation", "train"):
         for shape_set in sorted({r["shape_set"] for r in best.values() if r["split"] == part}):
-            xs = [float(r["speedup_vs_torch.offline"]) for r in best.values()
+            xs = [float(r[f"speedup_vs_torch.{mode}"]) for r in best.values()
                   if r["split"] == part and r["shape_set"] == shape_set]
             body.append(f"- {part}, {shape_set or 'no set'}: {len(xs)} shapes, fastest spec {geomean(xs):.3f} of "
                         f"torch.matmul (faster on {sum(x > 1 for x in xs)}, lowest {min(xs):.3f}, highest {max(xs):.3f})")
@@ -314,6 +318,11 @@ def read_learned_offline(path: Path) -> tuple[str, list[str], str]:
             "|---|---|---|---|---|"]
     body += [f"| {b} | {v['learned_geomean']:.3f} | {v['random_geomean']:.3f} | {v['learned_reached_97']:.0%} | "
              f"{v['learned_beats_random']:.0%} |" for b, v in s.items()]
+    others = sorted(k[:-len("_geomean")] for k in s["1"] if k.endswith("_geomean")
+                    and k not in ("learned_geomean", "random_geomean"))
+    for name in others:  # --against: models replayed beside the one trained here
+        head += f"; `{Path(name).name}` first pick {s['1'][name + '_geomean']:.3f}, 16 evaluations " \
+                f"{s['16'][name + '_geomean']:.3f}"
     data = d["model_info"]["data"]
     gpu = next(iter(data["gpus"]), "?")
     return head, body, f"trained on {data['pairs']} pairs ({data['shapes']} train shapes) measured on {gpu}"
@@ -1085,6 +1094,54 @@ EXPERIMENTS: list[Experiment] = [
                "`--budget 0 --modes eager` on that store, same machine: 1.004x prefill, 1.009x decode; "
                "cudal2.check_routes took every served group back (each lost 5 to 92 us a host-bound decode forward), "
                "so both models ran torch's kernels."),
+    Experiment("The batch-64 Llama again, a losing group declining only its row counts, graph mode, H200",
+               "e2e_model_batch64_declines_h200_2026-11-29.json", "e2e_model",
+               "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 0 --modes graph --rounds 15` on the "
+               "batch-64 store above (GPU-3f55face), after cudal2.check_routes made a losing group decline only the row "
+               "counts it was served at: decode 1.034x (1.033 to 1.034), prefill 1.004x. gate/up declined its 4096-row "
+               "prefill calls only; at 64 rows its decode kernel (0.85 us saved a forward) and q/o's (0.96 us) fell "
+               "under the floor (1.38 us) and declined too; k/v, down and lm_head kept their decode wins."),
+    Experiment("The same in eager mode, H200", "e2e_model_batch64_declines_eager_h200_2026-11-29.json", "e2e_model",
+               "`--modes eager` on the same store and machine: prefill 1.002x, decode 0.993x (0.971 to 1.002); every "
+               "served group lost inside the host-bound eager forward and declined its row counts, so both models ran "
+               "torch's kernels, ours through the routed layers' row test."),
+    Experiment("The op's fallback beside a bare Python wrapper of F.linear, five processes, H200",
+               "op_overhead_fallback_floor_h200_2026-11-29.json", "op_overhead",
+               "`benchmarks/op_overhead.py OUT.md --shapes 1x4096x4096 --budget 0 --eager-only --processes 5 --rounds 101` "
+               "with a fresh store (GPU-3f55face), a path added that calls F.linear through one Python function and "
+               "nothing else: that wrapper -0.08 us, cudal2.linear +0.78 us, cudal2.matmul +0.68 us."),
+    Experiment("The same, the kept-weight test first in linear(), three processes, another machine, H200",
+               "op_overhead_fallback_floor_again_h200_2026-11-29.json", "op_overhead",
+               "The command above with `--processes 3` (GPU-62ab8264) after linear() tested for a kept weight before "
+               "anything else past the trace test: cudal2.linear +1.06 us, the wrapper -0.02 us."),
+    Experiment("The same, linear() a short front, three processes, a third machine, H200",
+               "op_overhead_fallback_front_h200_2026-11-29.json", "op_overhead",
+               "`--processes 3` (GPU-a66de040) after linear() became a short function of the trace test and the "
+               "kept-weight test, the rest in _linear: cudal2.linear +1.01 us (+0.74 to +1.39 over the processes), the "
+               "wrapper -0.15 us. The same machine's benchmarks/op_fallback_parts.py read the op +0.44 us, as a copy of "
+               "its three tests (op_fallback_parts_h200_2026-11-29.md)."),
+    Experiment("The same, the paths' order reversed every other round, a fourth machine, H200",
+               "op_overhead_fallback_alternating_h200_2026-11-29.json", "op_overhead",
+               "`--processes 3` (GPU-65148e78) after op_overhead.py reversed the order of the paths every other round "
+               "(the wrapper had always run last): cudal2.linear +0.73 us (+0.71 to +0.84), cudal2.matmul +0.56 us, "
+               "the wrapper -0.02 us."),
+    Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
+               "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
+               "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "
+               "mode, the default; GPU-62ab8264), each stopped at its time limit: 516 pairs on 23 shapes, 492 measured "
+               "correct; 15 CuTe DSL pairs refused (a split-K workspace too large), 9 recorded as crashes (an output of "
+               "2.5e9 elements, past the kernel's 32-bit extents: the backend now refuses these before building)."),
+    Experiment("The same on the serving validation shapes, H200", "sweep_chain_serving_validation_h200_2026-11-29.csv.gz",
+               "sweep", "`cudal2 sweep serving:validation --specs 12 --sample 24` with each backend (GPU-a66de040): 576 "
+               "pairs on 24 shapes, 567 correct, 9 refused (workspace)."),
+    Experiment("A cost model trained on chain-mode labels against the shipped one, H200 validation shapes",
+               "learned_offline_chain_h200_2026-11-29.json", "learned_offline",
+               "`benchmarks/learned_offline.py --train sweep_chain_train_h200_2026-11-29.csv.gz --validation "
+               "sweep_chain_serving_validation_h200_2026-11-29.csv.gz --against cudal2/data/models/sm_90a.json`: "
+               "trained on the 492 chain-mode pairs of the train sweep, its first pick on the 24 validation shapes "
+               "reads 0.939 of the best measured spec; the shipped model (18,952 offline pairs, H100) reads 0.953, and "
+               "at least as much at 4, 8 and 16 evaluations. Training on this sweep does not help: the shipped model "
+               "stays."),
     Experiment("The decoder layer at 1 to 1024 tokens, layer-mode table, H200", "e2e_decoder_layer_h200_2026-11-29.json",
                "e2e_decoder", "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes eager,graph --budget 4 "
                "--max-tune-seconds 220`: the op routed none of the searched GEMMs, so the table's predicted saving "
