@@ -1099,7 +1099,7 @@ EXPERIMENTS: list[Experiment] = [
                "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 0 --modes graph --rounds 15` on the "
                "batch-64 store above (GPU-3f55face), after cudal2.check_routes made a losing group decline only the row "
                "counts it was served at: decode 1.034x (1.033 to 1.034), prefill 1.004x. gate/up declined its 4096-row "
-               "prefill calls only; at 64 rows its decode kernel (0.85 us saved a forward) and q/o's (0.96 us) fell "
+               "prefill calls, where it lost; at 64 rows its decode kernel (0.85 us saved a forward) and q/o's (0.96 us) fell "
                "under the floor (1.38 us) and declined too; k/v, down and lm_head kept their decode wins."),
     Experiment("The same in eager mode, H200", "e2e_model_batch64_declines_eager_h200_2026-11-29.json", "e2e_model",
                "`--modes eager` on the same store and machine: prefill 1.002x, decode 0.993x (0.971 to 1.002); every "
