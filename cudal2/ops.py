@@ -973,32 +973,37 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."""
     # The fallback's fastest path, a weight whose every call runs torch (_torch_weights), in a function of its
-    # own: the same test inside the whole of _linear cost 0.10 to 0.17 us more a call than this short one, in
-    # situ between F.linear calls on an H200 host (2026-11-29), where a bare Python wrapper of F.linear cost
-    # nothing measurable. The test for a trace comes first: a traced id() of a tensor that is not a module's
-    # parameter would make torch.compile guard on that tensor's identity and trace again for every new one.
-    if not (_dynamo_compiling() or _compile_state._is_compiling_flag) and _torch_weights.get(id(weight)) is _EVERY_CALL:
-        return _F_linear(x, weight, bias)
-    return _linear(x, weight, bias)
-
-
-def _linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-    """linear() past its fastest path: traced calls, kept weights' row counts, gradients, the miss path, the
-    eager paths."""
+    # own: the same test inside a function of all the eager paths cost 0.10 to 0.17 us more a call than this
+    # short one, in situ between F.linear calls on an H200 host (2026-11-29), where a bare Python wrapper of
+    # F.linear cost nothing measurable. The test for a trace comes first: a traced id() of a tensor that is not
+    # a module's parameter would make torch.compile guard on that tensor's identity and trace again for every
+    # new one.
     if _dynamo_compiling() or _compile_state._is_compiling_flag:  # (_is_compiling(), inlined)
-        if weight.dim() != 2 or x.dim() == 0:  # a 1-D weight (a dot product per row) is F.linear's alone
-            return _F_linear(x, weight, bias)
-        served = _served_when_traced(_linear_class, x, weight, bias)
-        if served is None:
-            return _F_linear(x, weight, bias)
-        if _needs_grad(x, weight, bias):
-            return _Linear.apply(x, weight, bias)
-        slot = _native_slot(served)
-        return torch.ops.cudal2.linear_slot(x, weight, bias, slot) if slot >= 0 else \
-            torch.ops.cudal2.linear(x, weight, bias)
+        return _traced_linear(x, weight, bias)
     known = _torch_weights.get(id(weight))  # torch's calls of this weight, gradients too (see _torch_weights)
-    if known is not None and known is not _EVERY_CALL:  # (_EVERY_CALL here: another thread kept the weight
-        # after linear() looked; the checks below send its call to torch as well)
+    if known is _EVERY_CALL:
+        return _F_linear(x, weight, bias)
+    return _eager_linear(x, weight, bias, known)
+
+
+def _traced_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """linear() while torch.compile or torch.export traces it: the custom op where the table serves the call."""
+    if weight.dim() != 2 or x.dim() == 0:  # a 1-D weight (a dot product per row) is F.linear's alone
+        return _F_linear(x, weight, bias)
+    served = _served_when_traced(_linear_class, x, weight, bias)
+    if served is None:
+        return _F_linear(x, weight, bias)
+    if _needs_grad(x, weight, bias):
+        return _Linear.apply(x, weight, bias)
+    slot = _native_slot(served)
+    return torch.ops.cudal2.linear_slot(x, weight, bias, slot) if slot >= 0 else \
+        torch.ops.cudal2.linear(x, weight, bias)
+
+
+def _eager_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, known) -> torch.Tensor:
+    """linear() of an eager call past its fastest path; known: what _torch_weights holds for the weight (its
+    shape's _Plan, or None)."""
+    if known is not None:
         x_numel = x.numel()
         if x_numel in known.to_torch or (x_numel in known.to_torch_eager and not _captured_now(x)):
             return _F_linear(x, weight, bias)
