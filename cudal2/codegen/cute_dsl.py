@@ -52,7 +52,7 @@ from ..ir.hardware import TILE_WIDTHS
 from ..ir.spec import stage_bytes
 from .base import Backend, Source, Support
 from .cute_sm90.config import GemmConfig, epilogue_piece_width, whole_tiles
-from .cute_sm90.kernel import MAX_ELEMENTS, MAX_WORKSPACE_BYTES, CuteDslKernel
+from .cute_sm90.kernel import MAX_ELEMENTS, MAX_WORKSPACE_BYTES, CuteDslKernel, largest_operand
 from .. import paths
 
 # K slices the split-K kernel takes (the IR allows 1..64; the kernel handles uneven division).
@@ -620,7 +620,7 @@ def _kernel_violations(problem: GemmProblem, spec: KernelSpec) -> list[Violation
         bad.append(Violation("problem.out_dtype", problem.out_dtype, "output must be float16 or bfloat16",
                              "use out_dtype float16 or bfloat16"))
     bad += _decomposition_violations(problem, spec)
-    largest = max(problem.m * problem.k, problem.n * problem.k, problem.m * problem.n)
+    largest = largest_operand(problem.m, problem.n, problem.k)
     if largest > MAX_ELEMENTS:  # (refused here, not at the launch: a sweep recorded these as crashes)
         bad.append(Violation("problem", problem.label(), f"an operand of {largest} elements, over the {MAX_ELEMENTS} "
                              "that the kernel's 32-bit extents and strides can index",

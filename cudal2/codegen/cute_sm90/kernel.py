@@ -22,6 +22,11 @@ MAX_WORKSPACE_BYTES = 1 << 30
 MAX_ELEMENTS = 2**31 - 1  # a shape-generic kernel indexes each operand with 32-bit extents and strides
 
 
+def largest_operand(m: int, n: int, k: int) -> int:
+    """The element count of the largest of an m x n x k product's A, B and D (what MAX_ELEMENTS bounds)."""
+    return max(m * k, n * k, m * n)
+
+
 @dataclass
 class CuteDslKernel:
     """With c given, the result is written into c (which is also read when beta != 0); otherwise a
@@ -180,7 +185,7 @@ def shape_refusal(cfg, m: int, n: int, k: int) -> str:
     if odd:
         return (f"TMA needs the leading dimensions ({', '.join(odd)} of the kernel's {km}x{kn}x{kk}) to be "
                 "multiples of 8 elements; use a kernel compiled for this shape or the registers epilogue")
-    if max(km * kk, kn * kk, km * kn) > MAX_ELEMENTS:
+    if largest_operand(km, kn, kk) > MAX_ELEMENTS:
         return f"an operand of over {MAX_ELEMENTS} elements (the kernel indexes with 32-bit extents)"
     if cfg.split:
         if -(-kk // cfg.tile_k) < cfg.split_k:
