@@ -73,8 +73,7 @@ def main() -> int:
     for label, group in sorted(groups.items()):
         learned, rand = replay(model, group, max(BUDGETS)), random_replay(group, max(BUDGETS))
         rows.append({"shape": label, "specs": len(group), "top1": top1[label],
-                     "learned": {b: learned[min(b, len(learned)) - 1] for b in BUDGETS},
-                     "random": {b: rand[min(b, len(rand)) - 1] for b in BUDGETS},
+                     "learned": curve_at(learned), "random": curve_at(rand),
                      "against": {name: curve_at(replay(other, group, max(BUDGETS))) for name, other in against.items()}})
     summary = {b: {"learned_geomean": geomean(r["learned"][b] for r in rows),
                    "random_geomean": geomean(r["random"][b] for r in rows),
@@ -88,7 +87,7 @@ def main() -> int:
            "cross_validation": {"top1_geomean": report.cross_validation.geomean,
                                 "top1_within5": report.cross_validation.within5,
                                 "shapes": report.cross_validation.shapes},
-           "summary": summary, "shapes": rows}
+           "against": list(against), "summary": summary, "shapes": rows}
     args.out.with_suffix(".json").write_text(json.dumps(out, indent=1) + "\n")
     lines = ["# The cost model on validation shapes, offline", "", f"Command: `{command}`", "",
              f"Training data: {model.info['data']}; LightGBM {model.info['lightgbm']}; settings {report.params} "

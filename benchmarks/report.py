@@ -318,9 +318,7 @@ def read_learned_offline(path: Path) -> tuple[str, list[str], str]:
             "|---|---|---|---|---|"]
     body += [f"| {b} | {v['learned_geomean']:.3f} | {v['random_geomean']:.3f} | {v['learned_reached_97']:.0%} | "
              f"{v['learned_beats_random']:.0%} |" for b, v in s.items()]
-    others = sorted(k[:-len("_geomean")] for k in s["1"] if k.endswith("_geomean")
-                    and k not in ("learned_geomean", "random_geomean"))
-    for name in others:  # --against: models replayed beside the one trained here
+    for name in d.get("against", []):  # models replayed beside the one trained here
         head += f"; `{Path(name).name}` first pick {s['1'][name + '_geomean']:.3f}, 16 evaluations " \
                 f"{s['16'][name + '_geomean']:.3f}"
     data = d["model_info"]["data"]
