@@ -19,10 +19,10 @@ the quartiles. Prints a table; not a speed claim, a breakdown of the op's per-ca
 import inspect
 import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # _rounds, op_overhead
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
@@ -30,8 +30,8 @@ import torch.nn.functional as F  # noqa: E402
 import cudal2  # noqa: E402
 from cudal2 import ops  # noqa: E402
 from cudal2.store.table import TunedTable  # noqa: E402
-
-CALLS = 200
+from _rounds import interleaved, spread  # noqa: E402
+from op_overhead import _round  # noqa: E402 - op_overhead's round: CALLS back-to-back calls, host and wall us
 
 
 def main() -> None:
@@ -79,28 +79,14 @@ def main() -> None:
                  "+_is_compiling_flag": lambda: with_flag_test(x, w),
                  "+_torch_weights.get(id(w))": lambda: with_kept_test(x, w),
                  "all three, inline copy": lambda: inline_copy(x, w), "cudal2.linear": lambda: cudal2.linear(x, w)}
-
-        def one_round(fn) -> float:
-            torch.cuda.synchronize()
-            start = time.perf_counter()
-            for _ in range(CALLS):
-                fn()
-            host = (time.perf_counter() - start) / CALLS * 1e6
-            torch.cuda.synchronize()
-            return host
-
         for fn in paths.values():
             for _ in range(50):
                 fn()
-        per = {name: [] for name in paths}
-        for r in range(rounds):
-            for name in (list(paths) if r % 2 == 0 else list(paths)[::-1]):
-                per[name].append(one_round(paths[name]))
+        per = interleaved({name: lambda fn=fn: _round(fn)[0] for name, fn in paths.items()}, rounds)
     base = per["F.linear"]
     for name, times in per.items():
-        d = sorted(a - b for a, b in zip(times, base))
-        print(f"{name:32s} host {statistics.median(times):7.2f} us  over F.linear {statistics.median(d):+.3f} us "
-              f"({d[len(d) // 4]:+.3f} to {d[3 * len(d) // 4]:+.3f})")
+        mid, q1, q3 = spread(a - b for a, b in zip(times, base))
+        print(f"{name:32s} host {statistics.median(times):7.2f} us  over F.linear {mid:+.3f} us ({q1:+.3f} to {q3:+.3f})")
 
 
 if __name__ == "__main__":
