@@ -223,11 +223,16 @@ def _forced_kernel_route(problem, store, x, w):
     return lambda: cudal2.linear(x, w)
 
 
+def versions(env: dict) -> str:
+    """The GPU and the versions a run's figures depend on, as its report's header says them."""
+    return (f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
+            f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}.")
+
+
 def report(rows: list[dict], env: dict, command: str) -> str:
     lines = [f"# Per-call cost of cudal2.linear / cudal2.matmul against torch ({env.get('date', '')})", "",
              f"`{command}`", "",
-             f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
-             f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}.", "",
+             versions(env), "",
              "Host us: Python time per call with the GPU running behind (the op's overhead). Wall us: per call "
              f"including the GPU. Medians of {ROUNDS} rounds of {CALLS} back-to-back calls, the paths taking turns "
              "round by round; host over torch's: the median of the per-round differences (quartiles).", "",
@@ -277,15 +282,13 @@ def combine(runs: list[dict]) -> list[dict]:
 def combined_report(combined: list[dict], env: dict, command: str, processes: int) -> str:
     lines = [f"# Per-call cost of cudal2.linear / cudal2.matmul against torch, {processes} processes "
              f"({env.get('date', '')})", "", f"`{command}`", "",
-             f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
-             f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}.", "",
+             versions(env), "",
              f"Each process: {ROUNDS} interleaved rounds of {CALLS} back-to-back calls per path, its figure the median "
              "of the per-round differences of host time per call. Over processes: the median of those figures.", "",
              "| shape | route | path | host over torch's us, median over processes | per process | torch's host us "
              "per process |", "|---|---|---|---:|---|---|"]
     for c in combined:
-        route = c.get("route") or ("tuned kernel" if c["served"] else "torch")
-        lines.append(f"| {c['shape']} | {route} | {c['path']} | {c['over_us']:+.2f} | "
+        lines.append(f"| {c['shape']} | {c['route']} | {c['path']} | {c['over_us']:+.2f} | "
                      f"{', '.join(f'{v:+.2f}' for v in c['over_us_per_process'])} | "
                      f"{', '.join(f'{v:.1f}' for v in c['torch_host_us_per_process'])} |")
     return "\n".join(lines) + "\n"
