@@ -11,7 +11,8 @@ order reversed every other round), through functions that add the fast path's te
 - wrapper: F.linear behind a bare Python function;
 - +is_dynamo_compiling(), +_is_compiling_flag, +_torch_weights.get(id(w)): the wrapper plus one test;
 - all three, inline copy: a copy of the fast path (the three tests, then F.linear);
-- cudal2.linear: the op itself.
+- Python front: the op's Python linear (ops._python_linear), what cudal2.linear is without its C front;
+- cudal2.linear: the op itself (its C front, cudal2.op_front, where that builds).
 Each path's figure: the median over the rounds of its host time minus F.linear's in the same round, with
 the quartiles. Prints a table; not a speed claim, a breakdown of the op's per-call cost on this host.
 """
@@ -39,6 +40,7 @@ def main() -> None:
     ops.set_table(TunedTable())
     print("torch", torch.__version__, "flag attr:", hasattr(torch.compiler, "_is_compiling_flag"), type(ops._compile_state))
     print(inspect.getsource(torch.compiler.is_dynamo_compiling).splitlines()[-1])
+    print("cudal2.linear:", "the C front (cudal2.op_front)" if ops._rebind_front is not None else "the Python front")
     x = torch.randn(1, 4096, device="cuda", dtype=torch.float16)
     w = torch.randn(4096, 4096, device="cuda", dtype=torch.float16)
     f_lin = F.linear
@@ -78,7 +80,8 @@ def main() -> None:
                  "+is_dynamo_compiling()": lambda: with_dynamo_test(x, w),
                  "+_is_compiling_flag": lambda: with_flag_test(x, w),
                  "+_torch_weights.get(id(w))": lambda: with_kept_test(x, w),
-                 "all three, inline copy": lambda: inline_copy(x, w), "cudal2.linear": lambda: cudal2.linear(x, w)}
+                 "all three, inline copy": lambda: inline_copy(x, w),
+                 "Python front": lambda: ops._python_linear(x, w), "cudal2.linear": lambda: cudal2.linear(x, w)}
         for fn in paths.values():
             for _ in range(50):
                 fn()

@@ -11,8 +11,11 @@ over interleaved rounds; the figure is the median of the per-round differences, 
 - Parameter, shape shared: a second nn.Linear weight of the same shape, kept at its first call;
 - counts: a weight remade for every call (never kept), the same shape: the element counts decide;
 - served elsewhere: a weight whose shape a kernel serves at other row counts (kept with those counts);
-- graphs only: a row count a kernel serves only while a CUDA graph captures (plus the capture test).
+- graphs only: a row count a kernel serves only while a CUDA graph captures (plus the capture test);
+- the stub called directly, with no function in front (below the wrapper by what a Python frame costs).
 Not a speed claim for any GPU: the CPU's Python time, which the op adds to each call of a host-bound model.
+cudal2.linear is the op's C front where it builds (cudal2.op_front; $CUDAL2_NATIVE_FRONT=0: its Python front),
+which calls the stub itself: with it a path can read below the wrapper, which pays a Python frame.
 """
 
 from __future__ import annotations
@@ -55,8 +58,10 @@ def main(argv: list[str] | None = None) -> None:
     ops.set_table(TunedTable([
         TunedEntry(problem=eager, spec=spec, kernel_ms=0.1, baselines_ms={"torch": 0.2}, gpu=""),
         TunedEntry(problem=graph_only, spec=spec, kernel_ms=small_ms, baselines_ms={"torch": 2 * small_ms}, gpu="")]))
-    stub = lambda x, w, b=None: x  # noqa: E731
+    stub = slice  # a C callable of two or three objects, as torch's linear is: no Python frame of its own
     ops._F_linear = stub
+    if ops._rebind_front is not None:  # the C front calls torch's linear itself (cudal2.op_front)
+        ops._rebind_front(torch_linear=stub)
     ops._captured_now = lambda t: False  # (CPU tensors: what the test answers on a GPU's default stream)
     # an eager call's margin as on a host without a GPU: on a GPU host, before a launch cost is measured, it is
     # 0 and the graphs-only entry would serve eager calls (then its weight is not kept, and the path not timed)
@@ -83,6 +88,7 @@ def main(argv: list[str] | None = None) -> None:
         remade = lambda a: cudal2.linear(a, first.weight.detach().clone())  # noqa: E731 - a new object every call
         timers = {name: _timer(cudal2.linear, (a, w), args.calls) for name, (w, a) in paths.items()}
         timers["counts (weight remade per call)"] = _timer(remade, (x,), args.calls)
+        timers["the stub called directly"] = _timer(stub, (x, kept), args.calls)  # (minus: the wrapper's own cost)
         clone_only = _timer(lambda a: wrapper(a, first.weight.detach().clone()), (x,), args.calls)
         base = _timer(wrapper, (x, kept), args.calls)
         diffs: dict[str, list[float]] = {name: [] for name in timers}
@@ -91,8 +97,9 @@ def main(argv: list[str] | None = None) -> None:
             ref_clone = clone_only()
             for name, timer in timers.items():
                 diffs[name].append(timer() - (ref_clone if name.startswith("counts") else ref))
+    front = "C front (cudal2.op_front)" if ops._rebind_front is not None else "Python front"
     print(f"cudal2.linear's fallback, Python ns per call over a bare wrapper of the same call "
-          f"(torch {torch.__version__}, {args.rounds} rounds of {args.calls} calls):")
+          f"(torch {torch.__version__}, {args.rounds} rounds of {args.calls} calls, {front}):")
     for name, d in diffs.items():
         print(f"  {name:34s} {statistics.median(d):7.0f} ns")
 

@@ -17,7 +17,8 @@ layout NT (x @ W^T), back-to-back calls from Python, eager and under torch.compi
      model (small token counts, eager) pays per GEMM.
    - wall us: time per call of the same round including its synchronization (GPU-bound at large shapes).
    Paths: torch's call (F.linear, torch.matmul), F.linear behind a bare Python function (the floor of
-   any op written in Python), and ours, eager and compiled (torch.compile of a module
+   any op written in Python), and ours, eager (cudal2.linear, its C front where that builds, cudal2.op_front,
+   and then its Python front beside it) and compiled (torch.compile of a module
    holding the weight; default mode, fullgraph, no_grad). "route" says what ours ran: the tuned kernel,
    or torch where the table does not serve the shape. A compiled graph that holds the op calls its C++
    launch path (cudal2.codegen.native_launch) where that builds; then the same graph traced with the Python op
@@ -56,7 +57,7 @@ ROUNDS, CALLS = 21, 200
 # each path of ours, and torch's path it is compared with
 PAIRS = {"cudal2.linear": "F.linear", "cudal2.matmul": "torch.matmul", "compiled cudal2.linear": "compiled nn.Linear",
          "cudal2.linear, kernel installed": "F.linear", "compiled cudal2.linear, Python op": "compiled nn.Linear",
-         "Python wrapper of F.linear": "F.linear"}
+         "Python wrapper of F.linear": "F.linear", "cudal2.linear, Python front": "F.linear"}
 
 
 def python_wrapper(linear):
@@ -146,6 +147,8 @@ def measure_shape(m: int, n: int, k: int, store, eager_only: bool = False) -> di
                  "torch.matmul": lambda: torch.matmul(x, w.t()),
                  "cudal2.matmul": lambda: cudal2.matmul(x, w.t()),
                  "Python wrapper of F.linear": lambda f=python_wrapper(torch.nn.functional.linear): f(x, w)}
+        if ops._rebind_front is not None:  # cudal2.linear is the C front: its Python front beside it
+            paths["cudal2.linear, Python front"] = lambda: ops._python_linear(x, w)
         if eager_only:
             row["paths"] = interleaved_us(paths)
             return row
@@ -225,8 +228,18 @@ def _forced_kernel_route(problem, store, x, w):
 
 def versions(env: dict) -> str:
     """The GPU and the versions a run's figures depend on, as its report's header says them."""
+    front = {True: "its C front (cudal2.op_front)", False: "its Python front"}.get(env.get("c_front"), "?")
     return (f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
-            f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}.")
+            f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}; "
+            f"cudal2.linear: {front}.")
+
+
+def record_env() -> dict:
+    """cudal2.bench.environment.record(), and whether cudal2.linear is the op's C front (c_front)."""
+    from cudal2 import ops
+    from cudal2.bench.environment import record
+
+    return {**record(), "c_front": ops._rebind_front is not None}
 
 
 def report(rows: list[dict], env: dict, command: str) -> str:
@@ -295,15 +308,13 @@ def combined_report(combined: list[dict], env: dict, command: str, processes: in
 
 
 def _in_processes(args, store: str, command: str) -> None:
-    from cudal2.bench.environment import record
-
     runs = []
     for i in range(args.processes):
         out = args.out.with_name(f"{args.out.stem}.process{i}.md")
         subprocess.run(child_command(args, out, store), check=True)
         runs.append(json.loads(out.with_suffix(".json").read_text()))
     combined = combine(runs)
-    env = record()
+    env = record_env()
     args.out.write_text(combined_report(combined, env, command, args.processes))
     args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "processes": args.processes,
                                                         "combined": combined, "runs": runs}, indent=1, default=str))
@@ -328,7 +339,6 @@ def main() -> None:
 
     import cudal2
     from cudal2 import ops
-    from cudal2.bench.environment import record
     from cudal2.store.table import TunedTable
 
     if args.min_saving_us is not None:
@@ -352,7 +362,7 @@ def main() -> None:
         return
     ops.set_table(TunedTable.from_store(store))
     rows = [measure_shape(m, n, k, store, args.eager_only) for m, n, k in shapes]
-    env = record()
+    env = record_env()
     args.out.write_text(report(rows, env, command))
     args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "rows": rows},
                                                         indent=1, default=str))

@@ -1123,6 +1123,13 @@ EXPERIMENTS: list[Experiment] = [
                "`--processes 3` (GPU-65148e78) after op_overhead.py reversed the order of the paths every other round "
                "(the wrapper had always run last): cudal2.linear +0.73 us (+0.71 to +0.84), cudal2.matmul +0.56 us, "
                "the wrapper -0.02 us."),
+    Experiment("The op's fallback through its C front, three processes, H200",
+               "op_overhead_fallback_c_front_h200_2026-11-30.json", "op_overhead",
+               "`--processes 3` (GPU-0221c1ab) with cudal2.linear the op's C front (cudal2.op_front), its Python "
+               "front timed beside it: cudal2.linear +0.09 us (+0.12, +0.09, +0.02 over the processes), its Python "
+               "front +0.74 us, the wrapper +0.01 us, cudal2.matmul (no C front) +0.57 us. In situ on the same machine "
+               "benchmarks/op_fallback_parts.py read the C front +0.22 us and the Python front +0.41 us "
+               "(op_fallback_parts_c_front_h200_2026-11-30.md)."),
     Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
                "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
                "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "

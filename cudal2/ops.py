@@ -18,7 +18,8 @@ about a microsecond). A call whose row count no table entry serves for its weigh
 in any mode, goes to torch after two element counts, one dict and one set lookup (_torch_counts),
 its key built only on its first call; a linear weight whose calls of that row count run torch in every
 mode is kept by identity after its first call, and its later calls go to torch after one dict lookup,
-before the grad test (_torch_weights); a layer route_linears routed (RoutedLinear) does the row test
+before the grad test (_torch_weights), in C: cudal2.linear is the C front (op_front) over _python_linear
+where that builds; a layer route_linears routed (RoutedLinear) does the row test
 itself, before any of the op's Python.
 The eager path calls no torch op of its own: a dispatcher round trip into Python costs more than the
 whole launch.
@@ -53,6 +54,7 @@ import torch.nn.functional as F
 from cudal2.bench.launch_cost import LaunchCosts, path_name
 from cudal2.settings import settings
 from cudal2.codegen import native_launch
+from cudal2 import op_front
 from .ir import Epilogue, GemmProblem, SpecError
 from cudal2.store.table import TunedTable
 from .codegen import get_backend
@@ -970,14 +972,15 @@ def matmul(a: torch.Tensor, b: torch.Tensor, *, out: torch.Tensor | None = None)
     return _run_matmul(a, b)
 
 
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+def _python_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."""
-    # The fallback's fastest path, a weight whose every call runs torch (_torch_weights), in a function of its
-    # own: the same test inside a function of all the eager paths cost 0.10 to 0.17 us more a call than this
-    # short one, in situ between F.linear calls on an H200 host (2026-11-29), where a bare Python wrapper of
-    # F.linear cost nothing measurable. The test for a trace comes first: a traced id() of a tensor that is not
-    # a module's parameter would make torch.compile guard on that tensor's identity and trace again for every
-    # new one.
+    # linear() in Python: the C front (op_front) calls it for every call it does not send to torch itself, and
+    # torch.compile traces it in the C front's place. Its first lines are the C front's tests, for where that
+    # cannot be built. The fallback's fastest path, a weight whose every call runs torch (_torch_weights), is in
+    # a function of its own: the same test inside a function of all the eager paths cost 0.10 to 0.17 us more
+    # a call than this short one, in situ between F.linear calls on an H200 host (2026-11-29). The test for a
+    # trace comes first: a traced id() of a tensor that is not a module's parameter would make torch.compile
+    # guard on that tensor's identity and trace again for every new one.
     if _dynamo_compiling() or _compile_state._is_compiling_flag:  # (_is_compiling(), inlined)
         return _traced_linear(x, weight, bias)
     known = _torch_weights.get(id(weight))  # torch's calls of this weight, gradients too (see _torch_weights)
@@ -1024,3 +1027,10 @@ def _eager_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
     if weight.dim() != 2 or x.dim() == 0:
         return _F_linear(x, weight, bias)
     return _run_linear(x, weight, bias)
+
+
+# cudal2.linear: the C front over _python_linear (op_front: a kept weight's call runs torch with no Python frame
+# of this module's), or _python_linear itself where the front cannot be built. _rebind_front(torch_linear=...)
+# points the C front at another torch call (a benchmark's stub), or None without a C front.
+linear, _rebind_front = op_front.front(_python_linear, _eager_linear, _torch_weights, _EVERY_CALL, _F_linear,
+                                       _compile_state, "_is_compiling_flag")

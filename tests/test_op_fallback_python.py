@@ -13,5 +13,6 @@ def test_it_times_each_path_of_the_fallback():
     assert done.returncode == 0, done.stderr
     rows = [line.split() for line in done.stdout.splitlines()[1:]]
     assert [" ".join(r[:-2]) for r in rows] == ["kept weight", "Parameter, shape shared", "served elsewhere",
-                                                "graphs only", "counts (weight remade per call)"]
+                                                "graphs only", "counts (weight remade per call)",
+                                                "the stub called directly"]
     assert all(r[-1] == "ns" and float(r[-2]) == float(r[-2]) for r in rows)

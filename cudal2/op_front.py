@@ -1,0 +1,108 @@
+"""cudal2.linear's front in C: a call the op sends to torch without deciding anything pays no Python frame.
+
+Why. The op's fastest fallback, a weight whose every call runs torch (ops._torch_weights), is three tests
+and F.linear. Written in Python, those tests cost 0.2 to 0.4 us a call in situ on the lent H200 hosts
+(benchmarks/op_fallback_parts.py, 2026-11-29), where the bar for the whole fallback is 0.3 us over
+F.linear. op_front.c does the same tests in C: the trace flag, then id(weight) in the kept dict. On a hit it
+calls torch's linear; any other positional call goes on to the op's eager path with what the dict holds for the
+weight (ops._eager_linear), and a call with keywords, or while the flag is set, to the op's Python front.
+
+torch.compile. Dynamo cannot look into a C function, so front() registers the Python front as its
+substitute while tracing (torch.compiler.substitute_in_graph): a trace sees exactly the Python op's code.
+
+Where the extension cannot be built (no C compiler or Python headers, $CUDAL2_NATIVE_FRONT=0, a torch
+without substitute_in_graph), front() returns the Python front itself: the same results, its host cost.
+The library is compiled once per source, Python and compiler (a fraction of a second of cc), under
+cache_dir()/op_front.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+from typing import Callable
+
+from cudal2 import paths
+from cudal2.settings import settings
+
+SOURCE = Path(__file__).with_name("op_front.c")
+MODULE = "cudal2_op_front"  # (the C source's PyInit_ name)
+
+
+def _build() -> Path:
+    """The extension's shared library, compiled where this source, Python and compiler have none yet."""
+    compiler = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    if compiler is None:
+        raise RuntimeError("no C compiler (cc) on PATH")
+    include = sysconfig.get_paths()["include"]
+    if not (Path(include) / "Python.h").exists():
+        raise RuntimeError(f"no Python.h under {include} (install the Python development headers)")
+    flags = ["-O2", "-shared", "-fPIC", "-w", f"-I{include}"]
+    key = hashlib.sha256("\0".join([SOURCE.read_text(), sys.version, compiler, *flags]).encode()).hexdigest()[:16]
+    out = paths.cache_dir() / "op_front" / f"{MODULE}_{key}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    run = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
+    if run.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"{Path(compiler).name} failed on {SOURCE.name}: {last[:300]}")
+    os.replace(tmp, out)  # (another process may have built it too: the same bytes)
+    return out
+
+
+def _load(path: Path):
+    loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
+    spec = importlib.util.spec_from_file_location(MODULE, str(path), loader=loader)
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: object, torch_linear: Callable,
+          flag_owner: object, flag_name: str) -> tuple[Callable, Callable | None]:
+    """(linear, rebind): the C front bound to these objects, and a function that binds it to others
+    (rebind(torch_linear=...)); where it cannot be had, (python_front, None).
+
+    The C linear(x, weight, bias=None), called with positional arguments while getattr(flag_owner, flag_name)
+    is false, runs torch_linear(x, weight[, bias]) where kept.get(id(weight)) is every_call, else
+    eager_rest(x, weight, bias, kept.get(id(weight))); any other call runs python_front as it was called.
+    One front a process (the C function's bindings are the library's): the op's, made when cudal2.ops loads."""
+    global _made
+    if not settings().native_front:
+        return python_front, None
+    if _made is not None:
+        raise RuntimeError("cudal2.op_front.front() was made already in this process (the op's)")
+    try:
+        import torch.compiler
+
+        module = _load(_build())
+        bound = dict(kept=kept, every_call=every_call, torch_linear=torch_linear, eager_rest=eager_rest,
+                     python_front=python_front, flag_owner=flag_owner, flag_name=flag_name)
+
+        def rebind(**changes) -> None:
+            unknown = set(changes) - set(bound)
+            if unknown:
+                raise TypeError(f"rebind: no binding named {sorted(unknown)}; the front binds {list(bound)}")
+            bound.update(changes)
+            module.bind(*bound.values())
+
+        rebind()
+        # a trace runs the Python front: Dynamo cannot inline C, and a graph break would split every model
+        torch.compiler.substitute_in_graph(module.linear)(python_front)
+        _made = module.linear, rebind
+        return _made
+    except Exception:  # noqa: BLE001 - any failure keeps the Python front: the same results, its host cost
+        return python_front, None
+
+
+_made: tuple[Callable, Callable] | None = None
