@@ -1,10 +1,13 @@
 /* cudal2.linear's front: the fallback's fastest path in C, everything else in Python (cudal2/op_front.py).
  *
  * A call linear(x, weight[, bias]) whose weight the op keeps as one whose every call runs torch (ops.py's
- * _torch_weights maps id(weight) to _EVERY_CALL) calls torch's linear here, with no Python frame of
- * cudal2's. Any other positional call goes to the op's eager path with what the dict holds for the weight
- * (ops._eager_linear(x, weight, bias, known)); a call with keywords, or while the trace flag is set, to the
- * Python front unchanged. The objects it consults are bound by bind(); nothing here knows the table's rules.
+ * _torch_weights maps id(weight) to _EVERY_CALL), or whose entry there names x's element count among those that
+ * run torch (the entry's to_torch set: a weight whose shape a kernel serves at other row counts), calls torch's
+ * linear here, with no Python frame of cudal2's. Any other positional call goes to the op's eager path with
+ * what the dict holds for the weight and x's element count where read (ops._eager_linear(x, weight, bias, known,
+ * x_numel)); a call with keywords, or
+ * while the trace flag is set, to the Python front unchanged. The objects it consults are bound by bind();
+ * nothing here knows the table's rules.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -12,17 +15,21 @@
 static PyObject *kept;          /* dict: id(weight) -> what the op knows of it */
 static PyObject *every_call;    /* the value that says: this weight's every call runs torch */
 static PyObject *torch_linear;  /* torch.nn.functional.linear */
-static PyObject *eager_rest;    /* rest(x, weight, bias, known): a positional call past the fastest path */
+static PyObject *eager_rest;    /* rest(x, weight, bias, known, x_numel): a positional call past the fast path */
 static PyObject *python_front;  /* the op's Python linear(x, weight, bias=None): every other call */
 static PyObject *flag_owner;    /* an object whose attribute flag_name is true while a trace runs */
 static PyObject *flag_name;
 static PyObject *flag_dict;     /* flag_owner's __dict__ where flag_owner is a module, else NULL */
+static PyObject *counts_name;   /* the attribute of a kept entry: the set of x's element counts that run torch */
+static PyObject *numel_name;    /* "numel" */
 
 static PyObject *
 front_bind(PyObject *self, PyObject *args)
 {
-    PyObject *k, *e, *t, *r, *p, *o, *n;
-    if (!PyArg_ParseTuple(args, "O!OOOOOU:bind", &PyDict_Type, &k, &e, &t, &r, &p, &o, &n))
+    PyObject *k, *e, *t, *r, *p, *o, *n, *c;
+    if (!PyArg_ParseTuple(args, "O!OOOOOUU:bind", &PyDict_Type, &k, &e, &t, &r, &p, &o, &n, &c))
+        return NULL;
+    if (numel_name == NULL && (numel_name = PyUnicode_InternFromString("numel")) == NULL)
         return NULL;
     if (!PyCallable_Check(t) || !PyCallable_Check(r) || !PyCallable_Check(p)) {
         PyErr_SetString(PyExc_TypeError, "bind: torch_linear, eager_rest and python_front must be callable");
@@ -37,7 +44,28 @@ front_bind(PyObject *self, PyObject *args)
     Py_INCREF(n); Py_XSETREF(flag_name, n);
     PyObject *d = PyModule_Check(o) ? PyModule_GetDict(o) : NULL;  /* (borrowed) */
     Py_XINCREF(d); Py_XSETREF(flag_dict, d);
+    Py_INCREF(c); Py_XSETREF(counts_name, c);
     Py_RETURN_NONE;
+}
+
+/* 1 where x's element count is in the kept entry's counts that run torch, 0 where not or where x has none (the
+ * eager path then decides, and raises what it raises), -1 on an error. *numel: x's element count (a new
+ * reference), or NULL where x has none. */
+static int
+counted(PyObject *known, PyObject *x, PyObject **numel)
+{
+    PyObject *counts = PyObject_GetAttr(known, counts_name);
+    if (counts == NULL)
+        return -1;
+    *numel = PyObject_CallMethodNoArgs(x, numel_name);
+    if (*numel == NULL) {
+        PyErr_Clear();
+        Py_DECREF(counts);
+        return 0;
+    }
+    int hit = PyAnySet_Check(counts) ? PySet_Contains(counts, *numel) : PySequence_Contains(counts, *numel);
+    Py_DECREF(counts);
+    return hit;
 }
 
 static PyObject *
@@ -74,10 +102,21 @@ front_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         return NULL;
     if (known == every_call)
         return PyObject_Vectorcall(torch_linear, args, nargs, NULL);
-    PyObject *rest[4] = {args[0], args[1], nargs == 3 ? args[2] : Py_None, known ? known : Py_None};
+    PyObject *numel = NULL;
+    if (known != NULL) {
+        int hit = counted(known, args[0], &numel);
+        if (hit != 0) {
+            Py_XDECREF(numel);
+            return hit < 0 ? NULL : PyObject_Vectorcall(torch_linear, args, nargs, NULL);
+        }
+    }
+    /* the rest, told the count read here (None: not read) */
+    PyObject *rest[5] = {args[0], args[1], nargs == 3 ? args[2] : Py_None, known ? known : Py_None,
+                         numel ? numel : Py_None};
     Py_XINCREF(known);  /* (the dict may drop it while the rest runs) */
-    PyObject *out = PyObject_Vectorcall(eager_rest, rest, 4, NULL);
+    PyObject *out = PyObject_Vectorcall(eager_rest, rest, 5, NULL);
     Py_XDECREF(known);
+    Py_XDECREF(numel);
     return out;
 }
 
@@ -86,8 +125,8 @@ static PyMethodDef methods[] = {
      "linear($module, x, weight, bias=None)\n--\n\n"
      "x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."},
     {"bind", front_bind, METH_VARARGS,
-     "bind(kept, every_call, torch_linear, eager_rest, python_front, flag_owner, flag_name): what linear "
-     "consults."},
+     "bind(kept, every_call, torch_linear, eager_rest, python_front, flag_owner, flag_name, counts_name): "
+     "what linear consults."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -3,9 +3,11 @@
 Why. The op's fastest fallback, a weight whose every call runs torch (ops._torch_weights), is three tests
 and F.linear. Written in Python, those tests cost 0.2 to 0.4 us a call in situ on the lent H200 hosts
 (benchmarks/op_fallback_parts.py, 2026-11-29), where the bar for the whole fallback is 0.3 us over
-F.linear. op_front.c does the same tests in C: the trace flag, then id(weight) in the kept dict. On a hit it
-calls torch's linear; any other positional call goes on to the op's eager path with what the dict holds for the
-weight (ops._eager_linear), and a call with keywords, or while the flag is set, to the op's Python front.
+F.linear. op_front.c does the same tests in C: the trace flag, then id(weight) in the kept dict, and for a
+weight kept with its shape's plan (a kernel serves that shape at other row counts), x.numel() in the plan's
+counts that run torch. On a hit it calls torch's linear; any other positional call goes on to the op's eager
+path with what the dict holds for the weight (ops._eager_linear), and a call with keywords, or while the flag
+is set, to the op's Python front.
 
 torch.compile. Dynamo cannot look into a C function, so front() registers the Python front as its
 substitute while tracing (torch.compiler.substitute_in_graph): a trace sees exactly the Python op's code.
@@ -69,13 +71,15 @@ def _load(path: Path):
 
 
 def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: object, torch_linear: Callable,
-          flag_owner: object, flag_name: str) -> tuple[Callable, Callable | None]:
+          flag_owner: object, flag_name: str, counts_name: str) -> tuple[Callable, Callable | None]:
     """(linear, rebind): the C front bound to these objects, and a function that binds it to others
     (rebind(torch_linear=...)); where it cannot be had, (python_front, None).
 
     The C linear(x, weight, bias=None), called with positional arguments while getattr(flag_owner, flag_name)
-    is false, runs torch_linear(x, weight[, bias]) where kept.get(id(weight)) is every_call, else
-    eager_rest(x, weight, bias, kept.get(id(weight))); any other call runs python_front as it was called.
+    is false, runs torch_linear(x, weight[, bias]) where kept.get(id(weight)) is every_call, or an entry whose
+    attribute counts_name holds x.numel(), else eager_rest(x, weight, bias, kept.get(id(weight)), x.numel() where
+    it was read, else None); any other
+    call runs python_front as it was called.
     One front a process (the C function's bindings are the library's): the op's, made when cudal2.ops loads."""
     global _made
     if not settings().native_front:
@@ -87,7 +91,7 @@ def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: 
 
         module = _load(_build())
         bound = dict(kept=kept, every_call=every_call, torch_linear=torch_linear, eager_rest=eager_rest,
-                     python_front=python_front, flag_owner=flag_owner, flag_name=flag_name)
+                     python_front=python_front, flag_owner=flag_owner, flag_name=flag_name, counts_name=counts_name)
 
         def rebind(**changes) -> None:
             unknown = set(changes) - set(bound)

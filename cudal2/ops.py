@@ -124,6 +124,12 @@ _Parameter = torch.nn.Parameter
 # each launch path's cost on this host (cudal2.bench.launch_cost): an eager call takes a kernel only where its
 # saving exceeds its path's cost, measured at the first launch of that path
 _launch_costs = LaunchCosts()
+# Entries an eager call declined because their own launch path costs more than they save (_eager_launcher),
+# by (problem key, GPU, spec key). The fast path's plans leave them out (_eager_entries): otherwise a count the
+# backend's plain path would serve, but whose kernel's path (a split-K kernel's two launches) does not, would
+# build its call key on every call only to find torch there (7 us a call more than F.linear on an H200 host,
+# 1x3072x3072, 2026-11-30).
+_declined_eager: set[tuple] = set()
 # CUDA graph capture (see GRAPH_MIN_SAVING_US): (problem key, device) -> the kernel's bound run(a, b, d, bias)
 # (or None for torch), built outside any capture; call key -> launcher of a call made while capturing
 _graph_runs: dict[tuple, Optional[Callable]] = {}
@@ -152,6 +158,7 @@ def set_table(table: TunedTable | str | os.PathLike | None) -> None:
         _table = TunedTable.load(table) if isinstance(table, (str, os.PathLike)) else table
         native_launch.forget()
         _launchers.clear()
+        _declined_eager.clear()
         _forget_plans()
         _graph_runs.clear()
         _graph_launchers.clear()
@@ -334,9 +341,15 @@ def _eager_entries(problem: GemmProblem, gpu: str | None) -> list:
     table, found = tuned_table(), []
     for backend in sorted(op_backends()):
         entry = table.lookup(problem, gpu=gpu, backends=(backend,), min_speedup=MIN_SERVED_SPEEDUP)
-        if entry is not None and _saving_us(entry) > _eager_margin_us(backend):
+        if entry is not None and _saving_us(entry) > _eager_margin_us(backend) \
+                and _entry_id(entry) not in _declined_eager:
             found.append(entry)
     return sorted(found, key=lambda e: -(e.speedup("torch") or 0.0))
+
+
+def _entry_id(entry) -> tuple:
+    """What names a table entry in _declined_eager."""
+    return entry.problem.key(), entry.gpu, entry.spec.key()
 
 
 def _op_entry(problem: GemmProblem, gpu: str | None, min_saving_us: float | None = None):
@@ -430,6 +443,9 @@ def _eager_launcher(problem: GemmProblem, gpu: str, out_shape: tuple, device, op
                 cost = _launch_costs.measure(path, lambda: (key_of(*operands), launcher(*operands)), torch_call)
                 _forget_plans()  # the fast path's served counts assumed no cost for this path
             if _saving_us(entry) <= cost:
+                with _lock:
+                    _declined_eager.add(_entry_id(entry))
+                _forget_plans()  # the fast path's plans took this entry for an eager call's
                 continue
         return launcher
     return None
@@ -1003,11 +1019,13 @@ def _traced_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
         torch.ops.cudal2.linear(x, weight, bias)
 
 
-def _eager_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, known) -> torch.Tensor:
+def _eager_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, known,
+                  x_numel: int | None = None) -> torch.Tensor:
     """linear() of an eager call past its fastest path; known: what _torch_weights holds for the weight (its
-    shape's _Plan, or None)."""
+    shape's _Plan, or None); x_numel: x.numel() where the caller read it (the C front, for a known weight)."""
     if known is not None:
-        x_numel = x.numel()
+        if x_numel is None:
+            x_numel = x.numel()
         if x_numel in known.to_torch or (x_numel in known.to_torch_eager and not _captured_now(x)):
             return _F_linear(x, weight, bias)
     if _grad_enabled() and (x.requires_grad or weight.requires_grad or (bias is not None and bias.requires_grad)):
@@ -1033,4 +1051,4 @@ def _eager_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 # of this module's), or _python_linear itself where the front cannot be built. _rebind_front(torch_linear=...)
 # points the C front at another torch call (a benchmark's stub), or None without a C front.
 linear, _rebind_front = op_front.front(_python_linear, _eager_linear, _torch_weights, _EVERY_CALL, _F_linear,
-                                       _compile_state, "_is_compiling_flag")
+                                       _compile_state, "_is_compiling_flag", "to_torch")

@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 import cudal2
 from cudal2 import op_front, ops
-from cudal2.store.table import TunedTable
+from cudal2.ir import GemmProblem, KernelSpec
+from cudal2.store.table import TunedEntry, TunedTable
 
 ROOT = Path(__file__).resolve().parent.parent
 CAN_BUILD = shutil.which("cc") is not None and (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
@@ -55,6 +56,24 @@ def test_cudal2_linear_is_the_c_front_and_a_kept_weight_enters_no_python():
         cudal2.linear(x, w)  # its first call: bound, the weight kept
         assert ops._torch_weights.get(id(w)) is ops._EVERY_CALL
         entered, c_calls = _profile(cudal2.linear, x, w)
+    assert entered == [] and c_calls == ["linear"], (entered, c_calls)
+
+
+@needs_c
+def test_a_weight_served_at_other_row_counts_runs_torch_in_c(monkeypatch):
+    """A weight whose shape a kernel serves at 3 rows, called with 6: kept with its shape's plan, and from its
+    second call on the C front reads x's element count in the plan's torch counts and calls torch itself."""
+    monkeypatch.setattr(ops, "_eager_margin_us", lambda backend: ops.EAGER_MIN_SAVING_US)  # (as on a GPU host)
+    spec = KernelSpec(block_m=32, block_n=32, block_k=32, stages=2)
+    ops.set_table(TunedTable([TunedEntry(problem=GemmProblem(m=3, n=96, k=64, layout="NT"), spec=spec,
+                                         kernel_ms=0.1, baselines_ms={"torch": 0.2}, gpu="")]))
+    x, w = torch.randn(6, 64).half(), torch.randn(96, 64).half()
+    with torch.no_grad():
+        cudal2.linear(x, w)
+        known = ops._torch_weights.get(id(w))
+        assert known is not None and known is not ops._EVERY_CALL and x.numel() in known.to_torch
+        entered, c_calls = _profile(cudal2.linear, x, w)
+        assert torch.equal(cudal2.linear(x, w), F.linear(x, w))
     assert entered == [] and c_calls == ["linear"], (entered, c_calls)
 
 
@@ -140,7 +159,7 @@ def test_without_a_compiler_the_python_front_serves(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(op_front, "_made", None)
     linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
-                                    "_is_compiling_flag")
+                                    "_is_compiling_flag", "to_torch")
     assert linear is ops._python_linear and rebind is None
 
 
@@ -148,7 +167,7 @@ def test_without_a_compiler_the_python_front_serves(tmp_path, monkeypatch):
 def test_the_front_is_made_once_a_process():
     with pytest.raises(RuntimeError, match="made already"):
         op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
-                       "_is_compiling_flag")
+                       "_is_compiling_flag", "to_torch")
     with pytest.raises(TypeError, match="no binding named"):
         ops._rebind_front(linear=F.linear)
 

@@ -798,6 +798,35 @@ def test_each_launch_path_of_a_backend_has_its_own_cost(cpu_as_gpu, monkeypatch,
     assert ops.launch_costs() == pytest.approx({"triton": 4.0, "triton x2": 8.0})
 
 
+def test_a_kernel_declined_for_its_launch_path_leaves_the_fast_path(cpu_as_gpu, monkeypatch):
+    """A split-K Triton kernel saves 6 us a call and its two launches cost 8: its first eager call declines it.
+    From its next call on, its calls run torch without building a call key (before, the plans still took the
+    count for an eager kernel's, as the backend's plain path was never measured: every call built its key to
+    find torch), and a capture still may take the kernel (a graph-only count)."""
+    clock, ran = [0.0], []
+    _fake_costs(monkeypatch, clock)
+    problem = GemmProblem(m=16, n=48, k=64, layout="NT")
+    monkeypatch.setattr(ops, "_compiled", lambda entry, p: _ClockedKernel("triton", clock, {"triton": 4.0}, ran,
+                                                                          launches=2))
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    ops.set_table(TunedTable([_entry(problem=problem, ms=0.050, torch_ms=0.056, gpu="")]))
+    w, x = torch.randn(48, 64).half(), torch.randn(16, 64).half()
+    keys = []
+    linear_key = ops._linear_key
+    monkeypatch.setattr(ops, "_linear_key", lambda *a: keys.append(a) or linear_key(*a))
+    with torch.no_grad():
+        torch.testing.assert_close(cudal2.linear(x, w), torch.nn.functional.linear(x, w))  # bound: declined
+        assert ops._launchers[linear_key(x, w, None)] is None and ops.launch_costs() == pytest.approx({"triton x2": 8.0})
+        cudal2.linear(x, w)  # the count's first call outside a capture since the plans knew: bound once as such
+        built = len(keys)
+        for _ in range(3):
+            torch.testing.assert_close(cudal2.linear(x, w), torch.nn.functional.linear(x, w))
+    assert len(keys) == built, "a declined count's later calls built their call key"
+    assert ops._op_entry(problem, None) is None and ops._op_entry(problem, None, ops.GRAPH_MIN_SAVING_US) is not None
+    ops.set_table(TunedTable([_entry(problem=problem, ms=0.050, torch_ms=0.056, gpu="")]))
+    assert ops._op_entry(problem, None) is not None  # a new table: the decline is forgotten
+
+
 def _dsl_entry(problem, ms, torch_ms, gpu=""):
     from cudal2.proposers.catalog import catalog
 
