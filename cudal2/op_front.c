@@ -2,8 +2,9 @@
  *
  * A call linear(x, weight[, bias]) whose weight the op keeps as one whose every call runs torch (ops.py's
  * _torch_weights maps id(weight) to _EVERY_CALL), or whose entry there names x's element count among those that
- * run torch (the entry's to_torch set: a weight whose shape a kernel serves at other row counts), calls torch's
- * linear here, with no Python frame of cudal2's. Any other positional call goes to the op's eager path with
+ * run torch (the entry's to_torch set: a weight whose shape a kernel serves at other row counts; or its
+ * to_torch_eager set, those a kernel serves only while a CUDA graph captures, where none captures now), calls
+ * torch's linear here, with no Python frame of cudal2's. Any other positional call goes to the op's eager path with
  * what the dict holds for the weight and x's element count where read (ops._eager_linear(x, weight, bias, known,
  * x_numel)); a call with keywords, or
  * while the trace flag is set, to the Python front unchanged. The objects it consults are bound by bind();
@@ -21,18 +22,21 @@ static PyObject *flag_owner;    /* an object whose attribute flag_name is true w
 static PyObject *flag_name;
 static PyObject *flag_dict;     /* flag_owner's __dict__ where flag_owner is a module, else NULL */
 static PyObject *counts_name;   /* the attribute of a kept entry: the set of x's element counts that run torch */
+static PyObject *eager_counts_name;  /* the same for counts that run torch unless a CUDA graph captures */
+static PyObject *capturing;     /* capturing(): whether a CUDA graph captures on the current device's stream */
 static PyObject *numel_name;    /* "numel" */
 
 static PyObject *
 front_bind(PyObject *self, PyObject *args)
 {
-    PyObject *k, *e, *t, *r, *p, *o, *n, *c;
-    if (!PyArg_ParseTuple(args, "O!OOOOOUU:bind", &PyDict_Type, &k, &e, &t, &r, &p, &o, &n, &c))
+    PyObject *k, *e, *t, *r, *p, *o, *n, *c, *ec, *cap;
+    if (!PyArg_ParseTuple(args, "O!OOOOOUUUO:bind", &PyDict_Type, &k, &e, &t, &r, &p, &o, &n, &c, &ec, &cap))
         return NULL;
     if (numel_name == NULL && (numel_name = PyUnicode_InternFromString("numel")) == NULL)
         return NULL;
-    if (!PyCallable_Check(t) || !PyCallable_Check(r) || !PyCallable_Check(p)) {
-        PyErr_SetString(PyExc_TypeError, "bind: torch_linear, eager_rest and python_front must be callable");
+
+    if (!PyCallable_Check(t) || !PyCallable_Check(r) || !PyCallable_Check(p) || !PyCallable_Check(cap)) {
+        PyErr_SetString(PyExc_TypeError, "bind: torch_linear, eager_rest, python_front and capturing must be callable");
         return NULL;
     }
     Py_INCREF(k); Py_XSETREF(kept, k);
@@ -45,27 +49,60 @@ front_bind(PyObject *self, PyObject *args)
     PyObject *d = PyModule_Check(o) ? PyModule_GetDict(o) : NULL;  /* (borrowed) */
     Py_XINCREF(d); Py_XSETREF(flag_dict, d);
     Py_INCREF(c); Py_XSETREF(counts_name, c);
+    Py_INCREF(ec); Py_XSETREF(eager_counts_name, ec);
+    Py_INCREF(cap); Py_XSETREF(capturing, cap);
     Py_RETURN_NONE;
 }
 
-/* 1 where x's element count is in the kept entry's counts that run torch, 0 where not or where x has none (the
- * eager path then decides, and raises what it raises), -1 on an error. *numel: x's element count (a new
+/* Whether counts (a set, or any container) holds numel: 1, 0, or -1 on an error. */
+static int
+holds(PyObject *counts, PyObject *numel)
+{
+    return PyAnySet_Check(counts) ? PySet_Contains(counts, numel) : PySequence_Contains(counts, numel);
+}
+
+/* 1 where no CUDA graph captures on the current stream (capturing() is false), else 0: also where that cannot
+ * be told (the eager path then asks, of x's own device). */
+static int
+uncaptured(void)
+{
+    PyObject *now = PyObject_CallNoArgs(capturing);
+    if (now == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int captures = PyObject_IsTrue(now);
+    Py_DECREF(now);
+    if (captures < 0)
+        PyErr_Clear();
+    return captures == 0;
+}
+
+/* 1 where the kept entry sends this call to torch: x's element count in its counts that run torch, or in
+ * those that do unless a graph captures while none does; 0 where not, or where x has no count (the eager
+ * path then decides, and raises what it raises); -1 on an error. *numel: x's element count (a new
  * reference), or NULL where x has none. */
 static int
 counted(PyObject *known, PyObject *x, PyObject **numel)
 {
-    PyObject *counts = PyObject_GetAttr(known, counts_name);
-    if (counts == NULL)
-        return -1;
     *numel = PyObject_CallMethodNoArgs(x, numel_name);
     if (*numel == NULL) {
         PyErr_Clear();
-        Py_DECREF(counts);
         return 0;
     }
-    int hit = PyAnySet_Check(counts) ? PySet_Contains(counts, *numel) : PySequence_Contains(counts, *numel);
+    PyObject *counts = PyObject_GetAttr(known, counts_name);
+    if (counts == NULL)
+        return -1;
+    int hit = holds(counts, *numel);
     Py_DECREF(counts);
-    return hit;
+    if (hit != 0)
+        return hit;
+    counts = PyObject_GetAttr(known, eager_counts_name);
+    if (counts == NULL)
+        return -1;
+    hit = holds(counts, *numel);
+    Py_DECREF(counts);
+    return hit > 0 ? uncaptured() : hit;
 }
 
 static PyObject *
@@ -125,8 +162,8 @@ static PyMethodDef methods[] = {
      "linear($module, x, weight, bias=None)\n--\n\n"
      "x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."},
     {"bind", front_bind, METH_VARARGS,
-     "bind(kept, every_call, torch_linear, eager_rest, python_front, flag_owner, flag_name, counts_name): "
-     "what linear consults."},
+     "bind(kept, every_call, torch_linear, eager_rest, python_front, flag_owner, flag_name, counts_name, "
+     "eager_counts_name, capturing): what linear consults."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -5,7 +5,7 @@ and F.linear. Written in Python, those tests cost 0.2 to 0.4 us a call in situ o
 (benchmarks/op_fallback_parts.py, 2026-11-29), where the bar for the whole fallback is 0.3 us over
 F.linear. op_front.c does the same tests in C: the trace flag, then id(weight) in the kept dict, and for a
 weight kept with its shape's plan (a kernel serves that shape at other row counts), x.numel() in the plan's
-counts that run torch. On a hit it calls torch's linear; any other positional call goes on to the op's eager
+counts that run torch, or in those that run torch unless a CUDA graph captures, where none captures now. On a hit it calls torch's linear; any other positional call goes on to the op's eager
 path with what the dict holds for the weight (ops._eager_linear), and a call with keywords, or while the flag
 is set, to the op's Python front.
 
@@ -71,13 +71,16 @@ def _load(path: Path):
 
 
 def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: object, torch_linear: Callable,
-          flag_owner: object, flag_name: str, counts_name: str) -> tuple[Callable, Callable | None]:
+          flag_owner: object, flag_name: str, counts_name: str, eager_counts_name: str,
+          capturing: Callable[[], bool]) -> tuple[Callable, Callable | None]:
     """(linear, rebind): the C front bound to these objects, and a function that binds it to others
     (rebind(torch_linear=...)); where it cannot be had, (python_front, None).
 
     The C linear(x, weight, bias=None), called with positional arguments while getattr(flag_owner, flag_name)
     is false, runs torch_linear(x, weight[, bias]) where kept.get(id(weight)) is every_call, or an entry whose
-    attribute counts_name holds x.numel(), else eager_rest(x, weight, bias, kept.get(id(weight)), x.numel() where
+    attribute counts_name holds x.numel(), or whose eager_counts_name does while capturing() is false (no CUDA
+    graph captures on the current stream; where one does, or where capturing() raises, the eager path asks of
+    x's own device), else eager_rest(x, weight, bias, kept.get(id(weight)), x.numel() where
     it was read, else None); any other
     call runs python_front as it was called.
     One front a process (the C function's bindings are the library's): the op's, made when cudal2.ops loads."""
@@ -91,7 +94,8 @@ def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: 
 
         module = _load(_build())
         bound = dict(kept=kept, every_call=every_call, torch_linear=torch_linear, eager_rest=eager_rest,
-                     python_front=python_front, flag_owner=flag_owner, flag_name=flag_name, counts_name=counts_name)
+                     python_front=python_front, flag_owner=flag_owner, flag_name=flag_name, counts_name=counts_name,
+                     eager_counts_name=eager_counts_name, capturing=capturing)
 
         def rebind(**changes) -> None:
             unknown = set(changes) - set(bound)

@@ -77,6 +77,39 @@ def test_a_weight_served_at_other_row_counts_runs_torch_in_c(monkeypatch):
     assert entered == [] and c_calls == ["linear"], (entered, c_calls)
 
 
+@needs_c
+@pytest.mark.parametrize("captures,to", [(False, "torch"), (True, "the eager path"), (None, "the eager path")])
+def test_a_graph_only_count_runs_torch_in_c_unless_a_capture_runs(captures, to):
+    """A kept weight's plan names x's element count among those a kernel serves only while a CUDA graph
+    captures: the C front calls torch where no capture runs, and the op's eager path where one runs, or where
+    the capture test fails (None: it raises). The C logic alone: torch's call, the eager path and the capture
+    test are stand-ins that record what was called."""
+    class Plan:
+        to_torch, to_torch_eager = set(), {12}
+
+    class X:
+        def numel(self):
+            return 12
+
+    def capturing():
+        if captures is None:
+            raise RuntimeError("no CUDA")
+        return captures
+
+    called = []
+    w = torch.empty(2, 6)
+    ops._torch_weights[id(w)] = Plan()
+    ops._rebind_front(torch_linear=lambda *a: called.append("torch"),
+                      eager_rest=lambda x_, w_, b, known, numel: called.append(("the eager path", numel)),
+                      capturing=capturing)
+    try:
+        cudal2.linear(X(), w)
+    finally:
+        ops._rebind_front(torch_linear=ops._F_linear, eager_rest=ops._eager_linear, capturing=ops._capturing)
+        ops._torch_weights.pop(id(w))
+    assert called == (["torch"] if to == "torch" else [("the eager path", 12)])
+
+
 def _cases():
     """(name, args, kwargs) of linear calls: positional, keywords, bias, a 1-D weight, a 3-D x, bf16, an empty x."""
     w, b = torch.randn(96, 64), torch.randn(96)
@@ -159,7 +192,8 @@ def test_without_a_compiler_the_python_front_serves(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(op_front, "_made", None)
     linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
-                                    "_is_compiling_flag", "to_torch")
+                                    "_is_compiling_flag", "to_torch", "to_torch_eager",
+                                    lambda: False)
     assert linear is ops._python_linear and rebind is None
 
 
@@ -167,7 +201,8 @@ def test_without_a_compiler_the_python_front_serves(tmp_path, monkeypatch):
 def test_the_front_is_made_once_a_process():
     with pytest.raises(RuntimeError, match="made already"):
         op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
-                       "_is_compiling_flag", "to_torch")
+                       "_is_compiling_flag", "to_torch", "to_torch_eager",
+                                    lambda: False)
     with pytest.raises(TypeError, match="no binding named"):
         ops._rebind_front(linear=F.linear)
 

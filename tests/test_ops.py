@@ -34,6 +34,8 @@ def _reset_table(monkeypatch):
     monkeypatch.setattr(ops, "_launch_costs", LaunchCosts(), raising=False)  # (none measured: no CUDA here)
     ops.set_table(TunedTable())
     yield
+    if ops._rebind_front is not None:  # (a test that took calls for captured ones: see _capture_when)
+        ops._rebind_front(capturing=ops._capturing)
     ops.set_table(None)
 
 
@@ -165,6 +167,14 @@ def test_gpu_matmul_uses_tuned_kernel_and_matches_torch():
     assert (got.float() - want).norm() / want.norm() < 1e-3
     compiled = torch.compile(lambda a, b: cudal2.matmul(a, b), fullgraph=True)
     assert (compiled(a, b).float() - want).norm() / want.norm() < 1e-3
+
+
+def _capture_when(monkeypatch, capturing: list) -> None:
+    """Take the op's calls of CPU tensors for calls made while a CUDA graph captures whenever capturing[0]: its
+    Python's capture test (_captured_now) and its C front's (the current stream's, op_front)."""
+    monkeypatch.setattr(ops, "_captured_now", lambda t: capturing[0])
+    if ops._rebind_front is not None:
+        ops._rebind_front(capturing=lambda: capturing[0])
 
 
 # ---- the launch path: one launcher per call key --------------------------------------------------
@@ -338,7 +348,7 @@ def test_a_call_captured_in_a_cuda_graph_takes_a_kernel_too_small_a_win_for_eage
     want = torch.nn.functional.linear(x.float(), w.float())
     key = ops._linear_key(x, w, None)
     capturing = [False]
-    monkeypatch.setattr(ops, "_captured_now", lambda t: capturing[0])
+    _capture_when(monkeypatch, capturing)
 
     capturing[0] = True  # captured before any eager call: nothing was built, so torch, and nothing kept
     assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w)) and key not in ops._graph_launchers
@@ -369,7 +379,7 @@ def test_an_eager_call_of_a_shape_served_only_in_graphs_runs_torch_without_the_f
     call, args, full = ((cudal2.linear, (x, w), "_run_linear") if op == "linear" else
                         (cudal2.matmul, (x, w.t()), "_run_matmul"))
     capturing = [False]
-    monkeypatch.setattr(ops, "_captured_now", lambda t: capturing[0])
+    _capture_when(monkeypatch, capturing)
     with torch.no_grad():
         call(*args)  # the first eager call binds (and builds the graph path)
         entered = []
@@ -930,7 +940,7 @@ def test_a_call_captured_in_a_cuda_graph_launches_a_triton_winner_by_default(cpu
     ops.set_table(TunedTable([_entry(problem=problem, ms=saving_ms, torch_ms=2 * saving_ms, gpu="")]))
     x, w = torch.randn(24, 64).half(), torch.randn(48, 64).half()
     capturing = [False]
-    monkeypatch.setattr(ops, "_captured_now", lambda t: capturing[0])
+    _capture_when(monkeypatch, capturing)
     assert torch.equal(cudal2.linear(x, w), torch.nn.functional.linear(x, w))  # eager: torch; built for graphs
     capturing[0] = True
     got = cudal2.linear(x, w)
