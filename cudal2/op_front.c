@@ -23,20 +23,31 @@ static PyObject *flag_name;
 static PyObject *flag_dict;     /* flag_owner's __dict__ where flag_owner is a module, else NULL */
 static PyObject *counts_name;   /* the attribute of a kept entry: the set of x's element counts that run torch */
 static PyObject *eager_counts_name;  /* the same for counts that run torch unless a CUDA graph captures */
+static PyObject *raw_stream;    /* raw_stream(device index): the current stream's handle there (0: legacy default) */
 static PyObject *capturing;     /* capturing(): whether a CUDA graph captures on the current device's stream */
+static PyObject *capture_test;  /* None, or capture_test(x): whether a capture records a call on x (tests) */
+static PyObject *get_device_name;  /* "get_device" */
+static PyObject *zero;
 static PyObject *numel_name;    /* "numel" */
 
 static PyObject *
 front_bind(PyObject *self, PyObject *args)
 {
-    PyObject *k, *e, *t, *r, *p, *o, *n, *c, *ec, *cap;
-    if (!PyArg_ParseTuple(args, "O!OOOOOUUUO:bind", &PyDict_Type, &k, &e, &t, &r, &p, &o, &n, &c, &ec, &cap))
+    PyObject *k, *e, *t, *r, *p, *o, *n, *c, *ec, *rs, *cap, *ct;
+    if (!PyArg_ParseTuple(args, "O!OOOOOUUUOOO:bind", &PyDict_Type, &k, &e, &t, &r, &p, &o, &n, &c, &ec, &rs, &cap,
+                          &ct))
+        return NULL;
+    if (get_device_name == NULL && (get_device_name = PyUnicode_InternFromString("get_device")) == NULL)
+        return NULL;
+    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     if (numel_name == NULL && (numel_name = PyUnicode_InternFromString("numel")) == NULL)
         return NULL;
 
-    if (!PyCallable_Check(t) || !PyCallable_Check(r) || !PyCallable_Check(p) || !PyCallable_Check(cap)) {
-        PyErr_SetString(PyExc_TypeError, "bind: torch_linear, eager_rest, python_front and capturing must be callable");
+    if (!PyCallable_Check(t) || !PyCallable_Check(r) || !PyCallable_Check(p) || !PyCallable_Check(rs)
+            || !PyCallable_Check(cap) || (ct != Py_None && !PyCallable_Check(ct))) {
+        PyErr_SetString(PyExc_TypeError, "bind: torch_linear, eager_rest, python_front, raw_stream and capturing "
+                        "must be callable, capture_test callable or None");
         return NULL;
     }
     Py_INCREF(k); Py_XSETREF(kept, k);
@@ -50,7 +61,9 @@ front_bind(PyObject *self, PyObject *args)
     Py_XINCREF(d); Py_XSETREF(flag_dict, d);
     Py_INCREF(c); Py_XSETREF(counts_name, c);
     Py_INCREF(ec); Py_XSETREF(eager_counts_name, ec);
+    Py_INCREF(rs); Py_XSETREF(raw_stream, rs);
     Py_INCREF(cap); Py_XSETREF(capturing, cap);
+    Py_INCREF(ct); Py_XSETREF(capture_test, ct);
     Py_RETURN_NONE;
 }
 
@@ -61,11 +74,49 @@ holds(PyObject *counts, PyObject *numel)
     return PyAnySet_Check(counts) ? PySet_Contains(counts, numel) : PySequence_Contains(counts, numel);
 }
 
-/* 1 where no CUDA graph captures on the current stream (capturing() is false), else 0: also where that cannot
- * be told (the eager path then asks, of x's own device). */
+/* 1 where no CUDA graph can record a call on x now, else 0: also where that cannot be told (the eager path then
+ * asks). As ops._captured_now: a CPU tensor's call is never captured, nor one on its device's legacy default
+ * stream (raw handle 0), where no capture runs; otherwise capturing() answers for the current stream. A bound
+ * capture_test(x) (tests that take CPU calls for captured ones) answers instead. */
 static int
-uncaptured(void)
+uncaptured(PyObject *x)
 {
+    if (capture_test != Py_None) {
+        PyObject *now = PyObject_CallOneArg(capture_test, x);
+        int captures = now == NULL ? -1 : PyObject_IsTrue(now);
+        Py_XDECREF(now);
+        if (captures < 0)
+            PyErr_Clear();
+        return captures == 0;
+    }
+    PyObject *device = PyObject_CallMethodNoArgs(x, get_device_name);
+    if (device == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    long index = PyLong_AsLong(device);
+    if (index == -1 && PyErr_Occurred()) {
+        Py_DECREF(device);
+        PyErr_Clear();
+        return 0;
+    }
+    if (index < 0) {  /* a CPU tensor */
+        Py_DECREF(device);
+        return 1;
+    }
+    PyObject *stream = PyObject_CallOneArg(raw_stream, device);
+    Py_DECREF(device);
+    if (stream == NULL) {
+        PyErr_Clear();
+        return 0;
+    }
+    int legacy = PyObject_RichCompareBool(stream, zero, Py_EQ);
+    Py_DECREF(stream);
+    if (legacy != 0) {
+        if (legacy < 0)
+            PyErr_Clear();
+        return legacy > 0;
+    }
     PyObject *now = PyObject_CallNoArgs(capturing);
     if (now == NULL) {
         PyErr_Clear();
@@ -102,7 +153,7 @@ counted(PyObject *known, PyObject *x, PyObject **numel)
         return -1;
     hit = holds(counts, *numel);
     Py_DECREF(counts);
-    return hit > 0 ? uncaptured() : hit;
+    return hit > 0 ? uncaptured(x) : hit;
 }
 
 static PyObject *
@@ -163,7 +214,7 @@ static PyMethodDef methods[] = {
      "x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."},
     {"bind", front_bind, METH_VARARGS,
      "bind(kept, every_call, torch_linear, eager_rest, python_front, flag_owner, flag_name, counts_name, "
-     "eager_counts_name, capturing): what linear consults."},
+     "eager_counts_name, raw_stream, capturing, capture_test): what linear consults."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -72,15 +72,15 @@ def _load(path: Path):
 
 def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: object, torch_linear: Callable,
           flag_owner: object, flag_name: str, counts_name: str, eager_counts_name: str,
-          capturing: Callable[[], bool]) -> tuple[Callable, Callable | None]:
+          raw_stream: Callable[[int], int], capturing: Callable[[], bool]) -> tuple[Callable, Callable | None]:
     """(linear, rebind): the C front bound to these objects, and a function that binds it to others
     (rebind(torch_linear=...)); where it cannot be had, (python_front, None).
 
     The C linear(x, weight, bias=None), called with positional arguments while getattr(flag_owner, flag_name)
     is false, runs torch_linear(x, weight[, bias]) where kept.get(id(weight)) is every_call, or an entry whose
-    attribute counts_name holds x.numel(), or whose eager_counts_name does while capturing() is false (no CUDA
-    graph captures on the current stream; where one does, or where capturing() raises, the eager path asks of
-    x's own device), else eager_rest(x, weight, bias, kept.get(id(weight)), x.numel() where
+    attribute counts_name holds x.numel(), or whose eager_counts_name does while no CUDA graph can record the call
+    (as ops._captured_now: x on the CPU, or raw_stream(x.get_device()) == 0, the legacy default stream, or
+    capturing() false; where that cannot be told, the eager path asks), else eager_rest(x, weight, bias, kept.get(id(weight)), x.numel() where
     it was read, else None); any other
     call runs python_front as it was called.
     One front a process (the C function's bindings are the library's): the op's, made when cudal2.ops loads."""
@@ -95,7 +95,8 @@ def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: 
         module = _load(_build())
         bound = dict(kept=kept, every_call=every_call, torch_linear=torch_linear, eager_rest=eager_rest,
                      python_front=python_front, flag_owner=flag_owner, flag_name=flag_name, counts_name=counts_name,
-                     eager_counts_name=eager_counts_name, capturing=capturing)
+                     eager_counts_name=eager_counts_name, raw_stream=raw_stream, capturing=capturing,
+                     capture_test=None)
 
         def rebind(**changes) -> None:
             unknown = set(changes) - set(bound)

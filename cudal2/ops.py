@@ -1050,7 +1050,7 @@ def _eager_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 # cudal2.linear: the C front over _python_linear (op_front: a kept weight's call runs torch with no Python frame
 # of this module's), or _python_linear itself where the front cannot be built. _rebind_front(torch_linear=...)
 # points the C front at another torch call (a benchmark's stub), or None without a C front. Its capture test is
-# _capturing alone, of the current device's stream (_captured_now's last step): a call it takes for uncaptured
-# runs torch, which a capture on another device's stream would record as it records any torch call.
+# _captured_now's, in C (capture_test=f binds a Python one instead: tests that take CPU calls for captured ones).
 linear, _rebind_front = op_front.front(_python_linear, _eager_linear, _torch_weights, _EVERY_CALL, _F_linear,
-                                       _compile_state, "_is_compiling_flag", "to_torch", "to_torch_eager", _capturing)
+                                       _compile_state, "_is_compiling_flag", "to_torch", "to_torch_eager", _raw_stream,
+                                       _capturing)

@@ -78,12 +78,17 @@ def test_a_weight_served_at_other_row_counts_runs_torch_in_c(monkeypatch):
 
 
 @needs_c
-@pytest.mark.parametrize("captures,to", [(False, "torch"), (True, "the eager path"), (None, "the eager path")])
-def test_a_graph_only_count_runs_torch_in_c_unless_a_capture_runs(captures, to):
+@pytest.mark.parametrize("device,stream,captures,to", [
+    (-1, 7, True, "torch"),  # a CPU tensor: never captured
+    (0, 0, True, "torch"),  # the legacy default stream: no capture runs there
+    (0, 7, False, "torch"), (0, 7, True, "the eager path"),
+    (0, 7, None, "the eager path"),  # the capture test raises: the eager path asks
+    (0, None, False, "the eager path")])  # the stream test raises
+def test_a_graph_only_count_runs_torch_in_c_unless_a_capture_runs(device, stream, captures, to):
     """A kept weight's plan names x's element count among those a kernel serves only while a CUDA graph
-    captures: the C front calls torch where no capture runs, and the op's eager path where one runs, or where
-    the capture test fails (None: it raises). The C logic alone: torch's call, the eager path and the capture
-    test are stand-ins that record what was called."""
+    captures: the C front calls torch where no capture can record the call, as ops._captured_now tells it, and
+    the op's eager path where one can, or where that cannot be told. The C logic alone: torch's call, the eager
+    path and CUDA's answers are stand-ins that record what was called."""
     class Plan:
         to_torch, to_torch_eager = set(), {12}
 
@@ -91,21 +96,27 @@ def test_a_graph_only_count_runs_torch_in_c_unless_a_capture_runs(captures, to):
         def numel(self):
             return 12
 
-    def capturing():
-        if captures is None:
-            raise RuntimeError("no CUDA")
-        return captures
+        def get_device(self):
+            return device
+
+    def answer(value):
+        def call(*args):
+            if value is None:
+                raise RuntimeError("no CUDA")
+            return value
+        return call
 
     called = []
     w = torch.empty(2, 6)
     ops._torch_weights[id(w)] = Plan()
     ops._rebind_front(torch_linear=lambda *a: called.append("torch"),
                       eager_rest=lambda x_, w_, b, known, numel: called.append(("the eager path", numel)),
-                      capturing=capturing)
+                      raw_stream=answer(stream), capturing=answer(captures))
     try:
         cudal2.linear(X(), w)
     finally:
-        ops._rebind_front(torch_linear=ops._F_linear, eager_rest=ops._eager_linear, capturing=ops._capturing)
+        ops._rebind_front(torch_linear=ops._F_linear, eager_rest=ops._eager_linear, raw_stream=ops._raw_stream,
+                          capturing=ops._capturing)
         ops._torch_weights.pop(id(w))
     assert called == (["torch"] if to == "torch" else [("the eager path", 12)])
 
@@ -193,7 +204,7 @@ def test_without_a_compiler_the_python_front_serves(tmp_path, monkeypatch):
     monkeypatch.setattr(op_front, "_made", None)
     linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
                                     "_is_compiling_flag", "to_torch", "to_torch_eager",
-                                    lambda: False)
+                                    lambda device: 0, lambda: False)
     assert linear is ops._python_linear and rebind is None
 
 
@@ -202,7 +213,7 @@ def test_the_front_is_made_once_a_process():
     with pytest.raises(RuntimeError, match="made already"):
         op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
                        "_is_compiling_flag", "to_torch", "to_torch_eager",
-                                    lambda: False)
+                                    lambda device: 0, lambda: False)
     with pytest.raises(TypeError, match="no binding named"):
         ops._rebind_front(linear=F.linear)
 

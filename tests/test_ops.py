@@ -35,7 +35,7 @@ def _reset_table(monkeypatch):
     ops.set_table(TunedTable())
     yield
     if ops._rebind_front is not None:  # (a test that took calls for captured ones: see _capture_when)
-        ops._rebind_front(capturing=ops._capturing)
+        ops._rebind_front(capture_test=None)
     ops.set_table(None)
 
 
@@ -174,7 +174,7 @@ def _capture_when(monkeypatch, capturing: list) -> None:
     Python's capture test (_captured_now) and its C front's (the current stream's, op_front)."""
     monkeypatch.setattr(ops, "_captured_now", lambda t: capturing[0])
     if ops._rebind_front is not None:
-        ops._rebind_front(capturing=lambda: capturing[0])
+        ops._rebind_front(capture_test=lambda t: capturing[0])
 
 
 # ---- the launch path: one launcher per call key --------------------------------------------------
