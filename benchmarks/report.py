@@ -1130,6 +1130,34 @@ EXPERIMENTS: list[Experiment] = [
                "front +0.74 us, the wrapper +0.01 us, cudal2.matmul (no C front) +0.57 us. In situ on the same machine "
                "benchmarks/op_fallback_parts.py read the C front +0.22 us and the Python front +0.41 us "
                "(op_fallback_parts_c_front_h200_2026-11-30.md)."),
+    Experiment("The op served with the C front, 30 validation shapes, H200", "op_served_c_front_h200_2026-11-30.json",
+               "op_served", "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-29.json "
+               "--rounds 40` (GPU-b59ceb88; Triton winners, chain pattern) with cudal2.linear the C front over kept "
+               "weights: 26 of 30 shapes pass every verdict (23 of 30 on 2026-11-29 with the Python front). 1x3072x3072 "
+               "eager read 0.798: its split-K kernel was declined for its two launches, yet every call still built its "
+               "call key to find torch (the plans had taken the count for an eager kernel's); found here, fixed next."),
+    Experiment("The same after a declined kernel leaves the fast path, H200", "op_served_declined_h200_2026-11-30.json",
+               "op_served", "`--rounds 40` again (GPU-7dfac145) after the op kept declined entries out of its plans "
+               "(_declined_eager) and the C front took a weight served at other row counts: 25 of 30; 1x3072x3072 eager "
+               "0.931 (now a graph-only count, its calls through the Python capture test), the other eager misses "
+               "0.975 and 0.986 on torch-served shapes, graph misses 0.986 and 1.008 against 1.009."),
+    Experiment("The same with graph-only counts in the C front, H200", "op_served_graph_only_in_c_h200_2026-11-30.json",
+               "op_served", "`--rounds 60` (GPU-0dcc1f4f) with graph-only counts sent to torch by the C front after "
+               "asking CUDA whether a capture runs: 25 of 30; 1x3072x3072 eager 0.937 (the capture query cost it; the "
+               "next version asks the stream first, as the Python test does), 33x3072x3072 eager 0.970; in graphs torch "
+               "against torch read 0.989 and 0.988 on two shapes, and two served kernels missed their searched speedup "
+               "less 0.02 by 0.001 and 0.010 (1x32000x5120 1.009, 1x3072x3072 1.106)."),
+    Experiment("The first ten shapes with the final C front, 100 rounds, H200", "op_served_small_c_front_h200_2026-11-30.json",
+               "op_served", "`--shapes 10 --rounds 100` (GPU-95d714ce) with the C front's capture test in C: 5 of 10 "
+               "pass. Eager: 1x3072x3072 0.960, 33x3072x3072 0.974, 33x6144x4096 0.983, every other shape 0.993 to "
+               "1.036. 1x3072x3072 and 33x3072x3072, whose weight shape a kernel serves at 1 row only in graphs, pay 0.6 "
+               "to 0.8 us; 33x6144x4096, a weight kept for every call, read 0.983 here and 0.993 to 1.000 in the three "
+               "30-shape runs above. In situ "
+               "(benchmarks/op_fallback_paths.py 101, GPU-cb29aa99; op_fallback_paths_h200_2026-11-30.md) the C front "
+               "costs +0.20 us over F.linear for a kept weight, +0.54 for one served at other row counts, +0.85 for a "
+               "count served only in graphs; the Python front +0.48, +0.90 and +1.56. Graph: torch against torch read 0.983 and 0.990 on two shapes; the "
+               "served kernels of 1x3072x3072 (1.111) and 1x32000x5120 (1.007) missed their searched speedup less 0.02 "
+               "by 0.005 and 0.002."),
     Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
                "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
                "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "
