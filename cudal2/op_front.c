@@ -50,20 +50,14 @@ front_bind(PyObject *self, PyObject *args)
                         "must be callable, capture_test callable or None");
         return NULL;
     }
-    Py_INCREF(k); Py_XSETREF(kept, k);
-    Py_INCREF(e); Py_XSETREF(every_call, e);
-    Py_INCREF(t); Py_XSETREF(torch_linear, t);
-    Py_INCREF(r); Py_XSETREF(eager_rest, r);
-    Py_INCREF(p); Py_XSETREF(python_front, p);
-    Py_INCREF(o); Py_XSETREF(flag_owner, o);
-    Py_INCREF(n); Py_XSETREF(flag_name, n);
-    PyObject *d = PyModule_Check(o) ? PyModule_GetDict(o) : NULL;  /* (borrowed) */
-    Py_XINCREF(d); Py_XSETREF(flag_dict, d);
-    Py_INCREF(c); Py_XSETREF(counts_name, c);
-    Py_INCREF(ec); Py_XSETREF(eager_counts_name, ec);
-    Py_INCREF(rs); Py_XSETREF(raw_stream, rs);
-    Py_INCREF(cap); Py_XSETREF(capturing, cap);
-    Py_INCREF(ct); Py_XSETREF(capture_test, ct);
+    PyObject **slots[] = {&kept, &every_call, &torch_linear, &eager_rest, &python_front, &flag_owner, &flag_name,
+                          &counts_name, &eager_counts_name, &raw_stream, &capturing, &capture_test, &flag_dict};
+    PyObject *values[] = {k, e, t, r, p, o, n, c, ec, rs, cap, ct,
+                          PyModule_Check(o) ? PyModule_GetDict(o) : NULL /* (borrowed) */};
+    for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
+        Py_XINCREF(values[i]);
+        Py_XSETREF(*slots[i], values[i]);
+    }
     Py_RETURN_NONE;
 }
 
@@ -74,6 +68,18 @@ holds(PyObject *counts, PyObject *numel)
     return PyAnySet_Check(counts) ? PySet_Contains(counts, numel) : PySequence_Contains(counts, numel);
 }
 
+/* 1 where answer (a new reference, or NULL with an error set) is false, else 0: also where it is NULL or its truth
+ * cannot be read (the error cleared). The reference is released. */
+static int
+is_false(PyObject *answer)
+{
+    int truth = answer == NULL ? -1 : PyObject_IsTrue(answer);
+    Py_XDECREF(answer);
+    if (truth < 0)
+        PyErr_Clear();
+    return truth == 0;
+}
+
 /* 1 where no CUDA graph can record a call on x now, else 0: also where that cannot be told (the eager path then
  * asks). As ops._captured_now: a CPU tensor's call is never captured, nor one on its device's legacy default
  * stream (raw handle 0), where no capture runs; otherwise capturing() answers for the current stream. A bound
@@ -81,14 +87,8 @@ holds(PyObject *counts, PyObject *numel)
 static int
 uncaptured(PyObject *x)
 {
-    if (capture_test != Py_None) {
-        PyObject *now = PyObject_CallOneArg(capture_test, x);
-        int captures = now == NULL ? -1 : PyObject_IsTrue(now);
-        Py_XDECREF(now);
-        if (captures < 0)
-            PyErr_Clear();
-        return captures == 0;
-    }
+    if (capture_test != Py_None)
+        return is_false(PyObject_CallOneArg(capture_test, x));
     PyObject *device = PyObject_CallMethodNoArgs(x, get_device_name);
     if (device == NULL) {
         PyErr_Clear();
@@ -117,16 +117,7 @@ uncaptured(PyObject *x)
             PyErr_Clear();
         return legacy > 0;
     }
-    PyObject *now = PyObject_CallNoArgs(capturing);
-    if (now == NULL) {
-        PyErr_Clear();
-        return 0;
-    }
-    int captures = PyObject_IsTrue(now);
-    Py_DECREF(now);
-    if (captures < 0)
-        PyErr_Clear();
-    return captures == 0;
+    return is_false(PyObject_CallNoArgs(capturing));
 }
 
 /* 1 where the kept entry sends this call to torch: x's element count in its counts that run torch, or in
