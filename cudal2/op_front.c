@@ -181,19 +181,18 @@ front_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         return NULL;
     if (known == every_call)
         return PyObject_Vectorcall(torch_linear, args, nargs, NULL);
-    PyObject *numel = NULL;
-    if (known != NULL) {
-        int hit = counted(known, args[0], &numel);
-        if (hit != 0) {
-            Py_XDECREF(numel);
-            return hit < 0 ? NULL : PyObject_Vectorcall(torch_linear, args, nargs, NULL);
-        }
+    /* held from here: what runs below (x.numel(), a tensor subclass's __torch_function__, the rest) may let the
+     * dict drop it */
+    Py_XINCREF(known);
+    PyObject *numel = NULL, *out;
+    int hit = known == NULL ? 0 : counted(known, args[0], &numel);
+    if (hit != 0) {
+        out = hit < 0 ? NULL : PyObject_Vectorcall(torch_linear, args, nargs, NULL);
+    } else {  /* the rest, told the count read here (None: not read) */
+        PyObject *rest[5] = {args[0], args[1], nargs == 3 ? args[2] : Py_None, known ? known : Py_None,
+                             numel ? numel : Py_None};
+        out = PyObject_Vectorcall(eager_rest, rest, 5, NULL);
     }
-    /* the rest, told the count read here (None: not read) */
-    PyObject *rest[5] = {args[0], args[1], nargs == 3 ? args[2] : Py_None, known ? known : Py_None,
-                         numel ? numel : Py_None};
-    Py_XINCREF(known);  /* (the dict may drop it while the rest runs) */
-    PyObject *out = PyObject_Vectorcall(eager_rest, rest, 5, NULL);
     Py_XDECREF(known);
     Py_XDECREF(numel);
     return out;
