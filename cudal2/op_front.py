@@ -3,11 +3,12 @@
 Why. The op's fastest fallback, a weight whose every call runs torch (ops._torch_weights), is three tests
 and F.linear. Written in Python, those tests cost 0.2 to 0.4 us a call in situ on the lent H200 hosts
 (benchmarks/op_fallback_parts.py, 2026-11-29), where the bar for the whole fallback is 0.3 us over
-F.linear. op_front.c does the same tests in C: the trace flag, then id(weight) in the kept dict, and for a
-weight kept with its shape's plan (a kernel serves that shape at other row counts), x.numel() in the plan's
-counts that run torch, or in those that run torch unless a CUDA graph captures, where none captures now. On a hit it calls torch's linear; any other positional call goes on to the op's eager
-path with what the dict holds for the weight (ops._eager_linear), and a call with keywords, or while the flag
-is set, to the op's Python front.
+F.linear; in C the same path read +0.09 us (benchmarks/op_overhead.py, three processes, 2026-11-30).
+op_front.c does the same tests in C: the trace flag, then id(weight) in the kept dict, and for a weight kept
+with its shape's plan (a kernel serves that shape at other row counts), x.numel() in the plan's counts that
+run torch, or in those that run torch unless a CUDA graph captures, where none captures now. On a hit it
+calls torch's linear; any other positional call goes on to the op's eager path with what the dict holds for
+the weight (ops._eager_linear), and a call with keywords, or while the flag is set, to the op's Python front.
 
 torch.compile. Dynamo cannot look into a C function, so front() registers the Python front as its
 substitute while tracing (torch.compiler.substitute_in_graph): a trace sees exactly the Python op's code.
