@@ -107,6 +107,9 @@ def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: 
             module.bind(*bound.values())
 
         rebind()
+        # pickled by reference where the Python front lives (the op's module binds the front under that name):
+        # the extension's own module name is not importable in another process
+        module.linear.__module__ = python_front.__module__
         # a trace runs the Python front: Dynamo cannot inline C, and a graph break would split every model
         torch.compiler.substitute_in_graph(module.linear)(python_front)
         _made = module.linear, rebind

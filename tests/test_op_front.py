@@ -3,6 +3,7 @@ results as the op's Python front in every case, no Python frame on a kept weight
 where it cannot be built; torch.compile traces the Python front in its place."""
 
 import os
+import pickle
 import shutil
 import subprocess
 import sys
@@ -216,6 +217,18 @@ def test_the_front_is_made_once_a_process():
                                     lambda device: 0, lambda: False)
     with pytest.raises(TypeError, match="no binding named"):
         ops._rebind_front(linear=F.linear)
+
+
+def test_cudal2_linear_pickles_by_reference_and_loads_in_a_fresh_process(tmp_path):
+    """As F.linear does: a pickled cudal2.linear (a Dask task, a saved callable) loads where cudal2 is installed,
+    as the same function."""
+    path = tmp_path / "linear.pkl"
+    path.write_bytes(pickle.dumps(cudal2.linear))
+    assert pickle.loads(path.read_bytes()) is cudal2.linear
+    code = f"import pickle, cudal2; print(pickle.loads(open({str(path)!r}, 'rb').read()) is cudal2.linear)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "CUDAL2_CACHE_DIR": str(tmp_path)})
+    assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
 
 
 def test_cudal2_native_front_0_keeps_the_python_front(tmp_path):
