@@ -37,6 +37,9 @@ from cudal2.settings import settings
 
 SOURCE = Path(__file__).with_name("op_front.c")
 MODULE = "cudal2_op_front"  # (the C source's PyInit_ name)
+# seconds the compiler may take (it takes a fraction of one); past them the op keeps its Python front, so that a
+# compiler that hangs never holds up `import cudal2.ops`
+BUILD_TIMEOUT_S = 60.0
 
 
 def _build() -> Path:
@@ -54,7 +57,12 @@ def _build() -> Path:
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-    run = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True)
+    try:
+        run = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True,
+                             timeout=BUILD_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"{Path(compiler).name} took over {BUILD_TIMEOUT_S:g} s on {SOURCE.name}") from None
     if run.returncode != 0:
         tmp.unlink(missing_ok=True)
         last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]

@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import time
 from pathlib import Path
 
 import pytest
@@ -207,6 +208,24 @@ def test_without_a_compiler_the_python_front_serves(tmp_path, monkeypatch):
                                     "_is_compiling_flag", "to_torch", "to_torch_eager",
                                     lambda device: 0, lambda: False)
     assert linear is ops._python_linear and rebind is None
+
+
+def test_a_compiler_that_hangs_leaves_the_python_front_in_time(tmp_path, monkeypatch):
+    """A compiler that does not finish is stopped after BUILD_TIMEOUT_S: the op keeps its Python front instead of
+    holding up the import."""
+    hanging = tmp_path / "cc"
+    hanging.write_text("#!/bin/sh\nexec sleep 30\n")  # (exec: the timeout's kill stops the sleep itself)
+    hanging.chmod(0o755)
+    monkeypatch.setenv("CC", str(hanging))
+    monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(op_front, "_made", None)
+    monkeypatch.setattr(op_front, "BUILD_TIMEOUT_S", 0.5)
+    start = time.monotonic()
+    linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
+                                    "_is_compiling_flag", "to_torch", "to_torch_eager", lambda device: 0,
+                                    lambda: False)
+    assert linear is ops._python_linear and rebind is None and time.monotonic() - start < 10
+    assert not list((tmp_path / "cache").rglob("*.tmp"))
 
 
 @needs_c
