@@ -252,7 +252,8 @@ def test_cudal2_linear_pickles_by_reference_and_loads_in_a_fresh_process(tmp_pat
 
 def test_cudal2_native_front_0_keeps_the_python_front(tmp_path):
     env = {**os.environ, "CUDAL2_NATIVE_FRONT": "0", "CUDAL2_CACHE_DIR": str(tmp_path)}
-    done = subprocess.run([sys.executable, "-c", "import cudal2, cudal2.ops as o; print(cudal2.linear is o._python_linear)"],
+    code = "import cudal2, cudal2.ops as o; print(cudal2.linear is o._python_linear)"
+    done = subprocess.run([sys.executable, "-c", code],
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=120)
     assert done.returncode == 0 and done.stdout.strip() == "True", done.stderr
 
