@@ -21,18 +21,16 @@ cache_dir()/op_front.
 
 from __future__ import annotations
 
-import hashlib
 import importlib.machinery
 import importlib.util
 import os
 import shutil
-import subprocess
 import sys
 import sysconfig
 from pathlib import Path
 from typing import Callable
 
-from cudal2 import paths
+from cudal2 import native_build, paths
 from cudal2.settings import settings
 
 SOURCE = Path(__file__).with_name("op_front.c")
@@ -50,25 +48,9 @@ def _build() -> Path:
     include = sysconfig.get_paths()["include"]
     if not (Path(include) / "Python.h").exists():
         raise RuntimeError(f"no Python.h under {include} (install the Python development headers)")
-    flags = ["-O2", "-shared", "-fPIC", "-w", f"-I{include}"]
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), sys.version, compiler, *flags]).encode()).hexdigest()[:16]
-    out = paths.cache_dir() / "op_front" / f"{MODULE}_{key}{sysconfig.get_config_var('EXT_SUFFIX') or '.so'}"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
-    try:
-        run = subprocess.run([compiler, *flags, str(SOURCE), "-o", str(tmp)], capture_output=True, text=True,
-                             timeout=BUILD_TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        tmp.unlink(missing_ok=True)
-        raise RuntimeError(f"{Path(compiler).name} took over {BUILD_TIMEOUT_S:g} s on {SOURCE.name}") from None
-    if run.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"{Path(compiler).name} failed on {SOURCE.name}: {last[:300]}")
-    os.replace(tmp, out)  # (another process may have built it too: the same bytes)
-    return out
+    return native_build.library(SOURCE, compiler, ["-O2", "-shared", "-fPIC", "-w", f"-I{include}"], [],
+                                [sys.version], paths.cache_dir() / "op_front", MODULE,
+                                sysconfig.get_config_var("EXT_SUFFIX") or ".so", BUILD_TIMEOUT_S)
 
 
 def _load(path: Path):

@@ -20,10 +20,8 @@ first failure is said once, as a warning.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
-import subprocess
 import warnings
 from pathlib import Path
 from threading import Lock
@@ -32,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 
 from cudal2.settings import settings
-from cudal2 import paths
+from cudal2 import native_build, paths
 from cudal2.codegen.operands import torch_dtype
 
 SOURCE = Path(__file__).with_name("native_launch.cpp")
@@ -84,20 +82,8 @@ def _build() -> Path:
     if compiler is None:
         raise RuntimeError("no C++ compiler (g++) on PATH; install one or set $CXX")
     cflags, ldflags = _toolchain()
-    key = hashlib.sha256("\0".join([SOURCE.read_text(), torch.__version__, str(tvm_ffi.__version__), compiler,
-                                    *cflags, *ldflags]).encode()).hexdigest()[:16]
-    out = paths.cache_dir() / "native_launch" / f"cudal2_native_launch_{key}.so"
-    if out.exists():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(f".{os.getpid()}.tmp")
-    run = subprocess.run([compiler, *cflags, str(SOURCE), "-o", str(tmp), *ldflags], capture_output=True, text=True)
-    if run.returncode != 0:
-        tmp.unlink(missing_ok=True)
-        last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"{Path(compiler).name} failed on {SOURCE.name}: {last[:300]}")
-    os.replace(tmp, out)  # (another process may have built it too: same bytes)
-    return out
+    return native_build.library(SOURCE, compiler, cflags, ldflags, [torch.__version__, str(tvm_ffi.__version__)],
+                                paths.cache_dir() / "native_launch", "cudal2_native_launch", ".so")
 
 
 def library() -> Path | None:

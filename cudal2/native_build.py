@@ -1,0 +1,41 @@
+"""A shared library compiled once from one source file and kept in a folder: the op's C front
+(cudal2.op_front) and the C++ launch path of compiled graphs (cudal2.codegen.native_launch).
+
+The library is named by a digest of the source, what else its bytes depend on (the caller's key parts:
+versions of what it links), the compiler and its flags; a process finds it there or compiles it to a file of
+its own and renames that into place, so processes that build at once never read a half-written library.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+from typing import Sequence
+
+
+def library(source: Path, compiler: str, cflags: Sequence[str], ldflags: Sequence[str], key_parts: Sequence[str],
+            folder: Path, stem: str, suffix: str, timeout_s: float | None = None) -> Path:
+    """The library compiled from source (`compiler *cflags source -o LIB *ldflags`) as folder/stem_DIGEST suffix,
+    compiled where it is not there yet. Raises RuntimeError naming the compiler and the last line it wrote
+    where it fails, or where it takes over timeout_s."""
+    digest = hashlib.sha256("\0".join([source.read_text(), *key_parts, compiler, *cflags, *ldflags]).encode())
+    out = folder / f"{stem}_{digest.hexdigest()[:16]}{suffix}"
+    if out.exists():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
+    name = Path(compiler).name
+    try:
+        run = subprocess.run([compiler, *cflags, str(source), "-o", str(tmp), *ldflags], capture_output=True,
+                             text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        tmp.unlink(missing_ok=True)
+        raise RuntimeError(f"{name} took over {timeout_s:g} s on {source.name}") from None
+    if run.returncode != 0:
+        tmp.unlink(missing_ok=True)
+        last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise RuntimeError(f"{name} failed on {source.name}: {last[:300]}")
+    os.replace(tmp, out)  # (another process may have built it too: the same bytes)
+    return out
