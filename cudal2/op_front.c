@@ -4,11 +4,10 @@
  * _torch_weights maps id(weight) to _EVERY_CALL), or whose entry there names x's element count among those that
  * run torch (the entry's to_torch set: a weight whose shape a kernel serves at other row counts; or its
  * to_torch_eager set, those a kernel serves only while a CUDA graph captures, where none captures now), calls
- * torch's linear here, with no Python frame of cudal2's. Any other positional call goes to the op's eager path with
- * what the dict holds for the weight and x's element count where read (ops._eager_linear(x, weight, bias, known,
- * x_numel)); a call with keywords, or
- * while the trace flag is set, to the Python front unchanged. The objects it consults are bound by bind();
- * nothing here knows the table's rules.
+ * torch's linear here, with no Python frame of cudal2's. Any other positional call goes to the op's eager path
+ * with what the dict holds for the weight and x's element count where read (ops._eager_linear(x, weight, bias,
+ * known, x_numel)); a call with keywords, or while the trace flag is set, to the Python front unchanged. The
+ * objects it consults are bound by bind(); nothing here knows the table's rules.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -27,7 +26,6 @@ static PyObject *raw_stream;    /* raw_stream(device index): the current stream'
 static PyObject *capturing;     /* capturing(): whether a CUDA graph captures on the current device's stream */
 static PyObject *capture_test;  /* None, or capture_test(x): whether a capture records a call on x (tests) */
 static PyObject *get_device_name;  /* "get_device" */
-static PyObject *zero;
 static PyObject *numel_name;    /* "numel" */
 
 static PyObject *
@@ -38,8 +36,6 @@ front_bind(PyObject *self, PyObject *args)
                           &ct))
         return NULL;
     if (get_device_name == NULL && (get_device_name = PyUnicode_InternFromString("get_device")) == NULL)
-        return NULL;
-    if (zero == NULL && (zero = PyLong_FromLong(0)) == NULL)
         return NULL;
     if (numel_name == NULL && (numel_name = PyUnicode_InternFromString("numel")) == NULL)
         return NULL;
@@ -110,13 +106,8 @@ uncaptured(PyObject *x)
         PyErr_Clear();
         return 0;
     }
-    int legacy = PyObject_RichCompareBool(stream, zero, Py_EQ);
-    Py_DECREF(stream);
-    if (legacy != 0) {
-        if (legacy < 0)
-            PyErr_Clear();
-        return legacy > 0;
-    }
+    if (is_false(stream))  /* raw handle 0 */
+        return 1;
     return is_false(PyObject_CallNoArgs(capturing));
 }
 

@@ -439,13 +439,17 @@ def _eager_launcher(problem: GemmProblem, gpu: str, out_shape: tuple, device, op
                 and launcher(*operands) is not None:  # (None: operands off alignment, nothing launched)
             path = path_name(entry.spec.backend, getattr(launcher.run, "launch_path", None))
             cost = _launch_costs.known(path)
-            if cost is None:
+            measured = cost is None
+            if measured:
                 cost = _launch_costs.measure(path, lambda: (key_of(*operands), launcher(*operands)), torch_call)
-                _forget_plans()  # the fast path's served counts assumed no cost for this path
-            if _saving_us(entry) <= cost:
+            declined = _saving_us(entry) <= cost
+            if declined:
                 with _lock:
                     _declined_eager.add(_entry_id(entry))
-                _forget_plans()  # the fast path's plans took this entry for an eager call's
+            if measured or declined:
+                # the fast path's plans assumed no cost for this path, or took this entry for an eager call's
+                _forget_plans()
+            if declined:
                 continue
         return launcher
     return None
