@@ -30,6 +30,8 @@ import sysconfig
 from pathlib import Path
 from typing import Callable
 
+import torch
+
 from cudal2 import native_build, paths
 from cudal2.settings import settings
 
@@ -81,8 +83,6 @@ def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: 
     if _made is not None:
         raise RuntimeError("cudal2.op_front.front() was made already in this process (the op's)")
     try:
-        import torch.compiler
-
         module = _load(_build())
         bound = dict(kept=kept, every_call=every_call, torch_linear=torch_linear, eager_rest=eager_rest,
                      python_front=python_front, flag_owner=flag_owner, flag_name=flag_name, counts_name=counts_name,
