@@ -19,7 +19,7 @@ def library(source: Path, compiler: str, cflags: Sequence[str], ldflags: Sequenc
             folder: Path, stem: str, suffix: str, timeout_s: float | None = None) -> Path:
     """The library compiled from source (`compiler *cflags source -o LIB *ldflags`) as folder/stem_DIGEST suffix,
     compiled where it is not there yet. Raises RuntimeError naming the compiler and the last line it wrote
-    where it fails, or where it takes over timeout_s."""
+    where it fails, or where it cannot run or takes over timeout_s."""
     digest = hashlib.sha256("\0".join([source.read_text(), *key_parts, compiler, *cflags, *ldflags]).encode())
     out = folder / f"{stem}_{digest.hexdigest()[:16]}{suffix}"
     if out.exists():
@@ -33,6 +33,8 @@ def library(source: Path, compiler: str, cflags: Sequence[str], ldflags: Sequenc
     except subprocess.TimeoutExpired:
         tmp.unlink(missing_ok=True)
         raise RuntimeError(f"{name} took over {timeout_s:g} s on {source.name}") from None
+    except OSError as e:  # (no such compiler, not executable)
+        raise RuntimeError(f"{name} could not run: {e.strerror or e}") from None
     if run.returncode != 0:
         tmp.unlink(missing_ok=True)
         last = (run.stderr.strip().splitlines() or ["(no output)"])[-1]

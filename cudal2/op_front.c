@@ -1,19 +1,24 @@
 /* cudal2.linear's front: the fallback's fastest path in C, everything else in Python (cudal2/op_front.py).
  *
  * A call linear(x, weight[, bias]) whose weight the op keeps as one whose every call runs torch (ops.py's
- * _torch_weights maps id(weight) to _EVERY_CALL), or whose entry there names x's element count among those that
- * run torch (the entry's to_torch set: a weight whose shape a kernel serves at other row counts; or its
- * to_torch_eager set, those a kernel serves only while a CUDA graph captures, where none captures now), calls
- * torch's linear here, with no Python frame of cudal2's. Any other positional call goes to the op's eager path
+ * _torch_weights maps id(weight) to _EVERY_CALL), or every call unless a CUDA graph captures it (_UNLESS_CAPTURED:
+ * a kernel serves the weight's shape only in graphs, and each such count has been built) where none captures
+ * now, or whose entry there names x's element count among those that run torch (the entry's to_torch set: a
+ * weight whose shape a kernel serves at other row counts; or its to_torch_eager set, those a kernel serves only
+ * while a CUDA graph captures, where none captures now), calls torch's linear here, with no Python frame of
+ * cudal2's. Any other positional call goes to the op's eager path
  * with what the dict holds for the weight and x's element count where read (ops._eager_linear(x, weight, bias,
  * known, x_numel)); a call with keywords, or while the trace flag is set, to the Python front unchanged. The
- * objects it consults are bound by bind(); nothing here knows the table's rules.
+ * objects it consults are bound by bind(); nothing here knows the table's rules. Where the probe is bound
+ * (op_front_probe.cpp: functions that read x's count and its stream from torch's C++ objects), it answers
+ * first; where it cannot tell, torch's Python bindings answer, as without it.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 
 static PyObject *kept;          /* dict: id(weight) -> what the op knows of it */
 static PyObject *every_call;    /* the value that says: this weight's every call runs torch */
+static PyObject *unless_captured;  /* the value that says: its every call runs torch unless a CUDA graph captures */
 static PyObject *torch_linear;  /* torch.nn.functional.linear */
 static PyObject *eager_rest;    /* rest(x, weight, bias, known, x_numel): a positional call past the fast path */
 static PyObject *python_front;  /* the op's Python linear(x, weight, bias=None): every other call */
@@ -27,13 +32,18 @@ static PyObject *capturing;     /* capturing(): whether a CUDA graph captures on
 static PyObject *capture_test;  /* None, or capture_test(x): whether a capture records a call on x (tests) */
 static PyObject *get_device_name;  /* "get_device" */
 static PyObject *numel_name;    /* "numel" */
+/* the probe's functions (NULL: not bound): x's element count, or -1 where it cannot tell; and 1 where no CUDA
+ * graph can record a call on x now, 0 where one may, -1 where it cannot tell */
+static long long (*probe_numel)(PyObject *x);
+static int (*probe_uncaptured)(PyObject *x);
 
 static PyObject *
 front_bind(PyObject *self, PyObject *args)
 {
-    PyObject *k, *e, *t, *r, *p, *o, *n, *c, *ec, *rs, *cap, *ct;
-    if (!PyArg_ParseTuple(args, "O!OOOOOUUUOOO:bind", &PyDict_Type, &k, &e, &t, &r, &p, &o, &n, &c, &ec, &rs, &cap,
-                          &ct))
+    PyObject *k, *e, *u, *t, *r, *p, *o, *n, *c, *ec, *rs, *cap, *ct;
+    unsigned long long numel_at, uncaptured_at;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOUUUOOOKK:bind", &PyDict_Type, &k, &e, &u, &t, &r, &p, &o, &n, &c, &ec, &rs,
+                          &cap, &ct, &numel_at, &uncaptured_at))
         return NULL;
     if (get_device_name == NULL && (get_device_name = PyUnicode_InternFromString("get_device")) == NULL)
         return NULL;
@@ -46,14 +56,17 @@ front_bind(PyObject *self, PyObject *args)
                         "must be callable, capture_test callable or None");
         return NULL;
     }
-    PyObject **slots[] = {&kept, &every_call, &torch_linear, &eager_rest, &python_front, &flag_owner, &flag_name,
-                          &counts_name, &eager_counts_name, &raw_stream, &capturing, &capture_test, &flag_dict};
-    PyObject *values[] = {k, e, t, r, p, o, n, c, ec, rs, cap, ct,
+    PyObject **slots[] = {&kept, &every_call, &unless_captured, &torch_linear, &eager_rest, &python_front,
+                          &flag_owner, &flag_name, &counts_name, &eager_counts_name, &raw_stream, &capturing,
+                          &capture_test, &flag_dict};
+    PyObject *values[] = {k, e, u, t, r, p, o, n, c, ec, rs, cap, ct,
                           PyModule_Check(o) ? PyModule_GetDict(o) : NULL /* (borrowed) */};
     for (size_t i = 0; i < sizeof slots / sizeof slots[0]; i++) {
         Py_XINCREF(values[i]);
         Py_XSETREF(*slots[i], values[i]);
     }
+    probe_numel = (long long (*)(PyObject *))(uintptr_t)numel_at;
+    probe_uncaptured = (int (*)(PyObject *))(uintptr_t)uncaptured_at;
     Py_RETURN_NONE;
 }
 
@@ -85,6 +98,9 @@ uncaptured(PyObject *x)
 {
     if (capture_test != Py_None)
         return is_false(PyObject_CallOneArg(capture_test, x));
+    int probed = probe_uncaptured != NULL ? probe_uncaptured(x) : -1;
+    if (probed >= 0)
+        return probed;
     PyObject *device = PyObject_CallMethodNoArgs(x, get_device_name);
     if (device == NULL) {
         PyErr_Clear();
@@ -118,7 +134,8 @@ uncaptured(PyObject *x)
 static int
 counted(PyObject *known, PyObject *x, PyObject **numel)
 {
-    *numel = PyObject_CallMethodNoArgs(x, numel_name);
+    long long probed = probe_numel != NULL ? probe_numel(x) : -1;
+    *numel = probed >= 0 ? PyLong_FromLongLong(probed) : PyObject_CallMethodNoArgs(x, numel_name);
     if (*numel == NULL) {
         PyErr_Clear();
         return 0;
@@ -172,11 +189,13 @@ front_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject 
         return NULL;
     if (known == every_call)
         return PyObject_Vectorcall(torch_linear, args, nargs, NULL);
+    if (known == unless_captured && uncaptured(args[0]))  /* (a captured call: the eager path, told the same) */
+        return PyObject_Vectorcall(torch_linear, args, nargs, NULL);
     /* held from here: what runs below (x.numel(), a tensor subclass's __torch_function__, the rest) may let the
      * dict drop it */
     Py_XINCREF(known);
     PyObject *numel = NULL, *out;
-    int hit = known == NULL ? 0 : counted(known, args[0], &numel);
+    int hit = known == NULL || known == unless_captured ? 0 : counted(known, args[0], &numel);
     if (hit != 0) {
         out = hit < 0 ? NULL : PyObject_Vectorcall(torch_linear, args, nargs, NULL);
     } else {  /* the rest, told the count read here (None: not read) */
@@ -194,8 +213,9 @@ static PyMethodDef methods[] = {
      "linear($module, x, weight, bias=None)\n--\n\n"
      "x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."},
     {"bind", front_bind, METH_VARARGS,
-     "bind(kept, every_call, torch_linear, eager_rest, python_front, flag_owner, flag_name, counts_name, "
-     "eager_counts_name, raw_stream, capturing, capture_test): what linear consults."},
+     "bind(kept, every_call, unless_captured, torch_linear, eager_rest, python_front, flag_owner, flag_name, counts_name, "
+     "eager_counts_name, raw_stream, capturing, capture_test, numel_probe, capture_probe): what linear consults "
+     "(the probe's functions as addresses, 0 for none)."},
     {NULL, NULL, 0, NULL},
 };
 

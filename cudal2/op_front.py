@@ -17,29 +17,42 @@ Where the extension cannot be built (no C compiler or Python headers, $CUDAL2_NA
 without substitute_in_graph), front() returns the Python front itself: the same results, its host cost.
 The library is compiled once per source, Python and compiler (a fraction of a second of cc), under
 cache_dir()/op_front.
+
+The probe. Reading x's element count, and whether a graph captures, through torch's Python bindings costs
+the row test about 0.3 us a question in situ. op_front_probe.cpp reads them from torch's C++ objects instead;
+it is C++ against torch's headers, a compile of about 15 s, so attach_probe() builds it in a thread of its own
+(once per source, torch and compiler, in the same folder; one build at a time across processes) and binds it
+when it loads. The op starts that on the first plan of a CUDA process's weight shape that a kernel serves at
+some row counts (the only calls that ask). Until it is bound, or where it cannot be built, the front asks the
+bindings: the same answers, their host cost.
 """
 
 from __future__ import annotations
 
+import ctypes
 import importlib.machinery
 import importlib.util
 import os
 import shutil
 import sys
 import sysconfig
+import threading
 from pathlib import Path
 from typing import Callable
 
 import torch
 
-from cudal2 import native_build, paths
+from cudal2 import file_lock, native_build, paths
 from cudal2.settings import settings
 
 SOURCE = Path(__file__).with_name("op_front.c")
+PROBE_SOURCE = Path(__file__).with_name("op_front_probe.cpp")
 MODULE = "cudal2_op_front"  # (the C source's PyInit_ name)
 # seconds the compiler may take (it takes a fraction of one); past them the op keeps its Python front, so that a
 # compiler that hangs never holds up `import cudal2.ops`
 BUILD_TIMEOUT_S = 60.0
+# the same for the probe (about 15 s of g++ on a CI machine's core; it runs in a thread, the front unaffected)
+PROBE_BUILD_TIMEOUT_S = 300.0
 
 
 def _build() -> Path:
@@ -55,6 +68,65 @@ def _build() -> Path:
                                 sysconfig.get_config_var("EXT_SUFFIX") or ".so", BUILD_TIMEOUT_S)
 
 
+def _build_probe() -> Path:
+    """The probe's shared library (op_front_probe.cpp against this torch), compiled where there is none yet; one
+    process compiles at a time, the others then find its library."""
+    from torch.utils import cpp_extension
+
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise RuntimeError("no C++ compiler (g++) on PATH")
+    torch_lib = Path(torch.__file__).parent / "lib"
+    cflags = ["-O2", "-std=c++17", "-shared", "-fPIC", "-w",
+              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+              f"-I{sysconfig.get_paths()['include']}", *(f"-I{p}" for p in cpp_extension.include_paths())]
+    ldflags = [f"-L{torch_lib}", "-lc10", "-ltorch_python", f"-Wl,-rpath,{torch_lib}"]
+    folder = paths.cache_dir() / "op_front"
+    with file_lock.exclusive(folder / "probe.lock"):
+        return native_build.library(PROBE_SOURCE, compiler, cflags, ldflags, [torch.__version__, sys.version], folder,
+                                    "cudal2_op_front_probe", ".so", PROBE_BUILD_TIMEOUT_S)
+
+
+def _probe_bindings(path: Path) -> dict[str, int]:
+    """The front's probe bindings: the addresses of the library's functions."""
+    library = ctypes.PyDLL(str(path))  # (kept loaded for the process: the front calls into it)
+    _probe["library"] = library
+    return {"numel_probe": ctypes.cast(library.cudal2_probe_numel, ctypes.c_void_p).value,
+            "capture_probe": ctypes.cast(library.cudal2_probe_uncaptured, ctypes.c_void_p).value}
+
+
+def attach_probe(wait: bool = False) -> dict[str, int] | None:
+    """Build the probe (op_front_probe.cpp) in a thread, once a process, and bind it to the C front when it
+    loads. wait: block until that ends. Returns the front's probe bindings (numel_probe, capture_probe: the
+    functions' addresses) once bound, else None: still building, no C front, $CUDAL2_NATIVE_FRONT=0, or a build
+    that failed (probe_state() says which)."""
+    with _probe_lock:
+        thread = _probe.get("thread")
+        if thread is None and _made is not None:
+            thread = _probe["thread"] = threading.Thread(target=_attach, name="cudal2-op-front-probe", daemon=True)
+            _probe["state"] = "building"
+            thread.start()
+    if wait and thread is not None:
+        thread.join()
+    return _probe.get("bindings")
+
+
+def probe_state() -> str:
+    """The probe's state in this process: "not started", "no C front", "building", "bound", or "failed: WHY"."""
+    if _made is None:
+        return "no C front"
+    return _probe.get("state", "not started")
+
+
+def _attach() -> None:
+    try:
+        bindings = _probe_bindings(_build_probe())
+        _made[1](**bindings)
+        _probe["bindings"], _probe["state"] = bindings, "bound"
+    except Exception as e:  # noqa: BLE001 - the front keeps asking torch's bindings: the same answers
+        _probe["state"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+
+
 def _load(path: Path):
     loader = importlib.machinery.ExtensionFileLoader(MODULE, str(path))
     spec = importlib.util.spec_from_file_location(MODULE, str(path), loader=loader)
@@ -63,19 +135,20 @@ def _load(path: Path):
     return module
 
 
-def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: object, torch_linear: Callable,
-          flag_owner: object, flag_name: str, counts_name: str, eager_counts_name: str,
+def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: object, unless_captured: object,
+          torch_linear: Callable, flag_owner: object, flag_name: str, counts_name: str, eager_counts_name: str,
           raw_stream: Callable[[int], int], capturing: Callable[[], bool]) -> tuple[Callable, Callable | None]:
     """(linear, rebind): the C front bound to these objects, and a function that binds it to others
     (rebind(torch_linear=...)); where it cannot be had, (python_front, None).
 
     The C linear(x, weight, bias=None), called with positional arguments while getattr(flag_owner, flag_name)
-    is false, runs torch_linear(x, weight[, bias]) where kept.get(id(weight)) is every_call, or an entry whose
-    attribute counts_name holds x.numel(), or whose eager_counts_name does while no CUDA graph can record the
-    call (as ops._captured_now: x on the CPU, or raw_stream(x.get_device()) == 0, the legacy default stream,
+    is false, runs torch_linear(x, weight[, bias]) where kept.get(id(weight)) is every_call, or is unless_captured
+    while no CUDA graph can record the call, or an entry whose attribute counts_name holds x.numel(), or whose
+    eager_counts_name does while no CUDA graph can record the call (as ops._captured_now: x on the CPU, or raw_stream(x.get_device()) == 0, the legacy default stream,
     or capturing() false; where that cannot be told, the eager path asks); else it runs eager_rest(x, weight,
     bias, kept.get(id(weight)), x.numel() where it was read, else None). Any other call runs python_front as
-    it was called.
+    it was called. Where the probe is bound (attach_probe), it reads x's count and whether a graph can record the
+    call before the bindings are asked.
     One front a process (the C function's bindings are the library's): the op's, made when cudal2.ops loads."""
     global _made
     if not settings().native_front:
@@ -84,10 +157,10 @@ def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: 
         raise RuntimeError("cudal2.op_front.front() was made already in this process (the op's)")
     try:
         module = _load(_build())
-        bound = dict(kept=kept, every_call=every_call, torch_linear=torch_linear, eager_rest=eager_rest,
-                     python_front=python_front, flag_owner=flag_owner, flag_name=flag_name, counts_name=counts_name,
-                     eager_counts_name=eager_counts_name, raw_stream=raw_stream, capturing=capturing,
-                     capture_test=None)
+        bound = dict(kept=kept, every_call=every_call, unless_captured=unless_captured, torch_linear=torch_linear,
+                     eager_rest=eager_rest, python_front=python_front, flag_owner=flag_owner, flag_name=flag_name,
+                     counts_name=counts_name, eager_counts_name=eager_counts_name, raw_stream=raw_stream,
+                     capturing=capturing, capture_test=None, numel_probe=0, capture_probe=0)
 
         def rebind(**changes) -> None:
             unknown = set(changes) - set(bound)
@@ -109,3 +182,5 @@ def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: 
 
 
 _made: tuple[Callable, Callable] | None = None
+_probe: dict = {}  # thread, state, library, bindings (see attach_probe)
+_probe_lock = threading.Lock()

@@ -109,8 +109,10 @@ _mm_graph_only_counts, _linear_graph_only_counts = _graph_only_counts["mm"], _gr
 # weight gradient's GEMM is NT only where x and its gradient are both column-major views; such a call's weight
 # gradient then runs torch's GEMM, as it would through F.linear.)
 # id(weight) -> _EVERY_CALL where no servable entry has the weight's shape (then not even x's element count is
-# read), else the _Plan of its shape (x's element counts served in no mode, or only while a CUDA graph
-# captures; both grow as calls are bound). _torch_weight_refs keeps a weak reference to each weight, whose
+# read); _UNLESS_CAPTURED where entries serve its shape only while a CUDA graph captures and each such count's
+# kernel was built (a call of any count runs torch unless a capture can record it: the count is not read);
+# else the _Plan of its shape (x's element counts served in no mode, or only while a CUDA graph captures; both
+# grow as calls are bound). _torch_weight_refs keeps a weak reference to each weight, whose
 # callback drops its id when the weight dies, before the id can name another tensor. (A weight whose shape
 # changes in place, through .data, keeps its old entry: a call it names runs torch, which is never wrong.)
 # Filled at a weight's first call (_run_linear), and for a Parameter at a call _torch_counts sends to torch, so
@@ -120,6 +122,7 @@ _mm_graph_only_counts, _linear_graph_only_counts = _graph_only_counts["mm"], _gr
 _torch_weights: dict[int, object] = {}
 _torch_weight_refs: dict[int, weakref.ref] = {}
 _EVERY_CALL = object()
+_UNLESS_CAPTURED = object()
 _Parameter = torch.nn.Parameter
 # each launch path's cost on this host (cudal2.bench.launch_cost): an eager call takes a kernel only where its
 # saving exceeds its path's cost, measured at the first launch of that path
@@ -557,6 +560,10 @@ class _Plan:
             self.to_torch.add(numel)
         elif bound is self.bound_graph_only and numel not in self.eager_served:
             self.to_torch_eager.add(numel)
+            if self.torch_weight is self and not self.eager and self.graph <= bound:
+                # served only in graphs, and the kernel of every such count built (its first call's, which
+                # follows): a weight of this shape need not have x's count read outside a capture
+                self.torch_weight = _UNLESS_CAPTURED
         return False
 
 
@@ -570,6 +577,8 @@ def _plan(op: str, b_shape) -> _Plan:
                  shapes["eager_numels"].get(b_numel, frozenset()), _graph_only_counts[op].setdefault(b_numel, set()))
     if op == "linear" and not shapes["grad_served"]:  # (see _torch_weights)
         plan.torch_weight = _EVERY_CALL if not plan.eager and not plan.graph else plan
+        if plan.torch_weight is plan and torch.cuda.is_available():  # the C front's row test asks of such calls
+            op_front.attach_probe()
     _plans[op][b_shape] = plan
     return plan
 
@@ -611,8 +620,6 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     plan = _linear_plans.get(weight.shape) or _plan("linear", weight.shape)
     numel = x.numel()
     if numel not in plan.eager:  # no kernel serves an eager call of this many rows
-        if plan.torch_weight is not None:  # (here, not on a served call's path: a served call needs no entry)
-            _remember_torch_weight(weight, plan.torch_weight)
         bound = plan.bound
         if numel in plan.graph:
             if _captured_now(x):
@@ -620,7 +627,10 @@ def _run_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
                                  (x, weight, bias), (*x.shape[:-1], weight.shape[0]),
                                  lambda: _F_linear(x, weight, bias))
             bound = plan.bound_graph_only
-        if plan.bound_once(numel, bound):
+        bound_before = plan.bound_once(numel, bound)
+        if plan.torch_weight is not None:  # (here, not on a served call's path: a served call needs no entry)
+            _remember_torch_weight(weight, plan.torch_weight)
+        if bound_before:
             return _F_linear(x, weight, bias)
     key = _linear_key(x, weight, bias)
     launch = _launchers.get(key, _UNSEEN)
@@ -1004,7 +1014,7 @@ def _python_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
     if _dynamo_compiling() or _compile_state._is_compiling_flag:  # (_is_compiling(), inlined)
         return _traced_linear(x, weight, bias)
     known = _torch_weights.get(id(weight))  # torch's calls of this weight, gradients too (see _torch_weights)
-    if known is _EVERY_CALL:
+    if known is _EVERY_CALL or (known is _UNLESS_CAPTURED and not _captured_now(x)):
         return _F_linear(x, weight, bias)
     return _eager_linear(x, weight, bias, known)
 
@@ -1026,8 +1036,9 @@ def _traced_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | N
 def _eager_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, known,
                   x_numel: int | None = None) -> torch.Tensor:
     """linear() of an eager call past its fastest path; known: what _torch_weights holds for the weight (its
-    shape's _Plan, or None); x_numel: x.numel() where the caller read it (the C front, for a known weight)."""
-    if known is not None:
+    shape's _Plan, _UNLESS_CAPTURED for a call a capture may record, or None); x_numel: x.numel() where the caller
+    read it (the C front, for a known weight)."""
+    if known is not None and known is not _UNLESS_CAPTURED:
         if x_numel is None:
             x_numel = x.numel()
         if x_numel in known.to_torch or (x_numel in known.to_torch_eager and not _captured_now(x)):
@@ -1055,6 +1066,6 @@ def _eager_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 # of this module's), or _python_linear itself where the front cannot be built. _rebind_front(torch_linear=...)
 # points the C front at another torch call (a benchmark's stub), or None without a C front. Its capture test is
 # _captured_now's, in C (capture_test=f binds a Python one instead: tests that take CPU calls for captured ones).
-linear, _rebind_front = op_front.front(_python_linear, _eager_linear, _torch_weights, _EVERY_CALL, _F_linear,
-                                       _compile_state, "_is_compiling_flag", "to_torch", "to_torch_eager", _raw_stream,
+linear, _rebind_front = op_front.front(_python_linear, _eager_linear, _torch_weights, _EVERY_CALL,
+                                       _UNLESS_CAPTURED, _F_linear, _compile_state, "_is_compiling_flag", "to_torch", "to_torch_eager", _raw_stream,
                                        _capturing)

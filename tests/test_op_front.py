@@ -2,6 +2,7 @@
 results as the op's Python front in every case, no Python frame on a kept weight's call, and the Python front
 where it cannot be built; torch.compile traces the Python front in its place."""
 
+import ctypes
 import os
 import pickle
 import shutil
@@ -23,6 +24,8 @@ from cudal2.store.table import TunedEntry, TunedTable
 ROOT = Path(__file__).resolve().parent.parent
 CAN_BUILD = shutil.which("cc") is not None and (Path(sysconfig.get_paths()["include"]) / "Python.h").exists()
 needs_c = pytest.mark.skipif(not CAN_BUILD, reason="no C compiler (cc) or Python.h here: the op's Python front")
+CAN_BUILD_PROBE = CAN_BUILD and shutil.which("g++") is not None
+needs_cxx = pytest.mark.skipif(not CAN_BUILD_PROBE, reason="no C++ compiler (g++) here: the front without its probe")
 
 
 @pytest.fixture(autouse=True)
@@ -123,6 +126,185 @@ def test_a_graph_only_count_runs_torch_in_c_unless_a_capture_runs(device, stream
     assert called == (["torch"] if to == "torch" else [("the eager path", 12)])
 
 
+@needs_c
+@pytest.mark.parametrize("captures", [False, True])
+def test_a_weight_kept_unless_captured_runs_torch_in_c_without_its_count(captures):
+    """A weight the op keeps as _UNLESS_CAPTURED: outside a capture the C front calls torch without reading x's
+    count; where a capture may record the call, the eager path, told the weight's entry and no count."""
+    called = []
+
+    class X:
+        def numel(self):
+            raise AssertionError("x's count was read")
+
+    w = torch.empty(2, 6)
+    ops._torch_weights[id(w)] = ops._UNLESS_CAPTURED
+    ops._rebind_front(torch_linear=lambda *a: called.append("torch"),
+                      eager_rest=lambda x_, w_, b, known, numel: called.append((known, numel)),
+                      capture_test=lambda t: captures)
+    try:
+        cudal2.linear(X(), w)
+    finally:
+        ops._rebind_front(torch_linear=ops._F_linear, eager_rest=ops._eager_linear, capture_test=None)
+        ops._torch_weights.pop(id(w))
+    assert called == ([(ops._UNLESS_CAPTURED, None)] if captures else ["torch"])
+
+
+class _Plan:
+    to_torch, to_torch_eager = {12}, {24}
+
+
+class _X:
+    """A stand-in for x whose answers the bindings would give: asking them is recorded."""
+
+    def __init__(self, asked):
+        self.asked = asked
+
+    def numel(self):
+        self.asked.append("numel")
+        return self.count
+
+    def get_device(self):
+        self.asked.append("get_device")
+        return 0
+
+
+@needs_c
+@pytest.mark.parametrize("count,probed_count,probed_uncaptured,to,asked", [
+    (12, 12, -1, "torch", []),  # the probe's count: the bindings are not asked
+    (12, -1, -1, "torch", ["numel"]),  # it cannot tell: x.numel() is
+    (5, 5, -1, "the eager path", []),
+    (24, 24, 1, "torch", []),  # a graph-only count, no capture: the probe tells, nothing is asked
+    (24, 24, 0, "the eager path", []),  # a capture may record it: the eager path asks
+    (24, 24, -1, "the eager path", ["get_device"])])  # it cannot tell: the bindings are asked (here: a capture)
+def test_the_probe_answers_before_the_bindings(count, probed_count, probed_uncaptured, to, asked):
+    """With the probe bound (op_front_probe.cpp's functions, here stand-ins called through their addresses), the C
+    front takes its count and its capture answer, and asks torch's bindings only where it answers -1."""
+    probe_numel = ctypes.CFUNCTYPE(ctypes.c_longlong, ctypes.py_object)(lambda x: probed_count)
+    probe_uncaptured = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object)(lambda x: probed_uncaptured)
+    address = lambda fn: ctypes.cast(fn, ctypes.c_void_p).value  # noqa: E731
+    called, answers = [], []
+    x, w = _X(answers), torch.empty(2, 6)
+    x.count = count
+    ops._torch_weights[id(w)] = _Plan()
+    ops._rebind_front(torch_linear=lambda *a: called.append("torch"),
+                      eager_rest=lambda x_, w_, b, known, numel: called.append(("the eager path", numel)),
+                      raw_stream=lambda device: 7, capturing=lambda: True,
+                      numel_probe=address(probe_numel), capture_probe=address(probe_uncaptured))
+    try:
+        cudal2.linear(x, w)
+    finally:
+        ops._rebind_front(torch_linear=ops._F_linear, eager_rest=ops._eager_linear, raw_stream=ops._raw_stream,
+                          capturing=ops._capturing, numel_probe=0, capture_probe=0)
+        ops._torch_weights.pop(id(w))
+    assert called == (["torch"] if to == "torch" else [("the eager path", count)]) and answers == asked
+
+
+@pytest.fixture
+def fresh_probe(monkeypatch):
+    """The probe's state as in a process that never attached it; its bindings cleared afterwards."""
+    monkeypatch.setattr(op_front, "_probe", {})
+    yield
+    if ops._rebind_front is not None:
+        ops._rebind_front(numel_probe=0, capture_probe=0)
+
+
+@needs_cxx
+@needs_c
+def test_the_probe_builds_and_reads_what_torch_answers(fresh_probe, monkeypatch):
+    """The real probe, compiled against this torch: x's count and a CPU call's capture answer as torch gives them,
+    -1 where it must not answer (a subclass, not a tensor, a device without CUDA streams); bound, a weight served
+    at other row counts runs torch from C, its result F.linear's."""
+    bindings = op_front.attach_probe(wait=True)
+    assert op_front.probe_state() == "bound" and set(bindings) == {"numel_probe", "capture_probe"}
+    numel = ctypes.CFUNCTYPE(ctypes.c_longlong, ctypes.py_object)(bindings["numel_probe"])
+    uncaptured = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object)(bindings["capture_probe"])
+    for t in (torch.randn(6, 64), torch.randn(2, 3, 64).half(), torch.randn(0, 64),
+              torch.nn.Parameter(torch.randn(5, 7)), torch.randn(8, 8).t()):
+        assert numel(t) == t.numel() and uncaptured(t) == 1
+    subclass = torch.randn(6, 64).as_subclass(type("Logged", (torch.Tensor,), {}))
+    for other in (subclass, 12, None):
+        assert numel(other) == -1 and uncaptured(other) == -1
+    assert uncaptured(torch.empty(3, 4, device="meta")) == -1
+
+    monkeypatch.setattr(ops, "_eager_margin_us", lambda backend: ops.EAGER_MIN_SAVING_US)  # (as on a GPU host)
+    spec = KernelSpec(block_m=32, block_n=32, block_k=32, stages=2)
+    ops.set_table(TunedTable([TunedEntry(problem=GemmProblem(m=3, n=96, k=64, layout="NT"), spec=spec,
+                                         kernel_ms=0.1, baselines_ms={"torch": 0.2}, gpu="")]))
+    x, w = torch.randn(6, 64).half(), torch.randn(96, 64).half()
+    with torch.no_grad():
+        cudal2.linear(x, w)
+        entered, c_calls = _profile(cudal2.linear, x, w)
+        assert torch.equal(cudal2.linear(x, w), F.linear(x, w))
+    assert entered == [] and c_calls == ["linear"], (entered, c_calls)
+
+
+@pytest.mark.gpu
+def test_gpu_the_probe_tells_a_capture_and_a_captured_call_takes_the_kernel(fresh_probe, monkeypatch):
+    """On a GPU: the probe answers 'uncaptured' on the default stream and on a side stream, 'may be captured'
+    inside a CUDA graph's capture; bound, a weight served only in graphs (its kernel's saving below the eager
+    margin) runs torch eagerly (then kept as _UNLESS_CAPTURED: the probe's capture test alone) and the Triton kernel
+    when captured, its replay following the input."""
+    pytest.importorskip("triton")
+    bindings = op_front.attach_probe(wait=True)
+    assert bindings is not None, op_front.probe_state()
+    uncaptured = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object)(bindings["capture_probe"])
+    numel = ctypes.CFUNCTYPE(ctypes.c_longlong, ctypes.py_object)(bindings["numel_probe"])
+    x = torch.randn(64, 256, device="cuda", dtype=torch.float16)
+    side, graph, inside = torch.cuda.Stream(), torch.cuda.CUDAGraph(), []
+    with torch.cuda.stream(side):
+        on_side = uncaptured(x)
+    with torch.cuda.graph(graph):
+        inside.append(uncaptured(x))
+        x.mul(2)
+    assert (numel(x), uncaptured(x), on_side, inside) == (64 * 256, 1, 1, [0])
+
+    monkeypatch.setenv(ops.ENV_OP_BACKENDS, "triton")
+    monkeypatch.setattr(ops, "_eager_margin_us", lambda backend: 1000.0)  # the kernel's 0.5 us saving: graphs only
+    spec = KernelSpec(block_m=64, block_n=64, block_k=32, stages=3, num_warps=4)
+    ops.set_table(TunedTable([TunedEntry(problem=GemmProblem(m=64, n=384, k=256, layout="NT"), spec=spec,
+                                         kernel_ms=0.010, baselines_ms={"torch": 0.0105}, gpu="")]))
+    w = torch.randn(384, 256, device="cuda", dtype=torch.float16) / 16
+    with torch.no_grad():
+        for _ in range(2):  # the second: from the C front, x's count read by the probe
+            assert torch.equal(cudal2.linear(x, w), F.linear(x, w))
+        assert ops._torch_weights[id(w)] is ops._UNLESS_CAPTURED  # (its one graph count built)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = cudal2.linear(x, w)
+        assert ops._graph_launchers[ops._linear_key(x, w, None)].backend == "triton"
+        x.copy_(torch.randn_like(x))
+        graph.replay()
+        torch.cuda.synchronize()
+    want = F.linear(x.float(), w.float())
+    assert float((out.float() - want).norm() / want.norm()) < 1e-3
+
+
+@needs_c
+def test_a_probe_that_cannot_be_built_leaves_the_front_asking_the_bindings(fresh_probe, tmp_path, monkeypatch):
+    monkeypatch.setenv("CXX", str(tmp_path / "no-such-g++"))
+    monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))
+    assert op_front.attach_probe(wait=True) is None
+    assert op_front.probe_state().startswith("failed: RuntimeError: no-such-g++ could not run"), op_front.probe_state()
+    x, w = torch.randn(6, 64), torch.randn(96, 64)
+    assert torch.equal(cudal2.linear(x, w), F.linear(x, w))
+
+
+def test_the_op_starts_the_probe_for_a_cuda_process_s_row_test(monkeypatch):
+    """The first plan of a weight shape served at some row counts (whose calls the front's row test reads) starts
+    the probe's build where CUDA is, and not where it is not, nor for a shape served at no row count."""
+    started = []
+    monkeypatch.setattr(op_front, "attach_probe", lambda wait=False: started.append(wait))
+    spec = KernelSpec(block_m=32, block_n=32, block_k=32, stages=2)
+    ops.set_table(TunedTable([TunedEntry(problem=GemmProblem(m=3, n=96, k=64, layout="NT"), spec=spec,
+                                         kernel_ms=0.1, baselines_ms={"torch": 0.2}, gpu="")]))
+    for available, shape, expected in ((False, (96, 64), []), (True, (80, 64), []), (True, (96, 64), [False])):
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
+        ops._plans["linear"].pop(shape, None)
+        ops._plan("linear", shape)
+        assert started == expected, (available, shape)
+
+
 def _cases():
     """(name, args, kwargs) of linear calls: positional, keywords, bias, a 1-D weight, a 3-D x, bf16, an empty x."""
     w, b = torch.randn(96, 64), torch.randn(96)
@@ -204,7 +386,7 @@ def test_without_a_compiler_the_python_front_serves(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(op_front, "_made", None)
-    linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
+    linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), object(), F.linear, torch.compiler,
                                     "_is_compiling_flag", "to_torch", "to_torch_eager",
                                     lambda device: 0, lambda: False)
     assert linear is ops._python_linear and rebind is None
@@ -221,7 +403,7 @@ def test_a_compiler_that_hangs_leaves_the_python_front_in_time(tmp_path, monkeyp
     monkeypatch.setattr(op_front, "_made", None)
     monkeypatch.setattr(op_front, "BUILD_TIMEOUT_S", 0.5)
     start = time.monotonic()
-    linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
+    linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), object(), F.linear, torch.compiler,
                                     "_is_compiling_flag", "to_torch", "to_torch_eager", lambda device: 0,
                                     lambda: False)
     assert linear is ops._python_linear and rebind is None and time.monotonic() - start < 10
@@ -231,7 +413,7 @@ def test_a_compiler_that_hangs_leaves_the_python_front_in_time(tmp_path, monkeyp
 @needs_c
 def test_the_front_is_made_once_a_process():
     with pytest.raises(RuntimeError, match="made already"):
-        op_front.front(ops._python_linear, ops._eager_linear, {}, object(), F.linear, torch.compiler,
+        op_front.front(ops._python_linear, ops._eager_linear, {}, object(), object(), F.linear, torch.compiler,
                        "_is_compiling_flag", "to_torch", "to_torch_eager",
                                     lambda device: 0, lambda: False)
     with pytest.raises(TypeError, match="no binding named"):

@@ -393,6 +393,39 @@ def test_an_eager_call_of_a_shape_served_only_in_graphs_runs_torch_without_the_f
         assert entered == [1] and (got.float() - want).norm() / want.norm() < 1e-2
 
 
+@pytest.mark.parametrize("front", ["cudal2.linear", "Python front"])
+def test_a_weight_served_only_in_graphs_runs_torch_unless_captured_once_each_count_is_built(cpu_as_gpu, monkeypatch,
+                                                                                            front):
+    """A weight shape served only while a CUDA graph captures, at 24 and 8 rows: kept with its plan until the
+    first eager call of each served count has built its kernel, then as _UNLESS_CAPTURED, whose eager calls
+    of any count (40 rows, served nowhere, never seen) run torch without the op's eager path, through the C
+    front and the Python front alike; a captured call still takes the eager path and the kernel."""
+    small = ops.EAGER_MIN_SAVING_US / 4e3  # too small a win for eager calls
+    ops.set_table(TunedTable([_entry(problem=GemmProblem(m=m, n=48, k=64, layout="NT"), ms=small, torch_ms=2 * small,
+                                     gpu="") for m in (24, 8)]))
+    linear = cudal2.linear if front == "cudal2.linear" else ops._python_linear
+    w = torch.randn(48, 64).half()
+    x24, x8, x40 = (torch.randn(m, 64).half() for m in (24, 8, 40))
+    capturing = [False]
+    _capture_when(monkeypatch, capturing)
+    with torch.no_grad():
+        linear(x24, w)
+        assert isinstance(ops._torch_weights[id(w)], ops._Plan)  # the 8-row kernel is not built yet
+        linear(x8, w)
+        assert ops._torch_weights[id(w)] is ops._UNLESS_CAPTURED
+        entered = []
+        run = ops._run_linear
+        monkeypatch.setattr(ops, "_run_linear", lambda *a: entered.append(a[0].shape[0]) or run(*a))
+        for x in (x40, x24, x8):
+            assert torch.equal(linear(x, w), torch.nn.functional.linear(x, w))
+        assert entered == []
+        capturing[0] = True
+        got = linear(x24, w)
+    assert entered == [24] and ops._graph_launchers[ops._linear_key(x24, w, None)] is not None
+    want = torch.nn.functional.linear(x24.float(), w.float())
+    assert (got.float() - want).norm() / want.norm() < 1e-2
+
+
 def test_the_graph_only_fast_path_never_takes_a_call_an_eager_entry_shares_counts_with(cpu_as_gpu, monkeypatch):
     """A 48 x 64 weight served only in graphs at 24 rows and a 64 x 48 one served eagerly at 32 rows share
     their element counts (3072 and 1536): the eager-served pair is not sent to torch by the graph-only fast
