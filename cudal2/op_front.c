@@ -213,9 +213,9 @@ static PyMethodDef methods[] = {
      "linear($module, x, weight, bias=None)\n--\n\n"
      "x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."},
     {"bind", front_bind, METH_VARARGS,
-     "bind(kept, every_call, unless_captured, torch_linear, eager_rest, python_front, flag_owner, flag_name, counts_name, "
-     "eager_counts_name, raw_stream, capturing, capture_test, numel_probe, capture_probe): what linear consults "
-     "(the probe's functions as addresses, 0 for none)."},
+     "bind(kept, every_call, unless_captured, torch_linear, eager_rest, python_front, flag_owner, flag_name, "
+     "counts_name, eager_counts_name, raw_stream, capturing, capture_test, numel_probe, capture_probe): what linear "
+     "consults (the probe's functions as addresses, 0 for none)."},
     {NULL, NULL, 0, NULL},
 };
 

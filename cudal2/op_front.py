@@ -144,11 +144,11 @@ def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: 
     The C linear(x, weight, bias=None), called with positional arguments while getattr(flag_owner, flag_name)
     is false, runs torch_linear(x, weight[, bias]) where kept.get(id(weight)) is every_call, or is unless_captured
     while no CUDA graph can record the call, or an entry whose attribute counts_name holds x.numel(), or whose
-    eager_counts_name does while no CUDA graph can record the call (as ops._captured_now: x on the CPU, or raw_stream(x.get_device()) == 0, the legacy default stream,
-    or capturing() false; where that cannot be told, the eager path asks); else it runs eager_rest(x, weight,
-    bias, kept.get(id(weight)), x.numel() where it was read, else None). Any other call runs python_front as
-    it was called. Where the probe is bound (attach_probe), it reads x's count and whether a graph can record the
-    call before the bindings are asked.
+    eager_counts_name does while no CUDA graph can record the call (as ops._captured_now: x on the CPU, or
+    raw_stream(x.get_device()) == 0, the legacy default stream, or capturing() false; where that cannot be told,
+    the eager path asks); else it runs eager_rest(x, weight, bias, kept.get(id(weight)), x.numel() where it was
+    read, else None). Any other call runs python_front as it was called. Where the probe is bound
+    (attach_probe), it reads x's count and whether a graph can record the call before the bindings are asked.
     One front a process (the C function's bindings are the library's): the op's, made when cudal2.ops loads."""
     global _made
     if not settings().native_front:

@@ -1067,5 +1067,5 @@ def _eager_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | No
 # points the C front at another torch call (a benchmark's stub), or None without a C front. Its capture test is
 # _captured_now's, in C (capture_test=f binds a Python one instead: tests that take CPU calls for captured ones).
 linear, _rebind_front = op_front.front(_python_linear, _eager_linear, _torch_weights, _EVERY_CALL,
-                                       _UNLESS_CAPTURED, _F_linear, _compile_state, "_is_compiling_flag", "to_torch", "to_torch_eager", _raw_stream,
-                                       _capturing)
+                                       _UNLESS_CAPTURED, _F_linear, _compile_state, "_is_compiling_flag", "to_torch",
+                                       "to_torch_eager", _raw_stream, _capturing)

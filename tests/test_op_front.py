@@ -386,8 +386,8 @@ def test_without_a_compiler_the_python_front_serves(tmp_path, monkeypatch):
     monkeypatch.setenv("CC", str(tmp_path / "no-such-cc"))
     monkeypatch.setenv("CUDAL2_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(op_front, "_made", None)
-    linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), object(), F.linear, torch.compiler,
-                                    "_is_compiling_flag", "to_torch", "to_torch_eager",
+    linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), object(), F.linear,
+                                    torch.compiler, "_is_compiling_flag", "to_torch", "to_torch_eager",
                                     lambda device: 0, lambda: False)
     assert linear is ops._python_linear and rebind is None
 
@@ -403,9 +403,9 @@ def test_a_compiler_that_hangs_leaves_the_python_front_in_time(tmp_path, monkeyp
     monkeypatch.setattr(op_front, "_made", None)
     monkeypatch.setattr(op_front, "BUILD_TIMEOUT_S", 0.5)
     start = time.monotonic()
-    linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), object(), F.linear, torch.compiler,
-                                    "_is_compiling_flag", "to_torch", "to_torch_eager", lambda device: 0,
-                                    lambda: False)
+    linear, rebind = op_front.front(ops._python_linear, ops._eager_linear, {}, object(), object(), F.linear,
+                                    torch.compiler, "_is_compiling_flag", "to_torch", "to_torch_eager",
+                                    lambda device: 0, lambda: False)
     assert linear is ops._python_linear and rebind is None and time.monotonic() - start < 10
     assert not list((tmp_path / "cache").rglob("*.tmp"))
 
@@ -414,8 +414,7 @@ def test_a_compiler_that_hangs_leaves_the_python_front_in_time(tmp_path, monkeyp
 def test_the_front_is_made_once_a_process():
     with pytest.raises(RuntimeError, match="made already"):
         op_front.front(ops._python_linear, ops._eager_linear, {}, object(), object(), F.linear, torch.compiler,
-                       "_is_compiling_flag", "to_torch", "to_torch_eager",
-                                    lambda device: 0, lambda: False)
+                       "_is_compiling_flag", "to_torch", "to_torch_eager", lambda device: 0, lambda: False)
     with pytest.raises(TypeError, match="no binding named"):
         ops._rebind_front(linear=F.linear)
 
