@@ -18,7 +18,8 @@ of the winner and torch.matmul in that mode).
    and cudal2.linear in --rounds interleaved rounds (order reversed every other round), two paths:
    - eager: wall time per call of back-to-back calls from Python, from a synchronized GPU to a
      synchronized GPU (op_overhead.py's "wall us"; e2e_decoder.wall_timer), as many calls a round as
-     fill about EAGER_ROUND_US of torch's GPU time (EAGER_CALLS between);
+     fill about EAGER_ROUND_US of torch's GPU time (EAGER_CALLS between), in --rounds rounds or more,
+     until EAGER_MIN_S seconds of them;
    - graph: the model's call pattern in CUDA graphs, that of the mode the winner was searched in, the
      calls cycling over enough copies of (x, weight) to fill twice the L2 (as e2e_decoder.gemm_rows), so
      that the weight is read from DRAM as in a model. Chain (crosscheck_winners.chain_harness_timers):
@@ -69,6 +70,10 @@ from cudal2.route_check import wall_timer  # noqa: E402
 MIN_RATIO = 0.99  # F.linear time / cudal2.linear time, in each path
 SEARCHED_SLACK = 0.02  # a kernel served in a graph: ratio at least the search's speedup minus this
 EAGER_ROUND_US, EAGER_CALLS = 20_000.0, (10, 200)
+# Eager rounds go on past --rounds until this many seconds of them: a host-bound call's per-round ratio wandered
+# +-6% (quartiles) over 40 rounds on one lent H200 host, as much as the bar's margin (op_served, 2026-11-30),
+# and such a shape's rounds take milliseconds; a shape of long calls keeps --rounds.
+EAGER_MIN_S = 3.0
 GRAPH_ROUND_US, GRAPH_CALLS = 2_000.0, (1, 20)
 SMOKE_GPU = "CPU (smoke)"
 _TINY_TRITON = {"backend": "triton", "block_m": 16, "block_n": 16, "block_k": 16, "stages": 2}
@@ -149,17 +154,24 @@ def calls_for(torch_ms: float | None, round_us: float, bounds: tuple[int, int]) 
     return max(lo, min(hi, math.ceil(round_us / (torch_ms * 1e3))))
 
 
-def eager_figures(x, w, rounds: int, calls: int) -> dict:
+def eager_figures(x, w, rounds: int, calls: int, min_s: float = 0.0) -> dict:
+    """F.linear against cudal2.linear, eager: rounds interleaved rounds, more (in even numbers, so that each
+    order runs as often) until min_s seconds of them."""
     import torch
     from torch.nn import functional as F
 
     import cudal2
 
     timer = wall_timer  # (on the CPU it has nothing to synchronize)
+    timers = {"torch": timer(lambda: F.linear(x, w), calls), "cudal2": timer(lambda: cudal2.linear(x, w), calls)}
+    times: dict[str, list] = {name: [] for name in timers}
+    start = time.perf_counter()
     with torch.no_grad():
-        both = compare({"torch": timer(lambda: F.linear(x, w), calls),
-                        "cudal2": timer(lambda: cudal2.linear(x, w), calls)}, rounds)
-    return {**both, "calls": calls}
+        while not times["torch"] or (time.perf_counter() - start < min_s):
+            more = interleaved(timers, rounds if not times["torch"] else 2)
+            for name, xs in more.items():
+                times[name] += xs
+    return {**compared(times), "calls": calls}
 
 
 def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") -> dict:
@@ -206,8 +218,9 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") ->
 
 
 def route(problem, gpu: str, x, w) -> dict:
-    """What the op's table names for problem in each path, and what the op ran for the call (x, w):
-    the kernel's backend or "torch" (see the module's docstring: the op's private state)."""
+    """What the op's table names for problem in each path, what the op ran for the call (x, w): the kernel's
+    backend or "torch", and how it keeps the weight for its fallback (ops._torch_weights: "every call",
+    "unless captured", its shape's "plan", or "not kept") (see the module's docstring: the op's private state)."""
     from cudal2 import ops
 
     key = ops._linear_key(x, w, None)
@@ -217,7 +230,13 @@ def route(problem, gpu: str, x, w) -> dict:
     eager_entry, graph_entry = table(None), table(ops.GRAPH_MIN_SAVING_US)
     return {"table_eager": eager_entry.spec.summary() if eager_entry else None,
             "table_graph": graph_entry.spec.summary() if graph_entry else None,
-            "served_eager": ran(eager), "served_graph": ran(graph)}
+            "served_eager": ran(eager), "served_graph": ran(graph), "weight_kept": _kept(ops, w)}
+
+
+def _kept(ops, w) -> str:
+    known = ops._torch_weights.get(id(w))
+    return {id(ops._EVERY_CALL): "every call", id(ops._UNLESS_CAPTURED): "unless captured",
+            id(None): "not kept"}.get(id(known), "plan")
 
 
 def measure(row: dict, gpu: str, device: str, rounds: int) -> dict:
@@ -238,7 +257,8 @@ def measure(row: dict, gpu: str, device: str, rounds: int) -> dict:
         want = x.float() @ w.float().t()
         out["rel_error"] = float((cudal2.linear(x, w).float() - want).norm() / want.norm())
     torch_ms = row.get(f"eval_{mode}_torch_ms")
-    out["eager"] = eager_figures(x, w, rounds, calls_for(torch_ms, EAGER_ROUND_US, EAGER_CALLS))
+    out["eager"] = eager_figures(x, w, rounds, calls_for(torch_ms, EAGER_ROUND_US, EAGER_CALLS),
+                                 EAGER_MIN_S if device == "cuda" else 0.0)
     out["graph"] = graph_figures(x, w, rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS),
                                  "chain" if mode == "chain" else "layer")
     out.update(route(problem, gpu, x, w))
@@ -275,6 +295,8 @@ def markdown(out: dict) -> str:
              f"`{out['command']}`", "",
              f"GPU {out['gpu']}, UUID {out['gpu_uuid']}; {out['versions']}. Winners: {out['winners']} "
              f"({winners.get('gpu', '?')}, {winners.get('date', '?')}, GPU {winners.get('gpu_uuid', '?')}).", ""]
+    if out.get("front"):
+        lines += [f"cudal2.linear: {out['front']}.", ""]
     if out.get("launch_costs_us"):
         lines += ["Launch cost beyond F.linear's, measured by the op at each launch path's first eager launch (us): "
                   + ", ".join(f"{b} {us:.2f}" for b, us in sorted(out["launch_costs_us"].items())) + ".", ""]
@@ -282,8 +304,9 @@ def markdown(out: dict) -> str:
         lines += ["Smoke run on the CPU: the table, the routing record and the report only; the times are "
                   "not measurements of anything the op serves (on the CPU it runs torch).", ""]
     lines += [f"fp16, layout NT (x (M, K), weight (N, K)). Ratio: F.linear time / cudal2.linear time, the median "
-              f"of the per-round ratios (quartiles) over {out['rounds']} interleaved rounds. Eager: wall time per "
-              "call of back-to-back calls. Graph: CUDA graphs in the pattern of the mode the winner was searched in, "
+              f"of the per-round ratios (quartiles) over {out['rounds']} interleaved rounds (eager: more, until "
+              f"{EAGER_MIN_S:g} s of them). Eager: wall time per call of back-to-back calls. Graph: CUDA graphs in "
+              "the pattern of the mode the winner was searched in, "
               "cycling over copies of (x, weight) that fill twice the L2: chain (crosscheck_winners's chain harness: "
               "per call, a read of twice the L2, an in-place pass over x, a GEMM of x, the linear, another GEMM of "
               "x; the replay less that of the graph without the linears; the rounds split over four placements of "
@@ -302,12 +325,15 @@ def markdown(out: dict) -> str:
                      f"{_ratio(r['eager'])} | {_ratio(r['graph'])} | {num('search')} | {_eval_cell(r)} | "
                      f"{_cell(v['eager'])} | {_cell(v['graph'])} | {_cell(v['searched'])} |")
     lines += ["", "| shape | F.linear us eager / graph | cudal2.linear us eager / graph | calls eager / graph "
-              "| operand sets | table names eager / graph | rel. error |", "|---|---|---|---|---:|---|---:|"]
+              "| eager rounds | weight kept | operand sets | table names eager / graph | rel. error |",
+              "|---|---|---|---|---:|---|---:|---|---:|"]
     for r in rows:
         e, g = r["eager"], r["graph"]
         lines.append(f"| {r['shape']} | {e['torch']['us']:.2f} / {g['torch']['us']:.2f} | "
                      f"{e['cudal2']['us']:.2f} / {g['cudal2']['us']:.2f} | {e['calls']} / {g['calls']} | "
-                     f"{g['operand_sets']} | {r['table_eager'] or 'torch'} / {r['table_graph'] or 'torch'} | "
+                     f"{len(e['torch'].get('rounds_us', ())) or '-'} | {r.get('weight_kept', '?')} | "
+                     f"{g['operand_sets']} | "
+                     f"{r['table_eager'] or 'torch'} / {r['table_graph'] or 'torch'} | "
                      f"{r['rel_error']:.1e} |")
     return "\n".join(lines) + "\n"
 
@@ -350,7 +376,7 @@ def main(argv: list[str] | None = None) -> None:
     import torch
 
     import cudal2
-    from cudal2 import ops
+    from cudal2 import op_front, ops
 
     if not args.smoke and not torch.cuda.is_available():
         fail("op_served.py times the op on a CUDA GPU, and torch sees none here; run it on one, or pass --smoke "
@@ -379,6 +405,12 @@ def main(argv: list[str] | None = None) -> None:
     except (KeyError, TypeError, ValueError, AttributeError) as e:  # (SpecError is a ValueError)
         fail(f"winners file {args.winners} has a malformed row ({type(e).__name__}: {str(e).splitlines()[0][:200]}); "
              f"{fix}")
+    if ops._rebind_front is None:
+        out["front"] = "the op's Python front (no C front here)"
+    else:
+        if device == "cuda":  # the probe bound before any timing, as in a process that has served for a while
+            op_front.attach_probe(wait=True)
+        out["front"] = f"the op's C front (cudal2.op_front), its probe {op_front.probe_state()}"
     start = time.time()
     for row in winners["rows"][:args.shapes]:
         if row["shape"] in done:
