@@ -1158,6 +1158,24 @@ EXPERIMENTS: list[Experiment] = [
                "count served only in graphs; the Python front +0.48, +0.90 and +1.56. Graph: torch against torch read 0.983 and 0.990 on two shapes; the "
                "served kernels of 1x3072x3072 (1.111) and 1x32000x5120 (1.007) missed their searched speedup less 0.02 "
                "by 0.005 and 0.002."),
+    Experiment("The op served with the C front's probe and weights kept unless captured, 30 shapes, H200",
+               "op_served_probe_h200_2026-11-30.json", "op_served",
+               "`--rounds 40` (GPU-6e43fcb9), eager rounds continued until 3 s of them (40 to 406 rounds a shape), "
+               "with the C front's probe bound (x's count and the capture test read from torch's C++ objects, "
+               "op_front_probe.cpp) and a weight whose shape is served only in graphs kept as 'unless "
+               "captured' once its kernels are built: 25 of 30. Eager: every shape 0.999 to 1.049 but 1x3072x3072 "
+               "0.982 and 33x3072x3072 0.979, whose 3072x3072 weight a kernel serves at 1 row only in graphs; "
+               "graph misses 0.982 to 0.990 are torch against torch on shapes the op serves with torch. Fallback "
+               "paths in situ (op_fallback_paths.py 301, GPU-622d4466; op_fallback_paths_probe_h200_2026-11-30.md), "
+               "C front with / without the probe: kept +0.24 / +0.29 us, a count read in the plan +0.45 / +0.69, "
+               "unless captured +0.35 to +0.37 / +0.54 to +0.55."),
+    Experiment("The first four shapes again, with how each weight is kept, H200",
+               "op_served_probe_kept_h200_2026-11-30.json", "op_served",
+               "`--shapes 4 --rounds 40` (GPU-622d4466): 1 of 4. Eager 1x3072x3072 0.977 (weight kept "
+               "unless captured, +0.53 us a call), 33x3072x3072 0.970 (kept with its plan, +0.79 us: in this process "
+               "its shape's 1-row kernel was not built before its first call), 1x16384x3072 1.000 (every call "
+               "torch), 1x32000x5120 1.034 (its Triton kernel served). Graph: 1x3072x3072's kernel 1.106 against "
+               "1.136 searched, 1x32000x5120's 1.008 against 1.029."),
     Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
                "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
                "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "
