@@ -25,6 +25,7 @@ def library(source: Path, compiler: str, cflags: Sequence[str], ldflags: Sequenc
     if out.exists():
         return out
     out.parent.mkdir(parents=True, exist_ok=True)
+    _drop_orphans(out)
     tmp = out.with_name(f"{out.name}.{os.getpid()}.tmp")
     name = Path(compiler).name
     try:
@@ -41,3 +42,18 @@ def library(source: Path, compiler: str, cflags: Sequence[str], ldflags: Sequenc
         raise RuntimeError(f"{name} failed on {source.name}: {last[:300]}")
     os.replace(tmp, out)  # (another process may have built it too: the same bytes)
     return out
+
+
+def _drop_orphans(out: Path) -> None:
+    """Remove the files out.PID.tmp of processes that no longer run: a process that ended while its compiler ran
+    (the op front's probe builds in a daemon thread) leaves the compiler's output there, never renamed."""
+    for tmp in out.parent.glob(f"{out.name}.*.tmp"):
+        pid = tmp.name[len(out.name) + 1:-len(".tmp")]
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            tmp.unlink(missing_ok=True)
+        except OSError:  # (alive, another user's)
+            pass
