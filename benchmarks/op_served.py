@@ -25,10 +25,11 @@ of the winner and torch.matmul in that mode).
      that the weight is read from DRAM as in a model. Chain (crosscheck_winners.chain_harness_timers):
      per call, a read of twice the L2 (torch.sum over a buffer), an in-place pass over x, a torch GEMM
      of x, the linear, another GEMM of x; a call's time is the replay less that of the same graph
-     without the linears; the rounds split over CHAIN_PLACEMENTS placements of the operands and the
-     harness's buffers, each made anew while the last are held (where they lie moves a small call's
-     time by a few percent: chain_placement.py). Layer (crosscheck_winners.harness_timers): per call,
-     the L2 read, the pass over x, then the linear between two events, timed between the events only.
+     without the linears; at least GRAPH_MIN_ROUNDS rounds, split over CHAIN_PLACEMENTS placements of
+     the operands and the harness's buffers, each made anew while the last are held (where they lie
+     moves a small call's time by a few percent: chain_placement.py). Layer
+     (crosscheck_winners.harness_timers): per call, the L2 read, the pass over x, then the linear between
+     two events, timed between the events only.
    Ratio: the median over the rounds of the per-round ratio F.linear time / cudal2.linear time (with
    its quartiles). Route: what the op ran for the call, read off its launchers after the timing
    (ops._call_launcher: the eager launcher, which captured calls also take, else the one for a kernel
@@ -62,7 +63,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
 
 from _rounds import interleaved  # noqa: E402
-from crosscheck_winners import (CHAIN_PLACEMENTS, WARMUP_S, chain_harness_rounds, gpu_uuid, harness_timers,  # noqa: E402
+from crosscheck_winners import (CHAIN_PLACEMENTS, HARNESS_ROUNDS, WARMUP_S, chain_harness_rounds, gpu_uuid,  # noqa: E402
+                                harness_timers,
                                 problem_of)
 from e2e_decoder import compare, compared, operand_copies  # noqa: E402
 from cudal2.route_check import wall_timer  # noqa: E402
@@ -74,6 +76,10 @@ EAGER_ROUND_US, EAGER_CALLS = 20_000.0, (10, 200)
 # +-6% (quartiles) over 40 rounds on one lent H200 host, as much as the bar's margin (op_served, 2026-11-30),
 # and such a shape's rounds take milliseconds; a shape of long calls keeps --rounds.
 EAGER_MIN_S = 3.0
+# Graph rounds: --rounds, at least the harness's own (crosscheck_winners.HARNESS_ROUNDS: with 25 its ratio moved
+# 0.9 to 1.2% between runs, with 100 0.6%); at 40, torch timed against torch read 0.982 to 0.990 in three of the
+# 30 shapes (op_served, 2026-11-30). A round replays a few milliseconds of graphs.
+GRAPH_MIN_ROUNDS = HARNESS_ROUNDS
 GRAPH_ROUND_US, GRAPH_CALLS = 2_000.0, (1, 20)
 SMOKE_GPU = "CPU (smoke)"
 _TINY_TRITON = {"backend": "triton", "block_m": 16, "block_n": 16, "block_k": 16, "stages": 2}
@@ -259,7 +265,8 @@ def measure(row: dict, gpu: str, device: str, rounds: int) -> dict:
     torch_ms = row.get(f"eval_{mode}_torch_ms")
     out["eager"] = eager_figures(x, w, rounds, calls_for(torch_ms, EAGER_ROUND_US, EAGER_CALLS),
                                  EAGER_MIN_S if device == "cuda" else 0.0)
-    out["graph"] = graph_figures(x, w, rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS),
+    graph_rounds = max(rounds, GRAPH_MIN_ROUNDS) if device == "cuda" else rounds
+    out["graph"] = graph_figures(x, w, graph_rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS),
                                  "chain" if mode == "chain" else "layer")
     out.update(route(problem, gpu, x, w))
     out["verdicts"] = verdicts(out)
@@ -304,9 +311,10 @@ def markdown(out: dict) -> str:
         lines += ["Smoke run on the CPU: the table, the routing record and the report only; the times are "
                   "not measurements of anything the op serves (on the CPU it runs torch).", ""]
     lines += [f"fp16, layout NT (x (M, K), weight (N, K)). Ratio: F.linear time / cudal2.linear time, the median "
-              f"of the per-round ratios (quartiles) over {out['rounds']} interleaved rounds (eager: more, until "
-              f"{EAGER_MIN_S:g} s of them). Eager: wall time per call of back-to-back calls. Graph: CUDA graphs in "
-              "the pattern of the mode the winner was searched in, "
+              f"of the per-round ratios (quartiles) over {out['rounds']} interleaved rounds or more (eager: until "
+              f"{EAGER_MIN_S:g} s of them; graph: at least {GRAPH_MIN_ROUNDS}; each row's counts below). Eager: "
+              "wall time per call of back-to-back calls. Graph: CUDA graphs in the pattern of the mode the winner "
+              "was searched in, "
               "cycling over copies of (x, weight) that fill twice the L2: chain (crosscheck_winners's chain harness: "
               "per call, a read of twice the L2, an in-place pass over x, a GEMM of x, the linear, another GEMM of "
               "x; the replay less that of the graph without the linears; the rounds split over four placements of "
@@ -325,17 +333,21 @@ def markdown(out: dict) -> str:
                      f"{_ratio(r['eager'])} | {_ratio(r['graph'])} | {num('search')} | {_eval_cell(r)} | "
                      f"{_cell(v['eager'])} | {_cell(v['graph'])} | {_cell(v['searched'])} |")
     lines += ["", "| shape | F.linear us eager / graph | cudal2.linear us eager / graph | calls eager / graph "
-              "| eager rounds | weight kept | operand sets | table names eager / graph | rel. error |",
+              "| rounds eager / graph | weight kept | operand sets | table names eager / graph | rel. error |",
               "|---|---|---|---|---:|---|---:|---|---:|"]
     for r in rows:
         e, g = r["eager"], r["graph"]
         lines.append(f"| {r['shape']} | {e['torch']['us']:.2f} / {g['torch']['us']:.2f} | "
                      f"{e['cudal2']['us']:.2f} / {g['cudal2']['us']:.2f} | {e['calls']} / {g['calls']} | "
-                     f"{len(e['torch'].get('rounds_us', ())) or '-'} | {r.get('weight_kept', '?')} | "
+                     f"{_rounds_of(e)} / {_rounds_of(g)} | {r.get('weight_kept', '?')} | "
                      f"{g['operand_sets']} | "
                      f"{r['table_eager'] or 'torch'} / {r['table_graph'] or 'torch'} | "
                      f"{r['rel_error']:.1e} |")
     return "\n".join(lines) + "\n"
+
+
+def _rounds_of(path: dict) -> str:
+    return str(len(path["torch"].get("rounds_us", ()))) or "-"
 
 
 def _read_json(path: Path, what: str, fix: str) -> dict:
