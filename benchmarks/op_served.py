@@ -3,8 +3,11 @@ op's table: is the op at least 0.99x F.linear everywhere, eager and in CUDA grap
 a kernel in a graph, within 0.02 of the speedup the search confirmed?
 
     python benchmarks/op_served.py OUT.md --winners RUN.json [--shapes 30] [--max-seconds 540]
-        [--rounds 25] [--resume EARLIER.json]
+        [--rounds 25] [--resume EARLIER.json] [--aa]
     python benchmarks/op_served.py OUT.md --smoke [--winners TINY.json]
+
+--aa times F.linear against itself in place of cudal2.linear, in the same harness and table: what it reads is
+the harness's own error, the resolution of every verdict below.
 
 No search: RUN.json is what benchmarks/crosscheck_winners.py wrote (rows of "shape", "spec_json",
 "search" = the search's confirmed speedup over torch.matmul, "search_mode" = the mode it ranked in
@@ -80,6 +83,9 @@ EAGER_MIN_S = 3.0
 # 0.9 to 1.2% between runs, with 100 0.6%); at 40, torch timed against torch read 0.982 to 0.990 in three of the
 # 30 shapes (op_served, 2026-11-30). A round replays a few milliseconds of graphs.
 GRAPH_MIN_ROUNDS = HARNESS_ROUNDS
+# Whether the contenders' graphs are captured in the reverse order in every other placement: each graph's outputs
+# lie in its own pool, allocated in capture order, so the same order in every placement could favour one.
+ALTERNATE_CAPTURE = True
 GRAPH_ROUND_US, GRAPH_CALLS = 2_000.0, (1, 20)
 SMOKE_GPU = "CPU (smoke)"
 _TINY_TRITON = {"backend": "triton", "block_m": 16, "block_n": 16, "block_k": 16, "stages": 2}
@@ -160,16 +166,17 @@ def calls_for(torch_ms: float | None, round_us: float, bounds: tuple[int, int]) 
     return max(lo, min(hi, math.ceil(round_us / (torch_ms * 1e3))))
 
 
-def eager_figures(x, w, rounds: int, calls: int, min_s: float = 0.0) -> dict:
-    """F.linear against cudal2.linear, eager: rounds interleaved rounds, more (in even numbers, so that each
-    order runs as often) until min_s seconds of them."""
+def eager_figures(x, w, rounds: int, calls: int, min_s: float = 0.0, ours=None) -> dict:
+    """F.linear against ours (cudal2.linear), eager: rounds interleaved rounds, more (in even numbers, so that
+    each order runs as often) until min_s seconds of them."""
     import torch
     from torch.nn import functional as F
 
     import cudal2
 
+    ours = ours or cudal2.linear
     timer = wall_timer  # (on the CPU it has nothing to synchronize)
-    timers = {"torch": timer(lambda: F.linear(x, w), calls), "cudal2": timer(lambda: cudal2.linear(x, w), calls)}
+    timers = {"torch": timer(lambda: F.linear(x, w), calls), "cudal2": timer(lambda: ours(x, w), calls)}
     times: dict[str, list] = {name: [] for name in timers}
     start = time.perf_counter()
     with torch.no_grad():
@@ -180,16 +187,19 @@ def eager_figures(x, w, rounds: int, calls: int, min_s: float = 0.0) -> dict:
     return {**compared(times), "calls": calls}
 
 
-def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") -> dict:
+def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain", ours=None) -> dict:
     """The graph path: CUDA graphs of the call pattern on a GPU, the pattern of the mode the winner was
     searched in (chain: chain_harness_timers, each call between two GEMMs of its input after the L2 read,
     the rounds split over CHAIN_PLACEMENTS placements of the operands and the harness's buffers:
     crosscheck_winners.chain_harness_rounds; layer: harness_timers); on the CPU, the same calls timed from
-    Python, the buffer read included."""
+    Python, the buffer read included. ours: cudal2.linear unless given. The contenders' graphs are captured in
+    turn, their order reversed in every other placement (ALTERNATE_CAPTURE)."""
     import torch
     from torch.nn import functional as F
 
     import cudal2
+
+    ours = ours or cudal2.linear
 
     m, k = x.shape
     l2 = torch.cuda.get_device_properties(x.device).L2_cache_size if x.is_cuda else 1 << 16
@@ -204,13 +214,16 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain") ->
                 turn = itertools.cycle(sets)
                 return lambda: (torch.sum(buf, dtype=torch.float32), op(*next(turn)))
 
-            timers = {"torch": wall_timer(pattern(F.linear), calls), "cudal2": wall_timer(pattern(cudal2.linear), calls)}
+            timers = {"torch": wall_timer(pattern(F.linear), calls), "cudal2": wall_timer(pattern(ours), calls)}
             return {**compare(timers, rounds), "calls": calls, "operand_sets": copies, "pattern": call_pattern}
-        ops_of = {"torch": F.linear, "cudal2": cudal2.linear}
+        ops_of = {"torch": F.linear, "cudal2": ours}
 
-        def placement(_p: int):
+        def placement(p: int):
             sets = [(torch.randn_like(x), w.clone()) for _ in range(copies)]
-            return ({name: lambda i, op=op: op(*sets[i % copies]) for name, op in ops_of.items()},
+            order = list(ops_of.items())
+            if ALTERNATE_CAPTURE and p % 2:
+                order.reverse()
+            return ({name: lambda i, op=op: op(*sets[i % copies]) for name, op in order},
                     [sets[i % copies][0] for i in range(calls)])
 
         if call_pattern == "chain":
@@ -245,7 +258,9 @@ def _kept(ops, w) -> str:
             id(None): "not kept"}.get(id(known), "plan")
 
 
-def measure(row: dict, gpu: str, device: str, rounds: int) -> dict:
+def measure(row: dict, gpu: str, device: str, rounds: int, ours=None) -> dict:
+    """One shape's row: its figures in each path, what the op ran, the verdicts. ours: what is timed against
+    F.linear (cudal2.linear; F.linear itself for an A/A run, which reads the harness's own error)."""
     import torch
 
     import cudal2
@@ -264,10 +279,10 @@ def measure(row: dict, gpu: str, device: str, rounds: int) -> dict:
         out["rel_error"] = float((cudal2.linear(x, w).float() - want).norm() / want.norm())
     torch_ms = row.get(f"eval_{mode}_torch_ms")
     out["eager"] = eager_figures(x, w, rounds, calls_for(torch_ms, EAGER_ROUND_US, EAGER_CALLS),
-                                 EAGER_MIN_S if device == "cuda" else 0.0)
+                                 EAGER_MIN_S if device == "cuda" else 0.0, ours)
     graph_rounds = max(rounds, GRAPH_MIN_ROUNDS) if device == "cuda" else rounds
     out["graph"] = graph_figures(x, w, graph_rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS),
-                                 "chain" if mode == "chain" else "layer")
+                                 "chain" if mode == "chain" else "layer", ours)
     out.update(route(problem, gpu, x, w))
     out["verdicts"] = verdicts(out)
     return out
@@ -304,6 +319,9 @@ def markdown(out: dict) -> str:
              f"({winners.get('gpu', '?')}, {winners.get('date', '?')}, GPU {winners.get('gpu_uuid', '?')}).", ""]
     if out.get("front"):
         lines += [f"cudal2.linear: {out['front']}.", ""]
+    if out.get("aa"):
+        lines += ["**A/A run: F.linear is timed against itself in place of cudal2.linear** (every ratio and verdict "
+                  "below is the harness's own error; the table's routes still say what the op would run).", ""]
     if out.get("launch_costs_us"):
         lines += ["Launch cost beyond F.linear's, measured by the op at each launch path's first eager launch (us): "
                   + ", ".join(f"{b} {us:.2f}" for b, us in sorted(out["launch_costs_us"].items())) + ".", ""]
@@ -372,6 +390,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--resume", type=Path, default=None,
                     help="an interrupted run's .json: keep its rows and time only the shapes it lacks")
     ap.add_argument("--smoke", action="store_true", help="on the CPU, tiny shapes, no timing claims")
+    ap.add_argument("--aa", action="store_true",
+                    help="time F.linear against itself in place of cudal2.linear: the harness's own error (A/A)")
     args = ap.parse_args(argv)
     if args.shapes < 1 or (args.rounds is not None and args.rounds < 1):
         fail("--shapes and --rounds take a number of at least 1")
@@ -386,6 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     winners = _read_json(args.winners, "winners file", fix)
 
     import torch
+    from torch.nn import functional as F
 
     import cudal2
     from cudal2 import op_front, ops
@@ -403,6 +424,7 @@ def main(argv: list[str] | None = None) -> None:
     out = {"gpu": gpu, "gpu_uuid": "?" if args.smoke else gpu_uuid(), "date": time.strftime("%Y-%m-%d"),
            "command": "python benchmarks/op_served.py " + " ".join(sys.argv[1:] if argv is None else argv),
            "versions": versions, "winners": str(args.winners), "smoke": args.smoke, "rounds": rounds,
+           "aa": args.aa, "alternate_capture": ALTERNATE_CAPTURE,
            "winners_run": {k: winners.get(k) for k in ("gpu", "date", "command", "gpu_uuid")}, "rows": []}
     done: set[str] = set()
     if args.resume is not None:
@@ -429,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
             continue
         if time.time() - start >= args.max_seconds:
             break
-        out["rows"].append(measure(row, gpu, device, rounds))
+        out["rows"].append(measure(row, gpu, device, rounds, F.linear if args.aa else None))
         out["launch_costs_us"] = ops.launch_costs()  # each launch path's, measured at its first eager launch
         if device == "cuda":
             torch.cuda.empty_cache()

@@ -6,6 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
@@ -148,8 +149,23 @@ def test_the_graph_path_times_the_call_pattern_of_the_mode_the_winner_was_search
     seen = []
     path = {"ratio": 1.0, "ratio_q1": 1.0, "ratio_q3": 1.0}
     monkeypatch.setattr(op_served, "eager_figures", lambda *a: dict(path))
-    monkeypatch.setattr(op_served, "graph_figures", lambda *a: seen.append(a[-1]) or dict(path))
+    # (x, w, rounds, calls, call pattern, ours)
+    monkeypatch.setattr(op_served, "graph_figures", lambda *a: seen.append(a[4]) or dict(path))
     monkeypatch.setattr(op_served, "route", lambda *a: {"served_eager": "torch", "served_graph": "torch"})
     row = {"shape": "16x64x32-float16-NT", "search_mode": mode, "search": 1.0}
     op_served.measure(row, "cpu", "cpu", rounds=1)
     assert seen == [pattern]
+
+
+def test_an_aa_run_times_f_linear_against_itself_and_says_so(tmp_path, monkeypatch):
+    """--aa: the contender timed against F.linear is F.linear itself, in both paths, and the report says the
+    figures are the harness's own error."""
+    timed = []
+    path = {"ratio": 1.0, "ratio_q1": 1.0, "ratio_q3": 1.0, "torch": {"us": 1.0}, "cudal2": {"us": 1.0}, "calls": 1,
+            "operand_sets": 1}
+    monkeypatch.setattr(op_served, "eager_figures", lambda *a: timed.append(("eager", a[-1])) or dict(path))
+    monkeypatch.setattr(op_served, "graph_figures", lambda *a: timed.append(("graph", a[-1])) or dict(path))
+    out = tmp_path / "aa.md"
+    op_served.main([str(out), "--smoke", "--aa", "--shapes", "1"])
+    assert timed == [("eager", torch.nn.functional.linear), ("graph", torch.nn.functional.linear)]
+    assert "A/A run: F.linear is timed against itself" in out.read_text()
