@@ -144,7 +144,8 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
     L2, A *= 1, a torch GEMM of A with a cold (K, 1024) weight, the call, another such GEMM. One graph
     of that work without the calls (the floor) and one per contender, each repeating its pass over the
     sets to about CHAIN_REPLAY_MS; a contender's round replays the floor and its own graph (order
-    flipped every round), events around each replay, and returns (its replay - the floor's) / calls."""
+    flipped every round, and opposite to the previous contender's), events around each replay, and returns
+    (its replay - the floor's) / calls."""
     import math
 
     import torch
@@ -201,9 +202,15 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
     floor = graph_of(None, passes)
     per_replay = passes * n
     timers = {}
-    for name, call in calls.items():
+    for index, (name, call) in enumerate(calls.items()):
         g = graph_of(call, passes)
-        turn = [0]
+        # each contender's floor-or-own order starts where the last one's ended: with two contenders taking turns
+        # (_rounds.interleaved) a round then replays floor, A, B, floor or floor, B, A, floor, so neither is ever
+        # the first replay after the host's pause between rounds. With every contender starting on the floor, the
+        # second one was, every other round; an A/A run in that order (F.linear against itself, op_served.py
+        # --aa, H200, 2026-11-30) read 0.979 to 1.033 on small calls. Whether this order narrows that is not
+        # measured yet.
+        turn = [index]
 
         def one_round(g=g, turn=turn) -> float:
             turn[0] += 1

@@ -201,6 +201,10 @@ def read_op_served(path: Path) -> tuple[str, list[str], str]:
     head = (f"{count('passed')} of {len(rows)} shapes pass every verdict: eager >= 0.99 on {count('eager')}, graph "
             f">= 0.99 on {count('graph')}; {len(served)} served a kernel in graphs, {close} of them within 0.02 of the "
             "searched speedup")
+    if d.get("aa"):  # F.linear against itself: the ratios are the harness's error, the verdicts say nothing of the op
+        spread = lambda path: (min(r[path]["ratio"] for r in rows), max(r[path]["ratio"] for r in rows))  # noqa: E731
+        head = ("A/A, F.linear against itself on {} shapes: eager {:.3f} to {:.3f}, graph {:.3f} to {:.3f}"
+                .format(len(rows), *spread("eager"), *spread("graph")))
     table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
     return head, [f"- GPU {d.get('gpu_uuid', '?')}", "", *table], f"{d['gpu']}, {d['versions']}"
 
@@ -1187,6 +1191,21 @@ EXPERIMENTS: list[Experiment] = [
                "the op's served paths (`CUDAL2_GPU_TESTS=1 pytest -m gpu tests/test_ops.py tests/test_op_front.py "
                "tests/test_gpu_triton_direct_launch.py tests/test_gpu_triton.py tests/test_search_api.py`, "
                "GPU-a68a2661): 73 passed, 8 skipped (no CuTe DSL installed; two TMA specs invalid for a shape)."),
+    Experiment("The harness's own error: F.linear against itself, ten shapes, H200", "op_served_aa_h200_2026-11-30.json",
+               "op_served", "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-29.json "
+               "--aa --shapes 10 --rounds 40` (GPU-1cce4d01): F.linear timed against itself in op_served's two paths. "
+               "Eager (rounds until 3 s): 1.000 to 1.003 on all ten. Graph, the chain harness in at least 100 rounds, "
+               "the contenders' graphs captured in the reverse order in every other placement: 0.979 (33x6144x4096) to "
+               "1.033 (1x3072x3072). So a graph verdict at 0.99 is within this harness's error on calls of about 10 "
+               "to 20 us; where torch ran in both paths it says nothing of the op."),
+    Experiment("The same A/A, both graphs captured in one order", "op_served_aa_same_order_h200_2026-11-30.json",
+               "op_served", "As above in the same process lifetime of the machine (GPU-1cce4d01), with "
+               "op_served.ALTERNATE_CAPTURE = False (`python -c \"import op_served; op_served.ALTERNATE_CAPTURE = "
+               "False; op_served.main(...)\"` with the arguments above): eager 1.000 to 1.001, graph 0.994 to 1.029 "
+               "(1x3072x3072 again 1.029). The capture order is not what moves it. In the harness each contender's "
+               "floor-or-own order then started on the floor, so the second contender's graph was the first replay "
+               "after the pause between rounds in every other round; the harness now starts each contender where "
+               "the last one ended (not yet measured)."),
     Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
                "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
                "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "
