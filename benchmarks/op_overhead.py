@@ -229,17 +229,20 @@ def _forced_kernel_route(problem, store, x, w):
 def versions(env: dict) -> str:
     """The GPU and the versions a run's figures depend on, as its report's header says them."""
     front = {True: "its C front (cudal2.op_front)", False: "its Python front"}.get(env.get("c_front"), "?")
+    if env.get("c_front") and env.get("probe"):
+        front += f", its probe {env['probe']}"
     return (f"{env.get('gpu_name', '?')}; torch {env.get('torch', '?')}, Triton {env.get('triton', '?')}, "
             f"nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}, apache-tvm-ffi {env.get('tvm_ffi', '?')}; "
             f"cudal2.linear: {front}.")
 
 
 def record_env() -> dict:
-    """cudal2.bench.environment.record(), and whether cudal2.linear is the op's C front (c_front)."""
-    from cudal2 import ops
+    """cudal2.bench.environment.record(), whether cudal2.linear is the op's C front (c_front), and its probe's
+    state (op_front.probe_state())."""
+    from cudal2 import op_front, ops
     from cudal2.bench.environment import record
 
-    return {**record(), "c_front": ops._rebind_front is not None}
+    return {**record(), "c_front": ops._rebind_front is not None, "probe": op_front.probe_state()}
 
 
 def report(rows: list[dict], env: dict, command: str) -> str:
@@ -337,13 +340,14 @@ def main() -> None:
     ap.add_argument("--processes", type=int, default=1, help="measure in this many fresh processes, one after another")
     args = ap.parse_args()
 
+    import torch
+
     import cudal2
-    from cudal2 import ops
+    from cudal2 import op_front, ops
     from cudal2.store.table import TunedTable
 
     if args.min_saving_us is not None:
         ops.EAGER_MIN_SAVING_US = ops.TRACED_MIN_SAVING_US = ops.NATIVE_TRACED_MIN_SAVING_US = args.min_saving_us
-    import torch
 
     # each shape traces the same forward three times (timed, inspected, with the Python op)
     torch._dynamo.reset()
@@ -361,6 +365,8 @@ def main() -> None:
         _in_processes(args, store, command)
         return
     ops.set_table(TunedTable.from_store(store))
+    if torch.cuda.is_available():  # the front's probe bound before any timing, as in a process serving a while
+        op_front.attach_probe(wait=True)
     rows = [measure_shape(m, n, k, store, args.eager_only) for m, n, k in shapes]
     env = record_env()
     args.out.write_text(report(rows, env, command))
