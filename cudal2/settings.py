@@ -41,7 +41,8 @@ VARIABLES: tuple[Variable, ...] = (
     Variable("CUDAL2_NATIVE_LAUNCH", bool, "`0`: compiled graphs call the Python op instead of the C++ launch "
              "path (for comparison)", "`1`"),
     Variable("CUDAL2_NATIVE_FRONT", bool, "`0`: `cudal2.linear` is the op's Python function instead of its C "
-             "front (a call the op sends to torch pays a Python frame)", "`1`"),
+             "front (a call the op sends to torch pays a Python frame), and the front's probe (C++ against torch's "
+             "headers, built in a thread) is not built", "`1`"),
     Variable("CUDAL2_TVM_FFI", bool, "`0`: CuTe DSL kernels launch without apache-tvm-ffi", "`1`"),
     Variable("CUDAL2_CUTE_DSL_DISK_CACHE", bool, "`0`: CuTe DSL kernels are compiled again instead of loaded "
              "from the cache folder", "`1`"),
