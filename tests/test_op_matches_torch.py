@@ -4,6 +4,8 @@ views, empty dimensions, gradients, bias shapes and out=. Each case gives torch'
 gradients, or raises the exception type torch raises. Values are -1, 0 or 1, so every sum is exact in
 every dtype and results compare bit for bit whatever order a path sums in."""
 
+import shutil
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -189,6 +191,43 @@ def test_linear_is_f_linear_again_once_its_weight_is_kept(case):
                        spec=KernelSpec(block_m=32, block_n=32, block_k=32, stages=2), kernel_ms=0.1,
                        baselines_ms={"torch": 0.2}, gpu="")
     ops.set_table(TunedTable([entry]))
+    try:
+        x, weight, bias, seed = case
+        tensors = [x, weight] + ([bias] if bias is not None else [])
+        for _ in range(2):
+            _compare(lambda: cudal2.linear(x, weight, bias), lambda: F.linear(x, weight, bias), tensors, seed)
+    finally:
+        ops.set_table(TunedTable())
+
+
+@pytest.fixture(scope="module")
+def probe_bound():
+    """The C front with its probe bound (op_front.attach_probe: x's count and the capture test read in C++), as on
+    a GPU host once it has built; unbound afterwards."""
+    from cudal2 import op_front
+
+    if ops._rebind_front is None or shutil.which("g++") is None:
+        pytest.skip("no C front or no C++ compiler here: the front without its probe")
+    bindings = op_front.attach_probe(wait=True)
+    if bindings is None:
+        pytest.fail(f"the probe did not bind: {op_front.probe_state()}")
+    yield
+    ops._rebind_front(numel_probe=0, capture_probe=0)
+
+
+@CHECKS
+@given(linear_case())
+def test_linear_is_f_linear_with_the_front_s_probe_bound(probe_bound, case):
+    """As above, with the front's probe answering for x's count and the capture test, and a second entry that
+    serves a 5 x 4 weight only in graphs (its weights kept 'unless captured' once bound): every call's result
+    and gradients are F.linear's."""
+    spec = KernelSpec(block_m=32, block_n=32, block_k=32, stages=2)
+    small = ops.EAGER_MIN_SAVING_US / 4e3
+    ops.set_table(TunedTable([
+        TunedEntry(problem=GemmProblem(m=2, n=3, k=4, layout="NT"), spec=spec, kernel_ms=0.1,
+                   baselines_ms={"torch": 0.2}, gpu=""),
+        TunedEntry(problem=GemmProblem(m=2, n=5, k=4, layout="NT"), spec=spec, kernel_ms=small,
+                   baselines_ms={"torch": 2 * small}, gpu="")]))
     try:
         x, weight, bias, seed = case
         tensors = [x, weight] + ([bias] if bias is not None else [])
