@@ -19,8 +19,9 @@ The library is compiled once per source, Python and compiler (a fraction of a se
 cache_dir()/op_front.
 
 The probe. Reading x's element count, and whether a graph captures, through torch's Python bindings costs
-the row test about 0.3 us a question in situ. op_front_probe.cpp reads them from torch's C++ objects instead;
-it is C++ against torch's headers, a compile of about 15 s, so attach_probe() builds it in a thread of its own
+the row test 0.15 to 0.3 us a question in situ. op_front_probe.cpp reads them from torch's C++ objects
+instead: in situ that took 0.24 us off a call whose count is read and 0.17 to 0.39 us off one that tests for a
+capture (benchmarks/op_fallback_paths.py, two H200 hosts, 2026-11-30). It is C++ against torch's headers, a compile of about 15 s, so attach_probe() builds it in a thread of its own
 (once per source, torch and compiler, in the same folder; one build at a time across processes) and binds it
 when it loads. The op starts that on the first plan of a CUDA process's weight shape that a kernel serves at
 some row counts (the only calls that ask). Until it is bound, or where it cannot be built, the front asks the
