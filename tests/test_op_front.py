@@ -64,15 +64,20 @@ def test_cudal2_linear_is_the_c_front_and_a_kept_weight_enters_no_python():
     assert entered == [] and c_calls == ["linear"], (entered, c_calls)
 
 
-@needs_c
-def test_a_weight_served_at_other_row_counts_runs_torch_in_c(monkeypatch):
-    """A weight whose shape a kernel serves at 3 rows, called with 6: kept with its shape's plan, and from its
-    second call on the C front reads x's element count in the plan's torch counts and calls torch itself."""
+def _served_at_three_rows(monkeypatch) -> tuple[torch.Tensor, torch.Tensor]:
+    """(x, w): a 96 x 64 weight whose shape a table entry serves at 3 rows, and an x of 6 rows, fp16."""
     monkeypatch.setattr(ops, "_eager_margin_us", lambda backend: ops.EAGER_MIN_SAVING_US)  # (as on a GPU host)
     spec = KernelSpec(block_m=32, block_n=32, block_k=32, stages=2)
     ops.set_table(TunedTable([TunedEntry(problem=GemmProblem(m=3, n=96, k=64, layout="NT"), spec=spec,
                                          kernel_ms=0.1, baselines_ms={"torch": 0.2}, gpu="")]))
-    x, w = torch.randn(6, 64).half(), torch.randn(96, 64).half()
+    return torch.randn(6, 64).half(), torch.randn(96, 64).half()
+
+
+@needs_c
+def test_a_weight_served_at_other_row_counts_runs_torch_in_c(monkeypatch):
+    """A weight whose shape a kernel serves at 3 rows, called with 6: kept with its shape's plan, and from its
+    second call on the C front reads x's element count in the plan's torch counts and calls torch itself."""
+    x, w = _served_at_three_rows(monkeypatch)
     with torch.no_grad():
         cudal2.linear(x, w)
         known = ops._torch_weights.get(id(w))
@@ -227,11 +232,7 @@ def test_the_probe_builds_and_reads_what_torch_answers(fresh_probe, monkeypatch)
         assert numel(other) == -1 and uncaptured(other) == -1
     assert uncaptured(torch.empty(3, 4, device="meta")) == -1
 
-    monkeypatch.setattr(ops, "_eager_margin_us", lambda backend: ops.EAGER_MIN_SAVING_US)  # (as on a GPU host)
-    spec = KernelSpec(block_m=32, block_n=32, block_k=32, stages=2)
-    ops.set_table(TunedTable([TunedEntry(problem=GemmProblem(m=3, n=96, k=64, layout="NT"), spec=spec,
-                                         kernel_ms=0.1, baselines_ms={"torch": 0.2}, gpu="")]))
-    x, w = torch.randn(6, 64).half(), torch.randn(96, 64).half()
+    x, w = _served_at_three_rows(monkeypatch)
     with torch.no_grad():
         cudal2.linear(x, w)
         entered, c_calls = _profile(cudal2.linear, x, w)

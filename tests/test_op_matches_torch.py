@@ -187,10 +187,18 @@ def test_linear_is_f_linear_again_once_its_weight_is_kept(case):
     """The second call of a case, where the first kept its weight (ops._torch_weights: every call of a weight no
     entry has, or its shape's unserved row counts, straight to F.linear), gives F.linear's result and gradients
     too. A table entry of a 3 x 4 weight at 2 rows keeps such weights by their shape's plan."""
-    entry = TunedEntry(problem=GemmProblem(m=2, n=3, k=4, layout="NT"),
-                       spec=KernelSpec(block_m=32, block_n=32, block_k=32, stages=2), kernel_ms=0.1,
-                       baselines_ms={"torch": 0.2}, gpu="")
-    ops.set_table(TunedTable([entry]))
+    _twice_through_the_op([_entry(m=2, n=3, k=4, kernel_ms=0.1, torch_ms=0.2)], case)
+
+
+def _entry(m: int, n: int, k: int, kernel_ms: float, torch_ms: float) -> TunedEntry:
+    return TunedEntry(problem=GemmProblem(m=m, n=n, k=k, layout="NT"), spec=KernelSpec(block_m=32, block_n=32,
+                      block_k=32, stages=2), kernel_ms=kernel_ms, baselines_ms={"torch": torch_ms}, gpu="")
+
+
+def _twice_through_the_op(entries: list, case) -> None:
+    """The case called twice through cudal2.linear with a table of entries (the first call keeps its weight, the
+    second takes the kept path), each against F.linear."""
+    ops.set_table(TunedTable(entries))
     try:
         x, weight, bias, seed = case
         tensors = [x, weight] + ([bias] if bias is not None else [])
@@ -221,17 +229,6 @@ def test_linear_is_f_linear_with_the_front_s_probe_bound(probe_bound, case):
     """As above, with the front's probe answering for x's count and the capture test, and a second entry that
     serves a 5 x 4 weight only in graphs (its weights kept 'unless captured' once bound): every call's result
     and gradients are F.linear's."""
-    spec = KernelSpec(block_m=32, block_n=32, block_k=32, stages=2)
     small = ops.EAGER_MIN_SAVING_US / 4e3
-    ops.set_table(TunedTable([
-        TunedEntry(problem=GemmProblem(m=2, n=3, k=4, layout="NT"), spec=spec, kernel_ms=0.1,
-                   baselines_ms={"torch": 0.2}, gpu=""),
-        TunedEntry(problem=GemmProblem(m=2, n=5, k=4, layout="NT"), spec=spec, kernel_ms=small,
-                   baselines_ms={"torch": 2 * small}, gpu="")]))
-    try:
-        x, weight, bias, seed = case
-        tensors = [x, weight] + ([bias] if bias is not None else [])
-        for _ in range(2):
-            _compare(lambda: cudal2.linear(x, weight, bias), lambda: F.linear(x, weight, bias), tensors, seed)
-    finally:
-        ops.set_table(TunedTable())
+    _twice_through_the_op([_entry(m=2, n=3, k=4, kernel_ms=0.1, torch_ms=0.2),
+                           _entry(m=2, n=5, k=4, kernel_ms=small, torch_ms=2 * small)], case)
