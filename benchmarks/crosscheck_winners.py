@@ -201,30 +201,40 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
     passes = max(1, math.ceil(CHAIN_REPLAY_MS / replay_ms(one_pass)))
     floor = graph_of(None, passes)
     per_replay = passes * n
-    timers = {}
-    for index, (name, call) in enumerate(calls.items()):
-        g = graph_of(call, passes)
-        # each contender's floor-or-own order starts where the last one's ended: with two contenders taking turns
-        # (_rounds.interleaved) a round then replays floor, A, B, floor or floor, B, A, floor, so neither is ever
-        # the first replay after the host's pause between rounds. With every contender starting on the floor, the
-        # second one was, every other round; an A/A run in that order (F.linear against itself, op_served.py
-        # --aa, H200, 2026-11-30) read 0.979 to 1.033 on small calls. Whether this order narrows that is not
-        # measured yet.
-        turn = [index]
-
-        def one_round(g=g, turn=turn) -> float:
-            turn[0] += 1
-            first, second = (floor, g) if turn[0] % 2 else (g, floor)
-            t_first, t_second = replay_ms(first), replay_ms(second)
-            t_floor, t_own = (t_first, t_second) if first is floor else (t_second, t_first)
-            return (t_own - t_floor) / per_replay
-
-        timers[name] = one_round
+    timers, restart = paired_timers({name: graph_of(call, passes) for name, call in calls.items()}, floor,
+                                    replay_ms, per_replay)
     start = time.perf_counter()  # warm-up, as harness_timers (the clock settles)
     while time.perf_counter() - start < warmup_s:
         for timer in timers.values():
             timer()
+    restart()  # (so that the rounds' order does not depend on how many warm-up rounds ran)
     return timers
+
+
+def paired_timers(graphs: dict, floor, replay_ms, per_replay: int) -> tuple[dict, object]:
+    """(name -> timer of one round, restart()): each contender's round replays the floor and its own graph
+    (replay_ms(graph) -> ms), floor first and own first in turn, and returns (its replay - the floor's) /
+    per_replay. Each contender's order starts where the previous one's ended: with two contenders taking turns
+    (_rounds.interleaved, the order reversed every other round) the rounds replay floor, A, B, floor and floor,
+    B, A, floor, so neither is ever the first replay after the host's pause between rounds. With every
+    contender starting on the floor, the second one was, every other round; an A/A run in that order (F.linear
+    against itself, op_served.py --aa, H200, 2026-11-30) read 0.979 to 1.033 on small calls. Whether this order
+    narrows that is not measured yet. restart() sets the orders back to their start."""
+    turns = {name: index for index, name in enumerate(graphs)}
+
+    def restart() -> None:
+        turns.update({name: index for index, name in enumerate(graphs)})
+
+    def timer_of(name, g):
+        def one_round() -> float:
+            turns[name] += 1
+            first, second = (floor, g) if turns[name] % 2 else (g, floor)
+            t_first, t_second = replay_ms(first), replay_ms(second)
+            t_floor, t_own = (t_first, t_second) if first is floor else (t_second, t_first)
+            return (t_own - t_floor) / per_replay
+        return one_round
+
+    return {name: timer_of(name, g) for name, g in graphs.items()}, restart
 
 
 def measure(problem: GemmProblem, ev, store, budget: int, backends: tuple[str, ...], mode: str = "chain") -> dict:

@@ -39,3 +39,28 @@ def test_a_row_label_names_its_problem_again():
 
     p = GemmProblem(m=33, n=6144, k=4096, layout="NT")
     assert crosscheck_winners.problem_of(p.label()) == p
+
+
+def test_paired_timers_never_put_one_contender_first_after_each_pause():
+    """Two contenders taking turns (_rounds.interleaved): every round replays floor, A, B, floor or floor, B, A,
+    floor, whatever number of warm-up rounds ran before restart(); each timer returns its own replay less the
+    floor's, per replay."""
+    from _rounds import interleaved
+
+    replayed, ms = [], {"floor": 10.0, "A": 13.0, "B": 12.0}
+
+    def replay_ms(graph):
+        replayed.append(graph)
+        return ms[graph]
+
+    timers, restart = crosscheck_winners.paired_timers({"A": "A", "B": "B"}, "floor", replay_ms, per_replay=2)
+    for warmup in (0, 1, 2, 3):
+        for _ in range(warmup):
+            for timer in timers.values():
+                timer()
+        restart()
+        replayed.clear()
+        got = interleaved(timers, 4)
+        assert got == {"A": [1.5] * 4, "B": [1.0] * 4}
+        rounds = [replayed[i:i + 4] for i in range(0, 16, 4)]
+        assert rounds == [["floor", "A", "B", "floor"], ["floor", "B", "A", "floor"]] * 2, (warmup, rounds)
