@@ -1,4 +1,4 @@
-"""A shared library compiled once from one source file and kept in a folder: the op's C front
+"""A shared library compiled once from one source file and kept in a folder: the op's C front and its probe
 (cudal2.op_front) and the C++ launch path of compiled graphs (cudal2.codegen.native_launch).
 
 The library is named by a digest of the source, what else its bytes depend on (the caller's key parts:
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Sequence
@@ -42,6 +43,27 @@ def library(source: Path, compiler: str, cflags: Sequence[str], ldflags: Sequenc
         raise RuntimeError(f"{name} failed on {source.name}: {last[:300]}")
     os.replace(tmp, out)  # (another process may have built it too: the same bytes)
     return out
+
+
+def cxx() -> str:
+    """The C++ compiler: $CXX, else g++ or c++ on PATH. Raises RuntimeError where there is none."""
+    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        raise RuntimeError("no C++ compiler (g++) on PATH; install one or set $CXX")
+    return compiler
+
+
+def torch_extension_flags(std: str, libraries: Sequence[str]) -> tuple[list[str], list[str]]:
+    """(compile flags, link flags) for a library against this torch's C++ headers (C++ standard std, torch's
+    C++ ABI) that links the named libraries of torch's lib folder (found there at run time too)."""
+    import torch
+    from torch.utils import cpp_extension
+
+    torch_lib = Path(torch.__file__).parent / "lib"
+    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
+    cflags = ["-O2", f"-std={std}", "-shared", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
+              *(f"-I{p}" for p in cpp_extension.include_paths())]
+    return cflags, [f"-L{torch_lib}", *(f"-l{name}" for name in libraries), f"-Wl,-rpath,{torch_lib}"]
 
 
 def _drop_orphans(out: Path) -> None:

@@ -21,11 +21,12 @@ cache_dir()/op_front.
 The probe. Reading x's element count, and whether a graph captures, through torch's Python bindings costs
 the row test 0.15 to 0.3 us a question in situ. op_front_probe.cpp reads them from torch's C++ objects
 instead: in situ that took 0.24 us off a call whose count is read and 0.17 to 0.39 us off one that tests for a
-capture (benchmarks/op_fallback_paths.py, two H200 hosts, 2026-11-30). It is C++ against torch's headers, a compile of about 15 s, so attach_probe() builds it in a thread of its own
-(once per source, torch and compiler, in the same folder; one build at a time across processes) and binds it
-when it loads. The op starts that on the first plan of a CUDA process's weight shape that a kernel serves at
-some row counts (the only calls that ask). Until it is bound, or where it cannot be built, the front asks the
-bindings: the same answers, their host cost.
+capture (benchmarks/op_fallback_paths.py, two H200 hosts, 2026-11-30). It is C++ against torch's headers, a
+compile of about 15 s, so attach_probe() builds it in a thread of its own (once per source, torch and
+compiler, in the same folder; one build at a time across processes) and binds it when it loads. The op
+starts that on the first plan of a CUDA process's weight shape that a kernel serves at some row counts (the
+only calls that ask). Until it is bound, or where it cannot be built, the front asks the bindings: the same
+answers, their host cost.
 """
 
 from __future__ import annotations
@@ -72,20 +73,12 @@ def _build() -> Path:
 def _build_probe() -> Path:
     """The probe's shared library (op_front_probe.cpp against this torch), compiled where there is none yet; one
     process compiles at a time, the others then find its library."""
-    from torch.utils import cpp_extension
-
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        raise RuntimeError("no C++ compiler (g++) on PATH")
-    torch_lib = Path(torch.__file__).parent / "lib"
-    cflags = ["-O2", "-std=c++17", "-shared", "-fPIC", "-w",
-              f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-              f"-I{sysconfig.get_paths()['include']}", *(f"-I{p}" for p in cpp_extension.include_paths())]
-    ldflags = [f"-L{torch_lib}", "-lc10", "-ltorch_python", f"-Wl,-rpath,{torch_lib}"]
+    cflags, ldflags = native_build.torch_extension_flags("c++17", ["c10", "torch_python"])
+    cflags.append(f"-I{sysconfig.get_paths()['include']}")  # (Python.h: torch's Python bindings' headers need it)
     folder = paths.cache_dir() / "op_front"
     with file_lock.exclusive(folder / "probe.lock"):
-        return native_build.library(PROBE_SOURCE, compiler, cflags, ldflags, [torch.__version__, sys.version], folder,
-                                    "cudal2_op_front_probe", ".so", PROBE_BUILD_TIMEOUT_S)
+        return native_build.library(PROBE_SOURCE, native_build.cxx(), cflags, ldflags, [torch.__version__, sys.version],
+                                    folder, "cudal2_op_front_probe", ".so", PROBE_BUILD_TIMEOUT_S)
 
 
 def _probe_bindings(path: Path) -> dict[str, int]:

@@ -20,8 +20,6 @@ first failure is said once, as a warning.
 
 from __future__ import annotations
 
-import os
-import shutil
 import warnings
 from pathlib import Path
 from threading import Lock
@@ -61,16 +59,11 @@ _bound: list[NativeArgs] = []  # slot -> its arguments, kept alive as long as th
 def _toolchain() -> tuple[list[str], list[str]]:
     """(compile flags, link flags) for an extension against this torch and apache-tvm-ffi."""
     import tvm_ffi.libinfo as ffi_info
-    from torch.utils import cpp_extension
 
-    torch_lib = Path(torch.__file__).parent / "lib"
     ffi_lib = Path(ffi_info.find_libtvm_ffi()).parent
-    abi = int(torch._C._GLIBCXX_USE_CXX11_ABI)
-    includes = [*cpp_extension.include_paths(), ffi_info.find_include_path(), ffi_info.find_dlpack_include_path()]
-    cflags = ["-O2", "-std=c++20", "-shared", "-fPIC", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
-              *(f"-I{p}" for p in includes)]
-    ldflags = [f"-L{torch_lib}", "-lc10", "-ltorch_cpu", "-ltorch", f"-Wl,-rpath,{torch_lib}",
-               f"-L{ffi_lib}", "-ltvm_ffi", f"-Wl,-rpath,{ffi_lib}"]
+    cflags, ldflags = native_build.torch_extension_flags("c++20", ["c10", "torch_cpu", "torch"])
+    cflags += [f"-I{ffi_info.find_include_path()}", f"-I{ffi_info.find_dlpack_include_path()}"]
+    ldflags += [f"-L{ffi_lib}", "-ltvm_ffi", f"-Wl,-rpath,{ffi_lib}"]
     return cflags, ldflags
 
 
@@ -78,12 +71,10 @@ def _build() -> Path:
     """The extension's shared library, compiled if this source/toolchain has none yet."""
     import tvm_ffi
 
-    compiler = os.environ.get("CXX") or shutil.which("g++") or shutil.which("c++")
-    if compiler is None:
-        raise RuntimeError("no C++ compiler (g++) on PATH; install one or set $CXX")
     cflags, ldflags = _toolchain()
-    return native_build.library(SOURCE, compiler, cflags, ldflags, [torch.__version__, str(tvm_ffi.__version__)],
-                                paths.cache_dir() / "native_launch", "cudal2_native_launch", ".so")
+    return native_build.library(SOURCE, native_build.cxx(), cflags, ldflags,
+                                [torch.__version__, str(tvm_ffi.__version__)], paths.cache_dir() / "native_launch",
+                                "cudal2_native_launch", ".so")
 
 
 def library() -> Path | None:
