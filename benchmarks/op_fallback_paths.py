@@ -36,6 +36,7 @@ from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
 from cudal2.store.table import TunedEntry, TunedTable  # noqa: E402
 from _rounds import interleaved, spread  # noqa: E402
 from op_overhead import _round  # noqa: E402 - CALLS back-to-back calls: host and wall us per call
+from op_served import weight_kept  # noqa: E402
 
 
 def main() -> None:
@@ -64,10 +65,7 @@ def main() -> None:
     with torch.no_grad():
         for name, (x, weight) in cases.items():
             cudal2.linear(x, weight), cudal2.linear(x, weight)
-            known = ops._torch_weights.get(id(weight))
-            kept = {id(ops._EVERY_CALL): "every call", id(ops._UNLESS_CAPTURED): "unless captured",
-                    id(None): "not kept"}.get(id(known), "plan")
-            print(f"{name}: weight {kept}")
+            print(f"{name}: weight {weight_kept(weight)}")
             paths[f"{name}: F.linear"] = lambda x=x, weight=weight: F.linear(x, weight)
             for suffix, bound in bindings.items():
                 paths[f"{name}: cudal2.linear{suffix}"] = lambda x=x, weight=weight: cudal2.linear(x, weight)

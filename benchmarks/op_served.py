@@ -249,10 +249,14 @@ def route(problem, gpu: str, x, w) -> dict:
     eager_entry, graph_entry = table(None), table(ops.GRAPH_MIN_SAVING_US)
     return {"table_eager": eager_entry.spec.summary() if eager_entry else None,
             "table_graph": graph_entry.spec.summary() if graph_entry else None,
-            "served_eager": ran(eager), "served_graph": ran(graph), "weight_kept": _kept(ops, w)}
+            "served_eager": ran(eager), "served_graph": ran(graph), "weight_kept": weight_kept(w)}
 
 
-def _kept(ops, w) -> str:
+def weight_kept(w) -> str:
+    """How the op keeps w for its fallback (ops._torch_weights, the op's private state): "every call", "unless
+    captured", its shape's "plan", or "not kept"."""
+    from cudal2 import ops
+
     known = ops._torch_weights.get(id(w))
     return {id(ops._EVERY_CALL): "every call", id(ops._UNLESS_CAPTURED): "unless captured",
             id(None): "not kept"}.get(id(known), "plan")
