@@ -238,8 +238,8 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain", ou
 
 def route(problem, gpu: str, x, w) -> dict:
     """What the op's table names for problem in each path, what the op ran for the call (x, w): the kernel's
-    backend or "torch", and how it keeps the weight for its fallback (ops._torch_weights: "every call",
-    "unless captured", its shape's "plan", or "not kept") (see the module's docstring: the op's private state)."""
+    backend or "torch", and how it keeps the weight (weight_kept) (see the module's docstring: the op's private
+    state)."""
     from cudal2 import ops
 
     key = ops._linear_key(x, w, None)
