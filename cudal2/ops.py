@@ -917,6 +917,14 @@ class RoutedLinear(torch.nn.Linear):
             return _F_linear(x, weight, bias)
         if _needs_grad(x, weight, bias):
             return linear(x, weight, bias)
+        plan = _linear_plans.get(weight.shape)
+        if plan is not None and numel not in plan.eager:
+            # route_linears read the table before any launch was timed; this count's kernel has since been declined
+            # for eager calls (its launch path costs more than it saves: _eager_launcher). linear() sends such a call
+            # to torch in C, with the capture test a graph-only count needs; _run_linear would redo both in Python
+            # on every call (1 to 9 us a call more than nn.Linear's in a Llama's eager decode step on an H200 host,
+            # 2026-11-30)
+            return linear(x, weight, bias)
         return _run_linear(x, weight, bias)
 
 

@@ -870,6 +870,37 @@ def test_a_kernel_declined_for_its_launch_path_leaves_the_fast_path(cpu_as_gpu, 
     assert ops._op_entry(problem, None) is not None  # a new table: the decline is forgotten
 
 
+def test_a_routed_layer_whose_kernel_was_declined_for_its_launch_path_leaves_the_eager_path(cpu_as_gpu, monkeypatch):
+    """route_linears routes a layer by the table alone, before any launch was timed. Where its count's kernel is then
+    declined for eager calls (its two launches cost more than it saves), the layer's later calls go to linear(),
+    which sends them to torch (in C where the C front is built), and never through the eager path's Python again;
+    a count still served eagerly keeps the direct path."""
+    clock, ran = [0.0], []
+    _fake_costs(monkeypatch, clock)
+    declined, served = GemmProblem(m=16, n=48, k=64, layout="NT"), GemmProblem(m=32, n=48, k=64, layout="NT")
+    monkeypatch.setattr(ops, "_compiled", lambda entry, p: _ClockedKernel("triton", clock, {"triton": 4.0}, ran,
+                                                                          launches=2 if p == declined else 1))
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    ops.set_table(TunedTable([_entry(problem=p, ms=0.050, torch_ms=0.056, gpu="") for p in (declined, served)]))
+    model = torch.nn.Linear(64, 48, bias=False).half()
+    assert cudal2.route_linears(model) == [""] and model._cudal2_min_numel == 16 * 64
+    run_linear, paths = ops._run_linear, []
+    monkeypatch.setattr(ops, "_run_linear", lambda *a: paths.append(a[0].shape[0]) or run_linear(*a))
+    x16, x32 = torch.randn(16, 64).half(), torch.randn(32, 64).half()
+    with torch.no_grad():
+        model(x16)  # its first call binds the kernel and declines it: torch
+        assert ops._launchers[ops._linear_key(x16, model.weight, None)] is None
+        model(x16)  # the decline dropped the plans: this call's path makes its shape's plan again
+        for _ in range(3):
+            torch.testing.assert_close(model(x16), torch.nn.functional.linear(x16, model.weight))
+        assert paths == [16, 16], "a declined count's calls went through the eager path's Python"
+        model(x32)  # bound: its one launch costs less than it saves
+        assert ops._launchers[ops._linear_key(x32, model.weight, None)] is not None
+        launched = len(ran)
+        torch.testing.assert_close(model(x32), torch.nn.functional.linear(x32, model.weight))
+    assert paths == [16, 16, 32, 32] and len(ran) == launched + 1  # the served count: the direct path, its kernel
+
+
 def _dsl_entry(problem, ms, torch_ms, gpu=""):
     from cudal2.proposers.catalog import catalog
 
