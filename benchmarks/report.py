@@ -1205,7 +1205,35 @@ EXPERIMENTS: list[Experiment] = [
                "(1x3072x3072 again 1.029). The capture order is not what moves it. In the harness each contender's "
                "floor-or-own order then started on the floor, so the second contender's graph was the first replay "
                "after the pause between rounds in every other round; the harness now starts each contender where "
-               "the last one ended (not yet measured)."),
+               "the last one ended (measured below)."),
+    Experiment("The same A/A, each contender's pairing starting where the last one ended, H200",
+               "op_served_aa_paired_h200_2026-11-30.json", "op_served",
+               "The A/A command above (`--max-seconds 120`) after the chain harness's floor-or-own pairing became "
+               "crosscheck_winners.paired_timers (each contender's order starts where the previous one's ended, "
+               "restarted after the warm-up), GPU-923681f5: eager 0.999 to 1.002, graph 0.991 (33x3584x18944) to "
+               "1.002 (100x9216x3072), against 0.979 to 1.033 before. One run: the quartiles of the smallest calls "
+               "are still wide (1x3072x3072 0.947 to 1.066), so a single shape's graph verdict at 0.99 stays within "
+               "the harness's error there."),
+    Experiment("The batch-64 Llama, Triton only, budget 16, eager and graph modes, H200",
+               "e2e_model_triton_h200_2026-11-30.json", "e2e_model",
+               "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph,eager --rounds 15` "
+               "with a fresh store, no CuTe DSL installed (GPU-923681f5): graph decode 1.024x (1.023 to 1.025), "
+               "prefill 1.001x; eager decode 0.994x (0.981 to 1.051), prefill 1.001x. cudal2.check_routes kept down "
+               "(4.58 us a forward) and lm_head (19.63 us) in graphs and declined every eager decode group (each lost "
+               "69 to 116 us a host-bound forward)."),
+    Experiment("The same store, routed layers whose eager kernel was declined sent to linear(), H200",
+               "e2e_model_routed_declined_h200_2026-11-30.json", "e2e_model",
+               "`--budget 0 --modes eager,graph` on the store above (GPU-a9263fb6), after a routed layer whose count's "
+               "kernel the op declined for eager calls (its launch path costs more than it saves) sends those calls to "
+               "linear(): in ten decode steps with k/v routed, the eager path's Python (_run_linear, _captured_now) "
+               "ran 0 times, against 40 before. Eager decode 0.989x (0.969 to 1.034), prefill 0.999x; graph decode "
+               "1.011x (1.010 to 1.013), prefill 1.001x: this time check_routes declined down too (3.98 us saved, "
+               "lower quartile 3.09 under the floor of 3.57), keeping lm_head only (14.59 us)."),
+    Experiment("The same store, eager mode, 41 rounds, H200", "e2e_model_eager_rounds41_h200_2026-11-30.json",
+               "e2e_model",
+               "`--budget 0 --modes eager --rounds 41` on the same store (GPU-bd8d0a90): decode 0.983x (0.964 to "
+               "1.000), prefill 1.003x; check_routes declined gate/up (-171 us a forward) and lm_head (-43 us); k/v "
+               "and down served no eager call (their kernels declined for their launch paths) and kept their routes."),
     Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
                "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
                "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "
