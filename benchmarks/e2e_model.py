@@ -6,6 +6,7 @@ cudal2.route_linears: prefill and decode tokens/s in eager mode, under torch.com
     python benchmarks/e2e_model.py [--layers 2] [--batch 1] [--prompt 512] [--budget 4] [--store PATH]
         [--rounds 11] [--calls 10] [--modes eager,compile,graph] [--out-dir benchmarks/results]
     python benchmarks/e2e_model.py --smoke --out-dir DIR   # CPU, a tiny config, the recorded runner
+    python benchmarks/e2e_model.py --aa [--modes eager] ...   # the untouched model against an untouched copy
 
 1. cudal2.tune_model searches the GEMMs the model's nn.Linear layers run in a prefill of --prompt
    tokens per sequence and in a decode step (one token per sequence), lm_head included, at --budget
@@ -30,6 +31,9 @@ Both models' logits are compared (relative error) before timing. Written: OUT-DI
 and .json (every round's time, the routed layers, the environment, the command).
 --smoke runs the same path on the CPU in eager mode with a tiny config (2 layers, hidden 64), the
 recorded runner's synthetic numbers and a few rounds: a check that the script works, not a figure.
+--aa times the untouched model against its untouched copy in the same harness (no search, an empty table, so no
+layer is routed and no route checked): how far from 1 a ratio reads with nothing changed, the error any figure
+of this harness carries on this host.
 """
 
 from __future__ import annotations
@@ -217,10 +221,13 @@ def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, 
 
     what = "a tiny config on the CPU, recorded runner (synthetic: a check, not a figure)" if args.smoke else \
         f"Llama-3-8B dimensions, {args.layers} layers, random fp16 weights"
+    tuning = "no tuning" if getattr(args, "aa", False) else f"tuning budget {args.budget}"
     lines = [f"# A transformers Llama, untouched against cudal2.tune_model + route_linears ({env['date']})", "",
              f"`{command}`", "", f"{env.get('gpu_name', 'CPU')}; torch {env.get('torch', '?')}, transformers "
-             f"{env.get('transformers', '?')}. {what}; batch {args.batch}, prompt {args.prompt} tokens, "
-             f"tuning budget {args.budget}.", "",
+             f"{env.get('transformers', '?')}. {what}; batch {args.batch}, prompt {args.prompt} tokens, {tuning}.", "",
+             *(["**A/A run: the untouched model against an untouched copy** (an empty table: nothing tuned, routed "
+                "or checked); every ratio below is the harness's own error on this host.", ""]
+               if getattr(args, "aa", False) else []),
              f"Layers routed through cudal2.linear: {', '.join(tuned_routed['eager']) or 'none'}; in graph mode "
              f"also (a kernel serves them only in captured CUDA graphs): {', '.join(tuned_routed['graphs_only']) or 'none'}.",
              "",
@@ -272,6 +279,8 @@ def main(argv: list[str] | None = None) -> Path:
     ap.add_argument("--modes", default="eager,compile,graph")
     ap.add_argument("--out-dir", type=Path, default=ROOT / "benchmarks" / "results")
     ap.add_argument("--smoke", action="store_true", help="CPU, a tiny config, the recorded runner, eager, 3 rounds")
+    ap.add_argument("--aa", action="store_true",
+                    help="A/A: the untouched model against an untouched copy (an empty table: nothing routed or tuned)")
     ap.add_argument("--no-check-routes", action="store_true",
                     help="time the routing route_linears sets, without cudal2.check_routes' check inside the model")
     args = ap.parse_args(argv)
@@ -295,14 +304,22 @@ def main(argv: list[str] | None = None) -> Path:
         tag = torch.cuda.get_device_name().lower().replace("nvidia ", "").split()[0]
     modes = tuple(args.modes.split(","))
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 8)  # two models, two phases
-    stem = args.out_dir / f"e2e_model_{tag}_{_dt.date.today().isoformat()}"
+    stem = args.out_dir / f"e2e_model_{'aa_' if args.aa else ''}{tag}_{_dt.date.today().isoformat()}"
     args.out_dir.mkdir(parents=True, exist_ok=True)
     store = args.store or str(stem.with_suffix(".db"))
 
     plain, ours = llama(args.layers, args.smoke, device)
     ids = torch.randint(0, plain.config.vocab_size, (args.batch, args.prompt), device=device,
                         generator=torch.Generator(device).manual_seed(0))
-    routed = tune(ours, ids, args.budget, store, runner)
+    if args.aa:  # an empty table: route_linears routes nothing, so "ours" runs the untouched model's code
+        from cudal2.store.table import TunedTable
+
+        import cudal2
+
+        cudal2.set_table(TunedTable())
+        routed = {"eager": [], "graphs_only": []}
+    else:
+        routed = tune(ours, ids, args.budget, store, runner)
     result = measure(plain, ours, ids, args.prompt, modes, args.rounds, args.calls, on_gpu=not args.smoke,
                      check=not args.no_check_routes)
     env = record() if not args.smoke else {"date": _dt.date.today().isoformat(), "torch": torch.__version__}
@@ -313,7 +330,7 @@ def main(argv: list[str] | None = None) -> Path:
     stem.with_suffix(".md").write_text(report(result, args, env, command, routed))
     stem.with_suffix(".json").write_text(json.dumps(
         {"command": command, "env": env, "layers": args.layers, "batch": args.batch, "prompt": args.prompt,
-         "budget": args.budget, "rounds": args.rounds, "calls": args.calls, "smoke": args.smoke,
+         "budget": args.budget, "rounds": args.rounds, "calls": args.calls, "smoke": args.smoke, "aa": args.aa,
          "routed": routed, **result}, indent=1, default=str))
     print(stem.with_suffix(".md").read_text())
     return stem

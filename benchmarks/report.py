@@ -1234,6 +1234,21 @@ EXPERIMENTS: list[Experiment] = [
                "`--budget 0 --modes eager --rounds 41` on the same store (GPU-bd8d0a90): decode 0.983x (0.964 to "
                "1.000), prefill 1.003x; check_routes declined gate/up (-171 us a forward) and lm_head (-43 us); k/v "
                "and down served no eager call (their kernels declined for their launch paths) and kept their routes."),
+    Experiment("The Llama's own A/A in eager mode: the untouched model against an untouched copy, H200",
+               "e2e_model_aa_run1_h200_2026-11-30.json", "e2e_model",
+               "`benchmarks/e2e_model.py --aa --layers 2 --batch 64 --prompt 64 --modes eager --rounds 41` (an empty "
+               "table: nothing tuned, routed or checked), GPU-54c3f8f4: prefill 1.000x (0.998 to 1.003), decode 1.006x "
+               "(0.997 to 1.016). With nothing changed, the eager decode ratio reads 0.6% off 1."),
+    Experiment("The same A/A again, the same machine", "e2e_model_aa_run2_h200_2026-11-30.json", "e2e_model",
+               "The command above again, right after (GPU-54c3f8f4): prefill 1.002x, decode 1.015x (0.999 to 1.060); "
+               "the decode tokens/s of both models fell by 40% against the run before (a disturbed host), and the ratio "
+               "read 1.5% off 1."),
+    Experiment("The batch-64 Llama's eager mode beside those two A/A runs, H200",
+               "e2e_model_eager_beside_aa_h200_2026-11-30.json", "e2e_model",
+               "`--budget 0 --modes eager --rounds 41` on the Triton-only store, the same machine right after the "
+               "two A/A runs (GPU-54c3f8f4): decode 0.993x (0.972 to 1.018), prefill 1.002x; check_routes declined "
+               "gate/up, down and lm_head at 64 rows. Four eager decode readings of this store, 0.983 to 0.994, lie "
+               "within 1.7% of 1, and the A/A's own readings within 1.5%."),
     Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
                "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
                "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "

@@ -39,3 +39,14 @@ def test_the_smoke_run_tunes_routes_and_times_a_llama_on_the_cpu(tmp_path):
     assert set(result["routed_per_mode"]["eager"]) == {name for c in checks for name in c["layers"]}
     assert result["declined_rows_per_mode"]["eager"] == {}
     assert "timed inside the model" in stem.with_suffix(".md").read_text()
+
+
+def test_the_aa_run_times_the_untouched_model_against_an_untouched_copy(tmp_path):
+    stem = e2e_model.main(["--smoke", "--aa", "--out-dir", str(tmp_path)])
+    assert stem.name.startswith("e2e_model_aa_")
+    result = json.loads(stem.with_suffix(".json").read_text())
+    assert result["aa"] and result["routed"] == {"eager": [], "graphs_only": []}
+    assert result["routed_per_mode"]["eager"] == [] and result["route_checks"]["eager"] == []  # nothing routed
+    both = result["modes"]["eager"]["decode"]
+    assert both["torch"]["tokens_per_s"] > 0 and both["cudal2"]["tokens_per_s"] > 0
+    assert "A/A run" in stem.with_suffix(".md").read_text()
