@@ -1249,6 +1249,16 @@ EXPERIMENTS: list[Experiment] = [
                "two A/A runs (GPU-54c3f8f4): decode 0.993x (0.972 to 1.018), prefill 1.002x; check_routes declined "
                "gate/up, down and lm_head at 64 rows. Four eager decode readings of this store, 0.983 to 0.994, lie "
                "within 1.7% of 1, and the A/A's own readings within 1.5%."),
+    Experiment("The op served, 30 validation shapes, the chain harness's new pairing, H200",
+               "op_served_paired_h200_2026-11-30.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-29.json --rounds 40 "
+               "--max-seconds 430` after the harness's pairing change (GPU-c0361d91): 25 of 30. Graph: 30 of 30 at "
+               "0.99 or more (0.992 to 1.164; every torch-against-torch miss of the runs before is gone). Eager: the "
+               "same two host-bound misses, 1x3072x3072 0.989 and 33x3072x3072 0.981. Served in graphs within "
+               "searched - 0.02: 2 of 5 (1x3072x3072 1.164, 16x3584x18944 1.037); 1x32000x5120 read 0.995 against "
+               "1.029, and on this GPU torch's own GEMM ran faster on the two 152064-wide shapes (7 rows: 577 us eager "
+               "against 601 on GPU-6e43fcb9 and GPU-e7c4e3d1; 64 rows: 591 against 624), so their kernels, faster "
+               "still, read 1.029 and 1.013 against a searched 1.052 and 1.049."),
     Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
                "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
                "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "
