@@ -232,3 +232,58 @@ def test_linear_is_f_linear_with_the_front_s_probe_bound(probe_bound, case):
     small = ops.EAGER_MIN_SAVING_US / 4e3
     _twice_through_the_op([_entry(m=2, n=3, k=4, kernel_ms=0.1, torch_ms=0.2),
                            _entry(m=2, n=5, k=4, kernel_ms=small, torch_ms=2 * small)], case)
+
+
+@st.composite
+def routed_case(draw):
+    """An nn.Linear of a float dtype (with a bias or not) and an input of 1 to 4 dims; the row counts a table serves
+    its weight shape at (some eager, some only in graphs) and those check_routes declined."""
+    dtype = draw(st.sampled_from([torch.float16, torch.bfloat16, torch.float32, torch.float64]))
+    n, k = draw(st.integers(1, 5)), draw(st.integers(1, 5))
+    x_shape = _batch(draw, draw(st.integers(0, 3)), ()) + (k,)
+    served = draw(st.lists(st.integers(1, 6), min_size=1, max_size=3, unique=True))
+    graph_only = draw(st.sets(st.sampled_from(served)))
+    declined = draw(st.sets(st.sampled_from(served)))
+    return (dtype, n, k, draw(st.booleans()), draw(operand(x_shape, dtype)), served, graph_only, declined,
+            draw(st.booleans()), draw(st.integers(0, 2**16)))
+
+
+@CHECKS
+@given(routed_case())
+def test_a_routed_layer_is_nn_linear(case):
+    """A layer route_linears routed (cudal2.ops.RoutedLinear: a row test, declined counts, the plan's eager counts,
+    the gradient path, the op) gives nn.Linear's result and gradients, three calls in a row, with gradients on or
+    off, whatever rows the table serves its shape at and check_routes declined."""
+    dtype, n, k, with_bias, x, served, graph_only, declined, grad_on, seed = case
+    small = ops.EAGER_MIN_SAVING_US / 4e3  # a win for calls captured in graphs only
+    ops.set_table(TunedTable([_entry(m=m, n=n, k=k, kernel_ms=small if m in graph_only else 0.1,
+                                     torch_ms=2 * small if m in graph_only else 0.2) for m in served]))
+    try:
+        torch.manual_seed(seed)
+        plain = torch.nn.Linear(k, n, bias=with_bias).to(dtype)
+        with torch.no_grad():  # values in {-1, 0, 1}: sums exact in every dtype, whatever the order
+            for p in plain.parameters():
+                p.copy_(torch.randint(-1, 2, p.shape, generator=torch.Generator().manual_seed(seed)))
+        routed = torch.nn.Linear(k, n, bias=with_bias).to(dtype)
+        routed.load_state_dict(plain.state_dict())
+        cudal2.route_linears(routed, graphs=True)
+        assert type(routed) is ops.RoutedLinear
+        routed._cudal2_declined = frozenset(m * k for m in declined)  # as check_routes leaves them
+        params = [p for p in (routed.weight, routed.bias) if p is not None]
+        plain_params = [p for p in (plain.weight, plain.bias) if p is not None]
+        with torch.set_grad_enabled(grad_on):
+            for _ in range(3):
+                both = _outcomes(lambda: _grads(lambda: routed(x), [x, *params], seed),
+                                 lambda: _grads(lambda: plain(x), [x, *plain_params], seed))
+                if both is None:
+                    return
+                (y, grads), (y_torch, grads_torch) = both
+                assert y.dtype == y_torch.dtype and y.shape == y_torch.shape
+                torch.testing.assert_close(y.detach(), y_torch.detach(), rtol=0, atol=0)
+                assert (grads is None) == (grads_torch is None)
+                for g, g_torch in zip(grads or [], grads_torch or []):
+                    assert (g is None) == (g_torch is None)
+                    if g is not None:
+                        torch.testing.assert_close(g, g_torch, rtol=0, atol=0)
+    finally:
+        ops.set_table(TunedTable())
