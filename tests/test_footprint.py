@@ -35,6 +35,8 @@ def test_workspace_bytes_of_split_k_and_stream_k():
     assert workspace_bytes(p, KernelSpec(decomposition="split_k", split_k=4)) == 4 * 4 * 512 * 256
     atomic = KernelSpec(arch="sm_80", decomposition="split_k", split_k=4, split_k_reduction="atomic")
     assert workspace_bytes(p, atomic) == 4 * 512 * 256  # one shared fp32 sum
+    serial = KernelSpec(decomposition="split_k", split_k=4, split_k_reduction="serial")  # 128x128 tiles: 8
+    assert workspace_bytes(p, serial) == 4 * ((1 << 16) + 4 * 512 * 256)  # the tile counters, then the partials
     stream = KernelSpec.model_construct(**{**KernelSpec().to_dict(), "decomposition": "stream_k"})
     assert workspace_bytes(p, stream) == 4 * 132 * (128 * 128 + 1)  # a tile and a flag per SM
 

@@ -22,6 +22,10 @@ FAMILIES = {
     "pointer-persistent": dict(block_m=128, block_n=128, block_k=64, num_warps=8, stages=3, persistent=True),
     "splitk-workspace": dict(block_m=64, block_n=64, block_k=64, num_warps=4, stages=4,
                              decomposition="split_k", split_k=4),
+    "splitk-serial": dict(block_m=64, block_n=64, block_k=64, num_warps=4, stages=4,
+                          decomposition="split_k", split_k=4, split_k_reduction="serial"),
+    "splitk-serial-persistent": dict(block_m=64, block_n=64, block_k=64, num_warps=4, stages=4, persistent=True,
+                                     decomposition="split_k", split_k=3, split_k_reduction="serial"),
     # splitk-atomic is not here: on H100 (Triton 3.6) it lost updates in this test, so the backend
     # no longer declares it on sm_90/sm_90a (docs/triton_backend.md).
     "tma": dict(block_m=128, block_n=128, block_k=64, num_warps=8, stages=4, load_path="tma"),
@@ -83,6 +87,29 @@ def test_family_on_gpu(family, shape, dtype):
     mm_err = ((torch.mm(a, b).float() - ref).norm() / ref.norm()).item()
     ROWS.append((family, problem.label(), f"{max(errs):.2e}", f"{mm_err:.2e}"))
     assert max(errs) < BOUND[dtype], f"{family} {problem.label()}: relative error {max(errs):.2e}"
+
+
+@pytest.mark.parametrize("load_path", ["pointer", "tma"])
+def test_serial_split_k_has_the_workspace_reductions_bits_on_gpu(load_path):
+    """The one-launch serial reduction sums each tile's partials in slice order, as the workspace reduction's
+    second kernel does: bit for bit the same output, call after call (the counters reset), on many tiles racing."""
+    import torch
+
+    if load_path == "tma" and _arch() == "sm_80":
+        pytest.skip("TMA needs sm_90")
+    backend = get_backend("triton")
+    problem = GemmProblem(m=1000, n=2048, k=4096, layout="NT", epilogue=Epilogue(bias=True))
+    kw = dict(arch=_arch(), block_m=64, block_n=64, block_k=64, num_warps=4, stages=4, load_path=load_path,
+              decomposition="split_k", split_k=8)
+    serial = backend.compile(backend.render(problem, KernelSpec(**kw, split_k_reduction="serial")))
+    workspace = backend.compile(backend.render(problem, KernelSpec(**kw)))
+    bias = torch.randn(problem.n, device="cuda").half()
+    for seed in range(3):
+        a, b = _operands(problem, seed)
+        want = workspace(a, b, None, bias)
+        for _ in range(2):
+            assert torch.equal(serial(a, b, None, bias), want), f"seed {seed}: serial split-K differs"
+    assert serial.workspace_intact()
 
 
 def test_epilogue_on_gpu():

@@ -18,6 +18,7 @@ import torch
 from cudal2 import GemmProblem, KernelSpec, SpecError, get_backend
 from cudal2.codegen.triton import cache_dir
 from cudal2.ir import Epilogue
+from cudal2.ir.footprint import SERIAL_COUNTERS
 
 BOUND = {"float16": 5e-3, "bfloat16": 1e-2}  # relative Frobenius error vs the fp32 reference
 ROOT = Path(__file__).resolve().parent.parent
@@ -86,9 +87,12 @@ FAMILIES = {
     "splitk-workspace": dict(decomposition="split_k", split_k=3),
     "splitk-atomic-persistent": dict(decomposition="split_k", split_k=2, split_k_reduction="atomic", persistent=True,
                                      arch="sm_80"),  # atomic split-K is withdrawn on Hopper
+    "splitk-serial": dict(decomposition="split_k", split_k=3, split_k_reduction="serial"),
+    "splitk-serial-persistent": dict(decomposition="split_k", split_k=2, split_k_reduction="serial", persistent=True),
     "tma": dict(load_path="tma"),
     "tma-persistent-splitk": dict(load_path="tma", persistent=True, decomposition="split_k", split_k=2,
                                   block_n=16),
+    "tma-splitk-serial": dict(load_path="tma", decomposition="split_k", split_k=3, split_k_reduction="serial"),
 }
 
 
@@ -105,7 +109,7 @@ def test_family_layout_dtype(backend, family, layout, dtype):
 
 @pytest.mark.parametrize("shapes", ["auto", "dynamic"])
 @pytest.mark.parametrize("shape", [(1, 1, 1), (5, 300, 7), (33, 17, 64), (128, 64, 96)])
-@pytest.mark.parametrize("family", ["pointer", "splitk-workspace"])
+@pytest.mark.parametrize("family", ["pointer", "splitk-workspace", "splitk-serial"])
 def test_shapes(backend, shape, family, shapes):
     kw = dict(FAMILIES[family], shape_specialization=shapes)
     m, n, k = shape
@@ -124,7 +128,8 @@ TMA_SHAPES_OF_ONE_CLASS = [(72, 40, 136), (8, 8, 8), (200, 136, 264), (16, 320, 
 
 
 @pytest.mark.parametrize("family", ["pointer", "pointer-persistent-along_n", "splitk-workspace",
-                                    "splitk-atomic-persistent", "tma", "tma-persistent-splitk"])
+                                    "splitk-atomic-persistent", "splitk-serial-persistent", "tma",
+                                    "tma-persistent-splitk", "tma-splitk-serial"])
 @pytest.mark.parametrize("layout", ["NT", "TN"])
 def test_one_dynamic_kernel_serves_every_shape_of_its_class(backend, family, layout):
     """Rendered once (for the first shape), the kernel is called on shapes of every alignment, M=1
@@ -147,10 +152,15 @@ def test_one_dynamic_kernel_serves_every_shape_of_its_class(backend, family, lay
         err = ((out.float() - ref).norm() / ref.norm()).item()
         assert err < BOUND["float16"], f"{problem.label()}: relative error {err:.2e}"
     if kw.get("decomposition") == "split_k":
-        split = kw["split_k"] if kw.get("split_k_reduction", "workspace") == "workspace" else 1
+        reduction = kw.get("split_k_reduction", "workspace")
         ws = kernel._workspace.body(torch.device("cpu"))
-        assert ws.numel() == max(m * n for m, n, _ in shapes) * split
-        if kw.get("split_k_reduction") == "atomic":
+        if reduction == "serial":  # the counters (as many for every shape), then the largest call's partials
+            assert ws.numel() == SERIAL_COUNTERS + max(m * n for m, n, _ in shapes) * kw["split_k"]
+            assert torch.count_nonzero(ws[:SERIAL_COUNTERS]) == 0  # every counter back to zero
+        else:
+            split = kw["split_k"] if reduction == "workspace" else 1
+            assert ws.numel() == max(m * n for m, n, _ in shapes) * split
+        if reduction == "atomic":
             assert torch.count_nonzero(ws) == 0  # still ready for the next call
         assert kernel.workspace_intact()  # no call wrote past the part it used
 
@@ -189,7 +199,7 @@ EPILOGUES = {
 }
 
 
-@pytest.mark.parametrize("family", ["pointer", "splitk-workspace", "splitk-atomic-persistent", "tma"])
+@pytest.mark.parametrize("family", ["pointer", "splitk-workspace", "splitk-atomic-persistent", "splitk-serial", "tma"])
 @pytest.mark.parametrize("epilogue", list(EPILOGUES))
 def test_epilogue(backend, family, epilogue):
     kw = FAMILIES[family]
@@ -202,6 +212,42 @@ def test_epilogue(backend, family, epilogue):
 def test_out_dtype(backend, dtype, out_dtype):
     problem = GemmProblem(m=45, n=38, k=50, dtype=dtype, out_dtype=out_dtype, epilogue=Epilogue(beta=1.0, bias=True))
     check(backend, problem, spec(decomposition="split_k", split_k=2))
+
+
+@pytest.mark.parametrize("load_path", ["pointer", "tma"])
+def test_serial_split_k_is_one_launch_with_the_workspace_reductions_bits(backend, load_path):
+    """The serial reduction sums a tile's partials in slice order, as the workspace reduction's second kernel
+    does: the same bits, in one launch, its tiles' counters left at zero for the next call."""
+    problem = GemmProblem(m=40, n=72, k=200, epilogue=Epilogue(bias=True))
+    serial = backend.compile(backend.render(problem, spec(load_path=load_path, decomposition="split_k", split_k=3,
+                                                          split_k_reduction="serial")))
+    workspace = backend.compile(backend.render(problem, spec(load_path=load_path, decomposition="split_k", split_k=3)))
+    a, b, _, bias = operands(problem, 5)
+    assert len(serial._launches(a, b, torch.empty(40, 72).half(), bias, None, 132)) == 1
+    assert len(workspace._launches(a, b, torch.empty(40, 72).half(), bias, None, 132)) == 2
+    want = workspace(a, b, None, bias)
+    for _ in range(3):  # each call finds its counters at zero again
+        assert torch.equal(serial(a, b, None, bias), want)
+    assert serial.workspace_bytes == 4 * (SERIAL_COUNTERS + 3 * 40 * 72) and serial._workspace.zeroed
+    assert torch.count_nonzero(serial._workspace.body(torch.device("cpu"))[:SERIAL_COUNTERS]) == 0
+    assert serial.workspace_intact()
+
+
+def test_a_shape_generic_serial_kernel_finds_its_counters_at_zero_after_a_smaller_call(backend):
+    """The counters lie where they lie for every shape: a call of many tiles after one of few, whose partials
+    began right after the few counters it used, still finds every counter at zero; a shape of more tiles than
+    there are counters is refused in one line."""
+    kw = dict(decomposition="split_k", split_k=2, split_k_reduction="serial", shape_specialization="dynamic")
+    kernel = backend.compile(backend.render(GemmProblem(m=64, n=64, k=64), spec(**kw)))
+    for m, n, k in [(300, 300, 64), (3, 5, 64), (300, 300, 64), (96, 640, 96)]:  # many tiles, few, many again
+        a, b = torch.randn(m, k).half(), torch.randn(k, n).half()
+        out = kernel(a, b)
+        torch.testing.assert_close(out.float(), a.float() @ b.float(), rtol=1e-2, atol=1e-2)
+    assert torch.count_nonzero(kernel._workspace.body(torch.device("cpu"))[:SERIAL_COUNTERS]) == 0
+    with pytest.raises(ValueError, match=r"tiles of 32x32, more than the 65536 counters.*split_k_reduction='workspace'"):
+        kernel(torch.randn(8200, 64).half(), torch.randn(64, 8200).half())  # 257 x 257 tiles
+    with pytest.raises(SpecError, match="more than the 65536 counters"):
+        backend.render(GemmProblem(m=8200, n=8200, k=64), spec(**{**kw, "shape_specialization": "static"}))
 
 
 def test_workspace_allocated_once_and_atomic_buffer_left_zeroed(backend):

@@ -3,9 +3,10 @@
 Two kernel families, one template each under templates/triton/:
   matmul      pointer loads (masked), any arch, any M, N, K and all four layouts
   matmul_tma  device-side TMA tensor descriptors (sm_90/sm_90a; 16-byte aligned leading dims)
-Both cover data-parallel and persistent grids, grouped rasterization, and split-K with either
-reduction (fp32 workspace [split_k, M, N] + reduce kernel, or fp32 atomics into [M, N] +
-epilogue kernel). Every spec value is baked into the rendered text as a compile-time constant,
+Both cover data-parallel and persistent grids, grouped rasterization, and split-K with any of three
+reductions: fp32 workspace [split_k, M, N] + reduce kernel; serial (the same partials, summed in
+slice order by the slice that finishes its tile last, counted per tile in the workspace: one
+launch); or fp32 atomics into [M, N] + epilogue kernel. Every spec value is baked into the rendered text as a compile-time constant,
 so the text is the kernel: readable, golden-tested, and hashed. The shape is baked in too
 (M, N, K constexprs), unless the spec asks for shape_specialization="dynamic": then M, N and K
 are arguments, one module serves every shape of its dtype, layout and epilogue, and Triton
@@ -30,6 +31,7 @@ from threading import Lock
 from typing import Any
 
 from ..ir import ARCHS, Capabilities, GemmProblem, KernelSpec, options
+from ..ir.footprint import SERIAL_COUNTERS, serial_split_k_elements, serial_split_k_violation
 from .base import Backend, Source
 from .operands import call_extents, operand_errors, operand_strides, torch_dtype
 from .workspace import Workspace
@@ -107,7 +109,7 @@ class TritonBackend(Backend):
             smem_swizzle=["auto"], smem_padding=[0],
             raster_order=["along_m", "along_n"],
             decomposition=["data_parallel", "split_k"],
-            split_k_reduction=["atomic", "workspace"],
+            split_k_reduction=["atomic", "workspace", "serial"],
             persistent=[False, True],
             epilogue_path=["registers"], epilogue_subtile=[1],
             swap_ab=[False],  # the templates compute D = A @ B as written
@@ -120,8 +122,8 @@ class TritonBackend(Backend):
         # the elements of about a fifth of the tiles wrong at 1000^3 with 64x64 tiles; see
         # docs/triton_backend.md). Withdrawn on Hopper until that is understood; unmeasured on sm_80.
         per_arch={"sm_80": options(load_path=["pointer"]),
-                  "sm_90": options(split_k_reduction=["workspace"]),
-                  "sm_90a": options(split_k_reduction=["workspace"])},
+                  "sm_90": options(split_k_reduction=["workspace", "serial"]),
+                  "sm_90a": options(split_k_reduction=["workspace", "serial"])},
     )
     templates = {"matmul": "matmul.py.j2", "matmul_tma": "matmul_tma.py.j2"}
 
@@ -194,6 +196,9 @@ class TritonBackend(Backend):
             workspace_doc = "unused (None)"
         elif spec.split_k_reduction == "workspace":
             workspace_doc = f"fp32 [{split}, {extent}]: one partial sum per K slice"
+        elif spec.split_k_reduction == "serial":
+            workspace_doc = (f"fp32: {SERIAL_COUNTERS} tile counters, all zero on entry (and left zero), then "
+                             f"[{split}, {extent}]: one partial sum per K slice")
         else:
             workspace_doc = f"fp32 [{extent}], all zeros on entry (and left all zeros)"
         summary = (f"{spec.block_m}x{spec.block_n}x{spec.block_k} warps={spec.num_warps} stages={spec.stages} "
@@ -222,6 +227,10 @@ class TritonBackend(Backend):
             alpha=repr(float(e.alpha)), beta=repr(float(e.beta)),
             has_alpha=e.alpha != 1.0, has_beta=e.beta != 0.0, bias=e.bias, activation=e.activation,
             split_k=split, reduction=spec.split_k_reduction,
+            # the serial reduction counts each output tile's finished slices
+            tile_param=", tile_id" if split > 1 and spec.split_k_reduction == "serial" else "",
+            serial_counters=SERIAL_COUNTERS,
+            tile_arg=", pid_m * tl.cdiv(N, BLOCK_N) + pid_n" if split > 1 and spec.split_k_reduction == "serial" else "",
             even_k=even_k, along_m=spec.raster_order == "along_m",
             wide=widen, slice_elements="M * N",
             a_mask=f", mask={' & '.join(f'({c})' for c in a_mask)}, other=0.0" if a_mask else "",
@@ -434,7 +443,8 @@ class TritonKernel:
         self._torch = torch
         self._out_dtype = torch_dtype(p.c_dtype)
         self._split = self.spec.split_k if self.spec.decomposition == "split_k" else 1
-        # zeroed for the atomic reduction: its epilogue kernel zeroes what it read, whatever the shape
+        # zeroed for the atomic reduction (its epilogue kernel zeroes what it read, whatever the shape) and the serial
+        # one (its tiles' counters, which the last slice of each tile sets back to zero)
         self._workspace = Workspace(zeroed=self._split > 1 and self.spec.split_k_reduction != "workspace")
         self._scratch = None  # global scratch for device-side TMA descriptors
         self._interpreted = interpreting()
@@ -452,6 +462,8 @@ class TritonKernel:
     def workspace_elements(self, m: int, n: int) -> int:
         if self._split == 1:
             return 0
+        if self.spec.split_k_reduction == "serial":
+            return serial_split_k_elements(m, n, self._split)
         return m * n * (self._split if self.spec.split_k_reduction == "workspace" else 1)
 
     @property
@@ -461,6 +473,11 @@ class TritonKernel:
         return 4 * self.workspace_elements(self.problem.m, self.problem.n)
 
     def _workspace_for(self, device, m: int, n: int):
+        if self._split > 1 and self.spec.split_k_reduction == "serial":  # (a shape-generic kernel's call)
+            too_many = serial_split_k_violation(m, n, self.spec.block_m, self.spec.block_n)
+            if too_many is not None:
+                raise ValueError(f"triton kernel for {self.problem.class_label()}: {too_many.limit}; "
+                                 f"fix: {too_many.fix}")
         return self._workspace.for_call(device, self.workspace_elements(m, n))
 
     def workspace_intact(self) -> bool:

@@ -37,11 +37,37 @@ def problem_bytes(problem: Any) -> int:
     return sum(operand_bytes(problem).values())
 
 
+# A serial split-K workspace starts with this many tile counters whatever the call's shape, then the partial sums.
+# Fixed, so that one kernel serving shapes of different tile counts (a shape-generic kernel) finds its counters
+# where every earlier call left them at zero: where they followed the tile count, a larger call's counters would lie
+# where a smaller call wrote partial sums. 256 KiB; an output of more tiles is refused (serial_split_k_violation).
+SERIAL_COUNTERS = 1 << 16
+
+
+def serial_split_k_elements(m: int, n: int, split_k: int) -> int:
+    """fp32 elements of a serial split-K workspace: SERIAL_COUNTERS counters, then one (m, n) partial sum per K
+    slice."""
+    return SERIAL_COUNTERS + split_k * m * n
+
+
+def serial_split_k_violation(m: int, n: int, block_m: int, block_n: int) -> Violation | None:
+    """Why a serial split-K kernel of block_m x block_n tiles cannot compute an m x n output (more tiles than its
+    workspace has counters), or None."""
+    tiles = -(-m // block_m) * -(-n // block_n)
+    if tiles <= SERIAL_COUNTERS:
+        return None
+    return Violation("split_k_reduction", "serial", f"an {m}x{n} output has {tiles} tiles of {block_m}x{block_n}, "
+                     f"more than the {SERIAL_COUNTERS} counters of a serial split-K workspace",
+                     "use split_k_reduction='workspace' or larger tiles")
+
+
 def workspace_bytes(problem: Any, spec: Any) -> int:
     """Bytes of the fp32 workspace a kernel of this spec allocates beside the problem's tensors:
     split-K keeps one partial (M, N) sum per K slice (or one shared sum with atomics); stream-K one
     partial tile and one flag per SM (the CuTe DSL kernel's slots); data-parallel none."""
     if spec.decomposition == "split_k" and spec.split_k > 1:
+        if spec.split_k_reduction == "serial":  # and the tiles' counters before the partials
+            return 4 * serial_split_k_elements(problem.m, problem.n, spec.split_k)
         slices = spec.split_k if spec.split_k_reduction == "workspace" else 1
         return 4 * slices * problem.m * problem.n
     if spec.decomposition == "stream_k":

@@ -14,6 +14,7 @@ from pydantic import Field, model_validator
 
 from . import capabilities
 from .errors import SpecError, Violation
+from .footprint import serial_split_k_violation
 from .hardware import ARCHS, DEFAULT_ARCH, DTYPE_BYTES, TILE_WIDTHS, ArchLimits, arch_limits
 from .model import IRModel
 from .problem import GemmProblem
@@ -66,8 +67,10 @@ class KernelSpec(IRModel):
     decomposition: Literal["data_parallel", "split_k", "stream_k"] = Field(
         "data_parallel", description="how output tiles and K are shared out among blocks")
     split_k: int = Field(1, ge=1, le=64, description="K slices when decomposition is split_k")
-    split_k_reduction: Literal["atomic", "workspace"] = Field(
-        "workspace", description="how split-K partial sums are combined")
+    split_k_reduction: Literal["atomic", "workspace", "serial"] = Field(
+        "workspace", description="how split-K partial sums are combined: workspace (fp32 partials, summed by a "
+        "second kernel), serial (fp32 partials, summed in slice order by the slice that finishes its tile last: "
+        "one launch) or atomic (fp32 atomics into one sum)")
     persistent: bool = Field(False, description="one block per SM looping over tiles")
     # --- epilogue ------------------------------------------------------------------------------------
     epilogue_path: Literal["registers", "smem", "tma_store"] = Field(
@@ -314,6 +317,10 @@ def check_compatible(problem: GemmProblem, spec: KernelSpec) -> None:
             bad.append(Violation("split_k", spec.split_k,
                                  f"K={problem.k} has only {k_blocks} block(s) of block_k={spec.block_k}",
                                  f"use split_k <= {k_blocks} or a smaller block_k"))
+        if spec.split_k_reduction == "serial":
+            too_many = serial_split_k_violation(problem.m, problem.n, spec.block_m, spec.block_n)
+            if too_many is not None:
+                bad.append(too_many)
     if capabilities.resolver_installed():
         caps = capabilities.resolve(spec.backend)
         if caps is not None:
