@@ -1,12 +1,16 @@
-"""Triton split-K reduced in one launch ("serial") against its two-launch workspace twin, on the split-K
-winners of a crosscheck_winners run: the evaluator's time of each in chain mode (its checks included) and the
-host time one eager call of each costs beyond F.linear's.
+"""Triton split-K reduced in one launch ("serial") against its two-launch workspace twin: the evaluator's time
+of each in chain mode (its checks included) and the host time one eager call of each costs beyond F.linear's.
 
     python benchmarks/split_k_serial.py OUT.md --winners benchmarks/results/crosscheck_winners_chain_h200_2026-11-29.json
         [--max-seconds 150]
+    python benchmarks/split_k_serial.py OUT.md --train 24 [--max-seconds 150]
 
-Per winner whose spec splits K with the workspace reduction: the same spec with split_k_reduction="serial" (the
-slice that finishes a tile last sums its partials in slice order: the same bits, no second kernel). Both are
+Which specs: --winners, each split-K winner of a crosscheck_winners run (validation shapes) whose reduction is
+the workspace; --train N, N serving shapes of the split's train part drawn with a fixed seed among those where
+the rules' 16 Triton proposals split K, the first such proposal with the workspace reduction (the figures the
+rules' serial_reduction_us factor is fitted on). Each spec is timed beside its twin with
+split_k_reduction="serial" (the slice that finishes a tile last sums its partials in slice order: the same bits,
+no second kernel). Both are
 timed by one Evaluator call in chain mode under Evaluator.full_timing (the search's confirmation timing), beside
 torch.matmul. The eager host cost is cudal2.bench.launch_cost.measure_us of each kernel's bound launch (a layout-NT
 call as cudal2.linear makes it) against F.linear on the same operands: the figure the op's eager rule compares
@@ -54,34 +58,64 @@ def host_costs_us(problem, specs: dict) -> dict[str, float]:
     return out
 
 
+def train_specs(count: int, seed: int = 20261130) -> list[tuple[str, "object"]]:
+    """(shape label, spec): count train serving shapes where the rules' 16 Triton proposals split K, drawn with
+    seed, each with the first such proposal (workspace reduction)."""
+    import random
+
+    from cudal2.proposers.rules import RulesProposer
+    from cudal2.shapes import shapes
+
+    rules = RulesProposer(("triton",))
+    found = []
+    for shape in shapes("serving", "train"):
+        problem = problem_of(shape.label)
+        split = [p.spec for p in rules.propose(problem, n=16) if p.spec.decomposition == "split_k"]
+        if split:
+            found.append((shape.label, split[0].model_copy(update={"split_k_reduction": "workspace"})))
+    return sorted(random.Random(seed).sample(found, min(count, len(found))), key=lambda f: f[0])
+
+
+def winner_specs(path: Path) -> list[tuple[str, "object"]]:
+    """(shape label, spec): the split-K winners of a crosscheck_winners run whose reduction is the workspace."""
+    from cudal2 import KernelSpec
+
+    out = []
+    for row in json.loads(path.read_text())["rows"]:
+        spec = KernelSpec(**json.loads(row["spec_json"])) if row.get("spec_json") else None
+        if spec is not None and spec.decomposition == "split_k" and spec.split_k_reduction == "workspace":
+            out.append((row["shape"], spec))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("out", type=Path)
-    ap.add_argument("--winners", type=Path, required=True)
+    which = ap.add_mutually_exclusive_group(required=True)
+    which.add_argument("--winners", type=Path, help="a crosscheck_winners JSON: its split-K winners")
+    which.add_argument("--train", type=int, help="this many train shapes, the rules' split-K proposal of each")
     ap.add_argument("--max-seconds", type=float, default=150)
     args = ap.parse_args()
 
     import torch
 
-    from cudal2 import KernelSpec
     from cudal2.bench.environment import record
     from cudal2.bench.evaluator import Evaluator
 
-    winners = json.loads(args.winners.read_text())
+    chosen = winner_specs(args.winners) if args.winners else train_specs(args.train)
+    source = (f"The split-K winners of {args.winners.name}" if args.winners else
+              f"{len(chosen)} train serving shapes (seed 20261130), the rules' first Triton split-K proposal of each")
     rows, start = [], time.time()
     with Evaluator() as ev:
-        for row in winners["rows"]:
-            spec = KernelSpec(**json.loads(row["spec_json"])) if row.get("spec_json") else None
-            if spec is None or spec.decomposition != "split_k" or spec.split_k_reduction != "workspace":
-                continue
+        for label, spec in chosen:
             if time.time() - start > args.max_seconds:
                 break
-            problem = problem_of(row["shape"])
+            problem = problem_of(label)
             specs = {"workspace": spec, "serial": spec.model_copy(update={"split_k_reduction": "serial"})}
             with ev.full_timing():
                 got = ev.evaluate(problem, list(specs.values()), modes=("chain",))
                 base = ev.baselines(problem, ("chain",))
-            out = {"shape": row["shape"], "spec": spec.summary(), "torch_us": base["torch"].kernel_ms("chain") * 1e3}
+            out = {"shape": label, "spec": spec.summary(), "torch_us": base["torch"].kernel_ms("chain") * 1e3}
             for name, res in zip(specs, got):
                 out[name + "_status"] = res.status
                 out[name + "_us"] = res.kernel_ms("chain") * 1e3 if res.ok else None
@@ -94,7 +128,7 @@ def main() -> None:
     lines = [f"# Split-K in one launch (serial) against the workspace reduction's two ({env['date']})", "",
              f"`{command}`", "",
              f"{env.get('gpu_name', '?')}, {env.get('gpu_uuid', '?')}; torch {env.get('torch', '?')}, Triton "
-             f"{env.get('triton', '?')}. The split-K winners of {args.winners.name}, each as searched (workspace) "
+             f"{env.get('triton', '?')}. {source}, each with the workspace reduction "
              "and with split_k_reduction='serial'. GPU us: the evaluator in chain mode (full timing), its checks "
              "passed (status). Host us: one eager launch of the bound kernel beyond F.linear's "
              "(cudal2.bench.launch_cost.measure_us).", "",
