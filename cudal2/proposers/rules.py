@@ -555,6 +555,9 @@ class RulesProposer:
             partial = split * m * n * 4
             if f["split_k_reduction"] == "workspace":
                 total += 2 * partial / dram_per_us + fx["workspace_reduction_us"]  # write + read, a second kernel
+            elif f["split_k_reduction"] == "serial":
+                # the same bytes; the tile's last slice sums them in the same kernel, no second launch
+                total += 2 * partial / dram_per_us + fx["serial_reduction_us"]
             else:
                 # read-modify-write atomics on the output, zeroing it first, and contention on
                 # the same lines; ranked after the fp32 workspace, which also rounds only once

@@ -42,7 +42,7 @@ class Preferences:
     max_stages: int = 5
     smem_reserve: int = 8 * 1024  # bytes the compiler uses beyond the pipeline buffers
     split_k: tuple[int, ...] = (2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
-    split_k_reduction: tuple[str, ...] = ("workspace", "atomic")
+    split_k_reduction: tuple[str, ...] = ("serial", "workspace", "atomic")
     load_path: tuple[str, ...] = ("tma", "cp_async", "pointer")
     raster_group: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64)
     min_acc_registers: int = 2  # fewer fp32 accumulators per thread than this wastes warps
