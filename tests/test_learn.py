@@ -178,6 +178,35 @@ def test_the_rules_fill_half_a_batch_beyond_the_catalog(model, tmp_path):
     assert batch[0].spec == prop.ranked(problem, 1)[0][0]
 
 
+def test_learned_split_k_runs_the_reduction_the_rules_rank_first_and_counts_as_its_catalog_spec(model, tmp_path):
+    from cudal2.bench.results import CandidateResult, Timing
+    from cudal2.proposers import get_proposer
+    from cudal2.proposers.rules import split_k_reduction_first
+
+    model.save(tmp_path / "m.json")
+    problem = GemmProblem(m=128, n=128, k=8192, layout="NT")
+    for arch in ("sm_90a", "sm_80"):
+        prop = get_proposer("learned", backends=("triton",), arch=arch, model=tmp_path / "m.json", beyond_catalog=False)
+        first = prop.propose(problem, [], 6)
+        split = [p.spec for p in first if p.spec.decomposition == "split_k"]
+        assert split, [p.spec.summary() for p in first]
+        assert {s.split_k_reduction for s in split} == {split_k_reduction_first("triton", arch)}
+        assert split_k_reduction_first("triton", arch) == ("serial" if arch == "sm_90a" else "workspace")
+        # the twins measured: the model's catalog specs (workspace) count as measured, never proposed again
+        history = [CandidateResult(spec=p.spec, status="ok",
+                                   timing={DEFAULT_MODE: Timing(kernel_ms=0.1 * (i + 1), call_ms=0.1, groups=1)})
+                   for i, p in enumerate(first)]
+        later = prop.propose(problem, history, 6)
+        assert "after 6 measured" in later[0].reasoning
+        assert {p.spec.key() for p in later}.isdisjoint({p.spec.key() for p in first})
+    # a problem whose output has more tiles than a serial workspace's counters keeps the catalog's reduction
+    prop = get_proposer("learned", backends=("triton",), arch="sm_90a", model=tmp_path / "m.json", beyond_catalog=False)
+    catalog_spec = next(s for s in prop.candidates(problem)[0] if s.decomposition == "split_k")
+    wide = GemmProblem(m=16384, n=16384, k=8192, layout="NT")
+    assert prop._reduced_first(wide, catalog_spec.replace(block_m=16, block_n=16)).split_k_reduction == "workspace"
+    assert prop._reduced_first(problem, catalog_spec).split_k_reduction == "serial"
+
+
 def test_the_search_asks_an_adaptive_proposer_after_every_batch(model, tmp_path):
     from cudal2.tuner.loop import run_search
     from cudal2.proposers import get_proposer

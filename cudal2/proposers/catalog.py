@@ -112,6 +112,11 @@ REFERENCE_PROBLEM = "4096x4096x4096"
 SEED = 20261125
 
 
+# Every catalog's split-K reduction: the one each backend declares (deterministic: a fixed summation order).
+# Fixed, as the catalogs are; the learned proposer runs a spec's twin of the reduction the rules rank first.
+CATALOG_SPLIT_K_REDUCTION = "workspace"
+
+
 def _spec(backend: str, arch: str, values: dict[str, Any]) -> KernelSpec | None:
     (bm, bn) = values.pop("tile")
     split = values.pop("split_k", 1)
@@ -123,7 +128,7 @@ def _spec(backend: str, arch: str, values: dict[str, Any]) -> KernelSpec | None:
     if split > 1:
         if fields.get("persistent") and backend == "triton":
             return None  # one decomposition at a time: Triton's split-K tiles are not persistent
-        fields.update(decomposition="split_k", split_k=split, split_k_reduction="workspace")
+        fields.update(decomposition="split_k", split_k=split, split_k_reduction=CATALOG_SPLIT_K_REDUCTION)
     try:
         return KernelSpec(**fields)
     except SpecError:

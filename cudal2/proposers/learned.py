@@ -29,9 +29,9 @@ from cudal2.bench.results import CandidateResult
 from cudal2.ir import ARCHS, DeviceProfile, GemmProblem, KernelSpec, SpecError, check_compatible
 from cudal2.proposers.proposal import Proposal, ProposerUnavailable
 from ..ir.hardware import DEFAULT_ARCH
-from .rules import RulesProposer
+from .rules import RulesProposer, split_k_reduction_first
 from cudal2.proposers import bandit
-from cudal2.proposers.catalog import catalog
+from cudal2.proposers.catalog import CATALOG_SPLIT_K_REDUCTION, catalog
 from cudal2.proposers.catalog import names_for
 from cudal2.proposers.cost_model import ModelError, TreeModel
 from cudal2.proposers.model_files import find_model
@@ -138,10 +138,10 @@ class LearnedProposer:
 
     def ranked(self, problem: GemmProblem, n: int = 1) -> list[tuple[KernelSpec, float]]:
         """The model's n best specs for problem with their predicted speedup over torch.matmul, best
-        first: no measurement involved."""
+        first (as proposed: split-K with the reduction the rules rank first): no measurement involved."""
         specs, mu, _ = self.candidates(problem)
         order = np.argsort(-mu, kind="stable")[:n]
-        return [(specs[i], float(np.exp(mu[i]))) for i in order]
+        return [(self._reduced_first(problem, specs[i]), float(np.exp(mu[i]))) for i in order]
 
     def propose(self, problem: GemmProblem, history: Sequence[CandidateResult] = (), n: int = 8, *,
                 pending: Sequence[KernelSpec] = ()) -> list[Proposal]:
@@ -176,8 +176,25 @@ class LearnedProposer:
         picks = bandit.choose(mu, leaves, measured, y, n, prior_sd=sd, beta=self.beta, exclude=sorted(tried))
         why = f"best prediction of the model {self.model_source}" if not measured else \
             f"upper bound after {len(measured)} measured"
-        return [Proposal(spec=specs[i], source=self.name,
+        return [Proposal(spec=self._reduced_first(problem, specs[i]), source=self.name,
                          reasoning=f"{why}: predicted {np.exp(mu[i]):.2f}x torch.matmul") for i in picks]
+
+    def _reduced_first(self, problem: GemmProblem, spec: KernelSpec) -> KernelSpec:
+        """spec with the split-K reduction the rules' model ranks first on this arch (the catalogs hold the
+        workspace's; Triton's serial twin on sm_90a gives the same bits in one launch, and measured ahead), where
+        the problem allows it; the model cannot tell them apart (no feature does), and _kernel_key takes both for
+        one."""
+        if spec.decomposition != "split_k" or spec.split_k < 2:
+            return spec
+        first = split_k_reduction_first(spec.backend, self.arch)
+        if first is None or first == spec.split_k_reduction:
+            return spec
+        twin = spec.model_copy(update={"split_k_reduction": first})
+        try:
+            check_compatible(problem, twin)
+        except SpecError:
+            return spec
+        return twin
 
 
 @lru_cache(maxsize=None)
@@ -189,9 +206,14 @@ def _catalog_union(backend: str, arch: str, names: tuple[str, ...]) -> tuple[tup
 
 
 def _kernel_key(spec: KernelSpec) -> str:
-    """A spec's key whatever its shape specialization: a search measures a catalog spec as the
-    backend's own (static) kernel, and that measurement still tells about the catalog spec. A key, not
-    a spec to run: not validated (a backend may declare no shape-generic kernels)."""
-    if spec.shape_specialization == "dynamic":
-        return spec.key()
-    return spec.model_copy(update={"shape_specialization": "dynamic"}).key()
+    """A spec's key whatever its shape specialization and split-K reduction: a search measures a catalog
+    spec as the backend's own (static) kernel, and with the reduction the rules rank first
+    (LearnedProposer._reduced_first), and that measurement still tells about the catalog spec (whose
+    reduction is the workspace's). A key, not a spec to run: not validated (a backend may declare no
+    shape-generic kernels)."""
+    update = {}
+    if spec.shape_specialization != "dynamic":
+        update["shape_specialization"] = "dynamic"
+    if spec.decomposition == "split_k" and spec.split_k_reduction != CATALOG_SPLIT_K_REDUCTION:
+        update["split_k_reduction"] = CATALOG_SPLIT_K_REDUCTION
+    return spec.model_copy(update=update).key() if update else spec.key()

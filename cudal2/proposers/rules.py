@@ -565,6 +565,17 @@ class RulesProposer:
         return total + tp.launch_us
 
 
+def split_k_reduction_first(backend: str, arch: str) -> str | None:
+    """The split-K reduction the model ranks first for backend on arch, or None where the backend splits K in
+    none: of the reductions it allows, the one of least <reduction>_reduction_us (factors.csv). The model charges
+    each the same bytes, so only that constant tells them apart."""
+    caps = get_backend(backend).capabilities
+    pref = PREFERENCES.get(backend, DEFAULT_PREFERENCES)
+    allowed = space.prefer(caps, "split_k_reduction", arch, pref.split_k_reduction)
+    fx = factors(arch, backend)
+    return min(allowed, key=lambda r: fx[f"{r}_reduction_us"]) if allowed else None
+
+
 def _family_of(f: dict) -> tuple:
     return (f["backend"], f["block_m"], f["block_n"], f["block_k"], f["num_warps"], f["stages"], f["load_path"])
 
