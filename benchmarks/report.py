@@ -496,11 +496,24 @@ def read_stream_state(path: Path) -> tuple[str, list[str], str]:
     return head, table, f"{d['gpu']} {d['gpu_uuid']}, {d['versions']}"
 
 
+def read_split_k_serial(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/split_k_serial.py: Triton split-K reduced in one launch against its workspace twin, chain mode."""
+    d = json.loads(path.read_text())
+    pairs = [(r["workspace_us"], r["serial_us"]) for r in d["rows"] if r.get("workspace_us") and r.get("serial_us")]
+    ratios = [w / s for w, s in pairs]
+    head = (f"workspace / serial chain time {geomean(ratios):.3f} (geomean over {len(pairs)} specs), median saving "
+            f"{statistics.median(w - s for w, s in pairs):.2f} us; serial ahead by 1% or more on "
+            f"{sum(x >= 1.01 for x in ratios)}, behind on {sum(x <= 0.99 for x in ratios)}")
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    return head, table, _env_line(d.get("env"))
+
+
 READERS = {"chain_placement": read_chain_placement, "stream_state": read_stream_state, "op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "crosscheck_winners": read_crosscheck_winners, "op_served": read_op_served, "e2e_model": read_e2e_model,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
-           "sm80_backends": read_sm80_backends, "scale_out": read_scale_out, "quack_vs_sweep": read_quack_vs_sweep}
+           "sm80_backends": read_sm80_backends, "scale_out": read_scale_out, "quack_vs_sweep": read_quack_vs_sweep,
+           "split_k_serial": read_split_k_serial}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
@@ -1259,6 +1272,39 @@ EXPERIMENTS: list[Experiment] = [
                "1.029, and on this GPU torch's own GEMM ran faster on the two 152064-wide shapes (7 rows: 577 us eager "
                "against 601 on GPU-6e43fcb9 and GPU-e7c4e3d1; 64 rows: 591 against 624), so their kernels, faster "
                "still, read 1.029 and 1.013 against a searched 1.052 and 1.049."),
+    Experiment("Triton split-K reduced in one launch against the workspace's two, train shapes, H200",
+               "split_k_serial_train_h200_2026-11-30.json", "split_k_serial",
+               "`benchmarks/split_k_serial.py OUT.md --train 24 --max-seconds 330` (GPU-e2f20526): 24 train serving "
+               "shapes, the rules' first Triton split-K proposal of each, timed by the evaluator in chain mode (full "
+               "timing) with the workspace reduction and with split_k_reduction='serial' (the tile's last K slice sums "
+               "the partials in slice order: the same bits, one launch). The rules' serial_reduction_us (1.14 us "
+               "on sm_90a, against the workspace's 2.0) is the median saving fitted here."),
+    Experiment("The same on the split-K winners of the validation shapes, H200",
+               "split_k_serial_h200_2026-11-30.json", "split_k_serial",
+               "`benchmarks/split_k_serial.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-29.json "
+               "--max-seconds 150` (GPU-23eb4708): the six split-K winners of the 2026-11-29 search, each with both "
+               "reductions: 0.992x to 1.121x."),
+    Experiment("Search winners in chain mode with the rules' serial split-K, H200",
+               "crosscheck_winners_chain_rules_serial_h200_2026-11-30.json", "crosscheck_winners",
+               "`benchmarks/crosscheck_winners.py OUT.md --shapes 30 --budget 4 --mode chain --max-seconds 480` "
+               "(GPU-5183136f) after the rules came to propose Triton's split-K with the serial reduction first: 30 "
+               "of 30 within 2%; one winner (1x3072x3072, 1.231 in eval) took it, the learned proposer's catalog "
+               "picks kept the workspace's on five others."),
+    Experiment("Search winners in chain mode with serial split-K from both proposers, H200",
+               "crosscheck_winners_chain_h200_2026-11-30.json", "crosscheck_winners",
+               "`--resume` of the run above with its 17 shapes of M <= 128 searched again (GPU-e17474fb) after the "
+               "learned proposer came to run its catalog split-K specs as their serial twins: 30 of 30 within 2%; on "
+               "those 17 shapes the evaluator's chain geomean reads 0.977 (0.966 for the 2026-11-29 winners on "
+               "GPU-fb1ea895), 33x3072x3072 and 33x3584x18944 now ahead of torch (1.019, 1.010; 0.909 and 0.976 "
+               "before)."),
+    Experiment("The op served with those winners, 30 validation shapes, H200",
+               "op_served_serial_h200_2026-11-30.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --rounds 40 "
+               "--max-seconds 430` on the GPU that searched the small shapes (GPU-e17474fb): 28 of 30. The serial "
+               "1x3072x3072 kernel is served eagerly too (1.043, the launch path 'triton' -5.03 us) where the "
+               "workspace's two launches had been declined (0.989); eager 33x3072x3072 still 0.980 (torch served: "
+               "its weight shape's plan tests the row count); 1x3072x3072 in graphs 1.177 (1.133 to 1.270) against "
+               "a searched 1.226."),
     Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
                "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
                "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "

@@ -1349,6 +1349,41 @@ def test_gpu_each_backends_kernel_serves_eager_and_captured_calls(backend, monke
         assert ops._graph_launchers[ops._linear_key(x, w, None)].backend == backend and close(out, x)
 
 
+@pytest.mark.gpu
+def test_gpu_a_serial_split_k_kernel_gives_its_workspace_twins_bits_call_after_call(monkeypatch):
+    """The op serves a Triton split-K kernel that reduces in one launch (each call's last K slice of a tile sums
+    the partials and sets the tile's counter back to zero): eager calls and a captured graph's replays, on
+    changing inputs, give the bits of the same tiles reduced by the workspace's second kernel."""
+    pytest.importorskip("triton")
+    from cudal2.codegen import get_backend
+
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    problem = GemmProblem(m=16, n=3072, k=3072, layout="NT")
+    spec = dict(block_m=16, block_n=64, block_k=128, stages=4, num_warps=4, load_path="pointer",
+                decomposition="split_k", split_k=4)
+    ops.set_table(TunedTable([_entry(problem=problem, ms=0.010, torch_ms=1.0, gpu="", split_k_reduction="serial",
+                                     **spec)]))
+    backend = get_backend("triton")
+    twin = backend.compile(backend.render(problem, _entry(problem=problem, split_k_reduction="workspace",
+                                                          **spec).spec))
+    w = torch.randn(3072, 3072, device="cuda", dtype=torch.float16) / 64
+    with torch.no_grad():
+        for seed in range(3):
+            x = torch.randn(16, 3072, device="cuda", dtype=torch.float16, generator=torch.Generator(
+                device="cuda").manual_seed(seed))
+            got = cudal2.linear(x, w)
+            assert ops._launchers[ops._linear_key(x, w, None)].backend == "triton"  # the kernel ran, not torch
+            assert torch.equal(got, twin(x, w.t())), seed
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            out = cudal2.linear(x, w)
+        for seed in range(3, 8):
+            x.copy_(torch.randn(16, 3072, device="cuda", dtype=torch.float16))
+            graph.replay()
+            torch.cuda.synchronize()
+            assert torch.equal(out, twin(x, w.t())), seed
+
+
 def test_a_win_within_the_measurements_noise_is_not_served():
     """A kernel whose measured speedup over torch is within the noise (MIN_SERVED_SPEEDUP) is served on
     no path, however much GPU time it claims to save; one just above it is."""
