@@ -1284,6 +1284,12 @@ EXPERIMENTS: list[Experiment] = [
                "`benchmarks/split_k_serial.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-29.json "
                "--max-seconds 150` (GPU-23eb4708): the six split-K winners of the 2026-11-29 search, each with both "
                "reductions: 0.992x to 1.121x."),
+    Experiment("The same after the serial counters came to be taken back, not zeroed, H200",
+               "split_k_serial_subtract_h200_2026-11-30.json", "split_k_serial",
+               "The same command with `--max-seconds 80` (GPU-f64d0db8) after the tile's last slice came to take "
+               "split_k off its counter with an atomic instead of storing zero (so that calls overlapping against "
+               "the stream-order contract leave the calls after them right): 0.983x to 1.118x, as before; the "
+               "25 serial GPU tests pass (bitwise equal to the workspace, the op's eager and graph calls)."),
     Experiment("Search winners in chain mode with the rules' serial split-K, H200",
                "crosscheck_winners_chain_rules_serial_h200_2026-11-30.json", "crosscheck_winners",
                "`benchmarks/crosscheck_winners.py OUT.md --shapes 30 --budget 4 --mode chain --max-seconds 480` "
