@@ -88,6 +88,52 @@ def test_a_weight_served_at_other_row_counts_runs_torch_in_c(monkeypatch):
 
 
 @needs_c
+@pytest.mark.parametrize("probe", [False, pytest.param(True, marks=needs_cxx)], ids=["bindings", "probe"])
+def test_the_front_reads_a_plan_s_count_sets_at_their_slots_and_anything_else_by_getattr(probe, fresh_probe,
+                                                                                         monkeypatch):
+    """Where a weight's kept entry is a _Plan, the C front reads its count sets at their __slots__ offsets (and,
+    with the probe, keeps recent counts' ints): the same decisions as getattr's, whatever sets the slots hold now,
+    with entries of other types (their sets behind properties) between, and over many counts whose ints share the
+    kept places. Calls are taken for captured ones, so a count in the eager set goes on to the eager path."""
+    if probe:
+        op_front.attach_probe(wait=True)
+        assert op_front.probe_state() == "bound"
+    class Counted:  # an entry of another type: its sets behind properties, read by getattr
+        def __init__(self, to_torch, to_torch_eager):
+            self._sets = (to_torch, to_torch_eager)
+        to_torch = property(lambda self: self._sets[0])
+        to_torch_eager = property(lambda self: self._sets[1])
+
+    rest = []
+    ops._rebind_front(eager_rest=lambda x, w, b, known, numel: rest.append(numel) or F.linear(x, w, b),
+                      capture_test=lambda x: True)
+    w, v = torch.randn(8, 16), torch.randn(8, 16)
+    counts = [16 * m for m in range(1, 41)]  # 40 counts, 8 kept places
+    plan = ops._Plan(set(), set(), set(), set(counts[::2]), set(), set(counts[1::4]))
+    other = Counted(set(counts[1::2]), set())
+    monkeypatch.setitem(ops._torch_weights, id(w), plan)
+    monkeypatch.setitem(ops._torch_weights, id(v), other)
+    try:
+        with torch.no_grad():
+            for _ in range(2):
+                for n in counts:
+                    x = torch.randn(n // 16, 16)
+                    for weight, entry in ((w, plan), (v, other)):
+                        before = len(rest)
+                        assert torch.equal(cudal2.linear(x, weight), F.linear(x, weight))
+                        to_torch = n in entry.to_torch
+                        assert (len(rest) == before) == to_torch, (n, type(entry).__name__)
+                        assert to_torch or rest[-1] == n
+            plan.to_torch, plan.to_torch_eager = {16}, set()  # slots set anew: read anew
+            before = len(rest)
+            cudal2.linear(torch.randn(1, 16), w)
+            cudal2.linear(torch.randn(2, 16), w)
+            assert rest[before:] == [32]
+    finally:
+        ops._rebind_front(eager_rest=ops._eager_linear, capture_test=None)
+
+
+@needs_c
 @pytest.mark.parametrize("device,stream,captures,to", [
     (-1, 7, True, "torch"),  # a CPU tensor: never captured
     (0, 0, True, "torch"),  # the legacy default stream: no capture runs there
