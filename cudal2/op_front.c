@@ -76,13 +76,7 @@ front_bind(PyObject *self, PyObject *args)
     Py_RETURN_NONE;
 }
 
-/* A kept entry's two count sets (counts_name, eager_counts_name), read at their slots' offsets where the entry's
- * type keeps them in __slots__ (ops._Plan), else by getattr. Why: a row-count call's getattr and new int were most
- * of what it costs beyond a weight kept whole (on a 2-core CPU, a count of 300: getattr 30 to 60 ns, the int 15 to
- * 45; the row-count call's cost beyond the kept-whole one went from 92 to 113 ns to 44 to 94 with both read
- * here, two runs of each, 2026-11-30). slotted: the type read (a reference held, above), its offsets, or -1
- * where a name is not such a slot. */
-
+/* The offset of type's __slots__ member name (an object slot), or -1 where name is no such slot. */
 static Py_ssize_t
 slot_offset(PyObject *type, PyObject *name)
 {
@@ -101,9 +95,14 @@ slot_offset(PyObject *type, PyObject *name)
     return at;
 }
 
-/* known's attribute name (a new reference), or NULL with an error set, as getattr gives it. */
+/* A kept entry's count set, counts_name's or (eager) eager_counts_name's, as a new reference (NULL with an error
+ * set, as getattr gives it): read at its slot's offset where the entry's type keeps it in __slots__ (ops._Plan),
+ * else by getattr. Why: a row-count call's getattr and new int were most of what it costs beyond a weight kept
+ * whole (on a 2-core CPU, a count of 300: getattr 30 to 60 ns, the int 15 to 45; the row-count call's cost beyond
+ * the kept-whole one went from 92 to 113 ns to 44 to 94 with both read here, two runs of each, 2026-11-30).
+ * slotted: the type read (a reference held, above), its offsets, or -1 where a name is not such a slot. */
 static PyObject *
-counts_of(PyObject *known, PyObject *name, int eager)
+counts_of(PyObject *known, int eager)
 {
     PyObject *type = (PyObject *)Py_TYPE(known);
     if (type != slotted) {
@@ -118,7 +117,7 @@ counts_of(PyObject *known, PyObject *name, int eager)
         if (counts != NULL)
             return Py_NewRef(counts);
     }
-    return PyObject_GetAttr(known, name);  /* (an unset slot raises here as getattr would) */
+    return PyObject_GetAttr(known, eager ? eager_counts_name : counts_name);  /* (an unset slot raises here) */
 }
 
 /* x's element count as an int: recent counts' ints are kept, so that a model's calls, whose counts repeat, make
@@ -211,14 +210,14 @@ counted(PyObject *known, PyObject *x, PyObject **numel)
         PyErr_Clear();
         return 0;
     }
-    PyObject *counts = counts_of(known, counts_name, 0);
+    PyObject *counts = counts_of(known, 0);
     if (counts == NULL)
         return -1;
     int hit = holds(counts, *numel);
     Py_DECREF(counts);
     if (hit != 0)
         return hit;
-    counts = counts_of(known, eager_counts_name, 1);
+    counts = counts_of(known, 1);
     if (counts == NULL)
         return -1;
     hit = holds(counts, *numel);

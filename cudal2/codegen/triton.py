@@ -166,6 +166,7 @@ class TritonBackend(Backend):
         e = problem.epilogue
         dynamic = self.dynamic(spec)
         split = spec.split_k if spec.decomposition == "split_k" else 1
+        serial = split > 1 and spec.split_k_reduction == "serial"  # (its tiles' counters, no second kernel)
         # A static kernel leaves out the masks its shape does not need, and widens offsets to int64
         # only where some extent product reaches 2**31. A dynamic one masks every edge (but for the
         # EVEN_* variants) and takes its width from its extents: the kernel casts M, N and K to int64
@@ -196,7 +197,7 @@ class TritonBackend(Backend):
             workspace_doc = "unused (None)"
         elif spec.split_k_reduction == "workspace":
             workspace_doc = f"fp32 [{split}, {extent}]: one partial sum per K slice"
-        elif spec.split_k_reduction == "serial":
+        elif serial:
             workspace_doc = (f"fp32: {SERIAL_COUNTERS} tile counters, all zero on entry (and left zero), then "
                              f"[{split}, {extent}]: one partial sum per K slice")
         else:
@@ -228,9 +229,9 @@ class TritonBackend(Backend):
             has_alpha=e.alpha != 1.0, has_beta=e.beta != 0.0, bias=e.bias, activation=e.activation,
             split_k=split, reduction=spec.split_k_reduction,
             # the serial reduction counts each output tile's finished slices
-            tile_param=", tile_id" if split > 1 and spec.split_k_reduction == "serial" else "",
+            tile_param=", tile_id" if serial else "",
             serial_counters=SERIAL_COUNTERS,
-            tile_arg=", pid_m * tl.cdiv(N, BLOCK_N) + pid_n" if split > 1 and spec.split_k_reduction == "serial" else "",
+            tile_arg=", pid_m * tl.cdiv(N, BLOCK_N) + pid_n" if serial else "",
             even_k=even_k, along_m=spec.raster_order == "along_m",
             wide=widen, slice_elements="M * N",
             a_mask=f", mask={' & '.join(f'({c})' for c in a_mask)}, other=0.0" if a_mask else "",
@@ -444,7 +445,7 @@ class TritonKernel:
         self._out_dtype = torch_dtype(p.c_dtype)
         self._split = self.spec.split_k if self.spec.decomposition == "split_k" else 1
         # zeroed for the atomic reduction (its epilogue kernel zeroes what it read, whatever the shape) and the serial
-        # one (its tiles' counters, which the last slice of each tile sets back to zero)
+        # one (its tiles' counters, from which the last slice of each tile takes back what the call added)
         self._workspace = Workspace(zeroed=self._split > 1 and self.spec.split_k_reduction != "workspace")
         self._scratch = None  # global scratch for device-side TMA descriptors
         self._interpreted = interpreting()
