@@ -1311,6 +1311,27 @@ EXPERIMENTS: list[Experiment] = [
                "workspace's two launches had been declined (0.989); eager 33x3072x3072 still 0.980 (torch served: "
                "its weight shape's plan tests the row count); 1x3072x3072 in graphs 1.177 (1.133 to 1.270) against "
                "a searched 1.226."),
+    Experiment("The op with the same winners after its C front came to read a plan's counts at their slots, H200",
+               "op_served_front_h200_2026-11-30.json", "op_served",
+               "The command above with `--max-seconds 470` (GPU-6abc58d3, another host than the search's) after the "
+               "C front came to read a _Plan's count sets at their __slots__ offsets and keep recent counts' ints: "
+               "28 of 30 again. Eager 33x3072x3072 0.988 (0.981 to 0.995; 15.73 us F.linear, 15.91 us through the "
+               "op), against 0.980 before; 1x3072x3072 served eagerly 1.120, in graphs 1.135 (1.109 to 1.251) "
+               "against a searched 1.226; 16x3584x18944 and 7x152064x8192 served in both modes, within 0.02 of "
+               "their searched figures."),
+    Experiment("The batch-64 Llama with serial split-K proposed, Triton only, budget 16, H200",
+               "e2e_model_serial_h200_2026-11-30.json", "e2e_model",
+               "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph,eager --rounds 15` "
+               "with a fresh store (GPU-d752a940): graph decode 1.028x (1.028 to 1.029), prefill 1.001x; eager decode "
+               "0.987x (0.980 to 1.018), prefill 1.003x. Every decode group kept in graphs (k/v 6.37 us a forward, "
+               "gate/up 3.15, down 8.73, lm_head 16.79); the winners of k/v (64x32x128, split 4) and down (64x64x128, "
+               "split 2) reduce serially. q/o (64x4096x4096) has no winner: its best, 14.34 us, against torch's "
+               "12.31. Every eager decode group declined (this host's eager floor read 92 us)."),
+    Experiment("The same store timed again in graphs, the same machine",
+               "e2e_model_serial_again_h200_2026-11-30.json", "e2e_model",
+               "`--budget 0 --modes graph --rounds 15` on a copy of that store, next on GPU-d752a940: graph decode "
+               "1.026x (1.025 to 1.027), prefill 1.001x; check_routes declined gate/up this time (-0.39 us, under the "
+               "floor of 1.29), kept k/v (5.21), down (6.62) and lm_head (14.56)."),
     Experiment("A chain-mode sweep of the serving train shapes, both backends, H200",
                "sweep_chain_train_h200_2026-11-29.csv.gz", "sweep",
                "`cudal2 sweep serving:train --specs 12 --sample 24 --backend triton` then `--backend cute_dsl` (chain "
