@@ -56,6 +56,7 @@ from cudal2.settings import settings
 from cudal2.codegen import native_launch
 from cudal2 import op_front
 from .ir import Epilogue, GemmProblem, SpecError
+from .ir.footprint import workspace_bytes
 from cudal2.store.table import TunedTable
 from .codegen import get_backend
 from .codegen.cute_dsl import tvm_ffi_version
@@ -817,11 +818,19 @@ TRACED_MIN_SAVING_US = 25.0
 NATIVE_TRACED_MIN_SAVING_US = 10.0
 
 
+def _native_path(problem: GemmProblem, spec) -> bool:
+    """Whether a traced graph launches this kernel through the C++ slot (cudal2.codegen.native_launch): a
+    CuTe DSL kernel with no workspace, where the extension can be had. A kernel with a workspace takes the
+    Python op, whose launcher makes the stream of each launch wait for the workspace's previous stream
+    (cudal2.codegen.workspace); the C++ slot does not, and two streams of a compiled model would race on it."""
+    return (spec.backend == "cute_dsl" and workspace_bytes(problem, spec) == 0 and bool(tvm_ffi_version())
+            and native_launch.library() is not None)
+
+
 def _traced_min_saving_us(entry) -> float:
     """The GPU time an entry's kernel must save a call for a traced graph to take it: its launch path's
     host cost inside a compiled graph."""
-    native = entry.spec.backend == "cute_dsl" and tvm_ffi_version() and native_launch.library() is not None
-    if native:
+    if _native_path(entry.problem, entry.spec):
         return NATIVE_TRACED_MIN_SAVING_US
     # the Python op launches through the eager launcher, whose launch path's own cost may be the larger (the
     # costliest of the backend's measured paths: which one this kernel takes is known once it is bound)
@@ -866,13 +875,15 @@ def _served_when_traced(class_of: Callable, *tensors) -> tuple | None:
 @torch.compiler.assume_constant_result
 def _native_slot(served: tuple) -> int:
     """While tracing a served call: the slot of its kernel's C++ launch path (cudal2.codegen.native_launch),
-    or -1 where the graph calls the Python op instead (no TVM-FFI function, no C++ compiler). Binding
-    builds the kernel's launcher now (compile or disk load, workspace), once per class and process."""
+    or -1 where the graph calls the Python op instead (no TVM-FFI function, no C++ compiler, a workspace: see
+    _native_path). Binding builds the kernel's launcher now (compile or disk load), once per class and process."""
     problem = _problem_of(served)
     gpu = next((name for device_type, index, name in _visible_gpus() if (device_type, index) == served[6:8]), None)
     # (_served_classes applied the traced path's margin already; the eager one is not this path's)
-    kernel = tuned_kernel(problem, gpu, 0.0) if problem is not None and gpu is not None else None
-    native_args = getattr(kernel, "native_args", None)
+    entry = _op_entry(problem, gpu, 0.0) if problem is not None and gpu is not None else None
+    if entry is None or not _native_path(problem, entry.spec):
+        return -1
+    native_args = getattr(tuned_kernel(problem, gpu, 0.0), "native_args", None)
     if native_args is None:
         return -1
     device = torch.device(served[6], served[7]) if served[7] is not None else torch.device(served[6])

@@ -192,6 +192,31 @@ def test_without_a_compiler_the_graph_calls_the_python_op(served_on_cpu, monkeyp
     torch.testing.assert_close(out.float(), torch.nn.functional.linear(x.float(), w.float()), atol=2e-2, rtol=2e-2)
 
 
+def test_a_kernel_with_a_workspace_takes_the_python_op_whose_launches_follow_the_stream(extension, served_on_cpu,
+                                                                                        monkeypatch):
+    """The C++ slot does not make a launch wait for the workspace's previous stream (the Python launchers do:
+    cudal2.codegen.workspace), so a split-K kernel in a compiled graph is launched through the Python op, and
+    served where its saving covers that path's margin."""
+    problem = GemmProblem(m=24, n=48, k=64, layout="NT")
+    spec = KernelSpec(backend="cute_dsl", block_m=128, block_n=128, block_k=64, num_warps=12, stages=4,
+                      warp_specialization="cooperative", load_path="tma", persistent=True, decomposition="split_k",
+                      split_k=2)
+    monkeypatch.setattr(ops, "EAGER_MIN_SAVING_US", 1e9)  # (no eager call serves it: the compiled graph's path)
+    x, w = torch.randn(24, 64).half(), torch.randn(48, 64).half()
+    for saving_us, target in ((ops.NATIVE_TRACED_MIN_SAVING_US + 5.0, str(torch._C._nn.linear)),
+                              (ops.TRACED_MIN_SAVING_US + 5.0, "cudal2.linear")):
+        torch._dynamo.reset()
+        entry = TunedEntry(problem=problem, spec=spec, kernel_ms=0.1, baselines_ms={"torch": 0.1 + saving_us / 1e3},
+                           gpu="")
+        ops.set_table(TunedTable([entry]))
+        assert ops._traced_min_saving_us(entry) >= ops.TRACED_MIN_SAVING_US
+        out, targets = _compiled_targets(lambda x, w: cudal2.linear(x, w), x, w)
+        assert targets == [target], saving_us
+        torch.testing.assert_close(out.float(), torch.nn.functional.linear(x.float(), w.float()), atol=2e-2,
+                                   rtol=2e-2)
+    assert len(served_on_cpu.calls) == 1  # the Python op's eager launcher, once
+
+
 def test_a_failed_compile_names_the_compiler_and_its_last_line(tmp_path, monkeypatch):
     fake = tmp_path / "g++"
     fake.write_text("#!/bin/sh\necho 'native_launch.cpp:1: error: something broke' >&2\nexit 1\n")

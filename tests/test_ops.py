@@ -1352,7 +1352,7 @@ def test_gpu_each_backends_kernel_serves_eager_and_captured_calls(backend, monke
 @pytest.mark.gpu
 def test_gpu_a_serial_split_k_kernel_gives_its_workspace_twins_bits_call_after_call(monkeypatch):
     """The op serves a Triton split-K kernel that reduces in one launch (each call's last K slice of a tile sums
-    the partials and sets the tile's counter back to zero): eager calls and a captured graph's replays, on
+    the partials and takes its count back off the tile's counter): eager calls and a captured graph's replays, on
     changing inputs, give the bits of the same tiles reduced by the workspace's second kernel."""
     pytest.importorskip("triton")
     from cudal2.codegen import get_backend
@@ -1382,6 +1382,57 @@ def test_gpu_a_serial_split_k_kernel_gives_its_workspace_twins_bits_call_after_c
             graph.replay()
             torch.cuda.synchronize()
             assert torch.equal(out, twin(x, w.t())), seed
+
+
+def _two_streams_at_once(call, inputs: list) -> list:
+    """call(x) of each input, alternately on two streams whose work is held back until all of it is enqueued (a
+    gate: both wait for an event a third stream records after sleeping), so that the two streams' kernels run at
+    the same time wherever nothing orders them. Returns the outputs, synchronized."""
+    gate, streams, opened = torch.cuda.Stream(), (torch.cuda.Stream(), torch.cuda.Stream()), torch.cuda.Event()
+    with torch.cuda.stream(gate):
+        torch.cuda._sleep(50_000_000)  # about 25 ms at 2 GHz: longer than enqueueing the calls takes
+        opened.record(gate)
+    outs = []
+    for s in streams:
+        s.wait_event(opened)
+    for i, x in enumerate(inputs):
+        with torch.cuda.stream(streams[i % 2]):
+            outs.append(call(x))
+    torch.cuda.synchronize()
+    return outs
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("spec", [
+    dict(block_m=16, block_n=64, block_k=128, stages=4, num_warps=4, load_path="pointer", decomposition="split_k",
+         split_k=4, split_k_reduction="serial"),
+    dict(block_m=16, block_n=64, block_k=128, stages=4, num_warps=4, load_path="pointer", decomposition="split_k",
+         split_k=4, split_k_reduction="workspace"),
+    dict(block_m=16, block_n=64, block_k=128, stages=4, num_warps=4, load_path="tma")],
+    ids=["serial", "workspace", "tma"])
+def test_gpu_calls_of_one_kernel_on_two_streams_keep_out_of_each_others_memory(monkeypatch, spec):
+    """The op serves one kernel to calls on two streams, enqueued in turn and free to overlap on the GPU. A split-K
+    kernel's launch on a stream other than its workspace's previous one waits for that stream's work
+    (cudal2.codegen.workspace), so no two of them sum into the workspace at once; a TMA kernel's descriptors go to a
+    scratch buffer of the launch's stream. Every output has the bits of the same kernel called alone."""
+    pytest.importorskip("triton")
+    from cudal2.codegen import get_backend
+
+    monkeypatch.delenv(ops.ENV_OP_BACKENDS)
+    problem = GemmProblem(m=16, n=3072, k=3072, layout="NT")
+    ops.set_table(TunedTable([_entry(problem=problem, ms=0.010, torch_ms=1.0, gpu="", **spec)]))
+    backend = get_backend("triton")
+    alone = backend.compile(backend.render(problem, _entry(problem=problem, **spec).spec))
+    w = torch.randn(3072, 3072, device="cuda", dtype=torch.float16) / 64
+    xs = [torch.randn(16, 3072, device="cuda", dtype=torch.float16) for _ in range(40)]
+    with torch.no_grad():
+        expected = [alone(x, w.t()) for x in xs]
+        cudal2.linear(xs[0], w)  # bound, compiled and launched once on the default stream
+        torch.cuda.synchronize()
+        outs = _two_streams_at_once(lambda x: cudal2.linear(x, w), xs)
+    assert ops._launchers[ops._linear_key(xs[0], w, None)].backend == "triton"  # the kernel ran, not torch
+    wrong = [i for i, (got, want) in enumerate(zip(outs, expected)) if not torch.equal(got, want)]
+    assert not wrong, f"calls {wrong} of 40 differ from the kernel called alone"
 
 
 def test_a_win_within_the_measurements_noise_is_not_served():

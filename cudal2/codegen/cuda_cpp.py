@@ -330,6 +330,8 @@ class CudaCppKernel:
         d = c if c is not None else torch.empty((m, n), dtype=torch_dtype(self.problem.c_dtype), device=a.device)
         device = a.device.index if a.device.index is not None else torch.cuda.current_device()
         ws = self._workspace.for_call(a.device, self.workspace_bytes(m, n) // 4)
+        if ws is not None:
+            self._workspace.follow_device(a.device)
         p = self.problem
         params = toolchain.GemmParams(
             a=a.data_ptr(), b=b.data_ptr(), c=c.data_ptr() if c is not None else 0, d=d.data_ptr(),

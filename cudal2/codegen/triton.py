@@ -16,8 +16,8 @@ Workspace (split-K only) belongs to the Kernel object: allocated on the first ca
 every later call (a dynamic kernel's grows to the largest M x N it has served), like cuBLAS's
 workspace; `Kernel.workspace_bytes` says how much. The atomic
 buffer is zeroed once at allocation, and the epilogue kernel zeroes each tile after reading it,
-so no memset runs per call. One Kernel object must therefore not run concurrently on two
-streams (neither may cuBLAS with one workspace).
+so no memset runs per call. A launch on another stream than the workspace's previous one waits for
+that stream first (cudal2.codegen.workspace), and the TMA descriptors' scratch is one buffer per stream.
 """
 
 from __future__ import annotations
@@ -447,7 +447,7 @@ class TritonKernel:
         # zeroed for the atomic reduction (its epilogue kernel zeroes what it read, whatever the shape) and the serial
         # one (its tiles' counters, from which the last slice of each tile takes back what the call added)
         self._workspace = Workspace(zeroed=self._split > 1 and self.spec.split_k_reduction != "workspace")
-        self._scratch = None  # global scratch for device-side TMA descriptors
+        self._scratch: dict = {}  # (device, stream) -> global scratch for device-side TMA descriptors
         self._interpreted = interpreting()
         if self._interpreted:
             _fix_interpreter()
@@ -486,10 +486,13 @@ class TritonKernel:
         return self._workspace.intact()
 
     def _tma_scratch(self, size: int, alignment: int, stream):
-        # Triton asks for size bytes per launch; stream-ordered reuse of one buffer is safe.
-        if self._scratch is None or self._scratch.numel() < size:
-            self._scratch = self._torch.empty(size, dtype=self._torch.int8, device=self._device)
-        return self._scratch
+        # Triton asks for size bytes per launch, on the launch's stream, and the kernel writes its descriptors
+        # there: one buffer per stream (launches on one stream reuse it in order; two streams' launches may overlap)
+        key = (self._device, stream)
+        held = self._scratch.get(key)
+        if held is None or held.numel() < size:
+            held = self._scratch[key] = self._torch.empty(size, dtype=self._torch.int8, device=self._device)
+        return held
 
     # --- the call -------------------------------------------------------------------------------
     def __call__(self, a, b, c=None, bias=None):
@@ -501,7 +504,10 @@ class TritonKernel:
         if self._set_allocator is not None:  # TMA: descriptors live in a scratch buffer we own
             self._device = a.device
             self._set_allocator(self._tma_scratch)
-        return self._launch(a, b, c, bias, self._workspace_for(a.device, m, n), self.num_sms)
+        ws = self._workspace_for(a.device, m, n)
+        if ws is not None:
+            self._workspace.follow_device(a.device)
+        return self._launch(a, b, c, bias, ws, self.num_sms)
 
     def bind(self, m: int, n: int, k: int, device):
         """A launcher for calls of exactly m x n x k on device: run(a, b, d, bias) enqueues the GEMM
@@ -522,9 +528,15 @@ class TritonKernel:
         launches, num_sms, set_allocator = self._launches, self.num_sms, self._set_allocator
         runtime = None if self._interpreted else triton_launch.triton_runtime()
         self._device = device
+        # two streams never use the workspace at once (cudal2.codegen.workspace)
+        follow = self._workspace.follow_stream if ws is not None and device.type == "cuda" else None
+        index = device.index if device.index is not None or follow is None else self._torch.cuda.current_device()
 
         def run(a, b, d, bias):
+            if follow is not None:
+                follow(index)
             if set_allocator is not None:
+                self._device = device  # (the scratch's device: another bind may have been on another)
                 set_allocator(self._tma_scratch)
             # the launchers read the operands' addresses only: a, b, d have the views' own
             if run.compiled and run.compiled.launch((a, b, d, bias), vouched=True):

@@ -12,6 +12,16 @@ another shape (a fill then, never on a call of the same shape, so a CUDA graph c
 zeroed workspace (its kernel expects zeros where it reads: stream-K flags, atomic split-K) keeps
 its tail guard at the end of the allocation instead, since moving it would leave the pattern where
 a larger call expects zeros.
+
+Streams. A workspace serves one call at a time: two calls that overlap on the GPU would sum each other's
+partials. cuBLAS keeps a workspace per stream; here each launch that uses the workspace first asks
+`follow_stream`, which reads the current stream's handle (one call) and, where the workspace's previous
+launch on that device went to another stream, makes the current stream wait for all the work that stream
+had been given (an event). Calls that alternate between streams are thereby serialized, not corrupted;
+calls on one stream pay the handle read only. Not covered: a CUDA graph replayed on one stream while
+another stream uses the same kernel (the capture records the launch; its replay's stream is not known
+here), and two threads that launch the same kernel on two streams at the same moment (the read and the
+launch are not one atomic step).
 """
 
 from __future__ import annotations
@@ -24,10 +34,14 @@ GUARD = 64
 # The guard's int32 pattern: as fp32 a NaN with a payload that no partial sum or flag takes by chance
 PATTERN = 0x7FC0DEAD
 
+# torch._C._cuda_getCurrentRawStream(index): the current stream's raw handle there (0: the legacy default
+# stream); looked up at a workspace's first launch, before any call of follow_stream reads it
+_raw_stream = None
+
 
 class Workspace:
     """One kernel's workspace on each device it runs on, allocated on first use and grown (never
-    shrunk) for a larger call. Calls on one device must be stream-ordered, as with cuBLAS's."""
+    shrunk) for a larger call. A launch that uses it calls follow_stream first (see the module's doc)."""
 
     def __init__(self, zeroed: bool = False):
         self.zeroed = zeroed
@@ -35,6 +49,7 @@ class Workspace:
         # Buffers a larger call replaced. Kept: a launcher bound before (cudal2.matmul's, a C++ slot's, a
         # CUDA graph's recorded launch) holds the old address and runs on it, stream-ordered as ever.
         self._retired: list = []
+        self._stream_on: dict[int, tuple] = {}  # CUDA device index -> (raw handle, Stream) of the latest launch there
 
     def for_call(self, device, elements: int):
         """The first `elements` fp32 of the workspace on device, between its guards (None for 0)."""
@@ -60,6 +75,37 @@ class Workspace:
             whole.view(torch.int32)[GUARD + elements:2 * GUARD + elements].fill_(PATTERN)
             held[1] = elements
         return whole[GUARD:GUARD + elements]
+
+    def follow_stream(self, index: int) -> None:
+        """Before a launch on CUDA device `index`'s current stream that uses this workspace: where the
+        latest such launch went to another stream, make the current stream wait for that stream's work
+        so far (see the module's doc). Not while a CUDA graph captures: the capture only records the
+        launch, and a captured stream cannot wait on work outside the capture."""
+        latest = self._stream_on.get(index)
+        if latest is None or latest[0] != _raw_stream(index):
+            self._follow(index, latest)
+
+    def follow_device(self, device) -> None:
+        """follow_stream for a call's torch.device (nothing for a CPU one: the Triton interpreter's)."""
+        import torch
+
+        if device.type == "cuda":
+            self.follow_stream(device.index if device.index is not None else torch.cuda.current_device())
+
+    def _follow(self, index: int, latest) -> None:
+        global _raw_stream
+        import torch
+
+        with torch.cuda.device(index):
+            if torch.cuda.is_current_stream_capturing():
+                return
+        _raw_stream = torch._C._cuda_getCurrentRawStream
+        current = torch.cuda.current_stream(index)
+        if latest is not None:
+            done = torch.cuda.Event()
+            done.record(latest[1])
+            current.wait_event(done)
+        self._stream_on[index] = (current.cuda_stream, current)
 
     def body(self, device):
         """The whole allocation on device between its guards (None before the first call there)."""

@@ -96,6 +96,8 @@ class CuteDslKernel:
                                  f"(this kernel was compiled for it); pass a freshly allocated or .clone()d tensor")
         raw_stream = torch.cuda.current_stream(a.device).cuda_stream
         ws = self._workspace_for(a.device, m, n, k)
+        if ws is not None:
+            self._workspace.follow_device(a.device)
         if self.ffi:
             self._fn(*self._binding.call_args(a, b, c_in, d, bias_t, ws, addresses=True), raw_stream)
         else:
@@ -151,8 +153,11 @@ class CuteDslKernel:
         # wrapper of the function, as measured; the C++ launcher calls the function itself.)
         fn, w, flags, km, kn, kk, swap = self._fn, native.workspace, native.flags, native.km, native.kn, \
             native.kk, native.swap
+        follow = self._workspace.follow_stream if w else None  # (cudal2.codegen.workspace: one stream at a time)
 
         def run(a, b, d, bias):
+            if follow is not None:
+                follow(index)
             pa, pb, pd = (b.data_ptr(), a.data_ptr(), d.data_ptr()) if swap else \
                 (a.data_ptr(), b.data_ptr(), d.data_ptr())
             fn(pa, pb, pd, pd, pd if bias is None else bias.data_ptr(), w or pd, flags or pd, km, kn, kk,
