@@ -508,12 +508,20 @@ def read_split_k_serial(path: Path) -> tuple[str, list[str], str]:
     return head, table, _env_line(d.get("env"))
 
 
+def read_two_streams(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/two_streams.py: one served kernel on two CUDA streams at once, outputs that differ."""
+    d = json.loads(path.read_text())
+    head = "; ".join(f"{r['kernel']}, {r['variant']}: {r['differ']} of {r['calls']} differ" for r in d["rows"])
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    return head, table, _env_line(d.get("env"))
+
+
 READERS = {"chain_placement": read_chain_placement, "stream_state": read_stream_state, "op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "crosscheck_winners": read_crosscheck_winners, "op_served": read_op_served, "e2e_model": read_e2e_model,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
            "sm80_backends": read_sm80_backends, "scale_out": read_scale_out, "quack_vs_sweep": read_quack_vs_sweep,
-           "split_k_serial": read_split_k_serial}
+           "split_k_serial": read_split_k_serial, "two_streams": read_two_streams}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
@@ -1319,6 +1327,21 @@ EXPERIMENTS: list[Experiment] = [
                "op), against 0.980 before; 1x3072x3072 served eagerly 1.120, in graphs 1.135 (1.109 to 1.251) "
                "against a searched 1.226; 16x3584x18944 and 7x152064x8192 served in both modes, within 0.02 of "
                "their searched figures."),
+    Experiment("One served kernel on two CUDA streams at once, with a negative control, H200",
+               "two_streams_h200_2026-11-30.json", "two_streams",
+               "`benchmarks/two_streams.py OUT.md --calls 400` (GPU-1bd0346a): with the op's launches as they are (a "
+               "launch on another stream than the workspace's previous one waits for that stream; one TMA descriptor "
+               "scratch per stream) no output differs from the kernel called alone; as they were before, 258 (serial "
+               "split-K), 231 (workspace split-K) and 23 (TMA, no split) of 400 did."),
+    Experiment("The op over the 30 validation winners after its launches came to follow the stream, H200",
+               "op_served_streams_h200_2026-11-30.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --rounds 40 "
+               "--max-seconds 300` (GPU-1bd0346a), the launch path 'triton' measured at -2.59 us: 26 of 30. The two "
+               "served split-K kernels: 1x3072x3072 eager 1.117 (1.120 before the change, on another host), graph "
+               "1.143; 16x3584x18944 eager 1.030 (1.075), graph 1.065 (1.122). This host's eager calls ran slower "
+               "and spread wider than the other's (F.linear on 33x3072x3072: 25.42 us against 15.73): the two new "
+               "eager misses, 16x8192x3584 (0.986) and 33x6144x4096 (0.990, just under), are torch-served shapes, "
+               "whose calls the change does not touch."),
     Experiment("The batch-64 Llama with serial split-K proposed, Triton only, budget 16, H200",
                "e2e_model_serial_h200_2026-11-30.json", "e2e_model",
                "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph,eager --rounds 15` "
