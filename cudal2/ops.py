@@ -939,6 +939,17 @@ class RoutedLinear(torch.nn.Linear):
         return _run_linear(x, weight, bias)
 
 
+def _served_counts(m: RoutedLinear) -> set[int]:
+    """The x element counts the table serves a routed layer at, by its weight shape: eager calls', those of calls
+    while a CUDA graph captures where route_linears routed it for them, and traced calls' (check_routes puts a layer
+    that declined them all back to nn.Linear: its routed forward's Python would cost every call for nothing)."""
+    shapes, shape = _table_b_shapes(), (m.out_features, m.in_features)
+    counts = set(shapes["linear_numels"].get(shape, ()))
+    if m._cudal2_graph_numel != float("inf"):
+        counts |= shapes["linear_numels_graph"].get(shape, set())
+    return counts | {c[0] * c[2] for c in _served_classes() if (c[1], c[2]) == shape and c[4][1] == "T"}
+
+
 def route_linears(model: torch.nn.Module, enable: bool = True, graphs: bool = False) -> list[str]:
     """Send the nn.Linear layers of model whose weight shape has a kernel in the table (one of a backend
     the op launches, that beat torch by its path's margin, eager or in a compiled graph) through

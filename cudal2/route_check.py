@@ -16,7 +16,9 @@ So a check takes back only what it measured:
   microsecond a call (benchmarks/op_overhead.py), far below what a forward's timers resolve.
 - A served group that does not save time in most rounds declines the row counts it was served at in
   this forward: its layers stay routed, and run F.linear at those counts (RoutedLinear's
-  _cudal2_declined), while the counts another phase serves are still served there. Saving means:
+  _cudal2_declined), while the counts another phase serves are still served there; a layer whose every
+  count the table serves it at is declined is put back to nn.Linear (its routed forward, declining, cost a
+  small Llama's decode step 0.6 to 1.0 us a call more than nn.Linear's, on a 2-core CPU, 2026-11-30). Saving means:
   the lower quartile of its per-round saving is above the floor, so that a median lifted by a few
   noisy rounds (eager wall time reads a forward to within tens of microseconds at best) keeps nothing.
   The floor is what two timers of the same forward, none served, read apart (an A/A comparison, the
@@ -106,7 +108,8 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
     model on the example inputs; a group whose saving a forward is not above the floor in at least three
     rounds of four (its lower quartile; the floor: the A/A difference of two timers of the forward with
     none served, see the module's docstring) declines the row counts it was served at here: its layers
-    run F.linear at those counts and stay routed for the others. graphs: time the forward inside
+    run F.linear at those counts and stay routed for the others (a layer the table serves at no other count is
+    nn.Linear again). graphs: time the forward inside
     a CUDA graph (for a model that runs in CUDA graphs; route_linears(model, graphs=True) first), else
     eager wall time. timer: (forward, calls) -> a timer of one round in us a call (default: graph_timer or
     wall_timer). Returns one RouteCheck per group; a group the op served no call of in this forward is not
@@ -194,4 +197,7 @@ def check_routes(model: torch.nn.Module, *example_inputs, graphs: bool = False, 
                       "its routed layers are left as route_linears set them", stacklevel=2)
         return []
     serving(every_pair)  # every layer routed again, less its declines
+    for m in every:  # a layer left nothing to serve is nn.Linear again: not even its routed forward's Python runs
+        if m._cudal2_declined and ops._served_counts(m) <= m._cudal2_declined:
+            m.__class__ = torch.nn.Linear
     return checks

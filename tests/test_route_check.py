@@ -12,6 +12,8 @@ from torch.nn import functional as F
 from cudal2 import ops
 from cudal2.route_check import check_routes
 
+SERVED_COUNTS = ops._served_counts  # (the fixture below stands in for it)
+
 
 class Model(torch.nn.Module):
     def __init__(self):
@@ -26,8 +28,10 @@ class Model(torch.nn.Module):
 @pytest.fixture(autouse=True)
 def _every_call_served(monkeypatch):
     """The op on the CPU runs torch for every call: here it is said to serve every routed call, except
-    where a test says otherwise."""
+    where a test says otherwise; and the table, to serve every layer at a count no check declines (so that a
+    layer that declines its counts stays routed)."""
     monkeypatch.setattr(ops, "_serves", lambda key, graphs: True)
+    monkeypatch.setattr(ops, "_served_counts", lambda m: {-1})
 
 
 def _routed(model, *names):
@@ -169,3 +173,35 @@ def test_a_declined_count_runs_f_linear_and_the_others_still_reach_the_op(monkey
     model = torch.nn.Sequential(layer)
     ops.route_linears(model, enable=False)  # put back: the declines go with the route
     assert type(layer) is torch.nn.Linear and "_cudal2_declined" not in layer.__dict__
+
+
+def test_a_layer_that_declined_every_count_the_table_serves_it_at_is_nn_linear_again(monkeypatch):
+    """b loses at the one count the table serves its weight at: nothing is left for its routed forward to do, so it
+    is nn.Linear again (no Python of the op's runs in its calls). a and c also lose, but the table serves their
+    weight at another count too: they stay routed, and run F.linear at the count they declined."""
+    model, log = _routed(Model(), "a", "b", "c"), []
+    monkeypatch.setattr(ops, "_served_counts", lambda m: {2 * 16} if m.in_features == 16 else {2 * 8, 5 * 8})
+    check_routes(model, torch.randn(2, 8), rounds=4, timer=_timer(model, log, {"a": -1.0, "b": -3.0, "c": -1.0}))
+    assert type(model.b) is torch.nn.Linear
+    assert type(model.a) is ops.RoutedLinear and type(model.c) is ops.RoutedLinear and model.a._cudal2_declined == {16}
+
+
+def test_the_counts_a_layer_is_served_at_come_from_the_table():
+    """ops._served_counts: what the table serves a routed layer's weight shape at, eager (and in graphs only where
+    it was routed for them); a win too small for an eager call counts only for a layer routed for graphs."""
+    from cudal2.ir import GemmProblem, KernelSpec
+    from cudal2.store.table import TunedEntry, TunedTable
+
+    spec = KernelSpec(backend="triton", block_m=32, block_n=32, block_k=32, stages=2)
+    entries = [TunedEntry(problem=GemmProblem(m=m, n=16, k=8, layout="NT"), spec=spec, kernel_ms=0.1,
+                          baselines_ms={"torch": 0.1 + saving_ms}, gpu="") for m, saving_ms in ((2, 1.0), (5, 0.005))]
+    ops.set_table(TunedTable(entries))
+    try:
+        layer, model = torch.nn.Linear(8, 16), None
+        model = torch.nn.Sequential(layer)
+        ops.route_linears(model)
+        assert type(layer) is ops.RoutedLinear and SERVED_COUNTS(layer) == {2 * 8}
+        ops.route_linears(model, graphs=True)
+        assert SERVED_COUNTS(layer) == {2 * 8, 5 * 8}
+    finally:
+        ops.set_table(None)
