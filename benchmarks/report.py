@@ -1327,6 +1327,25 @@ EXPERIMENTS: list[Experiment] = [
                "op), against 0.980 before; 1x3072x3072 served eagerly 1.120, in graphs 1.135 (1.109 to 1.251) "
                "against a searched 1.226; 16x3584x18944 and 7x152064x8192 served in both modes, within 0.02 of "
                "their searched figures."),
+    Experiment("The batch-64 Llama's eager mode after check_routes came to put fully declined layers back, H200",
+               "e2e_model_unrouted_eager_h200_2026-11-30.json", "e2e_model",
+               "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 0 --modes eager --rounds 61` on a "
+               "copy of the serial-split-K store above (GPU-30ce921e): check_routes declined every decode group "
+               "(each lost 56 to 154 us a host-bound forward) and, the table serving those layers at no other count, "
+               "put all 11 back to nn.Linear: no layer routed while timed, so both models ran the same code. Eager "
+               "decode 1.015x (0.990 to 1.037), prefill 1.000x: the harness's own spread."),
+    Experiment("The Llama's eager A/A, 61 rounds, next on the same machine",
+               "e2e_model_aa_rounds61_h200_2026-11-30.json", "e2e_model",
+               "`benchmarks/e2e_model.py --aa --layers 2 --batch 64 --prompt 64 --modes eager --rounds 61` "
+               "(GPU-30ce921e): decode 0.999x (0.977 to 1.020), prefill 1.001x."),
+    Experiment("The batch-64 Llama in graph and eager modes with the day's code, H200",
+               "e2e_model_unrouted_h200_2026-11-30.json", "e2e_model",
+               "`--budget 0 --modes graph,eager --rounds 41` on the same store, next on GPU-30ce921e, with serial "
+               "split-K, launches that follow the stream and fully declined layers put back: graph decode 1.029x "
+               "(1.028 to 1.030), prefill 1.001x; eager decode 1.002x (0.981 to 1.043), prefill 1.002x. In graphs "
+               "check_routes kept k/v (5.45 us a forward), down (6.46) and lm_head (17.02) and declined gate/up "
+               "(0.98, lower quartile -0.29 under the floor of 2.11), which went back to nn.Linear; in eager "
+               "mode every layer went back."),
     Experiment("One served kernel on two CUDA streams at once, with a negative control, H200",
                "two_streams_h200_2026-11-30.json", "two_streams",
                "`benchmarks/two_streams.py OUT.md --calls 400` (GPU-1bd0346a): with the op's launches as they are (a "
