@@ -516,12 +516,26 @@ def read_two_streams(path: Path) -> tuple[str, list[str], str]:
     return head, table, _env_line(d.get("env"))
 
 
+def read_graph_paths(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/graph_paths.py: one winner in op_served.py's graph harness through the op, its bound run, and
+    torch.matmul, each against F.linear."""
+    d = json.loads(path.read_text())
+    by: dict[str, list[float]] = {}
+    for r in d["rows"]:
+        by.setdefault(r["contender"], []).append(r["ratio"])
+    head = "F.linear / contender, median ratio per rep: " + "; ".join(
+        f"{name} {', '.join(f'{x:.3f}' for x in xs)}" for name, xs in by.items())
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    return head, table, _env_line(d.get("env"))
+
+
 READERS = {"chain_placement": read_chain_placement, "stream_state": read_stream_state, "op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "crosscheck_winners": read_crosscheck_winners, "op_served": read_op_served, "e2e_model": read_e2e_model,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
            "sm80_backends": read_sm80_backends, "scale_out": read_scale_out, "quack_vs_sweep": read_quack_vs_sweep,
-           "split_k_serial": read_split_k_serial, "two_streams": read_two_streams}
+           "split_k_serial": read_split_k_serial, "two_streams": read_two_streams,
+           "graph_paths": read_graph_paths}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
@@ -1346,6 +1360,15 @@ EXPERIMENTS: list[Experiment] = [
                "check_routes kept k/v (5.45 us a forward), down (6.46) and lm_head (17.02) and declined gate/up "
                "(0.98, lower quartile -0.29 under the floor of 2.11), which went back to nn.Linear; in eager "
                "mode every layer went back."),
+    Experiment("1x3072x3072's winner in the op's graph harness through the op, its bound run and torch.matmul, H200",
+               "graph_paths_h200_2026-11-30.json", "graph_paths",
+               "`benchmarks/graph_paths.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --shape "
+               "1x3072x3072 --reps 3` (GPU-fbef266b): against F.linear, cudal2.linear read 1.228, 1.219, 1.184 and "
+               "the same kernel's bound run called directly 1.176, 1.202, 1.191: the op's graph path costs the "
+               "kernel nothing measurable, and on this host it meets searched - 0.02 (1.206) in two reps of three. "
+               "torch.matmul(x, w.t()), the evaluator's baseline call, read 0.971, 0.976, 0.972 of F.linear: if "
+               "that holds on other shapes, a searched speedup over torch.matmul overstates the gain over nn.Linear "
+               "by as much (1.226 searched against about 1.21 here)."),
     Experiment("One served kernel on two CUDA streams at once, with a negative control, H200",
                "two_streams_h200_2026-11-30.json", "two_streams",
                "`benchmarks/two_streams.py OUT.md --calls 400` (GPU-1bd0346a): with the op's launches as they are (a "
