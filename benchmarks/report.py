@@ -517,14 +517,16 @@ def read_two_streams(path: Path) -> tuple[str, list[str], str]:
 
 
 def read_graph_paths(path: Path) -> tuple[str, list[str], str]:
-    """benchmarks/graph_paths.py: one winner in op_served.py's graph harness through the op, its bound run, and
-    torch.matmul, each against F.linear."""
+    """benchmarks/graph_paths.py: search winners in op_served.py's graph harness through the op, their bound runs
+    and torch.matmul, each against F.linear."""
     d = json.loads(path.read_text())
     by: dict[str, list[float]] = {}
+    shapes: dict[str, set] = {}
     for r in d["rows"]:
         by.setdefault(r["contender"], []).append(r["ratio"])
-    head = "F.linear / contender, median ratio per rep: " + "; ".join(
-        f"{name} {', '.join(f'{x:.3f}' for x in xs)}" for name, xs in by.items())
+        shapes.setdefault(r["contender"], set()).add(r.get("shape", d.get("shape")))
+    head = "F.linear / contender, geomean of the per-rep medians: " + "; ".join(
+        f"{name} {geomean(xs):.3f} ({len(xs)} readings, {len(shapes[name])} shape(s))" for name, xs in by.items())
     table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
     return head, table, _env_line(d.get("env"))
 
