@@ -883,7 +883,7 @@ def _native_slot(served: tuple) -> int:
     entry = _op_entry(problem, gpu, 0.0) if problem is not None and gpu is not None else None
     if entry is None or not _native_path(problem, entry.spec):
         return -1
-    native_args = getattr(tuned_kernel(problem, gpu, 0.0), "native_args", None)
+    native_args = getattr(_compiled(entry, problem), "native_args", None)
     if native_args is None:
         return -1
     device = torch.device(served[6], served[7]) if served[7] is not None else torch.device(served[6])
