@@ -42,14 +42,16 @@ def _launches_as_before() -> None:
     from cudal2.codegen import triton as triton_backend
     from cudal2.codegen.workspace import Workspace
 
-    def one_scratch(self, size, alignment, stream):
-        held = self._scratch.get("one")
-        if held is None or held.numel() < size:
-            held = self._scratch["one"] = torch.empty(size, dtype=torch.int8, device=self._device)
-        return held
+    def one_scratch(self, device):
+        def allocate(size, alignment, stream):
+            held = self._scratch.get("one")
+            if held is None or held.numel() < size:
+                held = self._scratch["one"] = torch.empty(size, dtype=torch.int8, device=device)
+            return held
+        return allocate
 
     Workspace.follow_stream = lambda self, index: None
-    triton_backend.TritonKernel._tma_scratch = one_scratch
+    triton_backend.TritonKernel._scratch_on = one_scratch
 
 
 def one(kernel: str, variant: str, calls: int) -> dict:

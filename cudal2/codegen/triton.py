@@ -485,14 +485,16 @@ class TritonKernel:
         """Whether the kernel kept inside its own workspace (cudal2.codegen.workspace)."""
         return self._workspace.intact()
 
-    def _tma_scratch(self, size: int, alignment: int, stream):
-        # Triton asks for size bytes per launch, on the launch's stream, and the kernel writes its descriptors
-        # there: one buffer per stream (launches on one stream reuse it in order; two streams' launches may overlap)
-        key = (self._device, stream)
-        held = self._scratch.get(key)
-        if held is None or held.numel() < size:
-            held = self._scratch[key] = self._torch.empty(size, dtype=self._torch.int8, device=self._device)
-        return held
+    def _scratch_on(self, device):
+        """Triton's allocator for launches on device: Triton asks it for size bytes per launch, on the launch's
+        stream, and the kernel writes its descriptors there: one buffer per (device, stream) (launches on one
+        stream reuse it in order; two streams' launches may overlap)."""
+        def allocate(size: int, alignment: int, stream):
+            held = self._scratch.get((device, stream))
+            if held is None or held.numel() < size:
+                held = self._scratch[device, stream] = self._torch.empty(size, dtype=self._torch.int8, device=device)
+            return held
+        return allocate
 
     # --- the call -------------------------------------------------------------------------------
     def __call__(self, a, b, c=None, bias=None):
@@ -502,8 +504,7 @@ class TritonKernel:
         if self.num_sms is None:
             self.num_sms = self._torch.cuda.get_device_properties(a.device).multi_processor_count
         if self._set_allocator is not None:  # TMA: descriptors live in a scratch buffer we own
-            self._device = a.device
-            self._set_allocator(self._tma_scratch)
+            self._set_allocator(self._scratch_on(a.device))
         ws = self._workspace_for(a.device, m, n)
         if ws is not None:
             self._workspace.follow_device(a.device)
@@ -527,7 +528,7 @@ class TritonKernel:
         a_strides, b_strides = operand_strides(p, m, n, k)
         launches, num_sms, set_allocator = self._launches, self.num_sms, self._set_allocator
         runtime = None if self._interpreted else triton_launch.triton_runtime()
-        self._device = device
+        allocate = self._scratch_on(device) if set_allocator is not None else None
         # two streams never use the workspace at once (cudal2.codegen.workspace)
         follow = self._workspace.follow_stream if ws is not None and device.type == "cuda" else None
         index = device.index if device.index is not None or follow is None else self._torch.cuda.current_device()
@@ -536,8 +537,7 @@ class TritonKernel:
             if follow is not None:
                 follow(index)
             if set_allocator is not None:
-                self._device = device  # (the scratch's device: another bind may have been on another)
-                set_allocator(self._tma_scratch)
+                set_allocator(allocate)
             # the launchers read the operands' addresses only: a, b, d have the views' own
             if run.compiled and run.compiled.launch((a, b, d, bias), vouched=True):
                 return
