@@ -82,7 +82,7 @@ def winner_specs(path: Path) -> list[tuple[str, "object"]]:
 
     out = []
     for row in json.loads(path.read_text())["rows"]:
-        spec = KernelSpec(**json.loads(row["spec_json"])) if row.get("spec_json") else None
+        spec = KernelSpec.from_json(row["spec_json"]) if row.get("spec_json") else None
         if spec is not None and spec.decomposition == "split_k" and spec.split_k_reduction == "workspace":
             out.append((row["shape"], spec))
     return out
