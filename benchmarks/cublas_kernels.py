@@ -28,7 +28,6 @@ def launched_kernels(problem: GemmProblem, kernel=None, repeats: int = 5,
     problem, `kernel` (a compiled cudal2 kernel) when given, or the evaluator's baseline of that
     name (cudal2.bench.baselines: "cublaslt_autotune" autotunes first, as the evaluator does)."""
     import torch
-    from torch.profiler import ProfilerActivity, profile
 
     from cudal2.bench.baselines import prepare
     from cudal2.bench.inputs import make_operands  # the evaluator's own operand layout
@@ -45,7 +44,16 @@ def launched_kernels(problem: GemmProblem, kernel=None, repeats: int = 5,
         call = lambda: torch.matmul(a, b)  # noqa: E731
     else:
         call = lambda: kernel(a, b, c, ops.bias)  # noqa: E731
-    for _ in range(3):
+    return profiled_kernels(call, repeats)
+
+
+def profiled_kernels(call, repeats: int, warmup: int = 3) -> list[tuple[str, float]]:
+    """(kernel name, mean microseconds a launch) of every GPU kernel `repeats` calls of call() launch, after
+    `warmup` unprofiled calls."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(warmup):
         call()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:

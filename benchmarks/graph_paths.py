@@ -1,6 +1,6 @@
 """One winner in op_served.py's graph harness, three ways: F.linear against cudal2.linear, against the same kernel's
-bound run called directly (no op), and against torch.matmul(x, w.t()) (torch against itself, near enough: the
-harness's own spread). Whether the op's graph path costs a served kernel anything, apart from the harness.
+bound run called directly (no op), against torch.matmul(x, w.t()) (the evaluator's torch baseline) and against
+F.linear itself (linear: an A/A, the harness's own spread; a matmul ratio apart from it is the baseline's own). Whether the op's graph path costs a served kernel anything, apart from the harness.
 
     python benchmarks/graph_paths.py OUT.md --winners benchmarks/results/crosscheck_winners_chain_h200_2026-11-30.json
         --shape 1x3072x3072 [--reps 2] [--contenders op,bound,matmul]
@@ -9,7 +9,8 @@ harness's own spread). Whether the op's graph path costs a served kernel anythin
 --shape: one MxNxK of the file, several (comma-separated), or all. The table holds every winner of the file (as
 op_served.py sets it); each shape's operands, rounds and call pattern are op_served.py's (graph_figures: CUDA graphs
 of the chain pattern, GRAPH_MIN_ROUNDS rounds over its placements). The contenders (op: cudal2.linear; bound: the
-served kernel's bound run; matmul: torch.matmul(x, w.t())) are timed in turn, --reps times; op and bound only where
+served kernel's bound run; matmul: torch.matmul(x, w.t()); linear: F.linear in a lambda, as matmul is called) are
+timed in turn, --reps times; op and bound only where
 the op serves the shape in graphs. Writes OUT.md and OUT.json. Needs a CUDA GPU.
 """
 
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 
-CONTENDERS = ("op", "bound", "matmul")
+CONTENDERS = ("op", "bound", "matmul", "linear")
 
 
 def shapes_of(winners: dict, shape: str) -> list[dict]:
@@ -77,6 +78,8 @@ def paths_of(row: dict, gpu: str, wanted: tuple[str, ...]) -> tuple[dict, "objec
         paths["the bound run"] = bound
     if "matmul" in wanted:
         paths["torch.matmul(x, w.t())"] = lambda a, b: torch.matmul(a, b.t())
+    if "linear" in wanted:
+        paths["F.linear (A/A)"] = lambda a, b: torch.nn.functional.linear(a, b)
     return paths, x, w
 
 

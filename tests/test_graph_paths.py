@@ -28,7 +28,7 @@ def test_shapes_are_the_rows_named_in_the_order_asked_or_all_in_the_files():
 
 
 def test_contenders_are_checked():
-    assert contenders_of("matmul") == ("matmul",) and contenders_of("op, bound") == ("op", "bound")
+    assert contenders_of("matmul,linear") == ("matmul", "linear") and contenders_of("op, bound") == ("op", "bound")
     with pytest.raises(ValueError, match="unknown contender cublas; known: op, bound, matmul"):
         contenders_of("op,cublas")
 
