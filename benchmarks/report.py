@@ -531,13 +531,21 @@ def read_graph_paths(path: Path) -> tuple[str, list[str], str]:
     return head, table, _env_line(d.get("env"))
 
 
+def read_baseline_kernels(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/baseline_kernels.py: the GPU kernels torch.matmul(x, w.t()) and F.linear(x, w) launch."""
+    d = json.loads(path.read_text())
+    head = f"the same kernels on {sum(r['same'] for r in d['rows'])} of {len(d['rows'])} shapes"
+    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    return head, table, _env_line(d.get("env"))
+
+
 READERS = {"chain_placement": read_chain_placement, "stream_state": read_stream_state, "op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "crosscheck_winners": read_crosscheck_winners, "op_served": read_op_served, "e2e_model": read_e2e_model,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
            "sm80_backends": read_sm80_backends, "scale_out": read_scale_out, "quack_vs_sweep": read_quack_vs_sweep,
            "split_k_serial": read_split_k_serial, "two_streams": read_two_streams,
-           "graph_paths": read_graph_paths}
+           "graph_paths": read_graph_paths, "baseline_kernels": read_baseline_kernels}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
@@ -1371,6 +1379,39 @@ EXPERIMENTS: list[Experiment] = [
                "torch.matmul(x, w.t()), the evaluator's baseline call, read 0.971, 0.976, 0.972 of F.linear: if "
                "that holds on other shapes, a searched speedup over torch.matmul overstates the gain over nn.Linear "
                "by as much (1.226 searched against about 1.21 here)."),
+    Experiment("The evaluator's torch baseline and F.linear: the kernels they launch, H200",
+               "baseline_kernels_h200_2026-11-30.json", "baseline_kernels",
+               "`benchmarks/baseline_kernels.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json` "
+               "(GPU-a9709527): torch.matmul(x, w.t()) and F.linear(x, w) launch the same cuBLAS kernels (the same "
+               "names, split-K reductions and memsets included) on all 30 validation shapes."),
+    Experiment("torch.matmul against F.linear, and F.linear against itself, in the op's graph harness, H200",
+               "graph_paths_baseline_small_h200_2026-11-30.json", "graph_paths",
+               "`benchmarks/graph_paths.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --shape "
+               "<the 17 shapes of M <= 128> --contenders matmul,linear --reps 1` (GPU-9b167a02): F.linear / "
+               "torch.matmul(x, w.t()) geomean 1.000 (0.987 to 1.014), F.linear / F.linear 1.001 (0.988 to 1.016); "
+               "1x3072x3072 read 1.014 and 1.013. The 0.97 read there on GPU-fbef266b was the harness's spread, "
+               "not the baseline's call. (The 13 larger shapes, run first on the same GPU, read 0.996 to 1.003 for "
+               "both; that run was cut by its time limit before it wrote its file.)"),
+    Experiment("The batch-64 Llama searched with the CuTe DSL installed, H200",
+               "e2e_model_cute_h200_2026-11-30.json", "e2e_model",
+               "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph,eager --rounds 15` "
+               "on a fresh store (GPU-a9709527; nvidia-cutlass-dsl 4.8.1, so Triton and the CuTe DSL searched): graph "
+               "decode 1.030x (1.029 to 1.031), prefill 1.001x; in graphs check_routes kept every decode group, q/o "
+               "(1.38 us a forward) and gate/up (4.00) served now, and declined gate/up at prefill; eager: every layer "
+               "put back to nn.Linear, so both models ran the same code (decode 0.948x, quartiles 0.912 to 1.024: "
+               "15 rounds of eager noise)."),
+    Experiment("The same store timed again, 41 rounds, H200",
+               "e2e_model_cute_rounds41_h200_2026-11-30.json", "e2e_model",
+               "`--budget 0 --modes graph,eager --rounds 41` on the store above, next on GPU-a9709527: graph decode "
+               "**1.031x** (1.029 to 1.031), prefill 1.001x; eager decode 0.998x (0.962 to 1.026), prefill 1.000x "
+               "(no layer routed in eager mode)."),
+    Experiment("The decoder layer at 1 to 1024 tokens with the CuTe DSL installed, H200",
+               "e2e_decoder_cute_h200_2026-11-30.json", "e2e_decoder",
+               "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes graph --budget 4 --max-tune-seconds "
+               "250` (GPU-a9709527; Triton and nvidia-cutlass-dsl 4.8.1): layer 1.018, 1.043, 0.984, 1.000; the "
+               "table's prediction within 25% at 16 tokens (8.37 against 8.55 us), 40% over at 1 (4.94 against 3.54: "
+               "its k/v kernel loses 0.59 us in the layer), wrong in sign at 128 (10.58 against -3.91: q/o, a CuTe "
+               "DSL kernel, loses 1.59 us in the layer while it wins 0.7 us a call alone), nothing served at 1024."),
     Experiment("One served kernel on two CUDA streams at once, with a negative control, H200",
                "two_streams_h200_2026-11-30.json", "two_streams",
                "`benchmarks/two_streams.py OUT.md --calls 400` (GPU-1bd0346a): with the op's launches as they are (a "

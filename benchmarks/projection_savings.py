@@ -1,0 +1,61 @@
+"""e2e_decoder.py's layer in graph mode, with one projection (or group) served at a time: the layer's saving per
+forward (nn.Linear's time less cudal2's, median of the per-round differences and quartiles, twice), at 16 and 128
+tokens. Which projection's kernel gains or loses inside the layer, where e2e_decoder.py's served_alone times the
+groups only.
+
+    python benchmarks/projection_savings.py STORE > OUT.log
+
+STORE: the store of an e2e_decoder.py run (the table is TunedTable.for_serving(STORE)). Prints one line per
+(tokens, group, repeat). Needs a CUDA GPU.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+TOKENS = (16, 128)
+GROUPS = (("q",), ("o",), ("q", "o"), ("k", "v"))
+ROUNDS, CALLS = 21, 20
+
+
+def main() -> None:
+    if len(sys.argv) != 2 or not Path(sys.argv[1]).exists():
+        sys.exit("projection_savings.py: pass the store of an e2e_decoder.py run (python benchmarks/"
+                 "projection_savings.py STORE)")
+    import torch
+
+    if not torch.cuda.is_available():
+        sys.exit("projection_savings.py times CUDA graphs, and torch sees none here; run it on a GPU")
+    import cudal2
+    from _rounds import interleaved, spread
+    from cudal2 import ops
+    from cudal2.route_check import graph_timer
+    from cudal2.store.table import TunedTable
+    from e2e_decoder import HIDDEN, layers
+
+    ops.set_table(TunedTable.for_serving(sys.argv[1]))
+    plain, ours = layers()
+    cudal2.route_linears(ours, graphs=True)
+    routed = {n: m for n, m in ours.named_children()
+              if type(m) is not torch.nn.Linear and isinstance(m, torch.nn.Linear)}
+    classes = {n: type(m) for n, m in routed.items()}
+    print("routed", list(routed))
+    for t in TOKENS:
+        x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16)
+        for group in GROUPS:
+            for n, m in routed.items():
+                m.__class__ = classes[n] if n in group else torch.nn.Linear
+            for rep in range(2):
+                both = interleaved({"torch": graph_timer(lambda: plain(x), CALLS),
+                                    "cudal2": graph_timer(lambda: ours(x), CALLS)}, ROUNDS)
+                saving = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
+                print(t, group, rep, "saving us %.2f (%.2f to %.2f)" % saving, flush=True)
+
+
+if __name__ == "__main__":
+    main()
