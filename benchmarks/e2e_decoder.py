@@ -234,7 +234,9 @@ def stream_savings_us(t: int, lin, rounds: int, calls: int) -> dict[str, float]:
     counts): each call after LayerPrelude ("after prelude"); after a GEMM of a cold 4096x4096 weight,
     as k follows q in the layer ("after a GEMM"); or between two such GEMMs, as k sits between q and v
     ("between GEMMs": cuBLAS's kernels take part in programmatic dependent launch, so the GEMM after a
-    call moves its cost too; docs/evaluation.md). Median of the per-round differences, us."""
+    call moves its cost too; docs/evaluation.md); or after the MLP's three GEMMs at this token count and
+    before such a GEMM ("after the MLP": the compute-heavy work a layer runs between two q calls). Median
+    of the per-round differences, us."""
     import torch
     from torch.nn import functional as F
 
@@ -249,9 +251,13 @@ def stream_savings_us(t: int, lin, rounds: int, calls: int) -> dict[str, float]:
     prelude = LayerPrelude(torch.device("cuda"), l2, xs)
     gemm_before = lambda i: F.linear(hs[i], before[i])  # noqa: E731
     gemm_after = lambda i: F.linear(hs[i], after[i])  # noqa: E731
+    gate, up = (torch.randn(INTER, HIDDEN, device="cuda", dtype=torch.float16) for _ in range(2))
+    down = torch.randn(HIDDEN, INTER, device="cuda", dtype=torch.float16)
+    mid = torch.randn(t, INTER, device="cuda", dtype=torch.float16)
+    mlp = lambda i: (F.linear(hs[i], gate), F.linear(hs[i], up), F.linear(mid, down))  # noqa: E731
     out = {}
     for regime, work, then in (("after prelude", prelude, None), ("after a GEMM", gemm_before, None),
-                               ("between GEMMs", gemm_before, gemm_after)):
+                               ("between GEMMs", gemm_before, gemm_after), ("after the MLP", mlp, gemm_after)):
         def cycling(op, work=work, then=then):
             turn = itertools.cycle(range(copies))
 
@@ -306,7 +312,8 @@ def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int
         out.append({"gemms": row["gemm"], "shape": row["shape"], "predicted_us": row["predicted_saving_us"] * count,
                     "layer_mode_now_us": now * count, "stream_after_prelude_us": stream["after prelude"] * count,
                     "stream_after_gemm_us": stream["after a GEMM"] * count,
-                    "stream_between_gemms_us": stream["between GEMMs"] * count, "layer_saving_us": saving,
+                    "stream_between_gemms_us": stream["between GEMMs"] * count,
+                    "stream_after_mlp_us": stream["after the MLP"] * count, "layer_saving_us": saving,
                     "layer_saving_q1_us": q1, "layer_saving_q3_us": q3, "layer_saving_again_us": again})
     return out
 
@@ -396,14 +403,15 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
                   "(cudal2.bench.timing.measure, F.linear against cudal2.linear), and the layer's saving in graph mode "
                   "with only that group served (median of the per-round differences, quartiles):", "",
                   "| tokens | GEMMs | shape | predicted us | layer mode now us | stream after prelude us "
-                  "| stream after a GEMM us | stream between GEMMs us | layer's saving us (25% to 75%) "
+                  "| stream after a GEMM us | stream between GEMMs us | stream after the MLP us "
+                  "| layer's saving us (25% to 75%) "
                   "| layer's saving again us |",
-                  "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         cell = lambda g, key: f"{g[key]:.2f}" if key in g else "-"  # noqa: E731
         for t, g in alone:
             lines.append(f"| {t} | {g['gemms']} | {g['shape']} | {g['predicted_us']:.2f} | {g['layer_mode_now_us']:.2f} "
                          f"| {cell(g, 'stream_after_prelude_us')} | {cell(g, 'stream_after_gemm_us')} "
-                         f"| {cell(g, 'stream_between_gemms_us')} "
+                         f"| {cell(g, 'stream_between_gemms_us')} | {cell(g, 'stream_after_mlp_us')} "
                          f"| {g['layer_saving_us']:.2f} ({g['layer_saving_q1_us']:.2f} to {g['layer_saving_q3_us']:.2f}) "
                          f"| {cell(g, 'layer_saving_again_us')} |")
     lines += ["", "Relative error of the cudal2 layer's output: " +

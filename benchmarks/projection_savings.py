@@ -1,7 +1,8 @@
 """e2e_decoder.py's layer in graph mode, with one projection (or group) served at a time: the layer's saving per
 forward (nn.Linear's time less cudal2's, median of the per-round differences and quartiles, twice), at 16 and 128
 tokens. Which projection's kernel gains or loses inside the layer, where e2e_decoder.py's served_alone times the
-groups only.
+groups only. Then q's and o's kernels in e2e_decoder.stream_savings_us's regimes (after the prelude, after a GEMM,
+between GEMMs, after the MLP's GEMMs): which neighbours a loss in the layer needs.
 
     python benchmarks/projection_savings.py STORE > OUT.log
 
@@ -36,7 +37,7 @@ def main() -> None:
     from cudal2 import ops
     from cudal2.route_check import graph_timer
     from cudal2.store.table import TunedTable
-    from e2e_decoder import HIDDEN, layers
+    from e2e_decoder import HIDDEN, layers, stream_savings_us
 
     ops.set_table(TunedTable.for_serving(sys.argv[1]))
     plain, ours = layers()
@@ -55,6 +56,10 @@ def main() -> None:
                                     "cudal2": graph_timer(lambda: ours(x), CALLS)}, ROUNDS)
                 saving = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
                 print(t, group, rep, "saving us %.2f (%.2f to %.2f)" % saving, flush=True)
+        for name in ("q", "o"):  # the same kernel in e2e_decoder's stream regimes, MLP included
+            regimes = stream_savings_us(t, getattr(plain, name), ROUNDS, CALLS)
+            print(t, name, "stream regimes, saving us a call:",
+                  ", ".join(f"{r} {v:.2f}" for r, v in regimes.items()), flush=True)
 
 
 if __name__ == "__main__":
