@@ -112,6 +112,9 @@ def harness_timers(calls: dict, a_operands: list) -> dict:
 
 
 CHAIN_COLUMNS = 1024  # the neighbour GEMMs' width in the chain regime (a key/value projection's)
+# mlp_chain: the MLP run before each call in place of the first neighbour GEMM (an 8B-class model's, nn.Linear's
+# layout), on at most MLP_ROWS rows of an input of its own
+MLP_HIDDEN, MLP_INTER, MLP_ROWS = 4096, 14336, 256
 CHAIN_REPLAY_MS = 2.0  # the chain harness's graphs repeat their pass over the input sets to about this long
 # Where the harness's buffers lie moves a small call's marginal: on one H200 a 33x3072x3072 winner's ratio
 # ranged 0.4% over five timings on one set of buffers, 3.9% over five fresh sets (chain_placement.py)
@@ -119,29 +122,33 @@ CHAIN_PLACEMENTS = 4
 
 
 def chain_harness_rounds(placement, rounds: int = HARNESS_ROUNDS, placements: int = CHAIN_PLACEMENTS,
-                         later_warmup_s: float = WARMUP_S / 5) -> dict[str, list]:
-    """name -> ms per call of each round in the chain regime (chain_harness_timers), rounds alternating,
-    split over `placements` placements: placement(p) -> (calls, A operands) on operands of its own, and
-    the harness's buffers and graphs made anew, each while the last are still held (so elsewhere in
+                         later_warmup_s: float = WARMUP_S / 5, mlp: bool = False) -> dict[str, list]:
+    """name -> ms per call of each round in the chain regime (chain_harness_timers; mlp: mlp_chain's), rounds
+    alternating, split over `placements` placements: placement(p) -> (calls, A operands) on operands of its own,
+    and the harness's buffers and graphs made anew, each while the last are still held (so elsewhere in
     memory). The first placement warms up for WARMUP_S, the later ones for later_warmup_s."""
     times: dict[str, list] = {}
     timers = None
     for p in range(placements):
         calls, a_operands = placement(p)
-        timers = chain_harness_timers(calls, a_operands, WARMUP_S if p == 0 else later_warmup_s)
+        timers = chain_harness_timers(calls, a_operands, WARMUP_S if p == 0 else later_warmup_s, mlp=mlp)
         for name, xs in interleaved(timers, -(-rounds // placements)).items():
             times.setdefault(name, []).extend(xs)
     return times
 
 
-def chain_harness_ms(placement, rounds: int = HARNESS_ROUNDS, placements: int = CHAIN_PLACEMENTS) -> dict[str, float]:
+def chain_harness_ms(placement, rounds: int = HARNESS_ROUNDS, placements: int = CHAIN_PLACEMENTS,
+                     mlp: bool = False) -> dict[str, float]:
     """name -> median ms per call of chain_harness_rounds."""
-    return {k: statistics.median(v) for k, v in chain_harness_rounds(placement, rounds, placements).items()}
+    return {k: statistics.median(v) for k, v in chain_harness_rounds(placement, rounds, placements,
+                                                                      mlp=mlp).items()}
 
 
-def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP_S, warm_on_side: bool = True) -> dict:
+def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP_S, warm_on_side: bool = True,
+                         mlp: bool = False) -> dict:
     """The chain regime, written apart from cudal2's timing code: per input set i, a read of twice the
-    L2, A *= 1, a torch GEMM of A with a cold (K, 1024) weight, the call, another such GEMM. One graph
+    L2, A *= 1, a torch GEMM of A with a cold (K, 1024) weight (mlp: an MLP's three GEMMs on an input of their
+    own, MLP_HIDDEN to MLP_INTER and back, at A's rows up to MLP_ROWS), the call, another such GEMM. One graph
     of that work without the calls (the floor) and one per contender, each repeating its pass over the
     sets to about CHAIN_REPLAY_MS; a contender's round replays the floor and its own graph (order
     flipped every round, and opposite to the previous contender's), events around each replay, and returns
@@ -158,13 +165,29 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
     weights = [torch.randn(k, CHAIN_COLUMNS, dtype=a0.dtype, device="cuda") / k ** 0.5 for _ in range(2)]
     outs = [torch.empty(a0.shape[0], CHAIN_COLUMNS, dtype=a0.dtype, device="cuda") for _ in range(2)]
     n = len(a_operands)
+    if mlp:
+        rows = max(1, min(a0.shape[0], MLP_ROWS))
+        mlp_x = torch.randn(rows, MLP_HIDDEN, dtype=a0.dtype, device="cuda")
+        up_w = [torch.randn(MLP_HIDDEN, MLP_INTER, dtype=a0.dtype, device="cuda") / MLP_HIDDEN ** 0.5
+                for _ in range(2)]
+        down_w = torch.randn(MLP_INTER, MLP_HIDDEN, dtype=a0.dtype, device="cuda") / MLP_INTER ** 0.5
+        mids = [torch.empty(rows, MLP_INTER, dtype=a0.dtype, device="cuda") for _ in range(2)]
+        mlp_out = torch.empty(rows, MLP_HIDDEN, dtype=a0.dtype, device="cuda")
+
+    def before(i: int) -> None:
+        if not mlp:
+            torch.matmul(a_operands[i], weights[0], out=outs[0])
+            return
+        torch.matmul(mlp_x, up_w[0], out=mids[0])
+        torch.matmul(mlp_x, up_w[1], out=mids[1])
+        torch.matmul(mids[0], down_w, out=mlp_out)
 
     def work(call, passes: int) -> None:
         for _ in range(passes):
             for i in range(n):
                 torch.sum(stream_buf, dim=0, dtype=torch.float32, out=out_scalar)
                 a_operands[i].mul_(1)
-                torch.matmul(a_operands[i], weights[0], out=outs[0])
+                before(i)
                 if call is not None:
                     call(i)
                 torch.matmul(a_operands[i], weights[1], out=outs[1])
@@ -302,7 +325,8 @@ def check(problem: GemmProblem, spec, ev, row: dict, rounds: int = HARNESS_ROUND
         return row
     row.update(figures)
     placement = winner_placements(problem, spec)
-    h = chain_harness_ms(placement, rounds) if mode == "chain" else harness_ms(*placement(0), rounds)
+    h = (chain_harness_ms(placement, rounds, mlp=mode == "mlp_chain") if mode in ("chain", "mlp_chain")
+         else harness_ms(*placement(0), rounds))
     row["harness_kernel_ms"], row["harness_torch_ms"] = h["kernel"], h["torch"]
     row["harness"] = h["torch"] / h["kernel"]
     row["agree"] = abs(row[f"eval_{mode}"] / row["harness"] - 1) <= AGREE
@@ -418,7 +442,7 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=None,
                     help="the evaluator's groups per confirmation round (default: TimingConfig.confirmation()'s)")
     ap.add_argument("--retime", type=Path, default=None, help="an earlier run's .json: time its winners again")
-    ap.add_argument("--mode", default="chain", choices=("chain", "layer"),
+    ap.add_argument("--mode", default="chain", choices=("chain", "mlp_chain", "layer"),
                     help="the regime searched in, checked by the evaluator and timed by the harness")
     args = ap.parse_args()
     import torch

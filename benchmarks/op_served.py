@@ -189,8 +189,9 @@ def eager_figures(x, w, rounds: int, calls: int, min_s: float = 0.0, ours=None) 
 
 def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain", ours=None) -> dict:
     """The graph path: CUDA graphs of the call pattern on a GPU, the pattern of the mode the winner was
-    searched in (chain: chain_harness_timers, each call between two GEMMs of its input after the L2 read,
-    the rounds split over CHAIN_PLACEMENTS placements of the operands and the harness's buffers:
+    searched in (chain: chain_harness_timers, each call between two GEMMs of its input after the L2 read, or
+    mlp_chain: after an MLP's GEMMs; the rounds split over CHAIN_PLACEMENTS placements of the operands and the
+    harness's buffers:
     crosscheck_winners.chain_harness_rounds; layer: harness_timers); on the CPU, the same calls timed from
     Python, the buffer read included. ours: cudal2.linear unless given. The contenders' graphs are captured in
     turn, their order reversed in every other placement (ALTERNATE_CAPTURE)."""
@@ -226,9 +227,10 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain", ou
             return ({name: lambda i, op=op: op(*sets[i % copies]) for name, op in order},
                     [sets[i % copies][0] for i in range(calls)])
 
-        if call_pattern == "chain":
+        if call_pattern in ("chain", "mlp_chain"):
             placements = CHAIN_PLACEMENTS
-            rounds_ms = chain_harness_rounds(placement, rounds, placements, later_warmup_s=WARMUP_S)
+            rounds_ms = chain_harness_rounds(placement, rounds, placements, later_warmup_s=WARMUP_S,
+                                             mlp=call_pattern == "mlp_chain")
         else:
             placements = 1
             rounds_ms = interleaved(harness_timers(*placement(0)), rounds)
@@ -286,7 +288,7 @@ def measure(row: dict, gpu: str, device: str, rounds: int, ours=None) -> dict:
                                  EAGER_MIN_S if device == "cuda" else 0.0, ours)
     graph_rounds = max(rounds, GRAPH_MIN_ROUNDS) if device == "cuda" else rounds
     out["graph"] = graph_figures(x, w, graph_rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS),
-                                 "chain" if mode == "chain" else "layer", ours)
+                                 mode if mode in ("chain", "mlp_chain") else "layer", ours)
     out.update(route(problem, gpu, x, w))
     out["verdicts"] = verdicts(out)
     return out

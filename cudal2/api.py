@@ -42,9 +42,9 @@ def search(shape, dtype: str = "float16", layout: str = "NN", backends: Sequence
     """Search kernels for one GEMM and return a SearchResult.
 
     shape: (m, n, k), "MxNxK" or a GemmProblem. budget: GPU measurements (64) or GPU time
-    ("120s"). modes: timing modes ("chain", "layer", "offline", "server", "sustained"); the objective is the first of them,
-    "chain" (each call after the work a model's layer does before it, between two GEMMs of its input) by
-    default (docs/evaluation.md).
+    ("120s"). modes: timing modes ("chain", "mlp_chain", "layer", "offline", "server", "sustained"); the
+    objective is the first of them, "chain" (each call after the work a model's layer does before it, between
+    two GEMMs of its input) by default (docs/evaluation.md).
     backends: the codegen backends searched together (default: every backend that declares the arch
     and can compile on this machine: triton and cute_dsl on Hopper; cudal2.codegen.default_backends).
     store: a Store, a SQLAlchemy URL or a file path (default: the user cache store, or

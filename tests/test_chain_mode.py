@@ -48,7 +48,7 @@ def test_a_store_searched_only_in_layer_mode_is_still_served_from_it(tmp_path):
     _search(store, RecordedRunner(model=lambda p, s: 0.05, baselines={"torch": 0.1}), modes=("layer",))
     (entry,) = list(TunedTable.for_serving(store))
     assert entry.mode == "layer" and entry.speedup() == pytest.approx(2.0)
-    assert SERVING_MODES[:2] == ("chain", "layer")
+    assert SERVING_MODES[:3] == ("chain", "mlp_chain", "layer")
 
 
 def test_the_neighbours_leave_a_unchanged_and_write_their_own_outputs():

@@ -744,7 +744,8 @@ def evaluate(problem, candidates, mode: str | Iterable[str] = DEFAULT_MODE,
 
     candidates: KernelSpecs (rendered and compiled through the backend registry), prebuilt
     kernels (picklable callables or "module:attr"), or a {name: spec-or-kernel} mapping.
-    mode: "layer", "chain", "offline", "server", "sustained" or several. config: EvalConfig fields (device, timeouts, ...)."""
+    mode: "layer", "chain", "mlp_chain", "offline", "server", "sustained" or several. config: EvalConfig fields
+    (device, timeouts, ...)."""
     problem = GemmProblem.parse(problem)
     modes = _modes(mode)
     with Evaluator(**config, baselines=tuple(baselines)) as ev:

@@ -17,7 +17,7 @@ Status = Literal[
     "timeout",  # the kernel hung past the run timeout
 ]
 
-Mode = Literal["layer", "chain", "offline", "server", "sustained"]
+Mode = Literal["layer", "chain", "mlp_chain", "offline", "server", "sustained"]
 MODES: tuple[str, ...] = get_args(Mode)  # the one list of timing modes (docs/evaluation.md, Timing)
 # The one objective: what the search ranks, the confirmation rounds, the tuned table and the op's
 # serving rule, sweeps, the dataset's label and the cost model's target. "chain" times each call

@@ -33,6 +33,12 @@ chain (the default objective): each call as a GEMM between two others of the sam
   groups are spread over several placements of them (TimingConfig.placements), each with its graphs.
   In a decoder layer on an H200 this came within 25% of the layer's own saving where layer mode read
   about half of it (docs/evaluation.md, "The decoder layer" and "Chain mode").
+mlp_chain (not the default; no crosscheck or decoder run has validated it yet): chain mode whose work
+  before the call is the compute-heavy part of a decoder layer, an 8B-class model's MLP at the call's row
+  count (at most MLPNeighbours.MAX_ROWS): gate and up (4096 to 14336) and down (14336 to 4096), in place of
+  the light GEMM (MLPNeighbours). On an H200 a 128-row q/o kernel that read 0.4 to 0.5 us a call ahead of
+  cuBLAS after a light GEMM lost 1.3 to 1.4 us after these, as it lost in the layer; at 16 rows both
+  regimes read a saving (docs/evaluation.md, "What the kernel must follow to lose").
 
 The order of contenders is shuffled in every round, so that drift (clocks, temperature)
 spreads over all of them instead of favouring whoever runs first.
@@ -184,6 +190,48 @@ class ChainNeighbours:
         torch.matmul(self.operands_a[i], self.weights[1], out=self.outs[1])
 
 
+class MLPNeighbours(ChainNeighbours):
+    """mlp_chain's neighbours: before each call, an 8B-class model's MLP (gate and up, HIDDEN to INTER, then
+    down, INTER to HIDDEN, nn.Linear's layout) on an input of its own with the call's row count, at most
+    MAX_ROWS: the heavy work a decoder layer runs between two of its projections, which chain's light GEMM
+    is not. After the call, chain's GEMM of A with a cold (K, 1024) weight. The MLP's own input and weights
+    leave A as it was."""
+
+    HIDDEN, INTER = 4096, 14336
+    MAX_ROWS = 256  # a decode step's or a small prefill chunk's rows: where a kernel's neighbours move it most
+
+    def __init__(self, device, operands_a: list):
+        import torch
+
+        super().__init__(device, operands_a)
+        a = operands_a[0]
+        rows = max(1, min(a.shape[0], self.MAX_ROWS))
+        h, f = self.HIDDEN, self.INTER
+        self.mlp_in = torch.randn(rows, h, dtype=a.dtype, device=device)
+        self.mlp_weights = [torch.randn(f, h, dtype=a.dtype, device=device) / h ** 0.5 for _ in range(2)] + [
+            torch.randn(h, f, dtype=a.dtype, device=device) / f ** 0.5]
+        self.mlp_outs = [torch.empty(rows, f, dtype=a.dtype, device=device) for _ in range(2)] + [
+            torch.empty(rows, h, dtype=a.dtype, device=device)]
+
+    def fresh(self) -> "MLPNeighbours":
+        return MLPNeighbours(self.device, self.operands_a)
+
+    def before(self, i: int) -> None:
+        import torch
+
+        gate, up, down = self.mlp_weights
+        torch.matmul(self.mlp_in, gate.t(), out=self.mlp_outs[0])
+        torch.matmul(self.mlp_in, up.t(), out=self.mlp_outs[1])
+        torch.matmul(self.mlp_outs[0], down.t(), out=self.mlp_outs[2])
+
+
+def neighbours_for(mode: str, device, operands_a: list) -> "ChainNeighbours | None":
+    """The work around each call that mode times it between: ChainNeighbours (chain), MLPNeighbours
+    (mlp_chain), or None (the other modes)."""
+    around = {"chain": ChainNeighbours, "mlp_chain": MLPNeighbours}.get(mode)
+    return around(device, operands_a) if around else None
+
+
 def _capture(call: Call, indices: list[int], device):
     """A CUDA graph of call(i) for i in indices; None and the error if capture fails."""
     import torch
@@ -277,10 +325,14 @@ def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConf
     device = torch.device(device)
     if mode == "layer":
         return _layer(contenders, n_sets, cfg, device, prelude or LayerPrelude(device, _l2_bytes(device)))
-    if mode == "chain":
+    if mode in ("chain", "mlp_chain"):
+        wanted = MLPNeighbours if mode == "mlp_chain" else ChainNeighbours
         if neighbours is None:
-            raise ValueError("chain mode times each call between two GEMMs of its A: pass neighbours "
-                             "(ChainNeighbours of the input sets' A operands)")
+            raise ValueError(f"{mode} mode times each call between the work around it: pass neighbours "
+                             f"({wanted.__name__} of the input sets' A operands)")
+        if mode == "mlp_chain" and isinstance(neighbours, ChainNeighbours) and not isinstance(neighbours,
+                                                                                            MLPNeighbours):
+            raise ValueError("mlp_chain mode times each call after an MLP: pass MLPNeighbours, not ChainNeighbours")
         return _chain(contenders, n_sets, cfg, device, prelude or LayerPrelude(device, _l2_bytes(device)),
                       neighbours)
     rng = random.Random(cfg.seed)

@@ -21,7 +21,7 @@ from .inputs import torch_dtype
 from .plausibility import implausibility
 from .plausibility import min_bytes
 from .results import Correctness
-from .timing import ChainNeighbours, LayerPrelude, measure
+from .timing import LayerPrelude, measure, neighbours_for
 
 if TYPE_CHECKING:
     from .requests import TimeRequest
@@ -108,10 +108,10 @@ class TimingJob:
         live = {n: c for n, c in self.contenders.items() if n not in self.failures}
         # The layer prelude's buffers stay alive until the rechecks below have replayed the graphs
         # that read them (a graph holds their addresses, not the tensors).
-        modelled = mode in ("layer", "chain") and state.is_cuda
+        modelled = mode in ("layer", "chain", "mlp_chain") and state.is_cuda
         a_operands = [s.a for s in self.sets]
         prelude = LayerPrelude(self.dev, self.l2, a_operands) if modelled else None
-        neighbours = ChainNeighbours(self.dev, a_operands) if modelled and mode == "chain" else None
+        neighbours = neighbours_for(mode, self.dev, a_operands) if modelled else None
         measured = measure(live, self.n_sets, mode, req.timing, self.dev if state.is_cuda else None, prelude,
                            neighbours)
         state.sync()

@@ -30,9 +30,10 @@ STORE_TIMEOUT_S = 5.0
 FORMAT = "cudal2.tuned_table"
 VERSION = 1
 # The modes cudal2.matmul serves from, in order of preference (TunedTable.for_serving).
-# the search's objective (chain: a GEMM timed between two others, docs/evaluation.md) first; then layer, for
-# a store searched while it was the objective; then what problems measured before them have
-SERVING_MODES = tuple(dict.fromkeys((DEFAULT_MODE, "chain", "layer", "sustained", "offline")))
+# the search's objective (chain: a GEMM timed between two others, docs/evaluation.md) first; then mlp_chain, for
+# a store searched in it; then layer, for a store searched while it was the objective; then what problems
+# measured before them have
+SERVING_MODES = tuple(dict.fromkeys((DEFAULT_MODE, "chain", "mlp_chain", "layer", "sustained", "offline")))
 
 
 @dataclass(frozen=True)
