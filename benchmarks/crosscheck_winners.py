@@ -168,9 +168,10 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
     if mlp:
         rows = max(1, min(a0.shape[0], MLP_ROWS))
         mlp_x = torch.randn(rows, MLP_HIDDEN, dtype=a0.dtype, device="cuda")
-        up_w = [torch.randn(MLP_HIDDEN, MLP_INTER, dtype=a0.dtype, device="cuda") / MLP_HIDDEN ** 0.5
+        # nn.Linear's layout (out, in), as the model's MLP and the evaluator's MLPNeighbours keep their weights
+        up_w = [torch.randn(MLP_INTER, MLP_HIDDEN, dtype=a0.dtype, device="cuda") / MLP_HIDDEN ** 0.5
                 for _ in range(2)]
-        down_w = torch.randn(MLP_INTER, MLP_HIDDEN, dtype=a0.dtype, device="cuda") / MLP_INTER ** 0.5
+        down_w = torch.randn(MLP_HIDDEN, MLP_INTER, dtype=a0.dtype, device="cuda") / MLP_INTER ** 0.5
         mids = [torch.empty(rows, MLP_INTER, dtype=a0.dtype, device="cuda") for _ in range(2)]
         mlp_out = torch.empty(rows, MLP_HIDDEN, dtype=a0.dtype, device="cuda")
 
@@ -178,9 +179,9 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
         if not mlp:
             torch.matmul(a_operands[i], weights[0], out=outs[0])
             return
-        torch.matmul(mlp_x, up_w[0], out=mids[0])
-        torch.matmul(mlp_x, up_w[1], out=mids[1])
-        torch.matmul(mids[0], down_w, out=mlp_out)
+        torch.matmul(mlp_x, up_w[0].t(), out=mids[0])
+        torch.matmul(mlp_x, up_w[1].t(), out=mids[1])
+        torch.matmul(mids[0], down_w.t(), out=mlp_out)
 
     def work(call, passes: int) -> None:
         for _ in range(passes):
