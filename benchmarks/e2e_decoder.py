@@ -211,20 +211,22 @@ def rotated_operands(t: int, lin, calls: int) -> tuple[list, list, int]:
             [lin.weight.clone() for _ in range(copies)], l2)
 
 
-def layer_mode_saving_us(t: int, lin, calls: int) -> float:
+def mode_saving_us(t: int, lin, calls: int, mode: str = "layer") -> float:
     """GPU time cudal2.linear saves against F.linear on this projection's shape now, timed as the
-    table's figures are (cudal2.bench.timing.measure in layer mode, the confirmation's timing): the
-    prediction measured again, free of the search's draw."""
+    table's figures are (cudal2.bench.timing.measure in mode, the confirmation's timing): layer, the
+    prediction measured again, free of the search's draw; mlp_chain, what that mode would have predicted
+    for the same kernel."""
     import torch
     from torch.nn import functional as F
 
     import cudal2
-    from cudal2.bench.timing import LayerPrelude, TimingConfig, measure
+    from cudal2.bench.timing import LayerPrelude, TimingConfig, measure, neighbours_for
 
     xs, ws, l2 = rotated_operands(t, lin, calls)
+    device = torch.device("cuda")
     got = measure({"torch": lambda i: F.linear(xs[i], ws[i]), "cudal2": lambda i: cudal2.linear(xs[i], ws[i])},
-                  len(xs), "layer", TimingConfig.confirmation(), torch.device("cuda"),
-                  LayerPrelude(torch.device("cuda"), l2, xs))
+                  len(xs), mode, TimingConfig.confirmation(), device, LayerPrelude(device, l2, xs),
+                  neighbours_for(mode, device, xs))
     return (got["torch"].timing.kernel_ms - got["cudal2"].timing.kernel_ms) * 1e3
 
 
@@ -277,9 +279,10 @@ def stream_savings_us(t: int, lin, rounds: int, calls: int) -> dict[str, float]:
 
 def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int) -> list[dict]:
     """Per served group of projections: what the table predicts it saves a layer call, the same measured
-    again in layer mode now, and the layer's own saving in graph mode with only that group served (the
-    other routed projections put back to nn.Linear for the measurement): which GEMM the table's
-    prediction misses, and whether the miss is the table's draw or the regime."""
+    again in layer mode and in mlp_chain mode now, the stream regimes, and the layer's own saving in graph
+    mode with only that group served (the other routed projections put back to nn.Linear for the
+    measurement): which GEMM the table's prediction misses, whether the miss is the table's draw or the
+    regime, and whether mlp_chain would have predicted it."""
     import torch
 
     from cudal2.ops import RoutedLinear
@@ -306,11 +309,13 @@ def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int
             for m in routed.values():
                 m.__class__ = RoutedLinear
         (saving, q1, q3), again = savings[0], savings[1][0]
-        now = layer_mode_saving_us(t, getattr(plain, group[0]), calls)
+        now = mode_saving_us(t, getattr(plain, group[0]), calls)
+        heavy = mode_saving_us(t, getattr(plain, group[0]), calls, "mlp_chain")
         stream = stream_savings_us(t, getattr(plain, group[0]), rounds, calls)
         count = len(group)
         out.append({"gemms": row["gemm"], "shape": row["shape"], "predicted_us": row["predicted_saving_us"] * count,
-                    "layer_mode_now_us": now * count, "stream_after_prelude_us": stream["after prelude"] * count,
+                    "layer_mode_now_us": now * count, "mlp_chain_now_us": heavy * count,
+                    "stream_after_prelude_us": stream["after prelude"] * count,
                     "stream_after_gemm_us": stream["after a GEMM"] * count,
                     "stream_between_gemms_us": stream["between GEMMs"] * count,
                     "stream_after_mlp_us": stream["after the MLP"] * count, "layer_saving_us": saving,
@@ -399,18 +404,21 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
         lines.append(f"| {row['tokens']} | {modes} | {p:.2f} | {m:.2f} | {agree} |")
     alone = [(row["tokens"], g) for row in rows for g in row.get("served_alone", [])]
     if alone:
-        lines += ["", "Each served group alone: the table's prediction, the same GEMMs timed again in layer mode now "
-                  "(cudal2.bench.timing.measure, F.linear against cudal2.linear), and the layer's saving in graph mode "
-                  "with only that group served (median of the per-round differences, quartiles):", "",
-                  "| tokens | GEMMs | shape | predicted us | layer mode now us | stream after prelude us "
+        lines += ["", "Each served group alone: the table's prediction, the same GEMMs timed again in layer and in "
+                  "mlp_chain mode now (cudal2.bench.timing.measure, F.linear against cudal2.linear), and the layer's "
+                  "saving in graph mode with only that group served (median of the per-round differences, "
+                  "quartiles):", "",
+                  "| tokens | GEMMs | shape | predicted us | layer mode now us | mlp_chain now us "
+                  "| stream after prelude us "
                   "| stream after a GEMM us | stream between GEMMs us | stream after the MLP us "
                   "| layer's saving us (25% to 75%) "
                   "| layer's saving again us |",
-                  "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         cell = lambda g, key: f"{g[key]:.2f}" if key in g else "-"  # noqa: E731
         for t, g in alone:
             lines.append(f"| {t} | {g['gemms']} | {g['shape']} | {g['predicted_us']:.2f} | {g['layer_mode_now_us']:.2f} "
-                         f"| {cell(g, 'stream_after_prelude_us')} | {cell(g, 'stream_after_gemm_us')} "
+                         f"| {cell(g, 'mlp_chain_now_us')} | {cell(g, 'stream_after_prelude_us')} "
+                         f"| {cell(g, 'stream_after_gemm_us')} "
                          f"| {cell(g, 'stream_between_gemms_us')} | {cell(g, 'stream_after_mlp_us')} "
                          f"| {g['layer_saving_us']:.2f} ({g['layer_saving_q1_us']:.2f} to {g['layer_saving_q3_us']:.2f}) "
                          f"| {cell(g, 'layer_saving_again_us')} |")
