@@ -330,8 +330,7 @@ def measure(contenders: dict[str, Call], n_sets: int, mode: str, cfg: TimingConf
         if neighbours is None:
             raise ValueError(f"{mode} mode times each call between the work around it: pass neighbours "
                              f"({wanted.__name__} of the input sets' A operands)")
-        if mode == "mlp_chain" and isinstance(neighbours, ChainNeighbours) and not isinstance(neighbours,
-                                                                                            MLPNeighbours):
+        if mode == "mlp_chain" and type(neighbours) is ChainNeighbours:
             raise ValueError("mlp_chain mode times each call after an MLP: pass MLPNeighbours, not ChainNeighbours")
         return _chain(contenders, n_sets, cfg, device, prelude or LayerPrelude(device, _l2_bytes(device)),
                       neighbours)
