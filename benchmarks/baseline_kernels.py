@@ -20,6 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # cublas_kernels
 
+from _outputs import write_results  # noqa: E402
+
 CALLS, WARMUP = 20, 5
 
 
@@ -80,8 +82,7 @@ def main() -> None:
              "| shape | same | F.linear | torch.matmul(x, w.t()) |", "|---|---|---|---|"]
     lines += [f"| {r['shape']} | {'yes' if r['same'] else '**no**'} | {names(r['F.linear'])} | "
               f"{names(r['torch.matmul'])} |" for r in rows]
-    args.out.write_text("\n".join(lines) + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "rows": rows}, indent=1))
+    write_results(args.out, lines, command, env, rows)
     print("\n".join(lines[-len(rows) - 2:]))
 
 

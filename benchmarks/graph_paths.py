@@ -25,6 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _outputs import write_results  # noqa: E402
+
 
 CONTENDERS = ("op", "bound", "matmul", "linear")
 
@@ -135,9 +137,7 @@ def main() -> None:
     lines += [f"| {r['shape']} | `{r['spec'] or '-'}` | {number(r['search'])} | {number(r['eval_chain'])} | {r['rep']} | "
               f"{r['contender']} | {r['ratio']:.3f} ({r['q1']:.3f} to {r['q3']:.3f}) | {r['f_linear_us']:.2f} | "
               f"{r['contender_us']:.2f} |" for r in results]
-    args.out.write_text("\n".join(lines) + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "rows": results}, indent=1,
-                                                        default=str))
+    write_results(args.out, lines, command, env, results)
     print("\n".join(lines))
 
 

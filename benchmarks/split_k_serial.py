@@ -29,6 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _outputs import write_results  # noqa: E402
 from crosscheck_winners import problem_of  # noqa: E402  (a winners row's label: "MxNxK-dtype-layout")
 
 
@@ -141,9 +142,7 @@ def main() -> None:
                      f"{ws if ws is None else f'{ws:.2f}'} ({r['workspace_status']}) | "
                      f"{se if se is None else f'{se:.2f}'} ({r['serial_status']}) | {ratio} | "
                      f"{r['workspace']:+.2f} ({r['workspace_path']}) | {r['serial']:+.2f} ({r['serial_path']}) |")
-    args.out.write_text("\n".join(lines) + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "rows": rows}, indent=1,
-                                                        default=str))
+    write_results(args.out, lines, command, env, rows)
     print(args.out.read_text())
 
 

@@ -24,6 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # _outputs
+
+from _outputs import write_results  # noqa: E402
 
 KERNELS = {
     "split-K 4, serial": dict(decomposition="split_k", split_k=4, split_k_reduction="serial", load_path="pointer"),
@@ -123,9 +126,7 @@ def main() -> None:
              "alone.", "",
              "| kernel | op's launches | served by | calls | outputs that differ |", "|---|---|---|---:|---:|"]
     lines += [f"| {r['kernel']} | {r['variant']} | {r['served_by']} | {r['calls']} | {r['differ']} |" for r in rows]
-    args.out.write_text("\n".join(lines) + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "rows": rows}, indent=1,
-                                                        default=str))
+    write_results(args.out, lines, command, env, rows)
     print("\n".join(lines))
 
 
