@@ -60,7 +60,7 @@ class CuteDslKernel:
 
     def _workspace_for(self, device, m: int, n: int, k: int):
         """The fp32 workspace on device, allocated once (grown for a larger output) and reused by every
-        later call (calls on one device must therefore be stream-ordered, as with cuBLAS's workspace)."""
+        later call (a launch on another stream waits for the previous one's: cudal2.codegen.workspace)."""
         shape = self._workspace_shape(m, n, k)
         if shape is None:
             return None
