@@ -539,13 +539,46 @@ def read_baseline_kernels(path: Path) -> tuple[str, list[str], str]:
     return head, table, _env_line(d.get("env"))
 
 
+def _md_table(path: Path) -> list[str]:
+    return [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+
+
+def read_layer_kernels(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/layer_kernels.py: the decoder layer's kernels profiled, nn.Linear against the op serving one group."""
+    d = json.loads(path.read_text())
+    saved = [r["torch"]["span_us"] - r["cudal2"]["span_us"] for r in d["runs"]
+             if "span_us" in r["torch"] and "span_us" in r["cudal2"]]
+    head = f"{len(d['runs'])} served groups profiled; span saved {min(saved):+.2f} to {max(saved):+.2f} us" \
+        if saved else f"{len(d['runs'])} served groups profiled"
+    return head, _md_table(path), _env_line(d.get("env"))
+
+
+def read_context_ladder(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/context_ladder.py: one projection's saving in contexts from the evaluator's to the layer's."""
+    d = json.loads(path.read_text())
+    layer = [r for r in d["rows"] if r["context"] == "layer"]
+    head = f"{len(layer)} projections; saving a pass in the layer: " + ", ".join(
+        f"{r['tokens']}:{r['projection']} {r['saving_us'][0]:+.2f} us" for r in layer)
+    return head, _md_table(path), _env_line(d.get("env"))
+
+
+def read_weight_placement(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/weight_placement.py: a served kernel's ratio over F.linear at several placements of the weight."""
+    d = json.loads(path.read_text())
+    head = "; ".join(f"{r['shape']} {r['summary']['ratio']['min']:.3f} to {r['summary']['ratio']['max']:.3f}"
+                     for r in d["results"])
+    return f"F.linear / op over the placements: {head}", _md_table(path), _env_line(d.get("env"))
+
+
 READERS = {"chain_placement": read_chain_placement, "stream_state": read_stream_state, "op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "crosscheck_winners": read_crosscheck_winners, "op_served": read_op_served, "e2e_model": read_e2e_model,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
            "compare": read_compare, "retime_against": read_retime_against, "peer_parity": read_peer_parity,
            "sm80_backends": read_sm80_backends, "scale_out": read_scale_out, "quack_vs_sweep": read_quack_vs_sweep,
            "split_k_serial": read_split_k_serial, "two_streams": read_two_streams,
-           "graph_paths": read_graph_paths, "baseline_kernels": read_baseline_kernels}
+           "graph_paths": read_graph_paths, "baseline_kernels": read_baseline_kernels,
+           "layer_kernels": read_layer_kernels, "context_ladder": read_context_ladder,
+           "weight_placement": read_weight_placement}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
@@ -1412,6 +1445,51 @@ EXPERIMENTS: list[Experiment] = [
                "table's prediction within 25% at 16 tokens (8.37 against 8.55 us), 40% over at 1 (4.94 against 3.54: "
                "its k/v kernel loses 0.59 us in the layer), wrong in sign at 128 (10.58 against -3.91: q/o, a CuTe "
                "DSL kernel, loses 1.59 us in the layer while it wins 0.7 us a call alone), nothing served at 1024."),
+    Experiment("The decoder layer searched in mlp_chain mode, 1 and 16 tokens, H200",
+               "e2e_decoder_mlp_chain_h200_2026-11-30.json", "e2e_decoder",
+               "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16 --tune-tokens 1,16,128 --modes graph --budget 4 "
+               "--max-tune-seconds 270 --search-mode mlp_chain` on a fresh store (GPU-0c121aaf; Triton and "
+               "nvidia-cutlass-dsl 4.8.1): layer 1.024 and 1.048; predicted against measured 6.11 against 4.73 us at 1 "
+               "token (29% over: the k/v kernel again, +0.62 predicted, -0.23 in the layer), 8.99 against 9.76 at 16."),
+    Experiment("The same store at 128 and 1024 tokens, H200",
+               "e2e_decoder_mlp_chain_large_h200_2026-11-30.json", "e2e_decoder",
+               "`--tokens 128,1024 --tune-tokens 1024 --budget 4 --search-mode mlp_chain`, next on GPU-0c121aaf: layer "
+               "1.000 and 1.000; predicted 11.03 against 0.11 us at 128 tokens and 4.49 against 0.04 at 1024, where "
+               "mlp_chain served a q/o kernel chain had not. mlp_chain predicts the layer no better than chain."),
+    Experiment("Both stores, chain's and mlp_chain's, measured in one call on one H200",
+               "e2e_decoder_chain_store_same_host_h200_2026-11-30.json", "e2e_decoder",
+               "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes graph --budget 0` on the "
+               "chain-searched store of the CuTe DSL run above, then the same on the mlp_chain store (GPU-4f038bf4): "
+               "chain's "
+               "predicted against measured 4.94/3.75, 8.37/9.16, 10.58/-2.73, nothing served (-0.33); mlp_chain's "
+               "6.11/4.06, 8.99/9.11, 11.03/1.31, 4.49/-2.06 (that run's report, "
+               "e2e_decoder_mlp_chain_store_same_host_h200_2026-11-30.md; its JSON did not come back from the device). "
+               "The same 128-row q/o kernel read 1.032x alone in one process and 1.162x in the next."),
+    Experiment("The decoder layer's kernels with the mlp_chain store's kernels served, H200",
+               "layer_kernels_mlp_chain_h200_2026-11-30.json", "layer_kernels",
+               "`benchmarks/layer_kernels.py OUT.md --store STORE --tokens 128,1024,1` on the mlp_chain store "
+               "(GPU-000135fd): at 128 tokens the served q kernel runs 12.57 us in the layer against cuBLAS's 12.99 "
+               "(0.4 us of the 2.4 the table predicts), the served gate kernel 34.82 against 33.79."),
+    Experiment("One projection's saving, context by context up to the decoder layer, H200",
+               "context_ladder_h200_2026-11-30.json", "context_ladder",
+               "`benchmarks/context_ladder.py OUT.md --store STORE --at 128:q,128:o,128:gate,128:k,1:k,1:q,1024:q` "
+               "(new; GPU-70d91685) on the mlp_chain store: layer mode, mlp_chain, the layer's end (its MLP, residual "
+               "and norm before the call) and the layer itself. No context reads the layer's figure at 128 tokens "
+               "for every projection; the layer's own figure is the least certain (its quartiles 1.6 to 15 us apart, "
+               "the other contexts' 0.4 to 2.0)."),
+    Experiment("The same with the SM clock and power sampled, H200",
+               "context_ladder_clocks_h200_2026-11-30.json", "context_ladder",
+               "`--at 128:q,128:o,128:gate,1:k,1:q` (GPU-4f038bf4): at 128 tokens the SM clock fell to 1845 to 1965 "
+               "MHz (454 to 656 W) in mlp_chain and to 1770 to 1860 MHz (636 to 671 W) in the layer's end, and stayed "
+               "at 1980 MHz in the layer (496 to 587 W) and in layer mode: an MLP alone draws more power than the "
+               "layer's average, so mlp_chain times at a clock the layer does not run at. o at 128 tokens: the served "
+               "kernel 12.03 us in layer mode, 14.05 us after attention (cuBLAS's 13.26 and 13.94)."),
+    Experiment("A served kernel at 12 placements of its weight, H200",
+               "weight_placement_h200_2026-11-30.json", "weight_placement",
+               "`benchmarks/weight_placement.py OUT.md --store STORE` (new; GPU-466f940f), layer mode, one input set "
+               "at each placement: cuBLAS's 128x4096x4096 time moves 15.30 to 16.73 us with the weight's address, the "
+               "CuTe DSL kernel's 14.55 to 14.97, so the ratio 1.027 to 1.139; the 1x1024x4096 k/v kernel loses at "
+               "every placement (0.905 to 0.966)."),
     Experiment("One served kernel on two CUDA streams at once, with a negative control, H200",
                "two_streams_h200_2026-11-30.json", "two_streams",
                "`benchmarks/two_streams.py OUT.md --calls 400` (GPU-1bd0346a): with the op's launches as they are (a "

@@ -33,12 +33,12 @@ chain (the default objective): each call as a GEMM between two others of the sam
   groups are spread over several placements of them (TimingConfig.placements), each with its graphs.
   In a decoder layer on an H200 this came within 25% of the layer's own saving where layer mode read
   about half of it (docs/evaluation.md, "The decoder layer" and "Chain mode").
-mlp_chain (not the default; no crosscheck or decoder run has validated it yet): chain mode whose work
-  before the call is the compute-heavy part of a decoder layer, an 8B-class model's MLP at the call's row
-  count (at most MLPNeighbours.MAX_ROWS): gate and up (4096 to 14336) and down (14336 to 4096), in place of
-  the light GEMM (MLPNeighbours). On an H200 a 128-row q/o kernel that read 0.4 to 0.5 us a call ahead of
-  cuBLAS after a light GEMM lost 1.3 to 1.4 us after these, as it lost in the layer; at 16 rows both
-  regimes read a saving (docs/evaluation.md, "What the kernel must follow to lose").
+mlp_chain (not the default): chain mode whose work before the call is the compute-heavy part of a decoder
+  layer, an 8B-class model's MLP at the call's row count (at most MLPNeighbours.MAX_ROWS): gate and up (4096
+  to 14336) and down (14336 to 4096), in place of the light GEMM (MLPNeighbours). Built because on one H200
+  a 128-row q/o kernel lost after these GEMMs as it lost in the layer; measured in the decoder on two more
+  H200s, it predicted the layer no better than chain, and the MLP alone lowered the SM clock below the
+  layer's (docs/evaluation.md, "mlp_chain, measured").
 
 The order of contenders is shuffled in every round, so that drift (clocks, temperature)
 spreads over all of them instead of favouring whoever runs first.
