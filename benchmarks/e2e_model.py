@@ -2,9 +2,12 @@
 key-value heads of 128, vocabulary 128256), a few decoder layers, random fp16 weights (built from a
 LlamaConfig: nothing is downloaded), untouched against the same model after cudal2.tune_model and
 cudal2.route_linears: prefill and decode tokens/s in eager mode, under torch.compile and inside CUDA graphs.
+--model qwen2.5-7b builds a transformers Qwen2 with Qwen2.5-7B's dimensions instead (hidden 3584, MLP 18944,
+28 query heads and 4 key-value heads of 128, vocabulary 152064, q/k/v with biases): other shapes, and the
+bias fused into the kernels.
 
-    python benchmarks/e2e_model.py [--layers 2] [--batch 1] [--prompt 512] [--budget 4] [--store PATH]
-        [--rounds 11] [--calls 10] [--modes eager,compile,graph] [--out-dir benchmarks/results]
+    python benchmarks/e2e_model.py [--model llama3-8b] [--layers 2] [--batch 1] [--prompt 512] [--budget 4]
+        [--store PATH] [--rounds 11] [--calls 10] [--modes eager,compile,graph] [--out-dir benchmarks/results]
     python benchmarks/e2e_model.py --smoke --out-dir DIR   # CPU, a tiny config, the recorded runner
     python benchmarks/e2e_model.py --aa [--modes eager] ...   # the untouched model against an untouched copy
 
@@ -55,19 +58,28 @@ from cudal2.route_check import graph_timer, wall_timer  # noqa: E402
 # Llama-3-8B (meta-llama/Meta-Llama-3-8B's config.json)
 LLAMA3_8B = dict(hidden_size=4096, intermediate_size=14336, num_attention_heads=32, num_key_value_heads=8,
                  vocab_size=128256, rope_theta=500000.0, rms_norm_eps=1e-5, max_position_embeddings=8192)
+# Qwen2.5-7B (Qwen/Qwen2.5-7B's config.json); Qwen2's q, k and v projections have biases
+QWEN25_7B = dict(hidden_size=3584, intermediate_size=18944, num_attention_heads=28, num_key_value_heads=4,
+                 vocab_size=152064, rope_theta=1000000.0, rms_norm_eps=1e-6, max_position_embeddings=32768)
 SMOKE = dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2, vocab_size=256,
              max_position_embeddings=256)
+# --model -> (transformers' config and model classes, the full model's dimensions, what the report calls it)
+MODELS = {"llama3-8b": ("LlamaConfig", "LlamaForCausalLM", LLAMA3_8B, "Llama-3-8B dimensions"),
+          "qwen2.5-7b": ("Qwen2Config", "Qwen2ForCausalLM", QWEN25_7B, "Qwen2.5-7B dimensions (q/k/v biases)")}
+DEFAULT_MODEL = "llama3-8b"
 
 
-def llama(layers: int, smoke: bool, device: str):
-    """(untouched, ours): two LlamaForCausalLM with the same random fp16 weights, in eval mode."""
+def causal_lms(layers: int, smoke: bool, device: str, model: str = DEFAULT_MODEL):
+    """(untouched, ours): two causal LMs of --model's architecture (a Llama by default) with the same random
+    fp16 weights, in eval mode; smoke: its tiny dimensions."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    import transformers
 
-    config = LlamaConfig(**(SMOKE if smoke else LLAMA3_8B), num_hidden_layers=layers)
+    config_class, model_class, dims, _ = MODELS[model]
+    config = getattr(transformers, config_class)(**(SMOKE if smoke else dims), num_hidden_layers=layers)
     torch.manual_seed(0)
     with torch.device(device):
-        plain = LlamaForCausalLM(config).to(torch.float16).eval()
+        plain = getattr(transformers, model_class)(config).to(torch.float16).eval()
     plain.requires_grad_(False)
     return plain, copy.deepcopy(plain)
 
@@ -220,9 +232,10 @@ def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, 
         return f"{d['ratio']:.3f} ({d['ratio_q1']:.3f} to {d['ratio_q3']:.3f})"
 
     what = "a tiny config on the CPU, recorded runner (synthetic: a check, not a figure)" if args.smoke else \
-        f"Llama-3-8B dimensions, {args.layers} layers, random fp16 weights"
+        f"{MODELS[getattr(args, 'model', DEFAULT_MODEL)][3]}, {args.layers} layers, random fp16 weights"
     tuning = "no tuning" if getattr(args, "aa", False) else f"tuning budget {args.budget}"
-    lines = [f"# A transformers Llama, untouched against cudal2.tune_model + route_linears ({env['date']})", "",
+    family = "Qwen2" if getattr(args, "model", DEFAULT_MODEL).startswith("qwen") else "Llama"
+    lines = [f"# A transformers {family}, untouched against cudal2.tune_model + route_linears ({env['date']})", "",
              f"`{command}`", "", f"{env.get('gpu_name', 'CPU')}; torch {env.get('torch', '?')}, transformers "
              f"{env.get('transformers', '?')}. {what}; batch {args.batch}, prompt {args.prompt} tokens, {tuning}.", "",
              *(["**A/A run: the untouched model against an untouched copy** (an empty table: nothing tuned, routed "
@@ -269,6 +282,8 @@ def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, 
 
 def main(argv: list[str] | None = None) -> Path:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL, choices=sorted(MODELS),
+                    help="whose dimensions (and architecture) the random model has")
     ap.add_argument("--layers", type=int, default=2, help="decoder layers (Llama-3-8B has 32)")
     ap.add_argument("--batch", type=int, default=1, help="sequences")
     ap.add_argument("--prompt", type=int, default=512, help="prefill tokens per sequence; decode attends to them")
@@ -304,11 +319,12 @@ def main(argv: list[str] | None = None) -> Path:
         tag = torch.cuda.get_device_name().lower().replace("nvidia ", "").split()[0]
     modes = tuple(args.modes.split(","))
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 8)  # two models, two phases
-    stem = args.out_dir / f"e2e_model_{'aa_' if args.aa else ''}{tag}_{_dt.date.today().isoformat()}"
+    named = "" if args.model == DEFAULT_MODEL else f"{args.model.replace('.', '_')}_"  # (no dot: a suffix)
+    stem = args.out_dir / f"e2e_model_{'aa_' if args.aa else ''}{named}{tag}_{_dt.date.today().isoformat()}"
     args.out_dir.mkdir(parents=True, exist_ok=True)
     store = args.store or str(stem.with_suffix(".db"))
 
-    plain, ours = llama(args.layers, args.smoke, device)
+    plain, ours = causal_lms(args.layers, args.smoke, device, args.model)
     ids = torch.randint(0, plain.config.vocab_size, (args.batch, args.prompt), device=device,
                         generator=torch.Generator(device).manual_seed(0))
     if args.aa:  # an empty table: route_linears routes nothing, so "ours" runs the untouched model's code
@@ -329,7 +345,7 @@ def main(argv: list[str] | None = None) -> Path:
     command = "python3 benchmarks/e2e_model.py " + " ".join(sys.argv[1:] if argv is None else argv)
     stem.with_suffix(".md").write_text(report(result, args, env, command, routed))
     stem.with_suffix(".json").write_text(json.dumps(
-        {"command": command, "env": env, "layers": args.layers, "batch": args.batch, "prompt": args.prompt,
+        {"command": command, "env": env, "model": args.model, "layers": args.layers, "batch": args.batch, "prompt": args.prompt,
          "budget": args.budget, "rounds": args.rounds, "calls": args.calls, "smoke": args.smoke, "aa": args.aa,
          "routed": routed, **result}, indent=1, default=str))
     print(stem.with_suffix(".md").read_text())

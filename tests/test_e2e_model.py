@@ -50,3 +50,15 @@ def test_the_aa_run_times_the_untouched_model_against_an_untouched_copy(tmp_path
     both = result["modes"]["eager"]["decode"]
     assert both["torch"]["tokens_per_s"] > 0 and both["cudal2"]["tokens_per_s"] > 0
     assert "A/A run" in stem.with_suffix(".md").read_text()
+
+
+def test_a_qwen2_with_biased_projections_is_tuned_and_routed_too(tmp_path):
+    stem = e2e_model.main(["--smoke", "--model", "qwen2.5-7b", "--out-dir", str(tmp_path)])
+    assert stem.name.startswith("e2e_model_qwen2_5-7b_") and stem.with_suffix(".json").exists()
+    result = json.loads(stem.with_suffix(".json").read_text())
+    assert result["model"] == "qwen2.5-7b"
+    routed = result["routed"]["eager"] + result["routed"]["graphs_only"]
+    assert any(name.endswith("self_attn.q_proj") for name in routed)  # a projection with a bias, routed
+    assert result["rel_error"] == 0.0
+    md = stem.with_suffix(".md").read_text()
+    assert md.startswith("# A transformers Qwen2,") and "| eager | decode |" in md
