@@ -1438,6 +1438,18 @@ EXPERIMENTS: list[Experiment] = [
                "`--budget 0 --modes graph,eager --rounds 41` on the store above, next on GPU-a9709527: graph decode "
                "**1.031x** (1.029 to 1.031), prefill 1.001x; eager decode 0.998x (0.962 to 1.026), prefill 1.000x "
                "(no layer routed in eager mode)."),
+    Experiment("A second architecture: Qwen2.5-7B's dimensions, batch 64, CuTe DSL installed, H200",
+               "e2e_model_qwen2_5-7b_h200_2026-11-30.json", "e2e_model",
+               "`benchmarks/e2e_model.py --model qwen2.5-7b --layers 2 --batch 64 --prompt 64 --budget 16 --modes "
+               "graph,eager --rounds 15` on a fresh store (GPU-61fa014a; transformers' Qwen2, q/k/v with biases): "
+               "graph decode 1.016x (1.015 to 1.018), prefill 1.001x; check_routes kept k/v (the bias fused: 8.34 us "
+               "a forward) and lm_head (3.48), declined q (-1.40) and down (-0.02) at decode; no layer routed in "
+               "eager mode."),
+    Experiment("The same store timed again, 31 rounds, H200",
+               "e2e_model_qwen2_5-7b_rounds31_h200_2026-11-30.json", "e2e_model",
+               "`--budget 0 --modes graph,eager --rounds 31` on that store, next on GPU-61fa014a: graph decode "
+               "**1.019x** (1.019 to 1.020), prefill 1.002x; eager 0.999x and 1.002x; check_routes kept k/v (9.62 us), "
+               "down (2.38) and lm_head (6.17) at decode, declined q (1.00, its lower quartile under the floor)."),
     Experiment("The decoder layer at 1 to 1024 tokens with the CuTe DSL installed, H200",
                "e2e_decoder_cute_h200_2026-11-30.json", "e2e_decoder",
                "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes graph --budget 4 --max-tune-seconds "
