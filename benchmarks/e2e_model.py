@@ -345,8 +345,8 @@ def main(argv: list[str] | None = None) -> Path:
     command = "python3 benchmarks/e2e_model.py " + " ".join(sys.argv[1:] if argv is None else argv)
     stem.with_suffix(".md").write_text(report(result, args, env, command, routed))
     stem.with_suffix(".json").write_text(json.dumps(
-        {"command": command, "env": env, "model": args.model, "layers": args.layers, "batch": args.batch, "prompt": args.prompt,
-         "budget": args.budget, "rounds": args.rounds, "calls": args.calls, "smoke": args.smoke, "aa": args.aa,
+        {"command": command, "env": env, "model": args.model, "layers": args.layers, "batch": args.batch,
+         "prompt": args.prompt, "budget": args.budget, "rounds": args.rounds, "calls": args.calls, "smoke": args.smoke, "aa": args.aa,
          "routed": routed, **result}, indent=1, default=str))
     print(stem.with_suffix(".md").read_text())
     return stem
