@@ -23,7 +23,6 @@ STORE: a store the decoder benchmark searched into (e2e_decoder.py --store). Wri
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -31,6 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _outputs import write_results  # noqa: E402
 from _rounds import interleaved, spread  # noqa: E402
 from e2e_decoder import HIDDEN, layer_graph, layers  # noqa: E402
 from layer_kernels import compare_served, profile_pair  # noqa: E402
@@ -226,10 +226,8 @@ def main() -> None:
         rows += ladder(plain, ours, tokens, name)
     env = record()
     command = "python3 benchmarks/context_ladder.py " + " ".join(sys.argv[1:])
-    args.out.write_text(markdown(rows, env, command, served))
-    args.out.with_suffix(".json").write_text(json.dumps(
-        {"command": command, "env": env, "served": {f"{t}:{p}": s for (t, p), s in served.items()}, "rows": rows},
-        indent=1, default=str))
+    write_results(args.out, markdown(rows, env, command, served), command, env, rows,
+                  served={f"{t}:{p}": s for (t, p), s in served.items()})
     print(args.out.read_text())
 
 

@@ -19,7 +19,6 @@ Writes OUT.md and OUT.json.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -28,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+from _outputs import write_results  # noqa: E402
 from e2e_decoder import GROUPS, HIDDEN, layer_graph, layers  # noqa: E402
 
 
@@ -178,8 +178,7 @@ def main() -> None:
                 print(f"{tokens:5d} {', '.join(served):8s} saved {a['span_us'] - b['span_us']:+.2f} us", flush=True)
     env = record()
     command = "python3 benchmarks/layer_kernels.py " + " ".join(sys.argv[1:])
-    args.out.write_text(markdown(runs, env, command))
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "runs": runs}, indent=1))
+    write_results(args.out, markdown(runs, env, command), command, env, runs, key="runs")
     print(args.out.read_text())
 
 

@@ -14,7 +14,6 @@ STORE: a store that serves the shapes (e2e_decoder.py --store). Writes OUT.md an
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import sys
@@ -22,6 +21,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from _outputs import write_results  # noqa: E402
 
 PLACEMENTS, SEED = 12, 0
 STRIDE_BYTES = 3 << 20  # between placements, before each one's random offset
@@ -130,8 +132,7 @@ def main() -> None:
         print(f"{m}x{n}x{k}: ratio {s['min']:.3f} / {s['median']:.3f} / {s['max']:.3f}", flush=True)
     env = record()
     command = "python3 benchmarks/weight_placement.py " + " ".join(sys.argv[1:])
-    args.out.write_text(markdown(results, env, command))
-    args.out.with_suffix(".json").write_text(json.dumps({"command": command, "env": env, "results": results}, indent=1))
+    write_results(args.out, markdown(results, env, command), command, env, results, key="results")
     print(args.out.read_text())
 
 

@@ -82,3 +82,18 @@ def test_bad_arguments_get_one_line_each(tmp_path):
         got = _run(script, *args)
         assert got.returncode != 0 and said in got.stderr, (script, args, got.stderr)
         assert len(got.stderr.strip().splitlines()) == 1 and "Traceback" not in got.stderr
+
+
+def test_write_results_takes_a_report_text_a_key_and_extra_fields(tmp_path):
+    import json
+
+    from _outputs import write_results
+
+    out = tmp_path / "r.md"
+    write_results(out, "# title\n", "cmd", {"date": "d"}, [{"a": 1}], key="results", served={"1:q": "k"})
+    assert out.read_text() == "# title\n"
+    assert json.loads(out.with_suffix(".json").read_text()) == {"command": "cmd", "env": {"date": "d"},
+                                                                "served": {"1:q": "k"}, "results": [{"a": 1}]}
+    write_results(out, ["| a |", "| 1 |"], "cmd", {}, [Path("x")])  # lines, the default key, a value as str
+    assert out.read_text() == "| a |\n| 1 |\n"
+    assert json.loads(out.with_suffix(".json").read_text())["rows"] == ["x"]
