@@ -1502,6 +1502,12 @@ EXPERIMENTS: list[Experiment] = [
                "at each placement: cuBLAS's 128x4096x4096 time moves 15.30 to 16.73 us with the weight's address, the "
                "CuTe DSL kernel's 14.55 to 14.97, so the ratio 1.027 to 1.139; the 1x1024x4096 k/v kernel loses at "
                "every placement (0.905 to 0.966)."),
+    Experiment("Two of those kernels at 12 placements in chain mode, H200",
+               "weight_placement_chain_h200_2026-11-30.json", "weight_placement",
+               "`benchmarks/weight_placement.py OUT.md --store STORE --mode chain --shapes 1x1024x4096,128x4096x4096` "
+               "(GPU-d76a1e8f, another host): the 1x1024x4096 k/v kernel that loses at every placement in layer mode "
+               "wins at every one in chain mode (1.029 to 1.165), and the 128-row q/o kernel reads 1.135 to 1.234: "
+               "chain's neighbours, not the weight's address, credit these kernels."),
     Experiment("One served kernel on two CUDA streams at once, with a negative control, H200",
                "two_streams_h200_2026-11-30.json", "two_streams",
                "`benchmarks/two_streams.py OUT.md --calls 400` (GPU-1bd0346a): with the op's launches as they are (a "

@@ -1,12 +1,14 @@
 """Does a served kernel's saving depend on where its weight lies in memory? A model's weight sits at one
 address for the whole run, while the evaluator's figure averages over rotated copies at several. Per
 shape, the weight is placed at PLACEMENTS offsets into one pool (a few MiB apart plus a random multiple
-of 512 bytes), and at each placement F.linear and cudal2.linear (served from a table) are timed in layer
-mode (cudal2.bench.timing.measure: LayerPrelude, then the call, in a CUDA graph; the confirmation's
-groups), the input at a placement of its own too. The spread of each path's time over the placements,
+of 512 bytes), and at each placement F.linear and cudal2.linear (served from a table) are timed in --mode
+(cudal2.bench.timing.measure, the confirmation's groups: layer, LayerPrelude then the call in a CUDA graph;
+or chain, the call between its neighbour GEMMs, the replay less the floor's), the input at a placement of
+its own too. The spread of each path's time over the placements,
 and of the ratio, says how far one address can sit from the average the table predicts from.
 
     python benchmarks/weight_placement.py OUT.md --store STORE [--shapes 128x4096x4096,1x1024x4096]
+        [--mode layer]
 
 STORE: a store that serves the shapes (e2e_decoder.py --store). Writes OUT.md and OUT.json.
 """
@@ -42,12 +44,12 @@ def placed(pool, offset_bytes: int, rows: int, cols: int):
     return pool[start:start + rows * cols].view(rows, cols)
 
 
-def time_placements(m: int, n: int, k: int, count: int) -> list[dict]:
+def time_placements(m: int, n: int, k: int, count: int, mode: str = "layer") -> list[dict]:
     import torch
     from torch.nn import functional as F
 
     import cudal2
-    from cudal2.bench.timing import LayerPrelude, TimingConfig, measure
+    from cudal2.bench.timing import LayerPrelude, TimingConfig, measure, neighbours_for
 
     device = torch.device("cuda")
     l2 = torch.cuda.get_device_properties(device).L2_cache_size
@@ -58,7 +60,8 @@ def time_placements(m: int, n: int, k: int, count: int) -> list[dict]:
     for off in where:
         w, x = placed(w_pool, off, n, k), placed(x_pool, off, m, k)
         got = measure({"torch": lambda i, x=x, w=w: F.linear(x, w), "cudal2": lambda i, x=x, w=w: cudal2.linear(x, w)},
-                      1, "layer", TimingConfig.confirmation(), device, LayerPrelude(device, l2, [x]))
+                      1, mode, TimingConfig.confirmation(), device, LayerPrelude(device, l2, [x]),
+                      neighbours_for(mode, device, [x]))
         t, o = (got[p].timing.kernel_ms * 1e3 for p in ("torch", "cudal2"))
         rows.append({"offset_bytes": off, "weight_ptr": w.data_ptr(), "torch_us": t, "cudal2_us": o, "ratio": t / o})
     return rows
@@ -72,13 +75,13 @@ def summary(rows: list[dict]) -> dict:
     return out
 
 
-def markdown(results: list[dict], env: dict, command: str) -> str:
+def markdown(results: list[dict], env: dict, command: str, mode: str = "layer") -> str:
     lines = [f"# A served kernel's time at several placements of its weight ({env['date']})", "",
              f"`{command}`", "",
              f"{env.get('gpu_name', '?')}, {env.get('gpu_uuid', '?')}; torch {env.get('torch', '?')}, "
-             f"Triton {env.get('triton', '?')}, nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}. Layer mode "
-             "(cudal2.bench.timing.measure, the confirmation's groups), one input set: the weight and the input at "
-             "one address each. us per call; ratio: F.linear's time over the op's.", "",
+             f"Triton {env.get('triton', '?')}, nvidia-cutlass-dsl {env.get('cutlass_dsl', '?')}. Timing mode {mode} "
+             "(cudal2.bench.timing.measure, the confirmation's groups), one input set: the weight and the "
+             "input at one address each. us per call; ratio: F.linear's time over the op's.", "",
              "| shape | served kernel | F.linear us min / median / max | op us min / median / max "
              "| ratio min / median / max |", "|---|---|---:|---:|---:|"]
     for r in results:
@@ -100,6 +103,8 @@ def main() -> None:
     ap.add_argument("--store", required=True, help="a store that serves the shapes (e2e_decoder.py --store)")
     ap.add_argument("--shapes", default="128x4096x4096,128x14336x4096,1x1024x4096,16x4096x4096")
     ap.add_argument("--placements", type=int, default=PLACEMENTS)
+    ap.add_argument("--mode", default="layer", choices=("layer", "chain", "mlp_chain"),
+                    help="the timing mode at each placement")
     args = ap.parse_args()
     if not Path(args.store).exists():
         sys.exit(f"weight_placement.py: no store at {args.store}; pass the --store of an e2e_decoder.py run")
@@ -125,14 +130,15 @@ def main() -> None:
         if entry is None:
             print(f"{m}x{n}x{k}: the table serves no kernel; skipped", flush=True)
             continue
-        rows = time_placements(m, n, k, args.placements)
+        rows = time_placements(m, n, k, args.placements, args.mode)
         results.append({"shape": f"{m}x{n}x{k}", "served": f"{entry.spec.backend} {entry.spec.key()}",
                         "placements": rows, "summary": summary(rows)})
         s = results[-1]["summary"]["ratio"]
         print(f"{m}x{n}x{k}: ratio {s['min']:.3f} / {s['median']:.3f} / {s['max']:.3f}", flush=True)
     env = record()
     command = "python3 benchmarks/weight_placement.py " + " ".join(sys.argv[1:])
-    write_results(args.out, markdown(results, env, command), command, env, results, key="results")
+    write_results(args.out, markdown(results, env, command, args.mode), command, env, results, key="results",
+                  mode=args.mode)
     print(args.out.read_text())
 
 
