@@ -350,6 +350,10 @@ def measure(t: int, plain, ours, rounds: int, calls: int, modes=("eager", "compi
     row["predicted_saving_us"] = sum(g["predicted_saving_us"] * g["count"] for g in row["gemms"])
     graph = row["modes"]["graph"]
     row["measured_saving_us"] = graph["torch"]["us"] - graph["cudal2"]["us"]
+    # how far the layer's own figure spreads: the quartiles of the per-round differences (the bar is judged
+    # on the medians; at 128 tokens one projection's saving is the size of this spread, docs/evaluation.md)
+    _, row["measured_saving_q1_us"], row["measured_saving_q3_us"] = spread(
+        p - o for p, o in zip(graph["torch"]["rounds_us"], graph["cudal2"]["rounds_us"]))
     with torch.no_grad():
         cudal2.route_linears(ours, graphs=True)
         row["served_alone"] = served_alone(t, plain, ours, row["gemms"], rounds, calls)
@@ -391,7 +395,8 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
     predicted = [row for row in rows if "predicted_saving_us" in row]  # (results written before it was kept)
     if predicted:
         lines += ["", "What the table predicts a layer call saves (the sum over its served GEMMs of torch's time "
-                  "minus the kernel's, in the table's mode) against the saving measured in graph mode; agreement: "
+                  "minus the kernel's, in the table's mode) against the saving measured in graph mode (the difference "
+                  "of the two layers' medians; in brackets the quartiles of the per-round differences); agreement: "
                   "within 25% of the measured saving:", "", "| tokens | table modes | predicted us | measured us "
                   "| agree |", "|---:|---|---:|---:|---|"]
     for row in predicted:
@@ -401,7 +406,9 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
             agree = "- (nothing served)"
         else:
             agree = "yes" if abs(p - m) <= 0.25 * abs(m) else "no"
-        lines.append(f"| {row['tokens']} | {modes} | {p:.2f} | {m:.2f} | {agree} |")
+        quartiles = (f" ({row['measured_saving_q1_us']:.2f} to {row['measured_saving_q3_us']:.2f})"
+                     if "measured_saving_q1_us" in row else "")
+        lines.append(f"| {row['tokens']} | {modes} | {p:.2f} | {m:.2f}{quartiles} | {agree} |")
     alone = [(row["tokens"], g) for row in rows for g in row.get("served_alone", [])]
     if alone:
         lines += ["", "Each served group alone: the table's prediction, the same GEMMs timed again in layer and in "

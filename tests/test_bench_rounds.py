@@ -111,6 +111,9 @@ def test_the_report_sets_the_tables_predicted_saving_against_the_layers_measured
         g["table_mode"] = "layer"
     md = e2e_decoder.report(rows, {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
     assert "| 1 | layer | 90.00 | 100.00 | yes |" in md and "| 16 | layer | 40.00 | 100.00 | no |" in md
+    rows[0].update(measured_saving_q1_us=97.5, measured_saving_q3_us=103.0)  # the layer's own spread, where kept
+    md = e2e_decoder.report(rows, {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
+    assert "| 1 | layer | 90.00 | 100.00 (97.50 to 103.00) | yes |" in md
     old = e2e_decoder.report([_row(1)], {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
     assert "What the table predicts" not in old  # results written before the prediction was kept
     none = _row(1024)
