@@ -81,7 +81,7 @@ def contexts(plain, name: str, tokens: int) -> dict:
 
 def call_kernels(runs: dict) -> str:
     """The call's kernels, F.linear's durations -> the op's (us): those whose names differ between the
-    two graphs at the same position; '-' where the graphs launch different numbers of kernels."""
+    two graphs at the same position; where the graphs launch different numbers of kernels, how many each."""
     a, b = runs["torch"], runs["cudal2"]
     if "error" in a or "error" in b:
         return a.get("error") or b.get("error")
