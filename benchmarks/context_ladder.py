@@ -23,7 +23,10 @@ STORE: a store the decoder benchmark searched into (e2e_decoder.py --store). Wri
 from __future__ import annotations
 
 import argparse
+import statistics
 import sys
+import threading
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -32,7 +35,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _outputs import write_results  # noqa: E402
 from _rounds import interleaved, spread  # noqa: E402
-from e2e_decoder import HIDDEN, layer_graph, layers  # noqa: E402
+from e2e_decoder import HIDDEN, layer_graph, layers, serving_only  # noqa: E402
 from layer_kernels import compare_served, profile_pair  # noqa: E402
 
 ROUNDS, CALLS, REPLAYS = 21, 10, 60
@@ -94,10 +97,6 @@ def call_kernels(runs: dict) -> str:
 def clock_while(timer, seconds: float = 0.5) -> dict:
     """The SM clock (MHz) and board power (W), medians of NVML's (else nvidia-smi's) samples taken in
     a thread while timer's graph replays for `seconds`: whether a context changes the call's clock."""
-    import statistics
-    import threading
-    import time
-
     from cudal2.bench.environment import clocks
 
     samples, done = [], threading.Event()
@@ -144,20 +143,11 @@ def ladder(plain, ours, tokens: int, name: str) -> list[dict]:
             print(f"{tokens:5d} {name:5s} {context:12s} saved {saving[0]:+.2f} us; {rows[-1]['call_kernels']}; "
                   f"{clock}", flush=True)
         # the layer itself, only this projection served (and its saving a pass timed as above)
-        from cudal2.ops import RoutedLinear
-
-        routed = {n: m for n, m in ours.named_children() if type(m) is RoutedLinear}
-        for n, m in routed.items():
-            if n != name:
-                m.__class__ = torch.nn.Linear
-        try:
+        with serving_only(ours, (name,)):
             timers = {"torch": graph_timer(lambda: plain(x), CALLS), "cudal2": graph_timer(lambda: ours(x), CALLS)}
             both = interleaved(timers, ROUNDS)
             clock = {path: clock_while(timer) for path, timer in timers.items()}
             profiled = compare_served(plain, ours, tokens, (name,), REPLAYS)
-        finally:
-            for m in routed.values():
-                m.__class__ = RoutedLinear
     saving = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
     rows.append({"tokens": tokens, "projection": name, "context": "layer", "saving_us": saving, "clock": clock,
                  "call_kernels": call_kernels(profiled), "profiled": profiled})

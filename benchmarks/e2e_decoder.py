@@ -40,6 +40,7 @@ round's time of every path, the environment and the command.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import itertools
 import json
 import statistics
@@ -277,6 +278,32 @@ def stream_savings_us(t: int, lin, rounds: int, calls: int) -> dict[str, float]:
     return out
 
 
+def routed_projections(ours) -> dict:
+    """name -> module of ours's projections that cudal2.route_linears routed through the op."""
+    from cudal2.ops import RoutedLinear
+
+    return {name: m for name, m in ours.named_children() if type(m) is RoutedLinear}
+
+
+@contextlib.contextmanager
+def serving_only(ours, names):
+    """Inside the block, the op serves only the routed projections of ours named in names: the others run
+    nn.Linear's forward, and are routed again after it."""
+    import torch
+
+    from cudal2.ops import RoutedLinear
+
+    routed = routed_projections(ours)
+    for name, m in routed.items():
+        if name not in names:
+            m.__class__ = torch.nn.Linear
+    try:
+        yield
+    finally:
+        for m in routed.values():
+            m.__class__ = RoutedLinear
+
+
 def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int) -> list[dict]:
     """Per served group of projections: what the table predicts it saves a layer call, the same measured
     again in layer mode and in mlp_chain mode now, the stream regimes, and the layer's own saving in graph
@@ -285,19 +312,14 @@ def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int
     regime, and whether mlp_chain would have predicted it."""
     import torch
 
-    from cudal2.ops import RoutedLinear
-
     x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16)
-    routed = {name: m for name, m in ours.named_children() if type(m) is RoutedLinear}
+    routed = routed_projections(ours)
     out = []
     for group in GROUPS:
         row = next(g for g in gemms if g["gemm"] == ", ".join(group))
         if not row["served"] or not all(name in routed for name in group):
             continue
-        for name, m in routed.items():
-            if name not in group:
-                m.__class__ = torch.nn.Linear
-        try:
+        with serving_only(ours, group):
             # twice, each pair of timers captured anew: how far the layer's own figure moves between two
             # measurements bounds how closely any prediction can be judged
             savings = []
@@ -305,9 +327,6 @@ def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int
                 both = interleaved({"torch": graph_timer(lambda: plain(x), calls),
                                     "cudal2": graph_timer(lambda: ours(x), calls)}, rounds)
                 savings.append(spread(p - o for p, o in zip(both["torch"], both["cudal2"])))
-        finally:
-            for m in routed.values():
-                m.__class__ = RoutedLinear
         (saving, q1, q3), again = savings[0], savings[1][0]
         now = mode_saving_us(t, getattr(plain, group[0]), calls)
         heavy = mode_saving_us(t, getattr(plain, group[0]), calls, "mlp_chain")

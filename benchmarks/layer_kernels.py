@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _outputs import write_results  # noqa: E402
-from e2e_decoder import GROUPS, HIDDEN, layer_graph, layers  # noqa: E402
+from e2e_decoder import GROUPS, HIDDEN, layer_graph, layers, serving_only  # noqa: E402
 
 
 def _profile_chunk(graph, replays: int) -> list[list[tuple[str, float, float, float]]] | str:
@@ -86,18 +86,9 @@ def compare_served(plain, ours, tokens: int, served: tuple[str, ...], replays: i
     """Both layers profiled at `tokens`, the op serving only the projections in `served`."""
     import torch
 
-    from cudal2.ops import RoutedLinear
-
     x = torch.randn(tokens, HIDDEN, device="cuda", dtype=torch.float16)
-    routed = {name: m for name, m in ours.named_children() if type(m) is RoutedLinear}
-    for name, m in routed.items():
-        if name not in served:
-            m.__class__ = torch.nn.Linear
-    try:
+    with serving_only(ours, served):
         runs = profile_pair({"torch": layer_graph(plain, x), "cudal2": layer_graph(ours, x)}, replays)
-    finally:
-        for m in routed.values():
-            m.__class__ = RoutedLinear
     return {"tokens": tokens, "served": list(served), **runs}
 
 

@@ -37,25 +37,21 @@ def main() -> None:
     from cudal2 import ops
     from cudal2.route_check import graph_timer
     from cudal2.store.table import TunedTable
-    from e2e_decoder import HIDDEN, layers, stream_savings_us
+    from e2e_decoder import HIDDEN, layers, routed_projections, serving_only, stream_savings_us
 
     ops.set_table(TunedTable.for_serving(sys.argv[1]))
     plain, ours = layers()
     cudal2.route_linears(ours, graphs=True)
-    routed = {n: m for n, m in ours.named_children()
-              if type(m) is not torch.nn.Linear and isinstance(m, torch.nn.Linear)}
-    classes = {n: type(m) for n, m in routed.items()}
-    print("routed", list(routed))
+    print("routed", list(routed_projections(ours)))
     for t in TOKENS:
         x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16)
         for group in GROUPS:
-            for n, m in routed.items():
-                m.__class__ = classes[n] if n in group else torch.nn.Linear
-            for rep in range(2):
-                both = interleaved({"torch": graph_timer(lambda: plain(x), CALLS),
-                                    "cudal2": graph_timer(lambda: ours(x), CALLS)}, ROUNDS)
-                saving = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
-                print(t, group, rep, "saving us %.2f (%.2f to %.2f)" % saving, flush=True)
+            with serving_only(ours, group):
+                for rep in range(2):
+                    both = interleaved({"torch": graph_timer(lambda: plain(x), CALLS),
+                                        "cudal2": graph_timer(lambda: ours(x), CALLS)}, ROUNDS)
+                    saving = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
+                    print(t, group, rep, "saving us %.2f (%.2f to %.2f)" % saving, flush=True)
         for name in ("q", "o"):  # the same kernel in e2e_decoder's stream regimes, MLP included
             regimes = stream_savings_us(t, getattr(plain, name), ROUNDS, CALLS)
             print(t, name, "stream regimes, saving us a call:",

@@ -138,3 +138,23 @@ def test_the_report_shows_each_served_group_alone():
     assert "| 0.96 | 1.10 | -0.30 | 1.20 |" in md and "| 1.70 | -0.40 | 1.60 (1.50 to 1.70) |" in md
     assert "Each served group alone" not in e2e_decoder.report([_row(1)], {}, {"date": "2026-01-01"}, "cmd", 3, 20,
                                                                  [], [])
+
+
+def test_serving_only_puts_the_other_routed_projections_back_and_routes_them_again():
+    import pytest
+    import torch
+
+    from cudal2.ops import RoutedLinear
+
+    layer = torch.nn.Module()
+    for name in ("q", "k", "v", "norm"):
+        setattr(layer, name, torch.nn.Linear(4, 4))
+    layer.q.__class__ = layer.k.__class__ = layer.v.__class__ = RoutedLinear  # as route_linears leaves them
+    assert set(e2e_decoder.routed_projections(layer)) == {"q", "k", "v"}
+    with e2e_decoder.serving_only(layer, ("k",)):
+        assert [type(m) for m in (layer.q, layer.k, layer.v, layer.norm)] == [
+            torch.nn.Linear, RoutedLinear, torch.nn.Linear, torch.nn.Linear]
+    assert [type(m) for m in (layer.q, layer.k, layer.v, layer.norm)] == [RoutedLinear] * 3 + [torch.nn.Linear]
+    with pytest.raises(RuntimeError), e2e_decoder.serving_only(layer, ()):
+        raise RuntimeError("a timing failed")
+    assert type(layer.q) is RoutedLinear and type(layer.v) is RoutedLinear  # routed again after an error too
