@@ -5,6 +5,7 @@ torch.compile and inside a CUDA graph, and the time of each GEMM alone.
 
     python benchmarks/e2e_decoder.py OUT.md [--tokens 1,16,128,1024,4096] [--tune-tokens 4096,1024]
         [--budget 4] [--max-tune-seconds 300] [--store PATH] [--rounds 21] [--calls 20] [--search-mode chain]
+        [--check-routes] [--no-alone]
 
 The layer: RMSNorm, q/k/v projections (hidden 4096, 32 query heads and 8 key-value heads of 128),
 causal attention over the tokens (F.scaled_dot_product_attention), the output projection, RMSNorm,
@@ -33,6 +34,11 @@ and a SwiGLU MLP (14336 wide). No biases. Both layers hold the same weights.
    interleaved rounds as in graph mode above, the same ratio reported. The calls cycle through copies
    of (x, weight) that fill twice the L2 together, so a weight is read from DRAM as in the layer (the
    same weight called back to back would stay in L2; the evaluator rotates its inputs likewise).
+4. The table's prediction against the layer: the sum over the served GEMMs of the saving the table
+   records (in its mode) against the layer's measured saving in graph mode; then each served group of
+   projections alone in the layer and in the other regimes (--no-alone: not), and with --check-routes
+   the flow a user follows: cudal2.check_routes declines the groups that do not save time inside the
+   layer, and the layer is timed again with the prediction over what is still served.
 The two layers' outputs are compared (relative error) before timing. JSON next to OUT.md: every
 round's time of every path, the environment and the command.
 """
@@ -342,7 +348,33 @@ def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int
     return out
 
 
-def measure(t: int, plain, ours, rounds: int, calls: int, modes=("eager", "compile", "graph")) -> dict:
+def checked(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int) -> dict:
+    """The flow a user follows: cudal2.check_routes times each served group of the layer's projections inside the
+    layer (graph mode, t tokens) and declines this count where the group does not save time; then the two layers
+    are timed again in graph mode. The table's prediction counts only the groups still served. ours is routed as
+    route_linears(graphs=True) left it, and is left with the declines (route_linears clears them)."""
+    import torch
+
+    import cudal2
+
+    x = torch.randn(t, HIDDEN, device="cuda", dtype=torch.float16)
+    checks = cudal2.check_routes(ours, x, graphs=True, rounds=rounds, calls=calls)
+    declined = {name for c in checks if not c.kept for name in c.layers}
+    with torch.no_grad():
+        both = compare({"torch": graph_timer(lambda: plain(x), calls),
+                        "cudal2": graph_timer(lambda: ours(x), calls)}, rounds)
+    _, q1, q3 = spread(p - o for p, o in zip(both["torch"]["rounds_us"], both["cudal2"]["rounds_us"]))
+    return {"checks": [{"layers": list(c.layers), "served": c.served, "kept": c.kept, "saving_us": c.saving_us,
+                        "saving_q1_us": c.saving_q1_us, "saving_q3_us": c.saving_q3_us, "floor_us": c.floor_us}
+                       for c in checks],
+            "predicted_saving_us": sum(g["predicted_saving_us"] * g["count"] for g in gemms
+                                       if not set(g["gemm"].split(", ")) & declined),
+            "measured_saving_us": both["torch"]["us"] - both["cudal2"]["us"],
+            "measured_saving_q1_us": q1, "measured_saving_q3_us": q3, "graph": both}
+
+
+def measure(t: int, plain, ours, rounds: int, calls: int, modes=("eager", "compile", "graph"), check: bool = False,
+            alone: bool = True) -> dict:
     import torch
 
     import cudal2
@@ -373,14 +405,26 @@ def measure(t: int, plain, ours, rounds: int, calls: int, modes=("eager", "compi
     # on the medians; at 128 tokens one projection's saving is the size of this spread, docs/evaluation.md)
     _, row["measured_saving_q1_us"], row["measured_saving_q3_us"] = spread(
         p - o for p, o in zip(graph["torch"]["rounds_us"], graph["cudal2"]["rounds_us"]))
-    with torch.no_grad():
+    if check:
         cudal2.route_linears(ours, graphs=True)
-        row["served_alone"] = served_alone(t, plain, ours, row["gemms"], rounds, calls)
+        row["checked"] = checked(t, plain, ours, row["gemms"], rounds, calls)
+    if alone:
+        with torch.no_grad():
+            cudal2.route_linears(ours, graphs=True)  # (which also clears what check_routes declined)
+            row["served_alone"] = served_alone(t, plain, ours, row["gemms"], rounds, calls)
     return row
 
 
 def _ratio(d: dict) -> str:
     return f"{d['ratio']:.3f} ({d['ratio_q1']:.3f} to {d['ratio_q3']:.3f})"
+
+
+def _agreement(predicted: float, measured: float, served: bool) -> str:
+    """The decoder's bar: the table's predicted saving within 25% of the layer's measured one. Where no GEMM is
+    served both layers run the same kernels, and the bar has no saving to judge."""
+    if not served:
+        return "- (nothing served)"
+    return "yes" if abs(predicted - measured) <= 0.25 * abs(measured) else "no"
 
 
 def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, calls: int,
@@ -421,13 +465,26 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
     for row in predicted:
         modes = ", ".join(sorted({g["table_mode"] for g in row["gemms"] if g.get("table_mode")})) or "-"
         p, m = row["predicted_saving_us"], row["measured_saving_us"]
-        if modes == "-":  # no GEMM served: both layers run the same kernels, and the bar has no saving to judge
-            agree = "- (nothing served)"
-        else:
-            agree = "yes" if abs(p - m) <= 0.25 * abs(m) else "no"
         quartiles = (f" ({row['measured_saving_q1_us']:.2f} to {row['measured_saving_q3_us']:.2f})"
                      if "measured_saving_q1_us" in row else "")
-        lines.append(f"| {row['tokens']} | {modes} | {p:.2f} | {m:.2f}{quartiles} | {agree} |")
+        lines.append(f"| {row['tokens']} | {modes} | {p:.2f} | {m:.2f}{quartiles} | {_agreement(p, m, modes != '-')} |")
+    checked_rows = [row for row in rows if "checked" in row]
+    if checked_rows:
+        lines += ["", "After cudal2.check_routes (each served group of projections timed inside the layer in graph mode, "
+                  "this token count declined where the lower quartile of its saving is not above the A/A floor), the "
+                  "layers timed again in graph mode; the table's prediction over the groups still served:", "",
+                  "| tokens | each group inside the layer: saving us (25% to 75%), kept | floor us | predicted us "
+                  "| measured us | agree |", "|---:|---|---:|---:|---:|---|"]
+    for row in checked_rows:
+        c = row["checked"]
+        groups = "; ".join(f"{', '.join(g['layers'])} {g['saving_us']:.2f} ({g['saving_q1_us']:.2f} to "
+                           f"{g['saving_q3_us']:.2f}) {'kept' if g['kept'] else 'declined'}"
+                           for g in c["checks"] if g["served"]) or "none served"
+        floor = max((g["floor_us"] for g in c["checks"]), default=0.0)
+        p, m = c["predicted_saving_us"], c["measured_saving_us"]
+        kept = any(g["served"] and g["kept"] for g in c["checks"])
+        lines.append(f"| {row['tokens']} | {groups} | {floor:.2f} | {p:.2f} | {m:.2f} ({c['measured_saving_q1_us']:.2f} "
+                     f"to {c['measured_saving_q3_us']:.2f}) | {_agreement(p, m, kept)} |")
     alone = [(row["tokens"], g) for row in rows for g in row.get("served_alone", [])]
     if alone:
         lines += ["", "Each served group alone: the table's prediction, the same GEMMs timed again in layer and in "
@@ -468,6 +525,11 @@ def main() -> None:
                     help="the timing mode the searches rank in (default: the search's own objective)")
     ap.add_argument("--modes", default="eager,compile,graph",
                     help="the layer's call modes to time (graph is the one the table's prediction is checked in)")
+    ap.add_argument("--check-routes", action="store_true",
+                    help="also run cudal2.check_routes on the layer at each token count (graph mode) and time it again "
+                         "with what the check kept: the flow a user follows")
+    ap.add_argument("--no-alone", action="store_true",
+                    help="skip timing each served group alone in the layer and in the other regimes")
     ap.add_argument("--traced-min-saving-us", type=float, default=None,
                     help="ops.NATIVE_TRACED_MIN_SAVING_US for this run: the GPU time a kernel must save a call for a "
                          "compiled graph to launch it through the C++ path (default: the op's)")
@@ -499,7 +561,8 @@ def main() -> None:
     modes = tuple(args.modes.split(","))
     if "graph" not in modes:
         sys.exit("--modes must include graph: the table's predicted saving is checked against the graph mode's")
-    rows = [measure(t, plain, ours, args.rounds, args.calls, modes) for t in tokens]
+    rows = [measure(t, plain, ours, args.rounds, args.calls, modes, check=args.check_routes, alone=not args.no_alone)
+            for t in tokens]
     env = record()
     command = "python3 benchmarks/e2e_decoder.py " + " ".join(sys.argv[1:])
     args.out.write_text(report(rows, tuned, env, command, args.rounds, args.calls, routed, routed_in_graphs))

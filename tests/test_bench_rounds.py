@@ -158,3 +158,20 @@ def test_serving_only_puts_the_other_routed_projections_back_and_routes_them_aga
     with pytest.raises(RuntimeError), e2e_decoder.serving_only(layer, ()):
         raise RuntimeError("a timing failed")
     assert type(layer.q) is RoutedLinear and type(layer.v) is RoutedLinear  # routed again after an error too
+
+
+def test_the_report_sets_the_prediction_after_check_routes_against_the_layer_timed_again():
+    rows = [_row(1), _row(128)]
+    check = lambda layers, saving, kept, served=True: {  # noqa: E731
+        "layers": layers, "served": served, "kept": kept, "saving_us": saving, "saving_q1_us": saving - 0.5,
+        "saving_q3_us": saving + 0.5, "floor_us": 0.2}
+    rows[0]["checked"] = {"checks": [check(["q", "o"], 3.4, True), check(["k", "v"], -0.3, False),
+                                     check(["gate", "up"], 0.0, True, served=False)],
+                          "predicted_saving_us": 3.0, "measured_saving_us": 3.5, "measured_saving_q1_us": 3.2,
+                          "measured_saving_q3_us": 3.9}
+    rows[1]["checked"] = {"checks": [check(["q", "o"], -1.0, False)], "predicted_saving_us": 0.0,
+                          "measured_saving_us": 0.4, "measured_saving_q1_us": -0.2, "measured_saving_q3_us": 0.9}
+    md = e2e_decoder.report(rows, {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
+    assert "| 1 | q, o 3.40 (2.90 to 3.90) kept; k, v -0.30 (-0.80 to 0.20) declined | 0.20 | 3.00 | 3.50 (3.20 to " \
+           "3.90) | yes |" in md  # |3.0 - 3.5| <= 0.25 * 3.5; the group no kernel served is not listed
+    assert "| 128 | q, o -1.00 (-1.50 to -0.50) declined | 0.20 | 0.00 | 0.40 (-0.20 to 0.90) | - (nothing served) |" in md
