@@ -312,8 +312,8 @@ def serving_only(ours, names):
 
 def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int) -> list[dict]:
     """Per served group of projections: what the table predicts it saves a layer call, the same measured
-    again in layer mode and in mlp_chain mode now, the stream regimes, and the layer's own saving in graph
-    mode with only that group served (the other routed projections put back to nn.Linear for the
+    again in layer, chain and mlp_chain mode now (chain: the table's own mode, on this GPU), the stream
+    regimes, and the layer's own saving in graph mode with only that group served (the other routed projections put back to nn.Linear for the
     measurement): which GEMM the table's prediction misses, whether the miss is the table's draw or the
     regime, and whether mlp_chain would have predicted it."""
     import torch
@@ -335,11 +335,12 @@ def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int
                 savings.append(spread(p - o for p, o in zip(both["torch"], both["cudal2"])))
         (saving, q1, q3), again = savings[0], savings[1][0]
         now = mode_saving_us(t, getattr(plain, group[0]), calls)
+        chain = mode_saving_us(t, getattr(plain, group[0]), calls, "chain")
         heavy = mode_saving_us(t, getattr(plain, group[0]), calls, "mlp_chain")
         stream = stream_savings_us(t, getattr(plain, group[0]), rounds, calls)
         count = len(group)
         out.append({"gemms": row["gemm"], "shape": row["shape"], "predicted_us": row["predicted_saving_us"] * count,
-                    "layer_mode_now_us": now * count, "mlp_chain_now_us": heavy * count,
+                    "layer_mode_now_us": now * count, "chain_now_us": chain * count, "mlp_chain_now_us": heavy * count,
                     "stream_after_prelude_us": stream["after prelude"] * count,
                     "stream_after_gemm_us": stream["after a GEMM"] * count,
                     "stream_between_gemms_us": stream["between GEMMs"] * count,
@@ -470,7 +471,8 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
         lines.append(f"| {row['tokens']} | {modes} | {p:.2f} | {m:.2f}{quartiles} | {_agreement(p, m, modes != '-')} |")
     checked_rows = [row for row in rows if "checked" in row]
     if checked_rows:
-        lines += ["", "After cudal2.check_routes (each served group of projections timed inside the layer in graph mode, "
+        lines += ["", "After cudal2.check_routes (each served group of projections timed inside the layer in graph "
+                  "mode, "
                   "this token count declined where the lower quartile of its saving is not above the A/A floor), the "
                   "layers timed again in graph mode; the table's prediction over the groups still served:", "",
                   "| tokens | each group inside the layer: saving us (25% to 75%), kept | floor us | predicted us "
@@ -483,24 +485,25 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
         floor = max((g["floor_us"] for g in c["checks"]), default=0.0)
         p, m = c["predicted_saving_us"], c["measured_saving_us"]
         kept = any(g["served"] and g["kept"] for g in c["checks"])
-        lines.append(f"| {row['tokens']} | {groups} | {floor:.2f} | {p:.2f} | {m:.2f} ({c['measured_saving_q1_us']:.2f} "
-                     f"to {c['measured_saving_q3_us']:.2f}) | {_agreement(p, m, kept)} |")
+        lines.append(f"| {row['tokens']} | {groups} | {floor:.2f} | {p:.2f} | {m:.2f} "
+                     f"({c['measured_saving_q1_us']:.2f} to {c['measured_saving_q3_us']:.2f}) | {_agreement(p, m, kept)} |")
     alone = [(row["tokens"], g) for row in rows for g in row.get("served_alone", [])]
     if alone:
-        lines += ["", "Each served group alone: the table's prediction, the same GEMMs timed again in layer and in "
+        lines += ["", "Each served group alone: the table's prediction, the same GEMMs timed again in layer, chain and "
                   "mlp_chain mode now (cudal2.bench.timing.measure, F.linear against cudal2.linear), and the layer's "
                   "saving in graph mode with only that group served (median of the per-round differences, "
                   "quartiles):", "",
-                  "| tokens | GEMMs | shape | predicted us | layer mode now us | mlp_chain now us "
+                  "| tokens | GEMMs | shape | predicted us | layer mode now us | chain now us | mlp_chain now us "
                   "| stream after prelude us "
                   "| stream after a GEMM us | stream between GEMMs us | stream after the MLP us "
                   "| layer's saving us (25% to 75%) "
                   "| layer's saving again us |",
-                  "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                  "|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         cell = lambda g, key: f"{g[key]:.2f}" if key in g else "-"  # noqa: E731
         for t, g in alone:
             lines.append(f"| {t} | {g['gemms']} | {g['shape']} | {g['predicted_us']:.2f} | {g['layer_mode_now_us']:.2f} "
-                         f"| {cell(g, 'mlp_chain_now_us')} | {cell(g, 'stream_after_prelude_us')} "
+                         f"| {cell(g, 'chain_now_us')} | {cell(g, 'mlp_chain_now_us')} "
+                         f"| {cell(g, 'stream_after_prelude_us')} "
                          f"| {cell(g, 'stream_after_gemm_us')} "
                          f"| {cell(g, 'stream_between_gemms_us')} | {cell(g, 'stream_after_mlp_us')} "
                          f"| {g['layer_saving_us']:.2f} ({g['layer_saving_q1_us']:.2f} to {g['layer_saving_q3_us']:.2f}) "

@@ -128,14 +128,14 @@ def test_the_report_shows_each_served_group_alone():
                             "layer_saving_us": 1.6, "layer_saving_q1_us": 1.5, "layer_saving_q3_us": 1.7}]
     md = e2e_decoder.report([row], {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
     # (older results: no stream or mlp_chain figures)
-    assert "| 1 | k, v | 1x1024x4096 | 0.96 | 1.10 | - | - | - | - | - | 1.60 (1.50 to 1.70) | - |" in md
+    assert "| 1 | k, v | 1x1024x4096 | 0.96 | 1.10 | - | - | - | - | - | - | 1.60 (1.50 to 1.70) | - |" in md
     row["served_alone"][0].update(stream_after_prelude_us=1.2, stream_after_gemm_us=1.3, stream_between_gemms_us=1.7,
                                   layer_saving_again_us=1.45)
     md = e2e_decoder.report([row], {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
-    assert "| 1 | k, v | 1x1024x4096 | 0.96 | 1.10 | - | 1.20 | 1.30 | 1.70 | - | 1.60 (1.50 to 1.70) | 1.45 |" in md
-    row["served_alone"][0].update(stream_after_mlp_us=-0.4, mlp_chain_now_us=-0.3)
+    assert "| 1 | k, v | 1x1024x4096 | 0.96 | 1.10 | - | - | 1.20 | 1.30 | 1.70 | - | 1.60 (1.50 to 1.70) | 1.45 |" in md
+    row["served_alone"][0].update(stream_after_mlp_us=-0.4, mlp_chain_now_us=-0.3, chain_now_us=0.5)
     md = e2e_decoder.report([row], {}, {"date": "2026-01-01"}, "cmd", 3, 20, [], [])
-    assert "| 0.96 | 1.10 | -0.30 | 1.20 |" in md and "| 1.70 | -0.40 | 1.60 (1.50 to 1.70) |" in md
+    assert "| 0.96 | 1.10 | 0.50 | -0.30 | 1.20 |" in md and "| 1.70 | -0.40 | 1.60 (1.50 to 1.70) |" in md
     assert "Each served group alone" not in e2e_decoder.report([_row(1)], {}, {"date": "2026-01-01"}, "cmd", 3, 20,
                                                                  [], [])
 
