@@ -1477,6 +1477,20 @@ EXPERIMENTS: list[Experiment] = [
                "6.11/4.06, 8.99/9.11, 11.03/1.31, 4.49/-2.06 (that run's report, "
                "e2e_decoder_mlp_chain_store_same_host_h200_2026-11-30.md; its JSON did not come back from the device). "
                "The same 128-row q/o kernel read 1.032x alone in one process and 1.162x in the next."),
+    Experiment("The decoder layer after cudal2.check_routes, chain store, H200",
+               "e2e_decoder_check_routes_h200_2026-11-30.json", "e2e_decoder",
+               "`benchmarks/e2e_decoder.py OUT.md --tokens 1,16,128,1024 --modes graph --budget 0 --store STORE "
+               "--check-routes --no-alone` on the chain-searched CuTe DSL store (GPU-0cd28d19): as routed, predicted "
+               "against measured 4.94/4.15, 8.37/9.41, 10.58/-1.53, nothing served; after check_routes 4.29/6.49 (k, v "
+               "declined), 8.37/9.87, 3.25/0.51 (q, o and gate, up declined), nothing served. Inside the layer the groups' "
+               "savings add up: 4.37 + 1.72 against 6.49 at 1 token, 3.89 + 4.78 + 1.45 against 9.87 at 16."),
+    Experiment("The same with each group timed again in chain mode on the serving GPU, H200",
+               "e2e_decoder_check_routes_alone_h200_2026-11-30.json", "e2e_decoder",
+               "As above without --no-alone (GPU-c930b84f): as routed 4.94/4.53, 8.37/9.50, 10.58/-3.63; after "
+               "check_routes 4.29/5.96, 8.37/9.80, and at 128 tokens every group declined, the two layers then running the "
+               "same kernels 1.54 us apart. Chain mode timed again here reads the 128-row q/o kernel at -0.16 us a layer "
+               "call against the table's 5.15 (searched on another H200); k/v 1.59 and 3.35 at 1 and 128 tokens against "
+               "0.55/-0.89 and 0.48/-0.37 inside the layer."),
     Experiment("The decoder layer's kernels with the mlp_chain store's kernels served, H200",
                "layer_kernels_mlp_chain_h200_2026-11-30.json", "layer_kernels",
                "`benchmarks/layer_kernels.py OUT.md --store STORE --tokens 128,1024,1` on the mlp_chain store "
