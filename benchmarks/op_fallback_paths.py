@@ -16,8 +16,10 @@ Per path, F.linear and cudal2.linear on the same operands are timed like op_over
 back-to-back calls, host time per call, every path taking turns, the order reversed every other round);
 the figure is the median over the rounds of cudal2.linear's host time minus F.linear's in the same round,
 with the quartiles. cudal2.linear is the op's C front where it builds (cudal2.op_front) with its probe bound
-(op_front.attach_probe: x's count and the capture test read in C++), timed also with the probe unbound (the
-front then asks torch's Python bindings), and the op's Python front (ops._python_linear) beside them; the
+(op_front.attach_probe: x's count and the capture test read in C++, and torch's linear called through
+at::linear), timed also with the probe's linear unbound (the front's torch calls through F.linear's binding) and
+with the whole probe unbound (the front then asks torch's Python bindings), and the op's Python front
+(ops._python_linear) beside them; the
 bindings are set before each round's timed calls. A breakdown of the op's per-call cost, not a speed claim.
 """
 
@@ -60,6 +62,8 @@ def main() -> None:
     print(f"the C front's probe: {op_front.probe_state()}")
     bindings = {"": probe or {}}  # (timed path suffix: the front's probe bindings set before its rounds)
     if probe:
+        # the probe's F.linear alone unbound (the front's torch calls through torch's binding), then all of it
+        bindings[", probe's linear unbound"] = {**probe, "linear_probe": 0}
         bindings[", no probe"] = {name: 0 for name in probe}
     paths, before = {}, {}
     with torch.no_grad():

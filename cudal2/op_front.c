@@ -37,6 +37,9 @@ static PyObject *numel_name;    /* "numel" */
  * graph can record a call on x now, 0 where one may, -1 where it cannot tell */
 static long long (*probe_numel)(PyObject *x);
 static int (*probe_uncaptured)(PyObject *x);
+/* and F.linear(x, weight, bias) through at::linear, torch's binding less its argument parse: a new reference, NULL
+ * with torch's error set, or NULL with none where it cannot (an override may decide: torch_linear then runs) */
+static PyObject *(*probe_linear)(PyObject *x, PyObject *weight, PyObject *bias);
 /* the type of kept entry whose count sets were last read (a reference held), and their slots' offsets (-1: not
  * a slot; read by getattr); see counts_of */
 static PyObject *slotted;
@@ -46,9 +49,9 @@ static PyObject *
 front_bind(PyObject *self, PyObject *args)
 {
     PyObject *k, *e, *u, *t, *r, *p, *o, *n, *c, *ec, *rs, *cap, *ct;
-    unsigned long long numel_at, uncaptured_at;
-    if (!PyArg_ParseTuple(args, "O!OOOOOOUUUOOOKK:bind", &PyDict_Type, &k, &e, &u, &t, &r, &p, &o, &n, &c, &ec, &rs,
-                          &cap, &ct, &numel_at, &uncaptured_at))
+    unsigned long long numel_at, uncaptured_at, linear_at;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOUUUOOOKKK:bind", &PyDict_Type, &k, &e, &u, &t, &r, &p, &o, &n, &c, &ec, &rs,
+                          &cap, &ct, &numel_at, &uncaptured_at, &linear_at))
         return NULL;
     if (get_device_name == NULL && (get_device_name = PyUnicode_InternFromString("get_device")) == NULL)
         return NULL;
@@ -73,6 +76,7 @@ front_bind(PyObject *self, PyObject *args)
     Py_CLEAR(slotted);  /* (the names may be others now) */
     probe_numel = (long long (*)(PyObject *))(uintptr_t)numel_at;
     probe_uncaptured = (int (*)(PyObject *))(uintptr_t)uncaptured_at;
+    probe_linear = (PyObject *(*)(PyObject *, PyObject *, PyObject *))(uintptr_t)linear_at;
     Py_RETURN_NONE;
 }
 
@@ -225,6 +229,18 @@ counted(PyObject *known, PyObject *x, PyObject **numel)
     return hit > 0 ? uncaptured(x) : hit;
 }
 
+/* torch's linear(x, weight[, bias]): through the probe where it is bound and can, else torch_linear. */
+static PyObject *
+run_torch(PyObject *const *args, Py_ssize_t nargs)
+{
+    if (probe_linear != NULL) {
+        PyObject *out = probe_linear(args[0], args[1], nargs == 3 ? args[2] : Py_None);
+        if (out != NULL || PyErr_Occurred())
+            return out;
+    }
+    return PyObject_Vectorcall(torch_linear, args, nargs, NULL);
+}
+
 static PyObject *
 front_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject *kwnames)
 {
@@ -258,16 +274,16 @@ front_linear(PyObject *self, PyObject *const *args, Py_ssize_t nargsf, PyObject 
     if (known == NULL && PyErr_Occurred())
         return NULL;
     if (known == every_call)
-        return PyObject_Vectorcall(torch_linear, args, nargs, NULL);
+        return run_torch(args, nargs);
     if (known == unless_captured && uncaptured(args[0]))  /* (a captured call: the eager path, told the same) */
-        return PyObject_Vectorcall(torch_linear, args, nargs, NULL);
+        return run_torch(args, nargs);
     /* held from here: what runs below (x.numel(), a tensor subclass's __torch_function__, the rest) may let the
      * dict drop it */
     Py_XINCREF(known);
     PyObject *numel = NULL, *out;
     int hit = known == NULL || known == unless_captured ? 0 : counted(known, args[0], &numel);
     if (hit != 0) {
-        out = hit < 0 ? NULL : PyObject_Vectorcall(torch_linear, args, nargs, NULL);
+        out = hit < 0 ? NULL : run_torch(args, nargs);
     } else {  /* the rest, told the count read here (None: not read) */
         PyObject *rest[5] = {args[0], args[1], nargs == 3 ? args[2] : Py_None, known ? known : Py_None,
                              numel ? numel : Py_None};
@@ -284,8 +300,8 @@ static PyMethodDef methods[] = {
      "x @ weight.T + bias (nn.Linear) with the tuned kernel where one beats torch, else F.linear."},
     {"bind", front_bind, METH_VARARGS,
      "bind(kept, every_call, unless_captured, torch_linear, eager_rest, python_front, flag_owner, flag_name, "
-     "counts_name, eager_counts_name, raw_stream, capturing, capture_test, numel_probe, capture_probe): what linear "
-     "consults (the probe's functions as addresses, 0 for none)."},
+     "counts_name, eager_counts_name, raw_stream, capturing, capture_test, numel_probe, capture_probe, linear_probe): "
+     "what linear consults (the probe's functions as addresses, 0 for none)."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -73,7 +73,7 @@ def _build() -> Path:
 def _build_probe() -> Path:
     """The probe's shared library (op_front_probe.cpp against this torch), compiled where there is none yet; one
     process compiles at a time, the others then find its library."""
-    cflags, ldflags = native_build.torch_extension_flags("c++17", ["c10", "torch_python"])
+    cflags, ldflags = native_build.torch_extension_flags("c++17", ["c10", "torch_cpu", "torch_python"])
     cflags.append(f"-I{sysconfig.get_paths()['include']}")  # (Python.h: torch's Python bindings' headers need it)
     folder = paths.cache_dir() / "op_front"
     with file_lock.exclusive(folder / "probe.lock"):
@@ -86,7 +86,8 @@ def _probe_bindings(path: Path) -> dict[str, int]:
     library = ctypes.PyDLL(str(path))  # (kept loaded for the process: the front calls into it)
     _probe["library"] = library
     return {"numel_probe": ctypes.cast(library.cudal2_probe_numel, ctypes.c_void_p).value,
-            "capture_probe": ctypes.cast(library.cudal2_probe_uncaptured, ctypes.c_void_p).value}
+            "capture_probe": ctypes.cast(library.cudal2_probe_uncaptured, ctypes.c_void_p).value,
+            "linear_probe": ctypes.cast(library.cudal2_probe_linear, ctypes.c_void_p).value}
 
 
 def attach_probe(wait: bool = False) -> dict[str, int] | None:
@@ -154,7 +155,7 @@ def front(python_front: Callable, eager_rest: Callable, kept: dict, every_call: 
         bound = dict(kept=kept, every_call=every_call, unless_captured=unless_captured, torch_linear=torch_linear,
                      eager_rest=eager_rest, python_front=python_front, flag_owner=flag_owner, flag_name=flag_name,
                      counts_name=counts_name, eager_counts_name=eager_counts_name, raw_stream=raw_stream,
-                     capturing=capturing, capture_test=None, numel_probe=0, capture_probe=0)
+                     capturing=capturing, capture_test=None, numel_probe=0, capture_probe=0, linear_probe=0)
 
         def rebind(**changes) -> None:
             unknown = set(changes) - set(bound)

@@ -8,11 +8,18 @@
 // (benchmarks/op_fallback_paths.py, 2026-11-30); the bar for the whole fallback is 0.3 us. Here the same
 // answers are a few loads from the tensor and the stream.
 //
+// The fallback itself. torch's F.linear parses its arguments against its signature and looks for
+// __torch_function__ overrides before it calls at::linear; where the front already knows what it holds (plain
+// tensors, no torch function mode), cudal2_probe_linear calls at::linear as that binding does, without the
+// parse. The dispatcher below it is the same (autograd, autocast, dispatch modes, the profiler's record).
+//
 // Each function answers -1 where it cannot tell (not a plain tensor or Parameter: a subclass's
 // __torch_function__ decides what its methods answer; symbolic sizes; a device without streams; any error):
 // the front then asks through the bindings, as without this library. No function raises or sets a Python
 // error; each is called with the GIL held.
 #include <torch/csrc/autograd/python_variable.h>
+#include <ATen/Functions.h>
+#include <ATen/PythonTorchFunctionTLS.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <dlfcn.h>
@@ -31,6 +38,16 @@ StreamIsCapturing stream_is_capturing() {
     }
   }
   return found;
+}
+
+// Notes whether a warning was issued (the probe's linear then leaves the call to F.linear, which issues it).
+struct Noticed : c10::WarningHandler {
+  bool any = false;
+  void process(const c10::Warning&) override { any = true; }
+};
+
+at::Tensor linear_of(const at::Tensor& input, const at::Tensor& weight, PyObject* bias) {
+  return bias == Py_None ? at::linear(input, weight) : at::linear(input, weight, THPVariable_Unpack(bias));
 }
 
 }  // namespace
@@ -74,5 +91,44 @@ extern "C" int cudal2_probe_uncaptured(PyObject* x) noexcept {
     return status == 0 ? 1 : 0;
   } catch (...) {
     return -1;
+  }
+}
+
+// F.linear(x, weight, bias) through at::linear: x, weight and bias (None, or a tensor) plain tensors or Parameters,
+// and no torch function mode on; else null with no error set (an override decides: the front calls F.linear). Also
+// null, no error, where at::linear raised or warned: F.linear then runs the call again and raises or warns as
+// torch does (its binding turns them into Python's exceptions and warnings; a failed or warned call is rare, and
+// linear writes nothing but its result). The GIL: released around a CPU call, as torch's binding releases it (the
+// call computes); held around a GPU call, which enqueues a kernel, as the op's own kernel launchers hold it.
+// Releasing and taking it again cost about 0.3 us a call on a CI machine's CPU, more than the parse saved
+// (2026-11-30).
+extern "C" PyObject* cudal2_probe_linear(PyObject* x, PyObject* weight, PyObject* bias) noexcept {
+  if (!THPVariable_CheckExact(x) || !THPVariable_CheckExact(weight) ||
+      (bias != Py_None && !THPVariable_CheckExact(bias)) || at::impl::torch_function_mode_enabled()) {
+    return nullptr;
+  }
+  try {
+    const at::Tensor& input = THPVariable_Unpack(x);
+    const at::Tensor& w = THPVariable_Unpack(weight);
+    Noticed noticed;
+    at::Tensor out;
+    {
+      c10::WarningUtils::WarningHandlerGuard guard(&noticed);
+      if (input.is_cpu()) {
+        PyThreadState* saved = PyEval_SaveThread();
+        try {
+          out = linear_of(input, w, bias);
+        } catch (...) {
+          PyEval_RestoreThread(saved);
+          throw;
+        }
+        PyEval_RestoreThread(saved);
+      } else {
+        out = linear_of(input, w, bias);
+      }
+    }
+    return noticed.any ? nullptr : THPVariable_Wrap(std::move(out));
+  } catch (...) {
+    return nullptr;
   }
 }

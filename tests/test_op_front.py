@@ -246,7 +246,8 @@ def test_the_probe_answers_before_the_bindings(count, probed_count, probed_uncap
         cudal2.linear(x, w)
     finally:
         ops._rebind_front(torch_linear=ops._F_linear, eager_rest=ops._eager_linear, raw_stream=ops._raw_stream,
-                          capturing=ops._capturing, numel_probe=0, capture_probe=0)
+                          capturing=ops._capturing, numel_probe=0, capture_probe=0,
+                          linear_probe=0)
         ops._torch_weights.pop(id(w))
     assert called == (["torch"] if to == "torch" else [("the eager path", count)]) and answers == asked
 
@@ -257,7 +258,7 @@ def fresh_probe(monkeypatch):
     monkeypatch.setattr(op_front, "_probe", {})
     yield
     if ops._rebind_front is not None:
-        ops._rebind_front(numel_probe=0, capture_probe=0)
+        ops._rebind_front(numel_probe=0, capture_probe=0, linear_probe=0)
 
 
 @needs_cxx
@@ -267,7 +268,7 @@ def test_the_probe_builds_and_reads_what_torch_answers(fresh_probe, monkeypatch)
     -1 where it must not answer (a subclass, not a tensor, a device without CUDA streams); bound, a weight served
     at other row counts runs torch from C, its result F.linear's."""
     bindings = op_front.attach_probe(wait=True)
-    assert op_front.probe_state() == "bound" and set(bindings) == {"numel_probe", "capture_probe"}
+    assert op_front.probe_state() == "bound" and set(bindings) == {"numel_probe", "capture_probe", "linear_probe"}
     numel = ctypes.CFUNCTYPE(ctypes.c_longlong, ctypes.py_object)(bindings["numel_probe"])
     uncaptured = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.py_object)(bindings["capture_probe"])
     for t in (torch.randn(6, 64), torch.randn(2, 3, 64).half(), torch.randn(0, 64),
@@ -284,6 +285,53 @@ def test_the_probe_builds_and_reads_what_torch_answers(fresh_probe, monkeypatch)
         entered, c_calls = _profile(cudal2.linear, x, w)
         assert torch.equal(cudal2.linear(x, w), F.linear(x, w))
     assert entered == [] and c_calls == ["linear"], (entered, c_calls)
+
+
+@needs_cxx
+@needs_c
+def test_the_probe_runs_torch_s_linear_and_leaves_overrides_to_f_linear(fresh_probe):
+    """The probe's F.linear (at::linear without the binding's parse): F.linear's result and gradients for plain
+    tensors and Parameters; no answer (null, no error) for a tensor subclass, under a torch function mode, or where
+    at::linear raises, where the front then calls F.linear: the override decides, torch's own error is raised."""
+    bindings = op_front.attach_probe(wait=True)
+    linear = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.py_object, ctypes.py_object)(
+        bindings["linear_probe"])
+    # (read as an address: ctypes cannot take a null object without an error as its result)
+    address = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.py_object, ctypes.py_object)(
+        bindings["linear_probe"])
+    x, b = torch.randn(6, 64), torch.randn(96)
+    w = torch.nn.Parameter(torch.randn(96, 64))
+    assert torch.equal(linear(x, w, None), F.linear(x, w)) and torch.equal(linear(x, w, b), F.linear(x, w, b))
+    linear(x, w, b).sum().backward()
+    assert torch.equal(w.grad, x.sum(0).expand(96, 64))
+    subclass = x.as_subclass(type("Logged", (torch.Tensor,), {}))
+    bad = torch.randn(6, 5)
+    assert address(subclass, w, None) is None and address(12, w, None) is None and address(bad, w, None) is None
+    with pytest.raises(RuntimeError) as torchs:
+        F.linear(bad, w)
+    ops._torch_weights[id(w)] = ops._EVERY_CALL  # through the front: F.linear runs the call again, and raises
+    try:
+        with pytest.raises(RuntimeError) as ours:
+            cudal2.linear(bad, w)
+    finally:
+        ops._torch_weights.pop(id(w))
+    assert str(ours.value) == str(torchs.value)
+
+    class Seen(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            seen.append(func)
+            return func(*args, **(kwargs or {}))
+
+    seen = []
+    with Seen():
+        assert address(x, w, None) is None
+    ops._torch_weights[id(w)] = ops._EVERY_CALL  # the front's own torch call, the probe bound: the mode sees it
+    try:
+        with torch.no_grad(), Seen():
+            got = cudal2.linear(x, w)
+    finally:
+        ops._torch_weights.pop(id(w))
+    assert seen == [F.linear] and torch.equal(got, F.linear(x, w)), seen
 
 
 @pytest.mark.gpu
@@ -337,15 +385,17 @@ def test_a_probe_that_cannot_be_built_leaves_the_front_asking_the_bindings(fresh
     assert torch.equal(cudal2.linear(x, w), F.linear(x, w))
 
 
-def test_the_op_starts_the_probe_for_a_cuda_process_s_row_test(monkeypatch):
-    """The first plan of a weight shape served at some row counts (whose calls the front's row test reads) starts
-    the probe's build where CUDA is, and not where it is not, nor for a shape served at no row count."""
+def test_the_op_starts_the_probe_for_a_cuda_process_s_kept_weights(monkeypatch):
+    """The first plan of a weight shape, served at some row counts (whose calls the front's row test reads) or at
+    none (whose every call the front sends to torch through the probe), starts the probe's build where CUDA is,
+    and not where it is not."""
     started = []
     monkeypatch.setattr(op_front, "attach_probe", lambda wait=False: started.append(wait))
     spec = KernelSpec(block_m=32, block_n=32, block_k=32, stages=2)
     ops.set_table(TunedTable([TunedEntry(problem=GemmProblem(m=3, n=96, k=64, layout="NT"), spec=spec,
                                          kernel_ms=0.1, baselines_ms={"torch": 0.2}, gpu="")]))
-    for available, shape, expected in ((False, (96, 64), []), (True, (80, 64), []), (True, (96, 64), [False])):
+    for available, shape, expected in ((False, (96, 64), []), (True, (80, 64), [False]),
+                                       (True, (96, 64), [False, False])):
         monkeypatch.setattr(torch.cuda, "is_available", lambda: available)
         ops._plans["linear"].pop(shape, None)
         ops._plan("linear", shape)

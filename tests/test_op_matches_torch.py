@@ -224,7 +224,7 @@ def probe_bound():
     if bindings is None:
         pytest.fail(f"the probe did not bind: {op_front.probe_state()}")
     yield
-    ops._rebind_front(numel_probe=0, capture_probe=0)
+    ops._rebind_front(numel_probe=0, capture_probe=0, linear_probe=0)
 
 
 @CHECKS
