@@ -1537,6 +1537,16 @@ EXPERIMENTS: list[Experiment] = [
                "and spread wider than the other's (F.linear on 33x3072x3072: 25.42 us against 15.73): the two new "
                "eager misses, 16x8192x3584 (0.986) and 33x6144x4096 (0.990, just under), are torch-served shapes, "
                "whose calls the change does not touch."),
+    Experiment("The op over the 30 validation winners, its torch calls through at::linear, H200",
+               "op_served_linear_probe_h200_2026-11-30.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --rounds 40 "
+               "--max-seconds 300` (GPU-450809cd) after the C front's probe came to call at::linear for the calls it "
+               "sends to torch: 29 of 30, eager at least 0.99 on all 30 (the torch-served 33x3072x3072, 16x8192x3584 "
+               "and 33x6144x4096, which missed before: 1.002, 1.004, 1.000). The miss: 1x3072x3072's served kernel in "
+               "graphs, 1.124 (1.091 to 1.233) against a searched 1.226. In situ on the same host "
+               "(benchmarks/op_fallback_paths.py 101, op_fallback_paths_linear_probe_h200_2026-11-30.md) the C front "
+               "costs +0.06 us over F.linear for a kept weight, +0.20 for one served at other row counts, +0.20 and "
+               "+0.08 for one served only in graphs; with the probe's linear unbound +0.33, +0.49, +0.49 and +0.43."),
     Experiment("The batch-64 Llama with serial split-K proposed, Triton only, budget 16, H200",
                "e2e_model_serial_h200_2026-11-30.json", "e2e_model",
                "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph,eager --rounds 15` "
