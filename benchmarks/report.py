@@ -1547,6 +1547,15 @@ EXPERIMENTS: list[Experiment] = [
                "(benchmarks/op_fallback_paths.py 101, op_fallback_paths_linear_probe_h200_2026-11-30.md) the C front "
                "costs +0.06 us over F.linear for a kept weight, +0.20 for one served at other row counts, +0.20 and "
                "+0.08 for one served only in graphs; with the probe's linear unbound +0.33, +0.49, +0.49 and +0.43."),
+    Experiment("The op's fallback with its torch calls through at::linear, three processes, H200",
+               "op_overhead_fallback_linear_probe_h200_2026-11-30.json", "op_overhead",
+               "`benchmarks/op_overhead.py OUT.md --shapes 1x4096x4096 --budget 0 --eager-only --processes 3 --rounds "
+               "101` (GPU-0ecb8783): cudal2.linear -0.18 us against F.linear (-0.31, -0.18, -0.13 over the processes; "
+               "F.linear's host time 18.5 to 21.1 us), its Python front +0.75 us. The same call then ran "
+               "`benchmarks/op_served.py --winners crosscheck_winners_chain_h200_2026-11-30.json --rounds 40 "
+               "--max-seconds 290`: 29 of 30 again, the one miss again 1x3072x3072's kernel in graphs (1.179, 1.142 "
+               "to 1.286, against a searched 1.226). That run's report and JSON did not come back from the device (the "
+               "call left more files than it returns); these figures are from its log."),
     Experiment("The batch-64 Llama with serial split-K proposed, Triton only, budget 16, H200",
                "e2e_model_serial_h200_2026-11-30.json", "e2e_model",
                "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph,eager --rounds 15` "

@@ -335,6 +335,55 @@ def test_the_probe_runs_torch_s_linear_and_leaves_overrides_to_f_linear(fresh_pr
 
 
 @pytest.mark.gpu
+def test_gpu_the_probe_s_linear_is_f_linear_on_cuda_tensors(fresh_probe):
+    """On a GPU, where the probe's linear holds the GIL: F.linear's result in every float dtype, with and without
+    a bias, its gradients, inside a CUDA graph's capture as outside; no answer where at::linear raises (a shape
+    that does not match, x on the CPU and the weight on the GPU), and then the front raises torch's error."""
+    bindings = op_front.attach_probe(wait=True)
+    assert bindings is not None, op_front.probe_state()
+    linear = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.py_object, ctypes.py_object, ctypes.py_object)(
+        bindings["linear_probe"])
+    address = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.py_object, ctypes.py_object)(
+        bindings["linear_probe"])
+    for dtype in (torch.float16, torch.bfloat16, torch.float32):
+        x = torch.randn(33, 256, device="cuda", dtype=dtype)
+        w, b = torch.randn(96, 256, device="cuda", dtype=dtype), torch.randn(96, device="cuda", dtype=dtype)
+        assert torch.equal(linear(x, w, b), F.linear(x, w, b)) and torch.equal(linear(x, w, None), F.linear(x, w))
+    x = torch.randn(33, 256, device="cuda", requires_grad=True)
+    w = torch.nn.Parameter(torch.randn(96, 256, device="cuda"))
+    linear(x, w, None).square().sum().backward()
+    ours = x.grad.clone(), w.grad.clone()
+    x.grad, w.grad = None, None
+    F.linear(x, w).square().sum().backward()
+    assert torch.equal(ours[0], x.grad) and torch.equal(ours[1], w.grad)
+    with torch.no_grad():
+        graph, y = torch.cuda.CUDAGraph(), None
+        xs = torch.randn(33, 256, device="cuda", dtype=torch.float16)
+        ws = torch.randn(96, 256, device="cuda", dtype=torch.float16)
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            linear(xs, ws, None)
+        torch.cuda.current_stream().wait_stream(side)
+        with torch.cuda.graph(graph):
+            y = linear(xs, ws, None)
+        xs.copy_(torch.randn_like(xs))
+        graph.replay()
+        assert torch.equal(y, F.linear(xs, ws))
+        bad, cpu_x = torch.randn(6, 5, device="cuda"), torch.randn(6, 256)
+        assert address(bad, w, None) is None and address(cpu_x, w, None) is None
+        with pytest.raises(RuntimeError) as torchs:
+            F.linear(bad, w)
+        ops._torch_weights[id(w)] = ops._EVERY_CALL
+        try:
+            with pytest.raises(RuntimeError) as fronts:
+                cudal2.linear(bad, w)
+        finally:
+            ops._torch_weights.pop(id(w))
+        assert str(fronts.value) == str(torchs.value)
+
+
+@pytest.mark.gpu
 def test_gpu_the_probe_tells_a_capture_and_a_captured_call_takes_the_kernel(fresh_probe, monkeypatch):
     """On a GPU: the probe answers 'uncaptured' on the default stream and on a side stream, 'may be captured'
     inside a CUDA graph's capture; bound, a weight served only in graphs (its kernel's saving below the eager
