@@ -287,6 +287,20 @@ def test_the_probe_builds_and_reads_what_torch_answers(fresh_probe, monkeypatch)
     assert entered == [] and c_calls == ["linear"], (entered, c_calls)
 
 
+def _the_front_raises_f_linear_s_error(x, w) -> None:
+    """cudal2.linear(x, w), w kept for every call (the front's torch call, through the probe where bound), raises
+    what F.linear raises: the probe leaves a failing call to F.linear, which runs it again."""
+    with pytest.raises(RuntimeError) as torchs:
+        F.linear(x, w)
+    ops._torch_weights[id(w)] = ops._EVERY_CALL
+    try:
+        with pytest.raises(RuntimeError) as fronts:
+            cudal2.linear(x, w)
+    finally:
+        ops._torch_weights.pop(id(w))
+    assert str(fronts.value) == str(torchs.value)
+
+
 @needs_cxx
 @needs_c
 def test_the_probe_runs_torch_s_linear_and_leaves_overrides_to_f_linear(fresh_probe):
@@ -307,15 +321,7 @@ def test_the_probe_runs_torch_s_linear_and_leaves_overrides_to_f_linear(fresh_pr
     subclass = x.as_subclass(type("Logged", (torch.Tensor,), {}))
     bad = torch.randn(6, 5)
     assert address(subclass, w, None) is None and address(12, w, None) is None and address(bad, w, None) is None
-    with pytest.raises(RuntimeError) as torchs:
-        F.linear(bad, w)
-    ops._torch_weights[id(w)] = ops._EVERY_CALL  # through the front: F.linear runs the call again, and raises
-    try:
-        with pytest.raises(RuntimeError) as ours:
-            cudal2.linear(bad, w)
-    finally:
-        ops._torch_weights.pop(id(w))
-    assert str(ours.value) == str(torchs.value)
+    _the_front_raises_f_linear_s_error(bad, w)
 
     class Seen(torch.overrides.TorchFunctionMode):
         def __torch_function__(self, func, types, args=(), kwargs=None):
@@ -372,15 +378,7 @@ def test_gpu_the_probe_s_linear_is_f_linear_on_cuda_tensors(fresh_probe):
         assert torch.equal(y, F.linear(xs, ws))
         bad, cpu_x = torch.randn(6, 5, device="cuda"), torch.randn(6, 256)
         assert address(bad, w, None) is None and address(cpu_x, w, None) is None
-        with pytest.raises(RuntimeError) as torchs:
-            F.linear(bad, w)
-        ops._torch_weights[id(w)] = ops._EVERY_CALL
-        try:
-            with pytest.raises(RuntimeError) as fronts:
-                cudal2.linear(bad, w)
-        finally:
-            ops._torch_weights.pop(id(w))
-        assert str(fronts.value) == str(torchs.value)
+        _the_front_raises_f_linear_s_error(bad, w)
 
 
 @pytest.mark.gpu
