@@ -100,7 +100,7 @@ extern "C" int cudal2_probe_uncaptured(PyObject* x) noexcept {
 // torch does (its binding turns them into Python's exceptions and warnings; a failed or warned call is rare, and
 // linear writes nothing but its result). The GIL: released around a CPU call, as torch's binding releases it (the
 // call computes); held around a GPU call, which enqueues a kernel, as the op's own kernel launchers hold it.
-// Releasing and taking it again cost about 0.3 us a call on a CI machine's CPU, more than the parse saved
+// Releasing and taking it again cost about 0.3 us a call on the project's development CPU, more than the parse saved
 // (2026-11-30).
 extern "C" PyObject* cudal2_probe_linear(PyObject* x, PyObject* weight, PyObject* bias) noexcept {
   if (!THPVariable_CheckExact(x) || !THPVariable_CheckExact(weight) ||
