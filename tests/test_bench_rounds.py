@@ -175,3 +175,22 @@ def test_the_report_sets_the_prediction_after_check_routes_against_the_layer_tim
     assert "| 1 | q, o 3.40 (2.90 to 3.90) kept; k, v -0.30 (-0.80 to 0.20) declined | 0.20 | 3.00 | 3.50 (3.20 to " \
            "3.90) | yes |" in md  # |3.0 - 3.5| <= 0.25 * 3.5; the group no kernel served is not listed
     assert "| 128 | q, o -1.00 (-1.50 to -0.50) declined | 0.20 | 0.00 | 0.40 (-0.20 to 0.90) | - (nothing served) |" in md
+
+
+def test_runner_ups_serves_one_leader_for_its_problem_and_reports_each():
+    import runner_ups
+
+    from cudal2.ir import GemmProblem, KernelSpec
+    from cudal2.store.table import TunedEntry, TunedTable
+
+    def entry(m, stages, kernel_ms):
+        return TunedEntry(problem=GemmProblem(m=m, n=1024, k=4096, layout="NT"), spec=KernelSpec(stages=stages),
+                          kernel_ms=kernel_ms, baselines_ms={"torch": 0.010}, gpu="g")
+
+    base = TunedTable([entry(1, 3, 0.008), entry(16, 3, 0.009)])
+    swapped = runner_ups.with_entry(base, entry(1, 4, 0.0095))
+    assert {(e.problem.m, e.spec.stages) for e in swapped} == {(1, 4), (16, 3)}
+    row = {"tokens": 1, "group": "k, v", "rank": 2, "spec": "abc", "backend": "triton", "speedup": 1.022,
+           "served": True, "predicted_us": 0.3, "saving_us": -0.4, "saving_q1_us": -0.6, "saving_q3_us": -0.1}
+    lines = runner_ups.report([row], {"date": "2026-01-01"}, "cmd")
+    assert "| 1 | k, v | 2 | abc | triton | 1.022 | yes | 0.30 | -0.40 (-0.60 to -0.10) |" in lines

@@ -11,6 +11,7 @@ from cudal2 import Epilogue, GemmProblem, KernelSpec
 from cudal2.bench.launch_cost import LaunchCosts, measure_us
 from cudal2.codegen import native_launch
 from cudal2 import ops
+from cudal2.tuner.confirm import Confirm
 from cudal2.tuner.loop import run_search
 from cudal2.tuner.recorded import RecordedRunner
 from cudal2.store.store import Store
@@ -94,6 +95,20 @@ def test_table_from_store_after_a_search(tmp_path, monkeypatch):
     monkeypatch.setenv("CUDAL2_TABLE", str(tmp_path / "t.json"))
     assert len(TunedTable.default()) == 1
     assert len(TunedTable.from_store(tmp_path / "none.db")) == 0 and not (tmp_path / "none.db").exists()
+
+
+def test_the_table_s_leaders_are_the_confirmed_kernels_fastest_first(tmp_path):
+    """TunedTable.leaders: every leader the search confirmed on the GPU, as the table would hold it, fastest over
+    torch first: the first is the table's entry, the others its runners-up (the table keeps one a backend)."""
+    store = Store(tmp_path / "s.db")
+    run_search(P, backends=("triton",), arch="sm_90a", proposer=None, runner=RecordedRunner(baselines={"torch": 1.0}),
+               store=store, budget=6, seed=0, progress=False, confirm=Confirm(top=3, rounds=2, static_twins=0))
+    leaders = TunedTable.leaders(store, P, "recorded")
+    (served,) = list(TunedTable.from_store(store))
+    assert len(leaders) >= 2 and leaders[0].to_dict() == served.to_dict()
+    speedups = [e.speedup() for e in leaders]
+    assert speedups == sorted(speedups, reverse=True) and len({e.spec.key() for e in leaders}) == len(leaders)
+    assert TunedTable.leaders(store, P, "another GPU") == [] and TunedTable.leaders(tmp_path / "none.db", P, "x") == []
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])

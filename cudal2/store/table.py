@@ -195,18 +195,26 @@ class TunedTable:
                         for c in kept_twins(summarize(gpu_rows, "torch", mode)).values() if not c.failed]
                 rows += [r for r in kernels if gpu_of(r) not in confirmed]
                 for row in rows:
-                    measured = _newest_in_mode(row, mode)
-                    if measured is None:
-                        continue
-                    res = measured["result"]
-                    own = {name: b.kernel_ms(mode) for name, b in measured["baselines"].items()
-                           if b.available and b.kernel_ms(mode) is not None}
-                    created = (measured["created"].isoformat() if isinstance(measured["created"], _dt.datetime)
-                               else str(measured["created"]))
-                    table.add(TunedEntry(problem=problem, spec=res.spec, kernel_ms=res.kernel_ms(mode),
-                                         baselines_ms=own or baselines, gpu=gpu_of(measured), created=created,
-                                         mode=mode))
+                    entry = _entry_of(problem, row, mode, baselines)
+                    if entry is not None:
+                        table.add(entry)
         return tables
+
+    @classmethod
+    def leaders(cls, store, problem: GemmProblem, gpu: str, mode: str = DEFAULT_MODE) -> list[TunedEntry]:
+        """Every leader a search confirmed for problem on gpu in mode that passed all its rounds, each as the
+        table would hold it (its median round), fastest over torch.matmul first: the kernel the table serves and
+        its runners-up, which the table itself does not keep (one entry per backend)."""
+        store = store if isinstance(store, Store) else Store(store)
+        if not store.exists():
+            return []
+        stored = store.baselines(problem)
+        baselines = {name: b.kernel_ms(mode) for name, b in stored.items()
+                     if b.available and b.kernel_ms(mode) is not None}
+        rows = [rows_of for rows_of in rounds_in_mode(store.confirmations(problem), mode) if gpu_of(rows_of) == gpu]
+        entries = [_entry_of(problem, c.median_round, mode, baselines)
+                   for c in kept_twins(summarize(rows, "torch", mode)).values() if not c.failed]
+        return sorted((e for e in entries if e is not None), key=lambda e: -(e.speedup("torch") or 0.0))
 
     @classmethod
     def default(cls) -> "TunedTable":
@@ -222,6 +230,21 @@ class TunedTable:
             return _within(store_timeout_s(), lambda: cls.for_serving(store), store)
         # a server's own line (refused, no driver) at once, not after the engine's retries
         return _within(store_timeout_s(), lambda: cls.for_serving(store.check()), store)
+
+
+def _entry_of(problem: GemmProblem, row: dict, mode: str, baselines: dict[str, float]) -> "TunedEntry | None":
+    """The entry a stored kernel record (or a confirmation round) makes in mode: its newest passing figure there,
+    with the baselines timed beside it (else the problem's stored ones); None where it has none in mode."""
+    measured = _newest_in_mode(row, mode)
+    if measured is None:
+        return None
+    res = measured["result"]
+    own = {name: b.kernel_ms(mode) for name, b in measured["baselines"].items()
+           if b.available and b.kernel_ms(mode) is not None}
+    created = (measured["created"].isoformat() if isinstance(measured["created"], _dt.datetime)
+               else str(measured["created"]))
+    return TunedEntry(problem=problem, spec=res.spec, kernel_ms=res.kernel_ms(mode), baselines_ms=own or baselines,
+                      gpu=gpu_of(measured), created=created, mode=mode)
 
 
 def _newest_in_mode(record: dict, mode: str) -> dict | None:
