@@ -194,3 +194,12 @@ def test_runner_ups_serves_one_leader_for_its_problem_and_reports_each():
            "served": True, "predicted_us": 0.3, "saving_us": -0.4, "saving_q1_us": -0.6, "saving_q3_us": -0.1}
     lines = runner_ups.report([row], {"date": "2026-01-01"}, "cmd")
     assert "| 1 | k, v | 2 | abc | triton | 1.022 | yes | 0.30 | -0.40 (-0.60 to -0.10) |" in lines
+
+
+def test_served_path_reports_the_searched_and_the_served_ratio():
+    import served_path
+
+    row = {"shape": "1x3072x3072-float16-NT", "spec": "s", "search": 1.226,
+           "us": {"torch.matmul": 10.3, "kernel": 8.4, "F.linear": 10.1, "cudal2.linear": 8.6}}
+    lines = served_path.report([row], {"date": "2026-01-01"}, "cmd")
+    assert "| 1x3072x3072-float16-NT | `s` | 10.30 | 8.40 | 10.10 | 8.60 | 1.226 | 1.174 | 1.226 |" in lines
