@@ -584,6 +584,14 @@ def read_runner_ups(path: Path) -> tuple[str, list[str], str]:
     return head, _md_table(path), _env_line(d.get("env"))
 
 
+def read_served_path(path: Path) -> tuple[str, list[str], str]:
+    """benchmarks/served_path.py: a winner called directly and through the op, both baselines, one chain harness."""
+    d = json.loads(path.read_text())
+    head = "; ".join(f"{r['shape'].split('-')[0]} searched-style {r['us']['torch.matmul'] / r['us']['kernel']:.3f}, "
+                     f"served-style {r['us']['F.linear'] / r['us']['cudal2.linear']:.3f}" for r in d["rows"])
+    return head, _md_table(path), _env_line(d.get("env"))
+
+
 READERS = {"chain_placement": read_chain_placement, "stream_state": read_stream_state, "op_overhead": read_op_overhead, "e2e_decoder": read_e2e_decoder, "search": read_search, "retime": read_retime, "crosscheck": read_crosscheck,
            "crosscheck_winners": read_crosscheck_winners, "op_served": read_op_served, "e2e_model": read_e2e_model,
            "tune_speed": read_tune_speed, "sweep": read_sweep, "learned_offline": read_learned_offline,
@@ -592,7 +600,8 @@ READERS = {"chain_placement": read_chain_placement, "stream_state": read_stream_
            "split_k_serial": read_split_k_serial, "two_streams": read_two_streams,
            "graph_paths": read_graph_paths, "baseline_kernels": read_baseline_kernels,
            "layer_kernels": read_layer_kernels, "context_ladder": read_context_ladder,
-           "weight_placement": read_weight_placement, "runner_ups": read_runner_ups}
+           "weight_placement": read_weight_placement, "runner_ups": read_runner_ups,
+           "served_path": read_served_path}
 
 PROBE48 = "the 48 H100 probe shapes (fp16, NN; `../shared/data/h100_probe_cublas_vs_triton.json`)"
 EXPERIMENTS: list[Experiment] = [
@@ -1577,6 +1586,14 @@ EXPERIMENTS: list[Experiment] = [
                "--max-seconds 290`: 29 of 30 again, the one miss again 1x3072x3072's kernel in graphs (1.179, 1.142 "
                "to 1.286, against a searched 1.226). That run's report and JSON did not come back from the device (the "
                "call left more files than it returns); these figures are from its log."),
+    Experiment("The served winners called directly and through the op, in one chain harness, H200",
+               "served_path_h200_2026-11-30.json", "served_path",
+               "`benchmarks/served_path.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --shapes "
+               "1x3072x3072,16x3584x18944,7x152064x8192 --rounds 100` (GPU-7ce51b4a): 1x3072x3072's kernel 8.48 us "
+               "called directly and 8.70 through the op, torch.matmul(out=) 10.25 and F.linear 10.18, so 1.208 as the "
+               "search reads it and 1.170 as the op's verdict does. On the same host, benchmarks/served_graph_nodes.py "
+               "(served_graph_nodes_h200_2026-11-30.log) found the op's graph of eight calls the same eight kernel "
+               "nodes as the direct calls', the kernel 8.03 us against 7.97: the op adds no work to a captured call."),
     Experiment("The batch-64 Llama with serial split-K proposed, Triton only, budget 16, H200",
                "e2e_model_serial_h200_2026-11-30.json", "e2e_model",
                "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph,eager --rounds 15` "
