@@ -200,6 +200,7 @@ def test_served_path_reports_the_searched_and_the_served_ratio():
     import served_path
 
     row = {"shape": "1x3072x3072-float16-NT", "spec": "s", "search": 1.226,
-           "us": {"torch.matmul": 10.3, "kernel": 8.4, "F.linear": 10.1, "cudal2.linear": 8.6}}
+           "us": {"torch.matmul": 10.3, "kernel": 8.4, "kernel, new output": 8.5, "F.linear": 10.1,
+                  "cudal2.linear": 8.6}}
     lines = served_path.report([row], {"date": "2026-01-01"}, "cmd")
-    assert "| 1x3072x3072-float16-NT | `s` | 10.30 | 8.40 | 10.10 | 8.60 | 1.226 | 1.174 | 1.226 |" in lines
+    assert "| 1x3072x3072-float16-NT | `s` | 10.30 | 8.40 | 8.50 | 10.10 | 8.60 | 1.226 | 1.174 | 1.226 |" in lines
