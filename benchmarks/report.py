@@ -1594,6 +1594,14 @@ EXPERIMENTS: list[Experiment] = [
                "search reads it and 1.170 as the op's verdict does. On the same host, benchmarks/served_graph_nodes.py "
                "(served_graph_nodes_h200_2026-11-30.log) found the op's graph of eight calls the same eight kernel "
                "nodes as the direct calls', the kernel 8.03 us against 7.97: the op adds no work to a captured call."),
+    Experiment("The same with the kernel also allocating its own output, another H200",
+               "served_path_new_output_h200_2026-11-30.json", "served_path",
+               "`benchmarks/served_path.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --shapes "
+               "1x3072x3072,16x3584x18944 --rounds 100` (GPU-22da1be8): 1x3072x3072's kernel 8.54 us into its buffer, "
+               "8.41 allocating its output, 8.50 through the op; torch.matmul(out=) 10.18, F.linear 10.14: 1.192 as "
+               "searched, 1.193 as served. The 0.22 us between the direct and the op's call on the host before did not "
+               "come back here; on both hosts the kernel reads 1.19 to 1.21 by the search's own measure, against "
+               "1.226 on the host that searched it."),
     Experiment("The batch-64 Llama with serial split-K proposed, Triton only, budget 16, H200",
                "e2e_model_serial_h200_2026-11-30.json", "e2e_model",
                "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph,eager --rounds 15` "
