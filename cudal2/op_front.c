@@ -37,8 +37,8 @@ static PyObject *numel_name;    /* "numel" */
  * graph can record a call on x now, 0 where one may, -1 where it cannot tell */
 static long long (*probe_numel)(PyObject *x);
 static int (*probe_uncaptured)(PyObject *x);
-/* and F.linear(x, weight, bias) through at::linear, torch's binding less its argument parse: a new reference, NULL
- * with torch's error set, or NULL with none where it cannot (an override may decide: torch_linear then runs) */
+/* and F.linear(x, weight, bias) through at::linear, torch's binding less its argument parse: a new reference, or
+ * NULL (no error set) where an override may decide or at::linear raised or warned: torch_linear then runs it */
 static PyObject *(*probe_linear)(PyObject *x, PyObject *weight, PyObject *bias);
 /* the type of kept entry whose count sets were last read (a reference held), and their slots' offsets (-1: not
  * a slot; read by getattr); see counts_of */

@@ -211,7 +211,7 @@ class TunedTable:
         stored = store.baselines(problem)
         baselines = {name: b.kernel_ms(mode) for name, b in stored.items()
                      if b.available and b.kernel_ms(mode) is not None}
-        rows = [rows_of for rows_of in rounds_in_mode(store.confirmations(problem), mode) if gpu_of(rows_of) == gpu]
+        rows = [r for r in rounds_in_mode(store.confirmations(problem), mode) if gpu_of(r) == gpu]
         entries = [_entry_of(problem, c.median_round, mode, baselines)
                    for c in kept_twins(summarize(rows, "torch", mode)).values() if not c.failed]
         return sorted((e for e in entries if e is not None), key=lambda e: -(e.speedup("torch") or 0.0))
