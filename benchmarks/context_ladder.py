@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 from _outputs import write_results  # noqa: E402
-from _rounds import interleaved, spread  # noqa: E402
-from e2e_decoder import HIDDEN, layer_graph, layers, serving_only  # noqa: E402
+from _rounds import interleaved  # noqa: E402
+from e2e_decoder import HIDDEN, layer_graph, layers, saving_spread, serving_only  # noqa: E402
 from layer_kernels import compare_served, profile_pair  # noqa: E402
 
 ROUNDS, CALLS, REPLAYS = 21, 10, 60
@@ -134,7 +134,7 @@ def ladder(plain, ours, tokens: int, name: str) -> list[dict]:
             timers = {"torch": graph_timer(lambda work=work: work(F.linear), CALLS),
                       "cudal2": graph_timer(lambda work=work: work(cudal2.linear), CALLS)}
             both = interleaved(timers, ROUNDS)
-            saving = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
+            saving = saving_spread(both)
             clock = {path: clock_while(timer) for path, timer in timers.items()}
             profiled = profile_pair({"torch": layer_graph(lambda _x, w=work: w(F.linear), x),
                                      "cudal2": layer_graph(lambda _x, w=work: w(cudal2.linear), x)}, REPLAYS)
@@ -148,7 +148,7 @@ def ladder(plain, ours, tokens: int, name: str) -> list[dict]:
             both = interleaved(timers, ROUNDS)
             clock = {path: clock_while(timer) for path, timer in timers.items()}
             profiled = compare_served(plain, ours, tokens, (name,), REPLAYS)
-    saving = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
+    saving = saving_spread(both)
     rows.append({"tokens": tokens, "projection": name, "context": "layer", "saving_us": saving, "clock": clock,
                  "call_kernels": call_kernels(profiled), "profiled": profiled})
     print(f"{tokens:5d} {name:5s} {'layer':12s} saved {saving[0]:+.2f} us; {rows[-1]['call_kernels']}; {clock}",

@@ -152,6 +152,18 @@ def compared(times: dict[str, list]) -> dict:
     return {**out, "ratio": ratio, "ratio_q1": q1, "ratio_q3": q3}
 
 
+def saving_spread(times: dict[str, list]) -> tuple[float, float, float]:
+    """The "torch" path's us less the "cudal2" path's, round by round: their median and quartiles."""
+    return spread(p - o for p, o in zip(times["torch"], times["cudal2"]))
+
+
+def layer_saving(plain, ours, x, rounds: int, calls: int) -> tuple[float, float, float]:
+    """What ours saves a forward on x against plain in graph mode: each layer a CUDA graph of calls forwards
+    (graph_timer), in interleaved rounds; saving_spread of the rounds."""
+    return saving_spread(interleaved({"torch": graph_timer(lambda: plain(x), calls),
+                                      "cudal2": graph_timer(lambda: ours(x), calls)}, rounds))
+
+
 def tune(ours, tokens: list[int], budget: int, store: str, max_seconds: float, mode: str | None = None) -> dict:
     import torch
 
@@ -280,7 +292,7 @@ def stream_savings_us(t: int, lin, rounds: int, calls: int) -> dict[str, float]:
 
         both = interleaved({"torch": graph_timer(cycling(F.linear), calls),
                             "cudal2": graph_timer(cycling(cudal2.linear), calls)}, rounds)
-        out[regime] = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))[0]
+        out[regime] = saving_spread(both)[0]
     return out
 
 
@@ -328,11 +340,7 @@ def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int
         with serving_only(ours, group):
             # twice, each pair of timers captured anew: how far the layer's own figure moves between two
             # measurements bounds how closely any prediction can be judged
-            savings = []
-            for _ in range(2):
-                both = interleaved({"torch": graph_timer(lambda: plain(x), calls),
-                                    "cudal2": graph_timer(lambda: ours(x), calls)}, rounds)
-                savings.append(spread(p - o for p, o in zip(both["torch"], both["cudal2"])))
+            savings = [layer_saving(plain, ours, x, rounds, calls) for _ in range(2)]
         (saving, q1, q3), again = savings[0], savings[1][0]
         now = mode_saving_us(t, getattr(plain, group[0]), calls)
         chain = mode_saving_us(t, getattr(plain, group[0]), calls, "chain")
@@ -364,7 +372,7 @@ def checked(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int) -> 
     with torch.no_grad():
         both = compare({"torch": graph_timer(lambda: plain(x), calls),
                         "cudal2": graph_timer(lambda: ours(x), calls)}, rounds)
-    _, q1, q3 = spread(p - o for p, o in zip(both["torch"]["rounds_us"], both["cudal2"]["rounds_us"]))
+    _, q1, q3 = saving_spread({path: both[path]["rounds_us"] for path in ("torch", "cudal2")})
     return {"checks": [{"layers": list(c.layers), "served": c.served, "kept": c.kept, "saving_us": c.saving_us,
                         "saving_q1_us": c.saving_q1_us, "saving_q3_us": c.saving_q3_us, "floor_us": c.floor_us}
                        for c in checks],
@@ -404,8 +412,8 @@ def measure(t: int, plain, ours, rounds: int, calls: int, modes=("eager", "compi
     row["measured_saving_us"] = graph["torch"]["us"] - graph["cudal2"]["us"]
     # how far the layer's own figure spreads: the quartiles of the per-round differences (the bar is judged
     # on the medians; at 128 tokens one projection's saving is the size of this spread, docs/evaluation.md)
-    _, row["measured_saving_q1_us"], row["measured_saving_q3_us"] = spread(
-        p - o for p, o in zip(graph["torch"]["rounds_us"], graph["cudal2"]["rounds_us"]))
+    _, row["measured_saving_q1_us"], row["measured_saving_q3_us"] = saving_spread(
+        {path: graph[path]["rounds_us"] for path in ("torch", "cudal2")})
     if check:
         cudal2.route_linears(ours, graphs=True)
         row["checked"] = checked(t, plain, ours, row["gemms"], rounds, calls)

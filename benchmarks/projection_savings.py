@@ -33,11 +33,9 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("projection_savings.py times CUDA graphs, and torch sees none here; run it on a GPU")
     import cudal2
-    from _rounds import interleaved, spread
     from cudal2 import ops
-    from cudal2.route_check import graph_timer
     from cudal2.store.table import TunedTable
-    from e2e_decoder import HIDDEN, layers, routed_projections, serving_only, stream_savings_us
+    from e2e_decoder import HIDDEN, layer_saving, layers, routed_projections, serving_only, stream_savings_us
 
     ops.set_table(TunedTable.for_serving(sys.argv[1]))
     plain, ours = layers()
@@ -48,9 +46,7 @@ def main() -> None:
         for group in GROUPS:
             with serving_only(ours, group):
                 for rep in range(2):
-                    both = interleaved({"torch": graph_timer(lambda: plain(x), CALLS),
-                                        "cudal2": graph_timer(lambda: ours(x), CALLS)}, ROUNDS)
-                    saving = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
+                    saving = layer_saving(plain, ours, x, ROUNDS, CALLS)
                     print(t, group, rep, "saving us %.2f (%.2f to %.2f)" % saving, flush=True)
         for name in ("q", "o"):  # the same kernel in e2e_decoder's stream regimes, MLP included
             regimes = stream_savings_us(t, getattr(plain, name), ROUNDS, CALLS)

@@ -67,13 +67,11 @@ def main() -> None:
     if not torch.cuda.is_available():
         sys.exit("runner_ups.py times CUDA graphs, and torch sees none here; run it on a GPU")
     import cudal2
-    from _rounds import interleaved, spread
     from cudal2 import ops
     from cudal2.bench.environment import record
     from cudal2.ir import GemmProblem
-    from cudal2.route_check import graph_timer
     from cudal2.store.table import TunedTable
-    from e2e_decoder import layers, serving_only
+    from e2e_decoder import layer_saving, layers, serving_only
 
     base = TunedTable.for_serving(args.store)
     gpu = torch.cuda.get_device_name()
@@ -92,9 +90,7 @@ def main() -> None:
                 # (a saving under the op's margin for captured calls is not served: the layer then runs torch)
                 served = ops._op_entry(problem, gpu, ops.GRAPH_MIN_SAVING_US) is not None
                 with torch.no_grad(), serving_only(ours, group):
-                    both = interleaved({"torch": graph_timer(lambda: plain(x), args.calls),
-                                        "cudal2": graph_timer(lambda: ours(x), args.calls)}, args.rounds)
-                saving, q1, q3 = spread(p - o for p, o in zip(both["torch"], both["cudal2"]))
+                    saving, q1, q3 = layer_saving(plain, ours, x, args.rounds, args.calls)
                 rows.append({"tokens": t, "group": ", ".join(group), "rank": rank, "spec": entry.spec.key(),
                              "backend": entry.spec.backend, "speedup": entry.speedup("torch"), "served": served,
                              "predicted_us": ops._saving_us(entry) * len(group), "saving_us": saving,

@@ -204,3 +204,9 @@ def test_served_path_reports_the_searched_and_the_served_ratio():
                   "cudal2.linear": 8.6}}
     lines = served_path.report([row], {"date": "2026-01-01"}, "cmd")
     assert "| 1x3072x3072-float16-NT | `s` | 10.30 | 8.40 | 8.50 | 10.10 | 8.60 | 1.226 | 1.174 | 1.226 |" in lines
+
+
+def test_saving_spread_is_the_median_and_quartiles_of_the_per_round_saving():
+    median, q1, q3 = e2e_decoder.saving_spread({"torch": [10.0, 12.0, 11.0, 15.0, 9.0],
+                                                "cudal2": [9.0, 9.0, 10.0, 10.0, 9.0]})
+    assert (median, q1, q3) == (1.0, 0.5, 4.0)  # savings 1, 3, 1, 5, 0
