@@ -12,7 +12,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import e2e_decoder  # noqa: E402
+import runner_ups  # noqa: E402
+import served_path  # noqa: E402
 from _rounds import interleaved, spread  # noqa: E402
+from cudal2.ir import GemmProblem, KernelSpec  # noqa: E402
+from cudal2.store.table import TunedEntry, TunedTable  # noqa: E402
 
 
 def _logging_timers(log: list, names=("torch", "cudal2")) -> dict:
@@ -178,11 +182,6 @@ def test_the_report_sets_the_prediction_after_check_routes_against_the_layer_tim
 
 
 def test_runner_ups_serves_one_leader_for_its_problem_and_reports_each():
-    import runner_ups
-
-    from cudal2.ir import GemmProblem, KernelSpec
-    from cudal2.store.table import TunedEntry, TunedTable
-
     def entry(m, stages, kernel_ms):
         return TunedEntry(problem=GemmProblem(m=m, n=1024, k=4096, layout="NT"), spec=KernelSpec(stages=stages),
                           kernel_ms=kernel_ms, baselines_ms={"torch": 0.010}, gpu="g")
@@ -197,8 +196,6 @@ def test_runner_ups_serves_one_leader_for_its_problem_and_reports_each():
 
 
 def test_served_path_reports_the_searched_and_the_served_ratio():
-    import served_path
-
     row = {"shape": "1x3072x3072-float16-NT", "spec": "s", "search": 1.226,
            "us": {"torch.matmul": 10.3, "kernel": 8.4, "kernel, new output": 8.5, "F.linear": 10.1,
                   "cudal2.linear": 8.6}}
