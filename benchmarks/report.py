@@ -201,6 +201,10 @@ def read_op_served(path: Path) -> tuple[str, list[str], str]:
     head = (f"{count('passed')} of {len(rows)} shapes pass every verdict: eager >= 0.99 on {count('eager')}, graph "
             f">= 0.99 on {count('graph')}; {len(served)} served a kernel in graphs, {close} of them within 0.02 of the "
             "searched speedup")
+    here = [r for r in served if r["verdicts"].get("searched_here") is not None]
+    if here:  # a run that also timed the search's measure on its own GPU
+        head += (f", {sum(1 for r in here if r['verdicts']['searched_here'])} of {len(here)} within 0.02 of it timed "
+                 "here")
     if d.get("aa"):  # F.linear against itself: the ratios are the harness's error, the verdicts say nothing of the op
         spread = lambda path: (min(r[path]["ratio"] for r in rows), max(r[path]["ratio"] for r in rows))  # noqa: E731
         head = ("A/A, F.linear against itself on {} shapes: eager {:.3f} to {:.3f}, graph {:.3f} to {:.3f}"

@@ -32,12 +32,13 @@ def smoke(tmp_path_factory):
     return out, json.loads(out.with_suffix(".json").read_text())
 
 
-def _row(shape="1x3072x3072-float16-NT", served="triton", eager=1.05, graph=1.05, search=1.07):
+def _row(shape="1x3072x3072-float16-NT", served="triton", eager=1.05, graph=1.05, search=1.07, here=None):
     path = lambda ratio: {"ratio": ratio, "ratio_q1": ratio, "ratio_q3": ratio, "calls": 20,  # noqa: E731
                           "operand_sets": 6, "torch": {"us": 10.0 * ratio}, "cudal2": {"us": 10.0}}
+    graph_path = path(graph) if here is None else {**path(graph), "here": here, "here_q1": here, "here_q3": here}
     return {"shape": shape, "spec": "16x32x64 w4 s5 pointer", "search": search, "eval_layer": 1.06,
             "served_eager": served, "served_graph": served, "table_eager": "s", "table_graph": "s",
-            "eager": path(eager), "graph": path(graph), "rel_error": 1e-4}
+            "eager": path(eager), "graph": graph_path, "rel_error": 1e-4}
 
 
 def test_a_chain_row_enters_the_table_in_chain_mode_with_its_chain_figures():
@@ -80,15 +81,17 @@ def test_smoke_report_has_the_columns_and_the_header(smoke):
     text = md.read_text()
     assert "Smoke run on the CPU" in text and "UUID ?" in text and "--smoke" in text and out["date"] in text
     header = next(line for line in text.splitlines() if line.startswith("| shape | winner"))
-    for column in ("served eager", "served graph", "ratio eager", "ratio graph", "searched", "eval (mode)",
-                   "eager >= 0.99", "graph >= 0.99", "graph >= searched - 0.02"):
+    for column in ("served eager", "served graph", "ratio eager", "ratio graph", "served", "searched", "here",
+                   "eval (mode)", "eager >= 0.99", "graph >= 0.99", "served >= searched - 0.02",
+                   "served >= here - 0.02"):
         assert f"| {column} |" in header
     assert "| 8x40x32-float16-NT | `none` | torch | torch |" in text
 
 
 def test_verdicts_hold_each_path_to_099_and_a_kernel_served_in_a_graph_to_its_searched_speedup():
     v = op_served.verdicts
-    assert v(_row()) == {"eager": True, "graph": True, "searched": True, "passed": True}  # 1.05 >= 1.07 - 0.02
+    assert v(_row()) == {"eager": True, "graph": True, "searched": True, "searched_here": None,  # 1.05 >= 1.07 - 0.02
+                         "passed": True}
     assert v(_row(eager=0.985))["eager"] is False and not v(_row(eager=0.985))["passed"]
     assert v(_row(graph=0.985))["graph"] is False
     low = v(_row(graph=1.04))  # served in the graph, below 1.07 - 0.02
@@ -97,17 +100,36 @@ def test_verdicts_hold_each_path_to_099_and_a_kernel_served_in_a_graph_to_its_se
     assert torch_served["searched"] is None and torch_served["passed"]
 
 
+def test_where_the_search_was_timed_again_here_the_bar_reads_that_figure_and_reports_the_searched_one():
+    v = op_served.verdicts
+    # the op at its kernel's speed on this GPU (1.19 against 1.19 here), below the search's host's 1.226
+    ok = v(_row(graph=1.19, search=1.226, here=1.19))
+    assert ok["searched_here"] is True and ok["searched"] is False and ok["passed"]
+    # the op below its kernel here fails, whatever the search's host read
+    slow = v(_row(graph=1.15, search=1.16, here=1.19))
+    assert slow["searched_here"] is False and slow["searched"] is True and not slow["passed"]
+    assert v(_row(served="torch", graph=1.0, here=1.2))["searched_here"] is None  # torch ran: no kernel to hold to
+    # both are read off the ratio of the median times, as the search scores, not the per-round ratio's median
+    row = _row(graph=1.15, search=1.226, here=1.20)
+    row["graph"]["torch"]["us"] = 12.2  # F.linear 12.2 us, the op 10.0: 1.22
+    assert v(row)["searched_here"] is True and v(row)["searched"] is True
+
+
 def test_report_marks_each_failed_verdict():
     out = {"gpu": "NVIDIA H200", "gpu_uuid": "GPU-x", "date": "2026-11-30", "command": "python x", "rounds": 25,
            "versions": "torch 2.11", "winners": "w.json", "winners_run": {}, "smoke": False,
-           "rows": [_row(), _row("33x3072x3072-float16-NT", eager=0.985), _row("7x1x1-float16-NT", graph=1.04)]}
+           "rows": [_row(), _row("33x3072x3072-float16-NT", eager=0.985), _row("7x1x1-float16-NT", graph=1.04),
+                    _row("2x1x1-float16-NT", graph=1.04, here=1.05), _row("3x1x1-float16-NT", graph=1.04, here=1.09)]}
     text = op_served.markdown(out)
-    assert "**1 of 3 shapes pass every verdict.**" in text and "GPU-x" in text
-    lines = {line.split(" | ")[0][2:]: line.split(" | ")[-3:] for line in text.splitlines()
+    assert "**2 of 5 shapes pass every verdict.**" in text and "GPU-x" in text
+    lines = {line.split(" | ")[0][2:]: line.split(" | ")[-4:] for line in text.splitlines()
              if line.startswith("| ") and "-float16-NT" in line and "`" in line}
-    assert lines["1x3072x3072-float16-NT"] == ["pass", "pass", "pass |"]
-    assert lines["33x3072x3072-float16-NT"] == ["**FAIL**", "pass", "pass |"]
-    assert lines["7x1x1-float16-NT"] == ["pass", "pass", "**FAIL** |"]
+    assert lines["1x3072x3072-float16-NT"] == ["pass", "pass", "pass", "- |"]
+    assert lines["33x3072x3072-float16-NT"] == ["**FAIL**", "pass", "pass", "- |"]
+    assert lines["7x1x1-float16-NT"] == ["pass", "pass", "**FAIL**", "- |"]
+    assert lines["2x1x1-float16-NT"] == ["pass", "pass", "**FAIL**", "pass |"]  # here's bar passes the row
+    assert lines["3x1x1-float16-NT"] == ["pass", "pass", "**FAIL**", "**FAIL** |"]
+    assert "| 1.050 (1.050 to 1.050) |" in next(ln for ln in text.splitlines() if ln.startswith("| 2x1x1"))
 
 
 def test_resume_keeps_the_earlier_rows_and_max_seconds_bounds_the_run(smoke, tmp_path):
@@ -164,8 +186,23 @@ def test_an_aa_run_times_f_linear_against_itself_and_says_so(tmp_path, monkeypat
     path = {"ratio": 1.0, "ratio_q1": 1.0, "ratio_q3": 1.0, "torch": {"us": 1.0}, "cudal2": {"us": 1.0}, "calls": 1,
             "operand_sets": 1}
     monkeypatch.setattr(op_served, "eager_figures", lambda *a: timed.append(("eager", a[-1])) or dict(path))
-    monkeypatch.setattr(op_served, "graph_figures", lambda *a: timed.append(("graph", a[-1])) or dict(path))
+    # (x, w, rounds, calls, call pattern, ours, direct)
+    monkeypatch.setattr(op_served, "graph_figures", lambda *a: timed.append(("graph", a[5])) or dict(path))
     out = tmp_path / "aa.md"
     op_served.main([str(out), "--smoke", "--aa", "--shapes", "1"])
     assert timed == [("eager", torch.nn.functional.linear), ("graph", torch.nn.functional.linear)]
     assert "A/A run: F.linear is timed against itself" in out.read_text()
+
+
+def test_the_kernel_timed_as_searched_is_the_one_the_table_names_for_graphs(smoke):
+    """direct_kernel: the graph path's winner compiled to be called as the search calls it, kernel(a, b, out),
+    with b the weight's transpose; none where the table names no kernel (Triton's interpreter on the CPU)."""
+    from cudal2 import ops
+
+    ops.set_table(op_served.table_of(op_served.smoke_winners()["rows"], op_served.SMOKE_GPU))
+    kernel = op_served.direct_kernel(op_served.problem_of("16x64x32-float16-NT"), op_served.SMOKE_GPU)
+    x, w = torch.randn(16, 32, dtype=torch.float16), torch.randn(64, 32, dtype=torch.float16)
+    out = x.new_empty(16, 64)
+    kernel(x, w.t(), out)
+    torch.testing.assert_close(out.float(), x.float() @ w.float().t(), rtol=2e-2, atol=2e-2)
+    assert op_served.direct_kernel(op_served.problem_of("8x40x32-float16-NT"), op_served.SMOKE_GPU) is None
