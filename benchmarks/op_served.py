@@ -2,7 +2,7 @@
 op's table: is the op at least 0.99x F.linear everywhere, eager and in CUDA graphs, and, where it serves
 a kernel in a graph, within 0.02 of the speedup the search confirmed?
 
-    python benchmarks/op_served.py OUT.md --winners RUN.json [--shapes 30] [--max-seconds 540]
+    python benchmarks/op_served.py OUT.md --winners RUN.json [--shapes 30] [--only MxNxK,...] [--max-seconds 540]
         [--rounds 25] [--resume EARLIER.json] [--aa]
     python benchmarks/op_served.py OUT.md --smoke [--winners TINY.json]
 
@@ -30,7 +30,9 @@ of the winner and torch.matmul in that mode).
      of x, the linear, another GEMM of x; a call's time is the replay less that of the same graph
      without the linears; at least GRAPH_MIN_ROUNDS rounds, split over CHAIN_PLACEMENTS placements of
      the operands and the harness's buffers, each made anew while the last are held (where they lie
-     moves a small call's time by a few percent: chain_placement.py). Layer
+     moves a small call's time by a few percent: chain_placement.py), then more in passes over fresh
+     placements until the ratio's median has a standard error of GRAPH_RATIO_ERROR (up to
+     GRAPH_MAX_ROUNDS: more_rounds). Layer
      (crosscheck_winners.harness_timers): per call, the L2 read, the pass over x, then the linear between
      two events, timed between the events only.
    Ratio: the median over the rounds of the per-round ratio F.linear time / cudal2.linear time (with
@@ -69,7 +71,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 sys.path.insert(0, str(ROOT / "benchmarks"))  # e2e_decoder, crosscheck_winners
 
-from _rounds import interleaved, spread  # noqa: E402
+from _rounds import interleaved, median_error, spread  # noqa: E402
 from crosscheck_winners import (CHAIN_PLACEMENTS, HARNESS_ROUNDS, WARMUP_S, chain_harness_rounds, gpu_uuid,  # noqa: E402
                                 harness_timers,
                                 problem_of)
@@ -87,6 +89,12 @@ EAGER_MIN_S = 3.0
 # 0.9 to 1.2% between runs, with 100 0.6%); at 40, torch timed against torch read 0.982 to 0.990 in three of the
 # 30 shapes (op_served, 2026-11-30). A round replays a few milliseconds of graphs.
 GRAPH_MIN_ROUNDS = HARNESS_ROUNDS
+# ... and more, in passes over fresh placements, until the per-round ratio's median has a standard error of at most
+# GRAPH_RATIO_ERROR (_rounds.median_error), up to GRAPH_MAX_ROUNDS. Why: a 10 to 20 us call's per-round ratio spreads
+# +-5% (quartiles), so 100 rounds leave its median an error of about 0.9%: F.linear timed against the op's torch call
+# (the same kernels) read 0.988 (33x3072x3072, op_served_here_h200_2026-11-30), a reading of the harness against a
+# 0.99 bar. Long calls spread +-0.5% and stop at GRAPH_MIN_ROUNDS.
+GRAPH_RATIO_ERROR, GRAPH_MAX_ROUNDS = 0.003, 800
 # Whether the contenders' graphs are captured in the reverse order in every other placement: each graph's outputs
 # lie in its own pool, allocated in capture order, so the same order in every placement could favour one.
 ALTERNATE_CAPTURE = True
@@ -241,19 +249,39 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain", ou
                      else (lambda i, op=op: op(*sets[i % copies])) for name, op in order},
                     [sets[i % copies][0] for i in range(calls)])
 
-        if call_pattern in ("chain", "mlp_chain"):
-            placements = CHAIN_PLACEMENTS
-            rounds_ms = chain_harness_rounds(placement, rounds, placements, later_warmup_s=WARMUP_S,
+        rounds_ms: dict[str, list] = {}
+        placements, more = 0, rounds
+        while more > 0:
+            if call_pattern in ("chain", "mlp_chain"):
+                placements += CHAIN_PLACEMENTS
+                times = chain_harness_rounds(placement, more, CHAIN_PLACEMENTS, later_warmup_s=WARMUP_S,
                                              mlp=call_pattern == "mlp_chain")
-        else:
-            placements = 1
-            rounds_ms = interleaved(harness_timers(*placement(0)), rounds)
+            else:
+                placements += 1
+                times = interleaved(harness_timers(*placement(0)), more)
+            for name, xs in times.items():
+                rounds_ms.setdefault(name, []).extend(xs)
+            more = more_rounds([p / o for p, o in zip(rounds_ms["torch"], rounds_ms["cudal2"])])
     both = compared({name: [t * 1e3 for t in xs] for name, xs in rounds_ms.items()})
     if direct is not None:
         _, both["here_q1"], both["here_q3"] = spread(p / o for p, o in zip(both["torch.matmul"]["rounds_us"],
                                                                             both["kernel"]["rounds_us"]))
         both["here"] = both["torch.matmul"]["us"] / both["kernel"]["us"]
     return {**both, "calls": calls, "operand_sets": copies, "pattern": call_pattern, "placements": placements}
+
+
+def more_rounds(ratios: list[float], target: float | None = None, most: int | None = None) -> int:
+    """How many more graph rounds to time after `ratios` (the per-round ratios so far): enough that the median's
+    standard error (_rounds.median_error, which falls as 1/sqrt(rounds)) reaches target (GRAPH_RATIO_ERROR), at most
+    `most` (GRAPH_MAX_ROUNDS) in all; 0 where it is reached."""
+    target = GRAPH_RATIO_ERROR if target is None else target
+    most = GRAPH_MAX_ROUNDS if most is None else most
+    error, n = median_error(ratios), len(ratios)
+    if error <= target or n >= most:
+        return 0
+    if math.isinf(error):  # too few rounds to read a spread off
+        return most - n
+    return min(most - n, max(CHAIN_PLACEMENTS, math.ceil(n * ((error / target) ** 2 - 1))))
 
 
 def route(problem, gpu: str, x, w) -> dict:
@@ -391,7 +419,8 @@ def markdown(out: dict) -> str:
                   "not measurements of anything the op serves (on the CPU it runs torch).", ""]
     lines += [f"fp16, layout NT (x (M, K), weight (N, K)). Ratio: F.linear time / cudal2.linear time, the median "
               f"of the per-round ratios (quartiles) over {out['rounds']} interleaved rounds or more (eager: until "
-              f"{EAGER_MIN_S:g} s of them; graph: at least {GRAPH_MIN_ROUNDS}; each row's counts below). Eager: "
+              f"{EAGER_MIN_S:g} s of them; graph: at least {GRAPH_MIN_ROUNDS}, and more until the median's standard "
+              f"error is {GRAPH_RATIO_ERROR:g}, up to {GRAPH_MAX_ROUNDS}; each row's counts below). Eager: "
               "wall time per call of back-to-back calls. Graph: CUDA graphs in the pattern of the mode the winner "
               "was searched in, "
               "cycling over copies of (x, weight) that fill twice the L2: chain (crosscheck_winners's chain harness: "
@@ -453,6 +482,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("out", type=Path)
     ap.add_argument("--winners", type=Path, default=None, help="a benchmarks/crosscheck_winners.py run's .json")
     ap.add_argument("--shapes", type=int, default=30, help="time the first N rows of the winners")
+    ap.add_argument("--only", default=None, metavar="MxNxK,...",
+                    help="time only these shapes of the winners (of the first --shapes rows)")
     ap.add_argument("--max-seconds", type=float, default=540, help="start no shape after this many seconds")
     ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds per path (default 25; smoke 3)")
     ap.add_argument("--resume", type=Path, default=None,
@@ -514,7 +545,13 @@ def main(argv: list[str] | None = None) -> None:
             op_front.attach_probe(wait=True)
         out["front"] = f"the op's C front (cudal2.op_front), its probe {op_front.probe_state()}"
     start = time.time()
+    only = None if args.only is None else set(args.only.split(","))
+    if only is not None and not only & {row.get("shape", "").split("-")[0] for row in winners["rows"]}:
+        fail(f"--only {args.only} names no shape of winners file {args.winners}; name its rows' MxNxK, "
+             "comma-separated")
     for row in winners["rows"][:args.shapes]:
+        if only is not None and row["shape"].split("-")[0] not in only:
+            continue
         if row["shape"] in done:
             continue
         if time.time() - start >= args.max_seconds:

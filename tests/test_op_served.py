@@ -2,6 +2,7 @@
 report and its verdicts (the smoke path, and rows as a GPU run writes them)."""
 
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -141,6 +142,9 @@ def test_resume_keeps_the_earlier_rows_and_max_seconds_bounds_the_run(smoke, tmp
     rows = json.loads(again.with_suffix(".json").read_text())["rows"]
     assert [r.get("kept", False) for r in rows] == [True, True, False]  # only the shape it lacked was timed
     assert "continuing earlier.json, 2 shapes" in again.read_text()
+    op_served.main([str(tmp_path / "only.md"), "--smoke", "--rounds", "1", "--only", "4x48x32,8x40x32"])
+    assert [r["shape"] for r in json.loads((tmp_path / "only.json").read_text())["rows"]] == [
+        "4x48x32-float16-NT", "8x40x32-float16-NT"]
     op_served.main([str(tmp_path / "none.md"), "--smoke", "--max-seconds", "0"])
     assert json.loads((tmp_path / "none.json").read_text())["rows"] == []
 
@@ -148,7 +152,8 @@ def test_resume_keeps_the_earlier_rows_and_max_seconds_bounds_the_run(smoke, tmp
 @pytest.mark.parametrize("args, says", [(["--winners", "missing.json"], "winners file missing.json does not exist"),
                                         ([], "--winners is required"),
                                         (["--smoke", "--shapes", "0"], "--shapes and --rounds"),
-                                        (["--smoke", "--nosuch"], "unrecognized arguments")])
+                                        (["--smoke", "--nosuch"], "unrecognized arguments"),
+                                        (["--smoke", "--only", "9x9x9"], "--only 9x9x9 names no shape")])
 def test_a_user_error_is_one_line_and_exit_2(args, says, tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit) as e:
@@ -206,3 +211,29 @@ def test_the_kernel_timed_as_searched_is_the_one_the_table_names_for_graphs(smok
     kernel(x, w.t(), out)
     torch.testing.assert_close(out.float(), x.float() @ w.float().t(), rtol=2e-2, atol=2e-2)
     assert op_served.direct_kernel(op_served.problem_of("8x40x32-float16-NT"), op_served.SMOKE_GPU) is None
+
+
+def test_graph_rounds_go_on_until_the_ratio_median_is_known_to_the_target_error():
+    """more_rounds: none where the per-round ratios' median is already known well enough, more in proportion to
+    the shortfall (the error falls as 1/sqrt(rounds)), and never past the cap."""
+    import random
+
+    rng = random.Random(0)
+    tight = [1.0 + rng.gauss(0, 0.005) for _ in range(100)]  # a long call: +-0.3% quartiles
+    wide = [1.0 + rng.gauss(0, 0.075) for _ in range(100)]  # a 10 us call: +-5%
+    assert op_served.more_rounds(tight, 0.003, 800) == 0
+    more = op_served.more_rounds(wide, 0.003, 10_000)
+    error = op_served.median_error(wide)
+    assert 0.008 < error < 0.012 and more == math.ceil(100 * ((error / 0.003) ** 2 - 1))
+    assert op_served.more_rounds(wide, 0.003, 800) == 700  # capped
+    assert op_served.more_rounds(wide * 8, 0.003, 800) == 0  # at the cap
+    assert op_served.more_rounds(wide[:3], 0.003, 800) == 797  # too few to read a spread off
+
+
+def test_the_median_error_reads_a_normal_spread_off_the_quartiles():
+    import random
+
+    rng = random.Random(1)
+    xs = [rng.gauss(0, 1) for _ in range(10_000)]
+    assert op_served.median_error(xs) == pytest.approx(1.2533 / 100, rel=0.05)
+    assert op_served.median_error([1.0, 1.0, 1.0]) == float("inf")
