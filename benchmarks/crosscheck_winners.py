@@ -122,16 +122,19 @@ CHAIN_PLACEMENTS = 4
 
 
 def chain_harness_rounds(placement, rounds: int = HARNESS_ROUNDS, placements: int = CHAIN_PLACEMENTS,
-                         later_warmup_s: float = WARMUP_S / 5, mlp: bool = False) -> dict[str, list]:
+                         later_warmup_s: float = WARMUP_S / 5, mlp: bool = False,
+                         one_pool: bool = False) -> dict[str, list]:
     """name -> ms per call of each round in the chain regime (chain_harness_timers; mlp: mlp_chain's), rounds
     alternating, split over `placements` placements: placement(p) -> (calls, A operands) on operands of its own,
     and the harness's buffers and graphs made anew, each while the last are still held (so elsewhere in
-    memory). The first placement warms up for WARMUP_S, the later ones for later_warmup_s."""
+    memory). The first placement warms up for WARMUP_S, the later ones for later_warmup_s. one_pool: as
+    chain_harness_timers."""
     times: dict[str, list] = {}
     timers = None
     for p in range(placements):
         calls, a_operands = placement(p)
-        timers = chain_harness_timers(calls, a_operands, WARMUP_S if p == 0 else later_warmup_s, mlp=mlp)
+        timers = chain_harness_timers(calls, a_operands, WARMUP_S if p == 0 else later_warmup_s, mlp=mlp,
+                                      one_pool=one_pool)
         for name, xs in interleaved(timers, -(-rounds // placements)).items():
             times.setdefault(name, []).extend(xs)
     return times
@@ -145,14 +148,17 @@ def chain_harness_ms(placement, rounds: int = HARNESS_ROUNDS, placements: int = 
 
 
 def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP_S, warm_on_side: bool = True,
-                         mlp: bool = False) -> dict:
+                         mlp: bool = False, one_pool: bool = False) -> dict:
     """The chain regime, written apart from cudal2's timing code: per input set i, a read of twice the
     L2, A *= 1, a torch GEMM of A with a cold (K, 1024) weight (mlp: an MLP's three GEMMs on an input of their
     own, MLP_HIDDEN to MLP_INTER and back, at A's rows up to MLP_ROWS), the call, another such GEMM. One graph
     of that work without the calls (the floor) and one per contender, each repeating its pass over the
     sets to about CHAIN_REPLAY_MS; a contender's round replays the floor and its own graph (order
     flipped every round, and opposite to the previous contender's), events around each replay, and returns
-    (its replay - the floor's) / calls."""
+    (its replay - the floor's) / calls.
+    one_pool: every graph captured into one memory pool, so that what a contender's calls allocate (the output of a
+    call that makes its own) can lie where the previous contender's did, rather than in a pool of its own. Safe
+    here: the graphs are replayed one at a time, and nothing a call allocates is read after the call's pass."""
     import math
 
     import torch
@@ -208,9 +214,11 @@ def chain_harness_timers(calls: dict, a_operands: list, warmup_s: float = WARMUP
         torch.cuda.current_stream().wait_stream(side)
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        with torch.cuda.graph(g, pool=pool):
             work(call, passes)
         return g
+
+    pool = torch.cuda.graph_pool_handle() if one_pool else None
 
     def replay_ms(g) -> float:
         a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

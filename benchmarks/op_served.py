@@ -95,6 +95,9 @@ GRAPH_MIN_ROUNDS = HARNESS_ROUNDS
 # (the same kernels) read 0.988 (33x3072x3072, op_served_here_h200_2026-11-30), a reading of the harness against a
 # 0.99 bar. Long calls spread +-0.5% and stop at GRAPH_MIN_ROUNDS.
 GRAPH_RATIO_ERROR, GRAPH_MAX_ROUNDS = 0.003, 800
+# Whether the chain graph path captures every contender's graph into one memory pool (crosscheck_winners'
+# chain_harness_timers one_pool), so that F.linear's output and the op's may lie at the same addresses.
+ONE_POOL = True
 # Whether the contenders' graphs are captured in the reverse order in every other placement: each graph's outputs
 # lie in its own pool, allocated in capture order, so the same order in every placement could favour one.
 ALTERNATE_CAPTURE = True
@@ -255,7 +258,7 @@ def graph_figures(x, w, rounds: int, calls: int, call_pattern: str = "chain", ou
             if call_pattern in ("chain", "mlp_chain"):
                 placements += CHAIN_PLACEMENTS
                 times = chain_harness_rounds(placement, more, CHAIN_PLACEMENTS, later_warmup_s=WARMUP_S,
-                                             mlp=call_pattern == "mlp_chain")
+                                             mlp=call_pattern == "mlp_chain", one_pool=ONE_POOL)
             else:
                 placements += 1
                 times = interleaved(harness_timers(*placement(0)), more)
