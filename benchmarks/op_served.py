@@ -98,8 +98,9 @@ GRAPH_RATIO_ERROR, GRAPH_MAX_ROUNDS = 0.003, 800
 # Whether the chain graph path captures every contender's graph into one memory pool (crosscheck_winners'
 # chain_harness_timers one_pool), so that F.linear's output and the op's may lie at the same addresses.
 ONE_POOL = True
-# Whether the contenders' graphs are captured in the reverse order in every other placement: each graph's outputs
-# lie in its own pool, allocated in capture order, so the same order in every placement could favour one.
+# Whether the contenders' graphs are captured in the reverse order in every other placement: without ONE_POOL each
+# graph's outputs lie in a pool of its own, allocated in capture order, and with it the first capture still takes
+# the pool's blocks first, so the same order in every placement could favour one.
 ALTERNATE_CAPTURE = True
 GRAPH_ROUND_US, GRAPH_CALLS = 2_000.0, (1, 20)
 DIRECT = ("torch.matmul", "kernel")  # the graph path's contenders as the search calls them, where a kernel serves

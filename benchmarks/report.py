@@ -1606,6 +1606,46 @@ EXPERIMENTS: list[Experiment] = [
                "searched, 1.193 as served. The 0.22 us between the direct and the op's call on the host before did not "
                "come back here; on both hosts the kernel reads 1.19 to 1.21 by the search's own measure, against "
                "1.226 on the host that searched it."),
+    Experiment("The op over the 30 validation winners, the search's measure timed again in the same rounds, H200",
+               "op_served_here_per_round_h200_2026-11-30.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --rounds 40 "
+               "--max-seconds 470` (GPU-f6015d18), the first version of the \"here\" column: each served kernel also "
+               "called directly beside torch.matmul(out=) in the graph rounds, scored as the median of per-round "
+               "ratios. 29 of 30: 1x3072x3072 in graphs read 1.201 through the op against 1.224 here and 1.226 "
+               "searched. In the same rounds the ratios of the median times read 1.216 through the op and 1.206 here, "
+               "and the kernel's time over the op's per round 1.000: the op ran at its kernel's speed, and the "
+               "per-round median moved 2% from the ratio of medians. The verdict now scores both as the search "
+               "scores (ratio of medians)."),
+    Experiment("The same with both figures scored as the search scores, another H200",
+               "op_served_here_h200_2026-11-30.json", "op_served",
+               "The same command (GPU-4e70194b): 29 of 30. Every served kernel met both bars: 1x3072x3072 1.238 "
+               "through the op, 1.221 here, 1.226 searched; 16x3584x18944 1.061, 1.062, 1.059; 7x152064x8192 1.054, "
+               "1.054, 1.029. The miss: 33x3072x3072 in graphs, 0.988 (0.956 to 1.057; ratio of medians 1.001), a "
+               "shape the op sends to torch, whose captured call holds F.linear's own kernels."),
+    Experiment("The chain harness's A/A on the ten smallest calls, rounds until the median is known to 0.3%, H200",
+               "op_served_aa_error_target_h200_2026-11-30.json", "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --aa --rounds "
+               "40 --only 1x3072x3072,1x16384x3072,1x32000x5120,33x3072x3072,16x8192x3584,33x6144x4096,16x3584x18944,"
+               "16x28672x3584,33x3584x18944,100x9216x3072` (GPU-2e3366ee), after the graph path came to run rounds "
+               "over fresh placements until the per-round ratio's median has a standard error of 0.3% (at most 800): "
+               "graph 0.993 to 1.021 (33x6144x4096, 504 rounds). Per placement the smallest calls' medians ranged "
+               "0.938 to 1.073: more rounds cannot average out where each contender's output lies."),
+    Experiment("The same A/A with every contender's graph captured into one memory pool, H200",
+               "op_served_aa_one_pool_h200_2026-11-30.json", "op_served",
+               "The same command (GPU-df22b45f) after op_served's chain graph path came to capture all graphs into one "
+               "pool (crosscheck_winners.chain_harness_timers one_pool): graph 0.992 (33x6144x4096) to 1.004, eager "
+               "1.000 to 1.005. A probe on the same host captured F.linear (33x3072x3072) twice: its output lay at two "
+               "addresses in pools of their own, and at one in a shared pool. One run on each host."),
+    Experiment("The op over the 30 validation winners, one pool, H200", "op_served_one_pool_h200_2026-11-30.json",
+               "op_served",
+               "`benchmarks/op_served.py OUT.md --winners crosscheck_winners_chain_h200_2026-11-30.json --rounds 40 "
+               "--max-seconds 430` (GPU-df22b45f): 30 of 30. Served kernels, through the op / here / searched: "
+               "1x3072x3072 1.240 / 1.229 / 1.226 (per-round median 1.224, 800 rounds); 16x3584x18944 1.060 / 1.055 / "
+               "1.059; 7x152064x8192 1.029 / 1.028 / 1.029. Torch-served shapes in graphs 0.991 to 1.008, eager "
+               "at least 0.999 on all 30."),
+    Experiment("The same again, next on the same machine", "op_served_one_pool_again_h200_2026-11-30.json", "op_served",
+               "`--max-seconds 330` (GPU-df22b45f): 30 of 30. 1x3072x3072 1.243 / 1.225 / 1.226; 16x3584x18944 1.064 "
+               "/ 1.065 / 1.059; 7x152064x8192 1.029 / 1.029 / 1.029; torch-served in graphs 0.992 to 1.005."),
     Experiment("The batch-64 Llama with serial split-K proposed, Triton only, budget 16, H200",
                "e2e_model_serial_h200_2026-11-30.json", "e2e_model",
                "`benchmarks/e2e_model.py --layers 2 --batch 64 --prompt 64 --budget 16 --modes graph,eager --rounds 15` "
