@@ -191,6 +191,11 @@ def read_crosscheck_winners(path: Path) -> tuple[str, list[str], str]:
     return head, body, f"{d['gpu']}, {d['versions']}"
 
 
+def _md_table(path: Path) -> list[str]:
+    """The table rows of a result's OUT.md (every line that starts with "|")."""
+    return [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+
+
 def read_op_served(path: Path) -> tuple[str, list[str], str]:
     """benchmarks/op_served.py: cudal2.linear through the op against F.linear with a search's winners served."""
     d = json.loads(path.read_text())
@@ -209,7 +214,7 @@ def read_op_served(path: Path) -> tuple[str, list[str], str]:
         spread = lambda path: (min(r[path]["ratio"] for r in rows), max(r[path]["ratio"] for r in rows))  # noqa: E731
         head = ("A/A, F.linear against itself on {} shapes: eager {:.3f} to {:.3f}, graph {:.3f} to {:.3f}"
                 .format(len(rows), *spread("eager"), *spread("graph")))
-    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    table = _md_table(path)
     return head, [f"- GPU {d.get('gpu_uuid', '?')}", "", *table], f"{d['gpu']}, {d['versions']}"
 
 
@@ -350,7 +355,7 @@ def read_op_overhead(path: Path) -> tuple[str, list[str], str]:
     """benchmarks/op_overhead.py: host time per call of our op over torch's, by path, on the shapes where
     the op ran a tuned kernel (the table served it, or the kernel was installed)."""
     d = json.loads(path.read_text())
-    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    table = _md_table(path)
     if "combined" in d:  # --processes: each process's median difference, and their median
         served = any(c["served"] for c in d["combined"])
         head = "; ".join(f"{c['path']} {c['over_us']:+.2f} us ({min(c['over_us_per_process']):+.2f} to "
@@ -389,7 +394,7 @@ def read_e2e_decoder(path: Path) -> tuple[str, list[str], str]:
             ratio = both["ratio"] if "ratio" in both else both["torch"]["us"] / both["cudal2"]["us"]
             ratios.setdefault(mode, []).append(ratio)
     head = "; ".join(f"{mode} {min(v):.3f} to {max(v):.3f}" for mode, v in ratios.items())
-    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    table = _md_table(path)
     return f"cudal2 / torch tokens/s per mode, over token counts: {head}", table, _env_line(d.get("env"))
 
 
@@ -508,7 +513,7 @@ def read_split_k_serial(path: Path) -> tuple[str, list[str], str]:
     head = (f"workspace / serial chain time {geomean(ratios):.3f} (geomean over {len(pairs)} specs), median saving "
             f"{statistics.median(w - s for w, s in pairs):.2f} us; serial ahead by 1% or more on "
             f"{sum(x >= 1.01 for x in ratios)}, behind on {sum(x <= 0.99 for x in ratios)}")
-    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    table = _md_table(path)
     return head, table, _env_line(d.get("env"))
 
 
@@ -516,7 +521,7 @@ def read_two_streams(path: Path) -> tuple[str, list[str], str]:
     """benchmarks/two_streams.py: one served kernel on two CUDA streams at once, outputs that differ."""
     d = json.loads(path.read_text())
     head = "; ".join(f"{r['kernel']}, {r['variant']}: {r['differ']} of {r['calls']} differ" for r in d["rows"])
-    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    table = _md_table(path)
     return head, table, _env_line(d.get("env"))
 
 
@@ -531,7 +536,7 @@ def read_graph_paths(path: Path) -> tuple[str, list[str], str]:
         shapes.setdefault(r["contender"], set()).add(r.get("shape", d.get("shape")))
     head = "F.linear / contender, geomean of the per-rep medians: " + "; ".join(
         f"{name} {geomean(xs):.3f} ({len(xs)} readings, {len(shapes[name])} shape(s))" for name, xs in by.items())
-    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    table = _md_table(path)
     return head, table, _env_line(d.get("env"))
 
 
@@ -539,12 +544,8 @@ def read_baseline_kernels(path: Path) -> tuple[str, list[str], str]:
     """benchmarks/baseline_kernels.py: the GPU kernels torch.matmul(x, w.t()) and F.linear(x, w) launch."""
     d = json.loads(path.read_text())
     head = f"the same kernels on {sum(r['same'] for r in d['rows'])} of {len(d['rows'])} shapes"
-    table = [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
+    table = _md_table(path)
     return head, table, _env_line(d.get("env"))
-
-
-def _md_table(path: Path) -> list[str]:
-    return [ln for ln in path.with_suffix(".md").read_text().splitlines() if ln.startswith("|")]
 
 
 def read_layer_kernels(path: Path) -> tuple[str, list[str], str]:
