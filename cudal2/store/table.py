@@ -186,13 +186,11 @@ class TunedTable:
         for problem in store.problems():
             stored, confirmations, kernels = store.baselines(problem), store.confirmations(problem), store.kernels(problem)
             for mode, table in tables.items():
-                baselines = {name: b.kernel_ms(mode) for name, b in stored.items()
-                             if b.available and b.kernel_ms(mode) is not None}
+                baselines = _times_in(stored, mode)
                 confirmed: dict[str, list] = {}  # GPU -> confirmation rows
                 for row in rounds_in_mode(confirmations, mode):
                     confirmed.setdefault(gpu_of(row), []).append(row)
-                rows = [c.median_round for gpu_rows in confirmed.values()
-                        for c in kept_twins(summarize(gpu_rows, "torch", mode)).values() if not c.failed]
+                rows = [r for gpu_rows in confirmed.values() for r in _leader_rounds(gpu_rows, mode)]
                 rows += [r for r in kernels if gpu_of(r) not in confirmed]
                 for row in rows:
                     entry = _entry_of(problem, row, mode, baselines)
@@ -208,12 +206,9 @@ class TunedTable:
         store = store if isinstance(store, Store) else Store(store)
         if not store.exists():
             return []
-        stored = store.baselines(problem)
-        baselines = {name: b.kernel_ms(mode) for name, b in stored.items()
-                     if b.available and b.kernel_ms(mode) is not None}
+        baselines = _times_in(store.baselines(problem), mode)
         rows = [r for r in rounds_in_mode(store.confirmations(problem), mode) if gpu_of(r) == gpu]
-        entries = [_entry_of(problem, c.median_round, mode, baselines)
-                   for c in kept_twins(summarize(rows, "torch", mode)).values() if not c.failed]
+        entries = [_entry_of(problem, r, mode, baselines) for r in _leader_rounds(rows, mode)]
         return sorted((e for e in entries if e is not None), key=lambda e: -(e.speedup("torch") or 0.0))
 
     @classmethod
@@ -232,6 +227,17 @@ class TunedTable:
         return _within(store_timeout_s(), lambda: cls.for_serving(store.check()), store)
 
 
+def _times_in(baselines: dict, mode: str) -> dict[str, float]:
+    """name -> ms in mode of the baselines (stored results) that ran and have a time there."""
+    return {name: b.kernel_ms(mode) for name, b in baselines.items() if b.available and b.kernel_ms(mode) is not None}
+
+
+def _leader_rounds(rows: list[dict], mode: str) -> list[dict]:
+    """The median round of each leader that one GPU's confirmation rows in mode kept and that passed all its
+    rounds (one per twin: kept_twins)."""
+    return [c.median_round for c in kept_twins(summarize(rows, "torch", mode)).values() if not c.failed]
+
+
 def _entry_of(problem: GemmProblem, row: dict, mode: str, baselines: dict[str, float]) -> "TunedEntry | None":
     """The entry a stored kernel record (or a confirmation round) makes in mode: its newest passing figure there,
     with the baselines timed beside it (else the problem's stored ones); None where it has none in mode."""
@@ -239,8 +245,7 @@ def _entry_of(problem: GemmProblem, row: dict, mode: str, baselines: dict[str, f
     if measured is None:
         return None
     res = measured["result"]
-    own = {name: b.kernel_ms(mode) for name, b in measured["baselines"].items()
-           if b.available and b.kernel_ms(mode) is not None}
+    own = _times_in(measured["baselines"], mode)
     created = (measured["created"].isoformat() if isinstance(measured["created"], _dt.datetime)
                else str(measured["created"]))
     return TunedEntry(problem=problem, spec=res.spec, kernel_ms=res.kernel_ms(mode), baselines_ms=own or baselines,
