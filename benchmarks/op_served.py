@@ -42,8 +42,8 @@ of the winner and torch.matmul in that mode).
    lookup names for each path (ops._op_entry at the eager margin and at GRAPH_MIN_SAVING_US). These
    are the op's private state: it has no public way to say which kernel served a call.
    Where the table names a kernel for the graph path, the graph rounds also time that kernel called directly
-   and torch.matmul(out=), as the search times them, on the same operands: their per-round ratio is the
-   search's speedup on this GPU ("here"), scored as the search scores: the ratio of the median times.
+   and torch.matmul(out=), as the search times them, on the same operands: the search's speedup on this GPU
+   ("here"), scored as the search scores: torch.matmul's median time / the kernel's.
    Verdicts: ratio >= MIN_RATIO in each path; where the graph path ran the kernel, the op's speedup scored the
    same way (F.linear's median time / cudal2.linear's) >= here - SEARCHED_SLACK (the bar of the run), and,
    reported beside it, >= the search's own confirmed speedup (from the GPU that searched) - SEARCHED_SLACK.
@@ -320,6 +320,7 @@ def measure(row: dict, gpu: str, device: str, rounds: int, ours=None) -> dict:
     import torch
 
     import cudal2
+    from cudal2 import ops
 
     problem = problem_of(row["shape"])
     m, n, k = problem.shape
@@ -339,23 +340,11 @@ def measure(row: dict, gpu: str, device: str, rounds: int, ours=None) -> dict:
     graph_rounds = max(rounds, GRAPH_MIN_ROUNDS) if device == "cuda" else rounds
     out["graph"] = graph_figures(x, w, graph_rounds, calls_for(torch_ms, GRAPH_ROUND_US, GRAPH_CALLS),
                                  mode if mode in ("chain", "mlp_chain") else "layer", ours,
-                                 direct_kernel(problem, gpu) if device == "cuda" else None)
+                                 # the kernel the table names for the graph path, as the search calls it
+                                 ops.tuned_kernel(problem, gpu, ops.GRAPH_MIN_SAVING_US) if device == "cuda" else None)
     out.update(route(problem, gpu, x, w))
     out["verdicts"] = verdicts(out)
     return out
-
-
-def direct_kernel(problem, gpu: str):
-    """The kernel the op's table names for problem's graph path, compiled to be called as the search calls it
-    (kernel(a, b, out)), or None where the table names none."""
-    from cudal2 import ops
-    from cudal2.codegen import get_backend
-
-    entry = ops._op_entry(problem, gpu, ops.GRAPH_MIN_SAVING_US)
-    if entry is None:
-        return None
-    backend = get_backend(entry.spec.backend)
-    return backend.compile(backend.render(problem, entry.spec))
 
 
 # ---- verdicts and the report -----------------------------------------------------------------------
@@ -447,8 +436,8 @@ def markdown(out: dict) -> str:
         v = verdicts(r)
         num = lambda key: f"{r[key]:.3f}" if r.get(key) is not None else "-"  # noqa: E731
         lines.append(f"| {r['shape']} | `{r.get('spec') or 'none'}` | {r['served_eager']} | {r['served_graph']} | "
-                     f"{_ratio(r['eager'])} | {_ratio(r['graph'])} | {served_speedup(r['graph']):.3f} | {num('search')} | "
-                     f"{_here(r['graph'])} | "
+                     f"{_ratio(r['eager'])} | {_ratio(r['graph'])} | {served_speedup(r['graph']):.3f} | "
+                     f"{num('search')} | {_here(r['graph'])} | "
                      f"{_eval_cell(r)} | {_cell(v['eager'])} | {_cell(v['graph'])} | {_cell(v['searched'])} | "
                      f"{_cell(v['searched_here'])} |")
     lines += ["", "| shape | F.linear us eager / graph | cudal2.linear us eager / graph | calls eager / graph "

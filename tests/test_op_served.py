@@ -200,17 +200,19 @@ def test_an_aa_run_times_f_linear_against_itself_and_says_so(tmp_path, monkeypat
 
 
 def test_the_kernel_timed_as_searched_is_the_one_the_table_names_for_graphs(smoke):
-    """direct_kernel: the graph path's winner compiled to be called as the search calls it, kernel(a, b, out),
-    with b the weight's transpose; none where the table names no kernel (Triton's interpreter on the CPU)."""
+    """ops.tuned_kernel at the graph path's margin, as measure() takes it: the graph path's winner compiled to be
+    called as the search calls it, kernel(a, b, out), with b the weight's transpose; none where the table names no
+    kernel (Triton's interpreter on the CPU)."""
     from cudal2 import ops
 
     ops.set_table(op_served.table_of(op_served.smoke_winners()["rows"], op_served.SMOKE_GPU))
-    kernel = op_served.direct_kernel(op_served.problem_of("16x64x32-float16-NT"), op_served.SMOKE_GPU)
+    direct_kernel = lambda problem, gpu: ops.tuned_kernel(problem, gpu, ops.GRAPH_MIN_SAVING_US)  # noqa: E731
+    kernel = direct_kernel(op_served.problem_of("16x64x32-float16-NT"), op_served.SMOKE_GPU)
     x, w = torch.randn(16, 32, dtype=torch.float16), torch.randn(64, 32, dtype=torch.float16)
     out = x.new_empty(16, 64)
     kernel(x, w.t(), out)
     torch.testing.assert_close(out.float(), x.float() @ w.float().t(), rtol=2e-2, atol=2e-2)
-    assert op_served.direct_kernel(op_served.problem_of("8x40x32-float16-NT"), op_served.SMOKE_GPU) is None
+    assert direct_kernel(op_served.problem_of("8x40x32-float16-NT"), op_served.SMOKE_GPU) is None
 
 
 def test_graph_rounds_go_on_until_the_ratio_median_is_known_to_the_target_error():
