@@ -234,7 +234,7 @@ def report(result: dict, args, env: dict, command: str, tuned_routed: dict[str, 
     what = "a tiny config on the CPU, recorded runner (synthetic: a check, not a figure)" if args.smoke else \
         f"{MODELS[getattr(args, 'model', DEFAULT_MODEL)][3]}, {args.layers} layers, random fp16 weights"
     tuning = "no tuning" if getattr(args, "aa", False) else f"tuning budget {args.budget}"
-    family = "Qwen2" if getattr(args, "model", DEFAULT_MODEL).startswith("qwen") else "Llama"
+    family = MODELS[getattr(args, "model", DEFAULT_MODEL)][0].removesuffix("Config")  # (transformers' class's name)
     lines = [f"# A transformers {family}, untouched against cudal2.tune_model + route_linears ({env['date']})", "",
              f"`{command}`", "", f"{env.get('gpu_name', 'CPU')}; torch {env.get('torch', '?')}, transformers "
              f"{env.get('transformers', '?')}. {what}; batch {args.batch}, prompt {args.prompt} tokens, {tuning}.", "",

@@ -76,9 +76,9 @@ def main() -> None:
     for row in winners["rows"]:
         if row["shape"].split("-")[0] not in wanted or "spec_json" not in row:
             continue
-        problem = problem_of(row["shape"])
-        backend = get_backend(KernelSpec.from_json(row["spec_json"]).backend)
-        kernel = backend.compile(backend.render(problem, KernelSpec.from_json(row["spec_json"])))
+        problem, spec = problem_of(row["shape"]), KernelSpec.from_json(row["spec_json"])
+        backend = get_backend(spec.backend)
+        kernel = backend.compile(backend.render(problem, spec))
         n_sets = rotation_count(problem, torch.cuda.get_device_properties(0).L2_cache_size, memory_budget=8 << 30)
 
         def placement(p: int, kernel=kernel, problem=problem, n_sets=n_sets):
