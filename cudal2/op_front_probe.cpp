@@ -46,6 +46,12 @@ struct Noticed : c10::WarningHandler {
   void process(const c10::Warning&) override { any = true; }
 };
 
+// The GIL released for the scope's life, taken again however it ends (a return or a throw).
+struct WithoutGil {
+  PyThreadState* saved = PyEval_SaveThread();
+  ~WithoutGil() { PyEval_RestoreThread(saved); }
+};
+
 at::Tensor linear_of(const at::Tensor& input, const at::Tensor& weight, PyObject* bias) {
   return bias == Py_None ? at::linear(input, weight) : at::linear(input, weight, THPVariable_Unpack(bias));
 }
@@ -115,14 +121,8 @@ extern "C" PyObject* cudal2_probe_linear(PyObject* x, PyObject* weight, PyObject
     {
       c10::WarningUtils::WarningHandlerGuard guard(&noticed);
       if (input.is_cpu()) {
-        PyThreadState* saved = PyEval_SaveThread();
-        try {
-          out = linear_of(input, w, bias);
-        } catch (...) {
-          PyEval_RestoreThread(saved);
-          throw;
-        }
-        PyEval_RestoreThread(saved);
+        WithoutGil released;
+        out = linear_of(input, w, bias);
       } else {
         out = linear_of(input, w, bias);
       }
