@@ -3,6 +3,7 @@ report and its verdicts (the smoke path, and rows as a GPU run writes them)."""
 
 import json
 import math
+import random
 import sys
 from pathlib import Path
 
@@ -218,8 +219,6 @@ def test_the_kernel_timed_as_searched_is_the_one_the_table_names_for_graphs(smok
 def test_graph_rounds_go_on_until_the_ratio_median_is_known_to_the_target_error():
     """more_rounds: none where the per-round ratios' median is already known well enough, more in proportion to
     the shortfall (the error falls as 1/sqrt(rounds)), and never past the cap."""
-    import random
-
     rng = random.Random(0)
     tight = [1.0 + rng.gauss(0, 0.005) for _ in range(100)]  # a long call: +-0.3% quartiles
     wide = [1.0 + rng.gauss(0, 0.075) for _ in range(100)]  # a 10 us call: +-5%
@@ -233,8 +232,6 @@ def test_graph_rounds_go_on_until_the_ratio_median_is_known_to_the_target_error(
 
 
 def test_the_median_error_reads_a_normal_spread_off_the_quartiles():
-    import random
-
     rng = random.Random(1)
     xs = [rng.gauss(0, 1) for _ in range(10_000)]
     assert op_served.median_error(xs) == pytest.approx(1.2533 / 100, rel=0.05)
