@@ -60,7 +60,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # _rounds
 
 from _rounds import interleaved, spread  # noqa: E402
 from cudal2.bench.results import MODES  # noqa: E402
-from cudal2.route_check import graph_timer, wall_timer  # noqa: E402  (what check_routes times a model with)
+# (what check_routes times a model with)
+from cudal2.route_check import graph_timer, side_warmed_graph, wall_timer  # noqa: E402
 
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM, INTER = 4096, 32, 8, 128, 14336
 ROUNDS, CALLS = 21, 20
@@ -101,16 +102,8 @@ def layer_graph(layer, x):
     (capture requires them; the op builds its launchers there, outside the capture)."""
     import torch
 
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.no_grad(), torch.cuda.stream(side):
-        for _ in range(3):
-            layer(x)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.no_grad(), torch.cuda.graph(graph):
-        layer(x)
-    return graph
+    with torch.no_grad():
+        return side_warmed_graph(lambda: [layer(x) for _ in range(3)], lambda: layer(x))
 
 
 def layers():
@@ -325,8 +318,8 @@ def serving_only(ours, names):
 def served_alone(t: int, plain, ours, gemms: list[dict], rounds: int, calls: int) -> list[dict]:
     """Per served group of projections: what the table predicts it saves a layer call, the same measured
     again in layer, chain and mlp_chain mode now (chain: the table's own mode, on this GPU), the stream
-    regimes, and the layer's own saving in graph mode with only that group served (the other routed projections put back to nn.Linear for the
-    measurement): which GEMM the table's prediction misses, whether the miss is the table's draw or the
+    regimes, and the layer's own saving in graph mode with only that group served (the other routed
+    projections put back to nn.Linear for the measurement): which GEMM the table's prediction misses, whether the miss is the table's draw or the
     regime, and whether mlp_chain would have predicted it."""
     import torch
 
@@ -494,7 +487,8 @@ def report(rows: list[dict], tuned: dict, env: dict, command: str, rounds: int, 
         p, m = c["predicted_saving_us"], c["measured_saving_us"]
         kept = any(g["served"] and g["kept"] for g in c["checks"])
         lines.append(f"| {row['tokens']} | {groups} | {floor:.2f} | {p:.2f} | {m:.2f} "
-                     f"({c['measured_saving_q1_us']:.2f} to {c['measured_saving_q3_us']:.2f}) | {_agreement(p, m, kept)} |")
+                     f"({c['measured_saving_q1_us']:.2f} to {c['measured_saving_q3_us']:.2f}) "
+                     f"| {_agreement(p, m, kept)} |")
     alone = [(row["tokens"], g) for row in rows for g in row.get("served_alone", [])]
     if alone:
         lines += ["", "Each served group alone: the table's prediction, the same GEMMs timed again in layer, chain and "

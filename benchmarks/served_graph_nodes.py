@@ -57,6 +57,7 @@ def main() -> None:
     from cudal2.bench.inputs import make_operands
     from cudal2.codegen import get_backend
     from cudal2.ir import KernelSpec
+    from cudal2.route_check import side_warmed_graph
     from op_served import table_of
 
     winners = json.loads(args.winners.read_text())
@@ -73,20 +74,8 @@ def main() -> None:
     print(torch.cuda.get_device_name(), row["shape"], row.get("spec", ""))
     with torch.no_grad():
         for name, call in calls.items():
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for i in range(SETS):
-                    call(i)
-            torch.cuda.current_stream().wait_stream(side)
-            torch.cuda.synchronize()
-            try:
-                graph = torch.cuda.CUDAGraph(keep_graph=True)
-            except TypeError:
-                graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                for i in range(SETS):
-                    call(i)
+            one_pass = lambda call=call: [call(i) for i in range(SETS)]  # noqa: E731
+            graph = side_warmed_graph(one_pass, one_pass, keep_graph=True)
             graph.replay()
             torch.cuda.synchronize()
             with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:

@@ -75,19 +75,29 @@ def wall_timer(forward: Callable[[], Any], calls: int) -> Callable[[], float]:
     return one_round
 
 
-def graph_timer(forward: Callable[[], Any], calls: int) -> Callable[[], float]:
-    """us a call of one replay of a CUDA graph of `calls` forwards, between CUDA events (after three
-    warm-up forwards on a side stream, which build the op's launchers outside the capture)."""
+def side_warmed_graph(warm: Callable[[], Any], capture: Callable[[], Any],
+                      keep_graph: bool = False) -> torch.cuda.CUDAGraph:
+    """A CUDA graph of capture(), after warm() ran on a side stream, as torch's CUDA-graph documentation prescribes
+    (the op builds its launchers there, outside the capture). keep_graph: a graph that keeps its nodes for reading
+    after the capture (a plain one where torch has no such argument)."""
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        for _ in range(3):
-            forward()
+        warm()
     torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
+    try:
+        graph = torch.cuda.CUDAGraph(keep_graph=True) if keep_graph else torch.cuda.CUDAGraph()
+    except TypeError:
+        graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        for _ in range(calls):
-            forward()
+        capture()
+    return graph
+
+
+def graph_timer(forward: Callable[[], Any], calls: int) -> Callable[[], float]:
+    """us a call of one replay of a CUDA graph of `calls` forwards, between CUDA events (after three
+    warm-up forwards on a side stream, which build the op's launchers outside the capture)."""
+    graph = side_warmed_graph(lambda: [forward() for _ in range(3)], lambda: [forward() for _ in range(calls)])
     graph.replay()
     torch.cuda.synchronize()
     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)

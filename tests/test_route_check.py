@@ -205,3 +205,53 @@ def test_the_counts_a_layer_is_served_at_come_from_the_table():
         assert SERVED_COUNTS(layer) == {2 * 8, 5 * 8}
     finally:
         ops.set_table(None)
+
+
+def test_a_side_warmed_graph_warms_up_on_a_side_stream_then_captures_on_the_caller_s(monkeypatch):
+    """side_warmed_graph (graph_timer's, and the benchmarks' layer graphs): warm() runs inside a side stream that
+    first waits for the caller's, the caller's stream then waits for it, and only then capture() runs, inside the
+    graph's capture; keep_graph asks for a graph that keeps its nodes, and falls back to a plain one where torch
+    has no such argument. torch.cuda stood in for by recorders (no GPU here)."""
+    from contextlib import contextmanager
+
+    from cudal2 import route_check
+
+    log = []
+
+    class Stream:
+        def __init__(self, name="side"):
+            self.name = name
+
+        def wait_stream(self, other):
+            log.append(f"{self.name} waits for {other.name}")
+
+    class Graph:
+        def __init__(self, **kwargs):
+            if kwargs and not keeps:
+                raise TypeError("unexpected keyword argument 'keep_graph'")
+            self.kwargs = kwargs
+
+    @contextmanager
+    def on(stream):
+        log.append(f"on {stream.name}")
+        yield
+        log.append(f"off {stream.name}")
+
+    @contextmanager
+    def capturing(graph):
+        log.append("capture")
+        yield
+        log.append("captured")
+
+    caller = Stream("caller")
+    for name, value in [("Stream", Stream), ("stream", on), ("current_stream", lambda: caller),
+                        ("CUDAGraph", Graph), ("graph", capturing)]:
+        monkeypatch.setattr(torch.cuda, name, value)
+    keeps = True
+    graph = route_check.side_warmed_graph(lambda: log.append("warm"), lambda: log.append("work"), keep_graph=True)
+    assert log == ["side waits for caller", "on side", "warm", "off side", "caller waits for side", "capture", "work",
+                   "captured"]
+    assert graph.kwargs == {"keep_graph": True}
+    assert route_check.side_warmed_graph(lambda: None, lambda: None).kwargs == {}
+    keeps = False
+    assert route_check.side_warmed_graph(lambda: None, lambda: None, keep_graph=True).kwargs == {}
